@@ -1,0 +1,42 @@
+# Compiler warnings, the CPU architecture flag and sanitizers, applied per target
+# with loom_configure_target(<target>) so that third-party code is unaffected.
+
+set(_loom_sanitizers "")
+if(LOOM_SANITIZE)
+  string(REPLACE "," ";" _loom_san_list "${LOOM_SANITIZE}")
+  foreach(s IN LISTS _loom_san_list)
+    if(NOT s MATCHES "^(address|undefined|thread)$")
+      message(FATAL_ERROR "LOOM_SANITIZE='${LOOM_SANITIZE}': '${s}' is not one of address, undefined, thread")
+    endif()
+  endforeach()
+  if("thread" IN_LIST _loom_san_list AND "address" IN_LIST _loom_san_list)
+    message(FATAL_ERROR "LOOM_SANITIZE='${LOOM_SANITIZE}': thread and address sanitizers cannot be combined")
+  endif()
+  set(_loom_sanitizers "-fsanitize=${LOOM_SANITIZE}")
+endif()
+
+function(loom_configure_target target)
+  set(cxx_flags -Wall -Wextra -Wno-unused-parameter)
+  if(LOOM_WERROR)
+    list(APPEND cxx_flags -Werror)
+  endif()
+  if(LOOM_NATIVE_ARCH)
+    list(APPEND cxx_flags -march=native)
+  endif()
+  if(_loom_sanitizers)
+    list(APPEND cxx_flags ${_loom_sanitizers} -fno-omit-frame-pointer)
+    target_link_options(${target} PRIVATE ${_loom_sanitizers})
+  endif()
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX,C>:${cxx_flags}>)
+  # Loom uses MPI's C API only; keep the deprecated C++ bindings out of mpi.h.
+  target_compile_definitions(${target} PRIVATE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
+  if(LOOM_HAS_CUDA)
+    # Host-side warnings for .cu files go through nvcc to the host compiler.
+    string(REPLACE ";" "," host_flags "-Wall;-Wextra;-Wno-unused-parameter")
+    if(LOOM_NATIVE_ARCH)
+      string(APPEND host_flags ",-march=native")
+    endif()
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=${host_flags} --expt-relaxed-constexpr>)
+  endif()
+endfunction()

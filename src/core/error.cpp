@@ -1,0 +1,31 @@
+#include "loom/core/error.hpp"
+
+#include "core/library_check.hpp"
+
+namespace loom {
+
+LibraryError::LibraryError(std::string library, long code, std::string library_message,
+                           std::string call, std::string file, int line)
+    : Error(str_cat(library, " error ", code, " (", library_message, ") in `", call, "` at ", file,
+                    ":", line)),
+      library_(std::move(library)),
+      code_(code),
+      library_message_(std::move(library_message)),
+      call_(std::move(call)) {}
+
+namespace detail {
+
+void throw_internal_error(const char* condition, const char* file, int line,
+                          const std::string& message) {
+  throw InternalError(str_cat("Loom internal error: assertion `", condition, "` failed at ", file,
+                              ":", line, message.empty() ? "" : ": ", message,
+                              " (this is a bug in Loom; please report it)"));
+}
+
+void throw_library_error(const char* library, long code, const std::string& library_message,
+                         const char* call, const char* file, int line) {
+  throw LibraryError(library, code, library_message, call, file, line);
+}
+
+}  // namespace detail
+}  // namespace loom
