@@ -1,0 +1,41 @@
+// Matrix multiplication: C = alpha * op(A) @ op(B) + beta * C, row-major.
+//
+// Shapes (op(X) is X or its transpose):
+//   A: [..., m, k]  ([..., k, m] with trans_a)
+//   B: [..., k, n]  ([..., n, k] with trans_b)
+//   C: [..., m, n]
+// The leading dimensions of C are the batch (any number of them, flattened);
+// A and B either have the same leading dimensions as C or are 2-D, in which
+// case one matrix is shared by every batch entry (e.g. a Linear layer's
+// weight applied to [batch, seq, features] input viewed as 3-D).
+//
+// dtypes: A, B and C share one dtype. Host: f32 (Eigen). CUDA: f32, bf16 and
+// f16 through cuBLAS; bf16/f16 accumulate in f32 on tensor cores; f32 uses
+// full-precision FP32 unless allow_tf32 is set.
+//
+// beta == 0 means C is not read (it may hold garbage or NaN).
+// C must not overlap A or B. Work on CUDA is queued on C's device's current stream.
+#pragma once
+
+#include "loom/core/tensor.hpp"
+#include "loom/kernels/cost.hpp"
+
+namespace loom::kernels {
+
+struct GemmOptions {
+  bool trans_a = false;
+  bool trans_b = false;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  // CUDA f32 only: let cuBLAS use TF32 tensor cores (~10-bit mantissa products).
+  bool allow_tf32 = false;
+};
+
+// Throws loom::Error naming the shapes and the rule when they do not fit.
+void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& options = {});
+
+// flops = 2 * batch * m * n * k (+ 2 * batch * m * n when beta != 0);
+// bytes = A + B + C (C twice when beta != 0), with a shared matrix counted once.
+OpCost gemm_cost(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& options = {});
+
+}  // namespace loom::kernels
