@@ -3,6 +3,7 @@
 
 #include "loom/config.hpp"
 #include "loom/core/allocator.hpp"
+#include "loom/core/build_info.hpp"
 #include "loom/core/device.hpp"
 #include "loom/core/dtype.hpp"
 #include "loom/core/error.hpp"

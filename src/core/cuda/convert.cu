@@ -5,7 +5,6 @@
 #include "core/cuda/dtype_cuda.cuh"
 #include "core/cuda/nvtx.hpp"
 #include "core/primitives.hpp"
-#include "core/scalar_convert.hpp"
 
 namespace loom::detail::cuda {
 namespace {
@@ -49,19 +48,15 @@ void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64
 void fill(void* dst, DType dtype, int64_t count, double value, void* stream) {
   if (count <= 0) return;
   NvtxRange range("loom::fill");
-  // Convert the value on the host with the host rules; the bit pattern is what matters.
-  visit_dtype(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T element = std::is_integral_v<T> ? convert_scalar<T>(value)
-                                            : convert_scalar<T>(static_cast<float>(value));
-    visit_device_dtype(dtype, [&](auto device_tag) {
-      using D = typename decltype(device_tag)::type;
-      static_assert(sizeof(D) == sizeof(T));
-      D device_value;
-      std::memcpy(&device_value, &element, sizeof(D));
-      fill_kernel<D><<<grid_for(count, kBlock), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
-          static_cast<D*>(dst), device_value, count);
-    });
+  // Convert the value with the host rules; the device kernel only stores its bits.
+  unsigned char bits[8] = {};
+  host_fill(bits, dtype, 1, value);
+  visit_device_dtype(dtype, [&](auto tag) {
+    using D = typename decltype(tag)::type;
+    D element;
+    std::memcpy(&element, bits, sizeof(D));
+    fill_kernel<D><<<grid_for(count, kBlock), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<D*>(dst), element, count);
   });
   LOOM_CUDA_CHECK_LAUNCH();
 }

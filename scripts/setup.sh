@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs what Loom needs to build and test, from the distribution's archive
+# (Debian 12 / Ubuntu 22.04). Installs only what is missing; asks nothing.
+# Uses sudo when not run as root. The CUDA toolkit is not installed here: when
+# it is present (e.g. /usr/local/cuda) the build picks it up by itself.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build make pkg-config
+  libopenmpi-dev openmpi-bin        # MPI (communicator backend, multi-rank tests)
+  libeigen3-dev                     # host kernels
+  catch2                            # test framework (2.x)
+  nlohmann-json3-dev libcli11-dev   # JSON output, command-line flags
+  libopenblas0-pthread              # peer SGEMM in the kernel benchmark
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "setup: apt-get not found; install these packages by hand: ${missing[*]}" >&2
+  exit 1
+fi
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo_cmd=(sudo)
+  else
+    echo "setup: not root and no sudo; run as root or install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+  "${missing[@]}" >/dev/null
+echo "setup: done"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# README command 2: installs what is missing, builds, and runs the whole test
+# suite, ending with ctest's summary. Tests that need a GPU are reported as
+# skipped (by name) when there is none.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_dir=${LOOM_BUILD_DIR:-$root/build}
+export LOOM_BUILD_DIR=$build_dir
+
+bash "$root/scripts/setup.sh"
+bash "$root/scripts/build.sh"
+
+"$build_dir/tools/loom-info" || true
+cd "$build_dir"
+ctest -j "${LOOM_TEST_JOBS:-$(nproc)}" --output-on-failure --timeout 600
