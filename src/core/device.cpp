@@ -126,8 +126,9 @@ DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0) {
     try {
       detail::cuda::set_device(previous_);
-    } catch (...) {
-      // A destructor must not throw; the device was valid when we left it.
+    } catch (const std::exception& e) {
+      // A destructor must not throw; say what went wrong instead.
+      LOOM_LOG_WARN("DeviceGuard could not restore cuda:", previous_, ": ", e.what());
     }
   }
 #endif
