@@ -240,9 +240,13 @@ TEST_CASE(
   a.deallocate(s);
   CHECK(t.device->live_events() == 2);
   t.device->complete_events(comm);
-  CHECK(a.allocate(100, compute) != s);
+  void* while_pending = a.allocate(100, compute);
+  CHECK(while_pending != s);
   t.device->complete_events(stream(3));
-  CHECK(a.allocate(100, compute) == s);
+  void* after_both = a.allocate(100, compute);
+  CHECK(after_both == s);
+  a.deallocate(while_pending);
+  a.deallocate(after_both);
 }
 
 TEST_CASE("caching allocator: out of memory frees the cached segments and retries") {
