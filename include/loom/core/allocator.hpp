@@ -6,7 +6,7 @@
 // stops calling cudaMalloc after its first steps. It is stream-aware: a block
 // is reused only on the stream it was allocated on, unless record_stream()
 // said another stream uses it, in which case the block waits until the work
-// queued on that stream at free time has finished. See docs/core.md.
+// queued on that stream at free time has finished. See docs/allocator.md.
 #pragma once
 
 #include <cstddef>
