@@ -46,6 +46,7 @@ if(_loom_cuda)
     # A100 and H100 (sm_90 also runs on H200). Override with -DCMAKE_CUDA_ARCHITECTURES=...
     set(CMAKE_CUDA_ARCHITECTURES 80 90 CACHE STRING "CUDA architectures to build for")
   endif()
+  set(CMAKE_USER_MAKE_RULES_OVERRIDE_CUDA "${CMAKE_CURRENT_LIST_DIR}/LoomCudaStd20.cmake")
   enable_language(CUDA)
   set(CMAKE_CUDA_STANDARD 20)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)

@@ -56,11 +56,14 @@ void fill(void* dst, DType dtype, int64_t count, double value, void* stream) {
                                             : convert_scalar<T>(static_cast<float>(value));
     visit_device_dtype(dtype, [&](auto device_tag) {
       using D = typename decltype(device_tag)::type;
-      static_assert(sizeof(D) == sizeof(T));
-      D device_value;
-      std::memcpy(&device_value, &element, sizeof(D));
-      fill_kernel<D><<<grid_for(count, kBlock), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
-          static_cast<D*>(dst), device_value, count);
+      // Both visits see the same dtype at run time, but every (T, D) pair is
+      // instantiated; only the same-sized ones (which include the real pair) can compile.
+      if constexpr (sizeof(D) == sizeof(T)) {
+        D device_value;
+        std::memcpy(static_cast<void*>(&device_value), &element, sizeof(D));
+        fill_kernel<D><<<grid_for(count, kBlock), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
+            static_cast<D*>(dst), device_value, count);
+      }
     });
   });
   LOOM_CUDA_CHECK_LAUNCH();
