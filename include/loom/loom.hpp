@@ -13,3 +13,5 @@
 #include "loom/core/storage.hpp"
 #include "loom/core/stream.hpp"
 #include "loom/core/tensor.hpp"
+#include "loom/kernels/cost.hpp"
+#include "loom/kernels/elementwise.hpp"
