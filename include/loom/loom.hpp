@@ -15,3 +15,4 @@
 #include "loom/core/tensor.hpp"
 #include "loom/kernels/cost.hpp"
 #include "loom/kernels/elementwise.hpp"
+#include "loom/kernels/reduce.hpp"
