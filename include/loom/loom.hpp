@@ -15,4 +15,5 @@
 #include "loom/core/tensor.hpp"
 #include "loom/kernels/cost.hpp"
 #include "loom/kernels/elementwise.hpp"
+#include "loom/kernels/gemm.hpp"
 #include "loom/kernels/reduce.hpp"
