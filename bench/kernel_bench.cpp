@@ -1,22 +1,23 @@
 // kernel_bench: achieved GFLOP/s and GB/s of Loom's kernels next to this
 // machine's limits, measured in the same run:
 //
-//   host:  single-thread memcpy bandwidth (bytes read + written per second)
-//          and peak SGEMM (the best of OpenBLAS's single-threaded sgemm and
-//          Loom's own GEMM on a large square problem);
-//   CUDA:  device-to-device copy bandwidth and the best large cuBLAS GEMM.
+//   host:  single-thread memcpy bandwidth at a cache-resident (512 KiB) and a
+//          DRAM-sized (256 MiB) working set, and peak SGEMM: the best of
+//          Loom's GEMM and OpenBLAS's single-threaded sgemm over square sizes;
+//   CUDA:  device-to-device copy bandwidth and the best square cuBLAS GEMM.
 //
-// Each op is classified against the roofline: when its arithmetic intensity
-// (flops per byte) is below the machine balance (peak flops / bandwidth) it is
-// memory-bound and "of bound" is its bandwidth over the copy bandwidth,
-// otherwise compute-bound and "of bound" is its flop rate over the peak.
-// GEMM rows also run OpenBLAS (host) on the same shapes as the peer and print
-// Loom's time ratio to it. Times are medians of --repeats measurements.
+// Each op is placed on the roofline: when its arithmetic intensity (flops per
+// byte) is at least the machine balance (peak flops / copy bandwidth) it is
+// compute-bound and "of bound" is its flop rate over the peak; otherwise it is
+// memory-bound and "of bound" is its bandwidth over the copy bandwidth at the
+// working set nearest its own. GEMM rows on the host also run OpenBLAS on the
+// same operands as the peer and print the time ratio. Times are medians.
 //
 //   kernel_bench [--json FILE] [--repeats N] [--quick] [--device cpu|cuda|all]
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -33,10 +34,28 @@ using loom::Tensor;
 using loom::bench::fixed;
 using loom::kernels::OpCost;
 
+// memcpy bandwidth at one working set (source + destination bytes).
+struct CopyBandwidth {
+  size_t working_set = 0;
+  double gbps = 0;  // bytes read + written per second, 1e9
+};
+
 struct Limits {
-  double copy_gbps = 0;    // bytes read + written per second, 1e9
-  double peak_gflops = 0;  // best measured GEMM
+  std::vector<CopyBandwidth> copy;  // a cache-resident and a DRAM-sized working set
+  double peak_gflops = 0;           // best GEMM measured in this run
   std::string peak_source;
+
+  // The copy measured at the working set closest (in log scale) to `bytes`.
+  const CopyBandwidth& copy_for(double bytes) const {
+    const CopyBandwidth* best = &copy.front();
+    for (const CopyBandwidth& c : copy) {
+      if (std::abs(std::log(bytes / c.working_set)) <
+          std::abs(std::log(bytes / best->working_set))) {
+        best = &c;
+      }
+    }
+    return *best;
+  }
 };
 
 struct Result {
@@ -45,6 +64,13 @@ struct Result {
   OpCost cost;
   std::string peer;  // "" when the row has no peer
   double peer_seconds = 0;
+
+  Result() = default;
+  Result(Device d, std::string op_name, int64_t n, DType t)
+      : device(d.str()),
+        op(std::move(op_name)),
+        shape(std::to_string(n)),
+        dtype(loom::dtype_name(t)) {}
 };
 
 struct Bench {
@@ -73,6 +99,7 @@ std::string dims(std::initializer_list<int64_t> values, const char* sep = "x") {
 
 // ---- machine limits -----------------------------------------------------------------------------
 
+// memcpy (host) or device-to-device copy of `bytes` into another `bytes`.
 double measure_copy_gbps(Bench& bench, Device device, size_t bytes) {
   const Tensor src = Tensor::full({static_cast<int64_t>(bytes / 4)}, 1.0, DType::f32, device);
   const Tensor dst = Tensor::zeros({static_cast<int64_t>(bytes / 4)}, DType::f32, device);
@@ -132,20 +159,31 @@ Result run_gemm(Bench& bench, Device device, DType dtype, const GemmShape& s, ui
   return r;
 }
 
+// Copy bandwidth at two working sets and the best square GEMM of Loom and
+// the peer; the square GEMMs also become rows of the report.
 Limits measure_limits(Bench& bench, Device device, bool quick) {
   Limits limits;
-  limits.copy_gbps = measure_copy_gbps(bench, device, (device.is_cpu() ? 256u : 1024u) << 20);
-  const int64_t n = device.is_cpu() ? (quick ? 1024 : 2048) : 8192;
-  const GemmShape square{"peak", 1, n, n, n, false, false, false};
+  const size_t dram = device.is_cpu() ? (256u << 20) : (1024u << 20);
+  for (const size_t working_set : {size_t{512} << 10, dram}) {
+    limits.copy.push_back({working_set, measure_copy_gbps(bench, device, working_set / 2)});
+  }
   const DType dtype = device.is_cpu() ? DType::f32 : DType::bf16;
-  const Result loom_gemm = run_gemm(bench, device, dtype, square, 11);
-  limits.peak_gflops = loom_gemm.cost.flops / loom_gemm.seconds / 1e9;
-  limits.peak_source = "Loom " + std::string(loom::dtype_name(dtype)) + " GEMM " + loom_gemm.shape;
-  if (!loom_gemm.peer.empty()) {
-    const double peer_gflops = loom_gemm.cost.flops / loom_gemm.peer_seconds / 1e9;
-    if (peer_gflops > limits.peak_gflops) {
-      limits.peak_gflops = peer_gflops;
-      limits.peak_source = "OpenBLAS sgemm " + loom_gemm.shape + ", 1 thread";
+  std::vector<int64_t> sizes = device.is_cpu() ? std::vector<int64_t>{512, 1024, 2048}
+                                               : std::vector<int64_t>{2048, 4096, 8192};
+  if (quick) sizes.pop_back();
+  uint64_t seed = 11;
+  for (const int64_t n : sizes) {
+    const Result r =
+        run_gemm(bench, device, dtype, {"square", 1, n, n, n, false, false, false}, seed += 2);
+    bench.results.push_back(r);
+    const double gflops = r.cost.flops / r.seconds / 1e9;
+    if (gflops > limits.peak_gflops) {
+      limits.peak_gflops = gflops;
+      limits.peak_source = "Loom " + r.dtype + " GEMM " + r.shape;
+    }
+    if (!r.peer.empty() && r.cost.flops / r.peer_seconds / 1e9 > limits.peak_gflops) {
+      limits.peak_gflops = r.cost.flops / r.peer_seconds / 1e9;
+      limits.peak_source = r.peer + " GEMM " + r.shape;
     }
   }
   return limits;
@@ -155,8 +193,6 @@ Limits measure_limits(Bench& bench, Device device, bool quick) {
 
 void run_device(Bench& bench, Device device, bool quick) {
   const std::vector<GemmShape> gemms = {
-      {"square", 1, 512, 512, 512, false, false, false},
-      {"square", 1, 1024, 1024, 1024, false, false, false},
       // A GPT block at d_model 256, 8 x 128 tokens: the QKV projection and its two gradients.
       {"linear fwd", 1, 1024, 768, 256, false, true, false},
       {"linear dX", 1, 1024, 256, 768, false, false, false},
@@ -164,6 +200,7 @@ void run_device(Bench& bench, Device device, bool quick) {
       // Attention scores: 8 sequences x 4 heads, 128 x 128 from head dim 64.
       {"attn QK^T", 32, 128, 128, 64, false, true, false},
   };
+  // (Square GEMMs ran with the limits.)
   std::vector<DType> gemm_dtypes = {DType::f32};
   if (device.is_cuda()) gemm_dtypes = {DType::f32, DType::bf16, DType::f16};
   uint64_t seed = 100;
@@ -181,7 +218,7 @@ void run_device(Bench& bench, Device device, bool quick) {
       const Tensor out = Tensor::empty({n}, dtype, device);
       auto add_row = [&](const char* op, loom::kernels::ElementwiseOp kind,
                          const std::function<void()>& f) {
-        Result r{device.str(), op, std::to_string(n), std::string(loom::dtype_name(dtype))};
+        Result r(device, op, n, dtype);
         r.cost = loom::kernels::elementwise_cost(kind, out);
         r.seconds = bench.time(device, f);
         bench.results.push_back(r);
@@ -196,7 +233,7 @@ void run_device(Bench& bench, Device device, bool quick) {
            {std::pair{"sum", loom::kernels::Reduction::sum},
             std::pair{"sum_squares", loom::kernels::Reduction::sum_squares},
             std::pair{"abs_max", loom::kernels::Reduction::abs_max}}) {
-        Result r{device.str(), name, std::to_string(n), std::string(loom::dtype_name(dtype))};
+        Result r(device, name, n, dtype);
         r.cost = loom::kernels::reduce_cost(x, op);
         r.seconds = bench.time(device, [&] { loom::kernels::reduce(x, op, result); });
         bench.results.push_back(r);
@@ -205,15 +242,15 @@ void run_device(Bench& bench, Device device, bool quick) {
     // Core element-wise work: dtype conversion, fill, random fill.
     const Tensor f32 = random_tensor({n}, DType::f32, device, 3);
     const Tensor bf16 = Tensor::empty({n}, DType::bf16, device);
-    Result cast{device.str(), "cast f32->bf16", std::to_string(n), "f32"};
+    Result cast(device, "cast f32->bf16", n, DType::f32);
     cast.cost = {0, static_cast<double>(n) * 6};
     cast.seconds = bench.time(device, [&] { bf16.copy_from(f32); });
     bench.results.push_back(cast);
-    Result fill{device.str(), "fill", std::to_string(n), "f32"};
+    Result fill(device, "fill", n, DType::f32);
     fill.cost = {0, static_cast<double>(n) * 4};
     fill.seconds = bench.time(device, [&] { f32.fill(0.5); });
     bench.results.push_back(fill);
-    Result normal{device.str(), "fill_normal", std::to_string(n), "f32"};
+    Result normal(device, "fill_normal", n, DType::f32);
     normal.cost = {0, static_cast<double>(n) * 4};
     normal.seconds = bench.time(device, [&] { loom::fill_normal(f32, {1, 2}, 0.0f, 1.0f); });
     bench.results.push_back(normal);
@@ -221,6 +258,11 @@ void run_device(Bench& bench, Device device, bool quick) {
 }
 
 // ---- report -------------------------------------------------------------------------------------
+
+std::string kib(size_t bytes) {
+  return bytes >= (1u << 20) ? std::to_string(bytes >> 20) + " MiB"
+                             : std::to_string(bytes >> 10) + " KiB";
+}
 
 nlohmann::json report(const Bench& bench, const std::map<std::string, Limits>& limits) {
   loom::bench::Table table({"device", "op", "shape", "dtype", "time us", "GFLOP/s", "GB/s", "bound",
@@ -230,14 +272,16 @@ nlohmann::json report(const Bench& bench, const std::map<std::string, Limits>& l
     const Limits& lim = limits.at(r.device);
     const double gflops = r.cost.flops / r.seconds / 1e9;
     const double gbps = r.cost.bytes / r.seconds / 1e9;
-    const double balance = lim.peak_gflops / lim.copy_gbps;  // flops per byte
+    const CopyBandwidth& copy = lim.copy_for(r.cost.bytes);
+    const double balance = lim.peak_gflops / copy.gbps;  // flops per byte
     const bool compute_bound = r.cost.intensity() >= balance;
-    const double of_bound = compute_bound ? gflops / lim.peak_gflops : gbps / lim.copy_gbps;
+    const double of_bound = compute_bound ? gflops / lim.peak_gflops : gbps / copy.gbps;
+    const std::string bound = compute_bound ? "peak" : "copy " + kib(copy.working_set);
     // > 1 means Loom is faster than the peer.
     const double speedup = r.peer.empty() ? 0.0 : r.peer_seconds / r.seconds;
     table.add({r.device, r.op, r.shape, r.dtype, fixed(r.seconds * 1e6, 1), fixed(gflops, 1),
-               fixed(gbps, 1), compute_bound ? "compute" : "memory", fixed(100 * of_bound, 0) + "%",
-               r.peer.empty() ? "-" : r.peer, r.peer.empty() ? "-" : fixed(r.peer_seconds * 1e6, 1),
+               fixed(gbps, 1), bound, fixed(100 * of_bound, 0) + "%", r.peer.empty() ? "-" : r.peer,
+               r.peer.empty() ? "-" : fixed(r.peer_seconds * 1e6, 1),
                r.peer.empty() ? "-" : fixed(speedup, 2) + "x"});
     nlohmann::json row = {{"device", r.device},
                           {"op", r.op},
@@ -249,6 +293,7 @@ nlohmann::json report(const Bench& bench, const std::map<std::string, Limits>& l
                           {"gflops", gflops},
                           {"gbps", gbps},
                           {"bound", compute_bound ? "compute" : "memory"},
+                          {"bound_reference", bound},
                           {"fraction_of_bound", of_bound}};
     if (!r.peer.empty()) {
       row["peer"] = r.peer;
@@ -259,14 +304,21 @@ nlohmann::json report(const Bench& bench, const std::map<std::string, Limits>& l
   }
   table.print();
   std::printf(
-      "\nloom/peer: the peer's time over Loom's (above 1: Loom is faster). "
-      "'of bound': GB/s over the copy bandwidth (memory-bound) or GFLOP/s over the peak "
-      "(compute-bound).\n");
+      "\nbound: 'peak' for compute-bound ops (flops/byte above the machine balance), else the "
+      "copy\n"
+      "bandwidth measured at the working set nearest the op's bytes. Copy bytes are half reads,\n"
+      "half writes; ops that mostly read (sum, axpy) can exceed 100%% of it. loom/peer: the "
+      "peer's\n"
+      "time over Loom's (above 1: Loom is faster). Times are medians of %d measurements.\n",
+      bench.timing.repeats);
   nlohmann::json machine = nlohmann::json::object();
   for (const auto& [device, lim] : limits) {
-    machine[device] = {{"copy_gbps", lim.copy_gbps},
-                       {"peak_gflops", lim.peak_gflops},
-                       {"peak_source", lim.peak_source}};
+    nlohmann::json copies = nlohmann::json::array();
+    for (const CopyBandwidth& c : lim.copy) {
+      copies.push_back({{"working_set_bytes", c.working_set}, {"gbps", c.gbps}});
+    }
+    machine[device] = {
+        {"copy", copies}, {"peak_gflops", lim.peak_gflops}, {"peak_source", lim.peak_source}};
   }
   return {{"benchmark", "kernel_bench"},
           {"limits", machine},
@@ -318,8 +370,11 @@ int main(int argc, char** argv) {
       loom::DeviceGuard guard(device);
       const Limits lim = measure_limits(bench, device, quick);
       limits[device.str()] = lim;
-      std::printf("%s limits: copy %.1f GB/s (read + write), peak %.1f GFLOP/s (%s)\n",
-                  device.str().c_str(), lim.copy_gbps, lim.peak_gflops, lim.peak_source.c_str());
+      std::printf("%s limits:", device.str().c_str());
+      for (const CopyBandwidth& c : lim.copy) {
+        std::printf(" copy %s %.1f GB/s,", kib(c.working_set).c_str(), c.gbps);
+      }
+      std::printf(" peak %.1f GFLOP/s (%s)\n", lim.peak_gflops, lim.peak_source.c_str());
     }
     std::printf("\n");
     for (const Device device : devices) {

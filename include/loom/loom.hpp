@@ -14,3 +14,7 @@
 #include "loom/core/storage.hpp"
 #include "loom/core/stream.hpp"
 #include "loom/core/tensor.hpp"
+#include "loom/kernels/cost.hpp"
+#include "loom/kernels/elementwise.hpp"
+#include "loom/kernels/gemm.hpp"
+#include "loom/kernels/reduce.hpp"

@@ -58,7 +58,7 @@ TEST_CASE("uniform and normal fills have the requested distribution") {
   CHECK(std::abs(std::sqrt(var) - 0.5) < 0.01);
 }
 
-TEST_CASE("the same key gives the same tensor; other streams and seeds differ") {
+TEST_CASE("the same key gives the same tensor, other streams and seeds differ") {
   const Tensor a = Tensor::empty({1000}), b = Tensor::empty({1000}), c = Tensor::empty({1000}),
                d = Tensor::empty({1000});
   const uint64_t stream = loom::random_stream_id("layers.0.attn.qkv.weight");

@@ -2,9 +2,11 @@
 //
 // All tensors of one call have the same element count, dtype and device (their
 // shapes may differ; elements pair up in row-major order). Arithmetic is done
-// in f32 and rounded once to the output dtype. An output may be the very same
-// tensor as an input (in place); partial overlap is not allowed. Work on CUDA
-// is queued on the device's current stream.
+// in f32 and rounded once to the output dtype; each product and sum is rounded
+// to f32 (no fused multiply-add), so the host and CUDA give the same bits (NaN
+// payloads aside). An output may be the very same tensor as an input (in
+// place); partial overlap is not allowed. Work on CUDA is queued on the
+// device's current stream.
 #pragma once
 
 #include "loom/core/tensor.hpp"

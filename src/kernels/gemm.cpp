@@ -1,0 +1,140 @@
+// gemm(): argument checks, empty problems, batch folding, dispatch by device.
+#include "loom/kernels/gemm.hpp"
+
+#include <string>
+
+#include "kernels/cpu/gemm.hpp"
+#include "kernels/gemm_problem.hpp"
+#include "kernels/tensor_checks.hpp"
+#include "loom/config.hpp"
+#include "loom/core/stream.hpp"
+#include "loom/kernels/elementwise.hpp"
+
+#if LOOM_HAS_CUDA
+#include "kernels/cuda/gemm.cuh"
+#endif
+
+namespace loom::kernels {
+namespace {
+
+struct GemmShape {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool a_shared = false, b_shared = false;  // a 2-D operand used by every batch entry
+};
+
+std::string describe(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& o) {
+  return str_cat("A ", a, ", B ", b, ", C ", c, ", trans_a=", o.trans_a, ", trans_b=", o.trans_b);
+}
+
+Shape leading(const Tensor& t) {
+  return Shape(t.shape().begin(), t.shape().end() - 2);
+}
+
+GemmShape check_gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& o) {
+  LOOM_CHECK(a.defined() && b.defined() && c.defined(),
+             "gemm: A, B and C must all be defined; got ", describe(a, b, c, o));
+  LOOM_CHECK(a.dtype() == c.dtype() && b.dtype() == c.dtype(),
+             "gemm: A, B and C must have one dtype; got ", describe(a, b, c, o));
+  LOOM_CHECK(is_floating(c.dtype()), "gemm: dtype ", c.dtype(),
+             " is not a floating-point type (f32, bf16, f16); got ", describe(a, b, c, o));
+  LOOM_CHECK(a.device() == c.device() && b.device() == c.device(),
+             "gemm: A, B and C must be on one device; got ", describe(a, b, c, o));
+  LOOM_CHECK(a.dim() >= 2 && b.dim() >= 2 && c.dim() >= 2,
+             "gemm: A, B and C must have at least 2 dimensions; got ", describe(a, b, c, o));
+
+  GemmShape s;
+  const Shape batch_dims = leading(c);
+  s.batch = shape_numel(batch_dims);
+  s.a_shared = a.dim() == 2;
+  s.b_shared = b.dim() == 2;
+  LOOM_CHECK(s.a_shared || leading(a) == batch_dims, "gemm: A ", shape_str(a.shape()),
+             " must be 2-D (shared by the batch) or have C's batch dimensions ",
+             shape_str(batch_dims), "; got ", describe(a, b, c, o));
+  LOOM_CHECK(s.b_shared || leading(b) == batch_dims, "gemm: B ", shape_str(b.shape()),
+             " must be 2-D (shared by the batch) or have C's batch dimensions ",
+             shape_str(batch_dims), "; got ", describe(a, b, c, o));
+
+  const int64_t a_rows = a.size(-2), a_cols = a.size(-1);
+  const int64_t b_rows = b.size(-2), b_cols = b.size(-1);
+  const int64_t m = o.trans_a ? a_cols : a_rows, k_a = o.trans_a ? a_rows : a_cols;
+  const int64_t k_b = o.trans_b ? b_cols : b_rows, n = o.trans_b ? b_rows : b_cols;
+  LOOM_CHECK(k_a == k_b, "gemm: inner dimensions differ: op(A) is [", m, ", ", k_a,
+             "] and op(B) is [", k_b, ", ", n, "]; op(A) [m, k] @ op(B) [k, n] needs one k (",
+             describe(a, b, c, o), ")");
+  LOOM_CHECK(c.size(-2) == m && c.size(-1) == n, "gemm: C's matrices are [", c.size(-2), ", ",
+             c.size(-1), "] but op(A) @ op(B) is [", m, ", ", n, "] (", describe(a, b, c, o), ")");
+  LOOM_CHECK(!detail::overlaps(c, a) && !detail::overlaps(c, b),
+             "gemm: C must not overlap A or B; got ", describe(a, b, c, o));
+  s.m = m;
+  s.n = n;
+  s.k = k_a;
+  return s;
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& options) {
+  const GemmShape s = check_gemm(a, b, c, options);
+  const Device device = c.device();
+  LOOM_CHECK(device.is_cuda() || c.dtype() == DType::f32, "gemm: host GEMM supports f32 only, not ",
+             c.dtype(), " (", describe(a, b, c, options),
+             "); convert the operands with to(DType::f32) or run on CUDA");
+  if (s.batch == 0 || s.m == 0 || s.n == 0) return;
+  if (s.k == 0) {  // op(A) @ op(B) is all zeros
+    if (options.beta == 0.0f) {
+      c.zero();
+    } else if (options.beta != 1.0f) {
+      scale(c, options.beta, c);
+    }
+    return;
+  }
+
+  detail::GemmProblem p;
+  p.dtype = c.dtype();
+  p.batch = s.batch;
+  p.m = s.m;
+  p.n = s.n;
+  p.k = s.k;
+  p.a = a.data();
+  p.b = b.data();
+  p.c = c.data();
+  p.stride_a = s.a_shared ? 0 : s.m * s.k;
+  p.stride_b = s.b_shared ? 0 : s.k * s.n;
+  p.stride_c = s.m * s.n;
+  p.trans_a = options.trans_a;
+  p.trans_b = options.trans_b;
+  p.alpha = options.alpha;
+  p.beta = options.beta;
+  p.allow_tf32 = options.allow_tf32;
+  // A shared B (a Linear weight) times a batch of row-major, untransposed A
+  // matrices is one GEMM with batch * m rows: the A and C matrices are adjacent.
+  if (p.batch > 1 && s.b_shared && !s.a_shared && !p.trans_a) {
+    p.m *= p.batch;
+    p.batch = 1;
+  }
+
+  if (device.is_cpu()) {
+    cpu::gemm(p);
+    return;
+  }
+#if LOOM_HAS_CUDA
+  DeviceGuard guard(device);
+  cuda::gemm(p, current_stream(device));
+#else
+  throw InternalError("unreachable: CUDA tensor in a build without CUDA");
+#endif
+}
+
+OpCost gemm_cost(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& options) {
+  const GemmShape s = check_gemm(a, b, c, options);
+  const double products =
+      static_cast<double>(s.batch) * static_cast<double>(s.m) * static_cast<double>(s.n);
+  const bool reads_c = options.beta != 0.0f;
+  OpCost cost;
+  cost.flops = 2.0 * products * static_cast<double>(s.k) + (reads_c ? 2.0 * products : 0.0);
+  cost.bytes = static_cast<double>(a.nbytes()) + static_cast<double>(b.nbytes()) +
+               static_cast<double>(c.nbytes()) * (reads_c ? 2.0 : 1.0);
+  return cost;
+}
+
+}  // namespace loom::kernels

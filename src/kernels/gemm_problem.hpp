@@ -1,0 +1,28 @@
+// Internal: a GEMM after argument checking, in the terms both backends use.
+//
+// C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for b < batch, every matrix
+// row-major and dense. A[b] starts at a + b * stride_a elements (stride 0: one
+// matrix shared by the batch), likewise B and C. m, n, k >= 1 and batch >= 1:
+// gemm() handles empty problems itself, so backends never see them.
+#pragma once
+
+#include <cstdint>
+
+#include "loom/core/dtype.hpp"
+
+namespace loom::kernels::detail {
+
+struct GemmProblem {
+  DType dtype = DType::f32;
+  int64_t batch = 1;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements
+  bool trans_a = false, trans_b = false;
+  float alpha = 1.0f, beta = 0.0f;
+  bool allow_tf32 = false;
+};
+
+}  // namespace loom::kernels::detail

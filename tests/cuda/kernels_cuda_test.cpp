@@ -1,0 +1,321 @@
+// CUDA kernels against their host twins: GEMM through cuBLAS (f32 with a
+// tolerance relative to k, bf16/f16 and TF32 looser, as stated below),
+// element-wise ops bit for bit, reductions to 1e-5 of the magnitudes summed,
+// plus batches, shared operands, transposes, odd offsets, NaN, empty tensors
+// and determinism.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "../kernels/kernel_test_util.hpp"
+#include "loom/core/stream.hpp"
+#include "loom/kernels/elementwise.hpp"
+#include "loom/kernels/gemm.hpp"
+#include "loom/kernels/reduce.hpp"
+
+using Catch::Matchers::Contains;
+using loom::Device;
+using loom::DType;
+using loom::Shape;
+using loom::Tensor;
+using loom::kernels::ElementwiseOp;
+using loom::kernels::GemmOptions;
+using loom::kernels::Reduction;
+namespace k = loom::kernels;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+constexpr DType kFloatTypes[] = {DType::f32, DType::bf16, DType::f16};
+
+Tensor abs_f32(const Tensor& t) {
+  std::vector<float> v = t.to_vector<float>();
+  for (float& x : v) x = std::abs(x);
+  return Tensor::from_vector(v, t.shape());
+}
+
+// Runs gemm on the device with copies of a, b, c (of any dtype) and compares it
+// with the host f32 gemm of the same (rounded) values. Per element of C the
+// allowed difference is
+//   out_eps * |host| + (2 (k + 4) 2^-23 + in_eps) * (|alpha| sum|a||b| + |beta c|)
+// with out_eps the output rounding (bf16 2^-8, f16 2^-11, f32 0) and in_eps
+// the input rounding of TF32 (2^-8; 0 otherwise). Twice the f32 dot-product
+// bound covers both sides' accumulation.
+void check_device_gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& o) {
+  const DType dtype = c.dtype();
+  const int64_t kk = o.trans_a ? a.size(-2) : a.size(-1);
+  const Tensor host_c = c.to(DType::f32);
+  k::gemm(a.to(DType::f32), b.to(DType::f32), host_c, o);
+  const Tensor bound = abs_f32(c);
+  k::gemm(abs_f32(a), abs_f32(b), bound,
+          GemmOptions{o.trans_a, o.trans_b, std::abs(o.alpha), std::abs(o.beta)});
+
+  const Tensor dev_c = c.to(kGpu);
+  k::gemm(a.to(kGpu), b.to(kGpu), dev_c, o);
+  const std::vector<float> got = dev_c.to_vector<float>();
+  const std::vector<float> want = host_c.to_vector<float>();
+  const std::vector<float> scale = bound.to_vector<float>();
+  const double out_eps = dtype == DType::bf16 ? 0x1p-8 : dtype == DType::f16 ? 0x1p-11 : 0.0;
+  const double in_eps = dtype == DType::f32 && o.allow_tf32 ? 0x1p-8 : 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = out_eps * std::abs(want[i]) +
+                       (2.0 * static_cast<double>(kk + 4) * 0x1p-23 + in_eps) * scale[i] + 1e-30;
+    if (!(std::abs(static_cast<double>(got[i]) - want[i]) <= tol)) {
+      INFO("element " << i << ": device " << got[i] << ", host " << want[i] << ", tolerance "
+                      << tol);
+      REQUIRE(false);
+    }
+  }
+}
+
+Shape matrix(int64_t rows, int64_t cols, bool transposed) {
+  return transposed ? Shape{cols, rows} : Shape{rows, cols};
+}
+
+}  // namespace
+
+TEST_CASE("cuBLAS gemm matches the host for every dtype, transpose and odd sizes") {
+  struct Dims {
+    int64_t m, n, k;
+  };
+  uint32_t seed = 1;
+  for (const DType dtype : kFloatTypes) {
+    for (const Dims d : {Dims{1, 1, 1}, Dims{3, 17, 129}, Dims{64, 64, 64}, Dims{129, 3, 17},
+                         Dims{200, 150, 333}}) {
+      for (const bool trans_a : {false, true}) {
+        for (const bool trans_b : {false, true}) {
+          for (const float beta : {0.0f, -1.5f}) {
+            INFO(dtype << " m=" << d.m << " n=" << d.n << " k=" << d.k << " trans_a=" << trans_a
+                       << " trans_b=" << trans_b << " beta=" << beta);
+            const Tensor a = loom::test::random_tensor(matrix(d.m, d.k, trans_a), dtype, ++seed);
+            const Tensor b = loom::test::random_tensor(matrix(d.k, d.n, trans_b), dtype, ++seed);
+            const Tensor c = loom::test::random_tensor({d.m, d.n}, dtype, ++seed);
+            check_device_gemm(a, b, c, GemmOptions{trans_a, trans_b, 0.75f, beta});
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuBLAS gemm: batches with shared operands, views at odd offsets") {
+  uint32_t seed = 50;
+  for (const DType dtype : kFloatTypes) {
+    for (const bool a_shared : {false, true}) {
+      for (const bool b_shared : {false, true}) {
+        for (const bool trans_a : {false, true}) {
+          for (const bool trans_b : {false, true}) {
+            INFO(dtype << " a_shared=" << a_shared << " b_shared=" << b_shared
+                       << " trans_a=" << trans_a << " trans_b=" << trans_b);
+            Shape a_shape = matrix(9, 33, trans_a), b_shape = matrix(33, 5, trans_b);
+            if (!a_shared) a_shape.insert(a_shape.begin(), {2, 3});
+            if (!b_shared) b_shape.insert(b_shape.begin(), {2, 3});
+            const Tensor a = loom::test::random_tensor(a_shape, dtype, ++seed);
+            const Tensor b = loom::test::random_tensor(b_shape, dtype, ++seed);
+            const Tensor c = loom::test::random_tensor({2, 3, 9, 5}, dtype, ++seed);
+            check_device_gemm(a, b, c, GemmOptions{trans_a, trans_b, 1.0f, 0.5f});
+          }
+        }
+      }
+    }
+    // Views one and three elements into their buffers (2- or 4-byte aligned only).
+    const Tensor a = loom::test::random_tensor({1 + 31 * 47}, dtype, 1).flat_view(1, {31, 47});
+    const Tensor b = loom::test::random_tensor({3 + 47 * 29}, dtype, 2).flat_view(3, {47, 29});
+    const Tensor c = loom::test::random_tensor({5 + 31 * 29}, dtype, 3).flat_view(1, {31, 29});
+    check_device_gemm(a, b, c, GemmOptions{});
+  }
+}
+
+TEST_CASE("cuBLAS gemm: TF32, beta == 0 with NaN in C, empty sizes, determinism, errors") {
+  const Tensor a = loom::test::random_tensor({100, 300}, DType::f32, 1);
+  const Tensor b = loom::test::random_tensor({300, 70}, DType::f32, 2);
+  const Tensor c = loom::test::random_tensor({100, 70}, DType::f32, 3);
+  check_device_gemm(a, b, c, GemmOptions{.allow_tf32 = true});
+  check_device_gemm(a, b, c, GemmOptions{.trans_b = false, .beta = 1.0f, .allow_tf32 = true});
+
+  const Tensor da = a.to(kGpu), db = b.to(kGpu);
+  const Tensor nan_c = Tensor::full({100, 70}, NAN, DType::f32, kGpu);
+  k::gemm(da, db, nan_c);
+  const std::vector<float> first = nan_c.to_vector<float>();
+  for (const float v : first) REQUIRE(std::isfinite(v));
+  k::gemm(da, db, nan_c);
+  CHECK(loom::test::first_difference(nan_c.to_vector<float>(), first) == -1);
+
+  // On a stream of its own, with its own workspace.
+  const loom::Stream side = loom::Stream::create(kGpu);
+  {
+    loom::StreamGuard guard(side);
+    const Tensor side_c = Tensor::empty({100, 70}, DType::f32, kGpu);
+    k::gemm(da, db, side_c);
+    side.synchronize();
+    const std::vector<float> got = side_c.to_vector<float>();
+    for (size_t i = 0; i < got.size(); ++i) REQUIRE(std::abs(got[i] - first[i]) <= 1e-4f);
+  }
+
+  const Tensor k0 = Tensor::full({4, 5}, NAN, DType::bf16, kGpu);
+  k::gemm(Tensor::empty({4, 0}, DType::bf16, kGpu), Tensor::empty({0, 5}, DType::bf16, kGpu), k0);
+  CHECK(k0.to_vector<float>() == std::vector<float>(20, 0.0f));
+  k::gemm(Tensor::empty({0, 3}, DType::f16, kGpu), Tensor::empty({3, 5}, DType::f16, kGpu),
+          Tensor::empty({0, 5}, DType::f16, kGpu));
+
+  CHECK_THROWS_WITH(k::gemm(a, db, Tensor::empty({100, 70}, DType::f32, kGpu)),
+                    Contains("one device") && Contains("A f32[100, 300] cpu") &&
+                        Contains("B f32[300, 70] cuda:0"));
+}
+
+TEST_CASE("CUDA element-wise ops equal the host's bit for bit") {
+  const int64_t sizes[] = {1, 7, 33, 1000, (1 << 20) + 3};
+  for (const DType dtype : kFloatTypes) {
+    for (const ElementwiseOp op :
+         {ElementwiseOp::add, ElementwiseOp::sub, ElementwiseOp::mul, ElementwiseOp::scale,
+          ElementwiseOp::axpy, ElementwiseOp::axpby}) {
+      for (const int64_t n : sizes) {
+        for (const int64_t offset : {0, 1, 3, 8}) {  // 8 elements: 16-byte aligned again
+          INFO(dtype << " op " << static_cast<int>(op) << " n=" << n << " offset " << offset);
+          const Tensor xb = loom::test::random_tensor({n + 8}, dtype, 1, -3, 3);
+          const Tensor yb = loom::test::random_tensor({n + 8}, dtype, 2, -3, 3);
+          const Tensor dxb = xb.to(kGpu), dyb = yb.to(kGpu);
+          const Tensor x = xb.flat_view(offset, {n}), y = yb.flat_view(offset, {n});
+          const Tensor dx = dxb.flat_view(offset, {n}), dy = dyb.flat_view(offset, {n});
+          const Tensor out = Tensor::empty({n}, dtype);
+          const Tensor dout_buffer = Tensor::full({n + 8}, NAN, dtype, kGpu);
+          const Tensor dout = dout_buffer.flat_view(8 - offset, {n});
+          switch (op) {
+            case ElementwiseOp::add:
+              k::add(x, y, out), k::add(dx, dy, dout);
+              break;
+            case ElementwiseOp::sub:
+              k::sub(x, y, out), k::sub(dx, dy, dout);
+              break;
+            case ElementwiseOp::mul:
+              k::mul(x, y, out), k::mul(dx, dy, dout);
+              break;
+            case ElementwiseOp::scale:
+              k::scale(x, -0.3f, out), k::scale(dx, -0.3f, dout);
+              break;
+            case ElementwiseOp::axpy:  // in place on y
+              k::axpy(1.7f, x, y), k::axpy(1.7f, dx, dy);
+              out.copy_from(y), dout.copy_from(dy);
+              break;
+            case ElementwiseOp::axpby:
+              k::axpby(1.7f, x, -0.6f, y), k::axpby(1.7f, dx, -0.6f, dy);
+              out.copy_from(y), dout.copy_from(dy);
+              break;
+          }
+          REQUIRE(loom::test::first_difference(dout.to_vector<float>(), out.to_vector<float>()) ==
+                  -1);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("CUDA element-wise results round like the host's for every 16-bit value") {
+  std::vector<uint16_t> patterns(65536);
+  for (uint32_t i = 0; i < 65536; ++i) patterns[i] = static_cast<uint16_t>(i);
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    const Tensor x = Tensor::from_blob(patterns.data(), {65536}, dtype, Device::cpu()).clone();
+    const Tensor dx = x.to(kGpu);
+    for (const float factor : {0.5f, 1.0f / 3, 0x1p-10f, 1000.0f, 1.0f + 0x1p-11f}) {
+      INFO(dtype << " factor " << factor);
+      const Tensor out = Tensor::empty({65536}, dtype);
+      const Tensor dout = Tensor::empty({65536}, dtype, kGpu);
+      k::scale(x, factor, out);
+      k::scale(dx, factor, dout);
+      CHECK(loom::test::first_difference(dout.to_vector<float>(), out.to_vector<float>()) == -1);
+      k::axpy(factor, x, out);
+      k::axpy(factor, dx, dout);
+      CHECK(loom::test::first_difference(dout.to_vector<float>(), out.to_vector<float>()) == -1);
+    }
+  }
+}
+
+TEST_CASE("CUDA element-wise ops in place, NaN, and beta == 0") {
+  for (const DType dtype : kFloatTypes) {
+    INFO(dtype);
+    std::vector<float> values = loom::test::random_values(1001, 4);
+    values[500] = NAN;
+    const Tensor x = Tensor::from_vector(values, {1001}).to(dtype);
+    const Tensor host = x.clone(), dev = x.to(kGpu);
+    k::mul(host, host, host);
+    k::mul(dev, dev, dev);
+    CHECK(loom::test::first_difference(dev.to_vector<float>(), host.to_vector<float>()) == -1);
+    CHECK(std::isnan(dev.to_vector<float>()[500]));
+
+    const Tensor y = Tensor::full({1001}, NAN, dtype, kGpu);
+    k::axpby(2.0f, Tensor::full({1001}, 1.5, dtype, kGpu), 0.0f, y);
+    CHECK(y.to_vector<float>() == std::vector<float>(1001, 3.0f));
+  }
+  CHECK_THROWS_WITH(
+      k::add(Tensor::zeros({3}), Tensor::zeros({3}, DType::f32, kGpu), Tensor::zeros({3})),
+      Contains("add: element-wise operands need one device") && Contains("b f32[3] cuda:0"));
+}
+
+TEST_CASE("CUDA reductions agree with the host, deterministically") {
+  const int64_t sizes[] = {1, 2, 17, 1000, 4096 * 4 + 5, (1 << 20) + 3, 10'000'019};
+  for (const DType dtype : kFloatTypes) {
+    for (const int64_t n : sizes) {
+      for (const int64_t offset : {0, 1, 3}) {
+        INFO(dtype << " n=" << n << " offset " << offset);
+        const Tensor buffer = loom::test::random_tensor({n + 3}, dtype, 7, -2, 3);
+        const Tensor x = buffer.flat_view(offset, {n});
+        const Tensor dx = buffer.to(kGpu).flat_view(offset, {n});
+        double sum_abs = 0;
+        for (const float v : x.to_vector<float>()) sum_abs += std::abs(v);
+        // f32 accumulation on the device: within 1e-5 of the magnitudes summed.
+        CHECK(std::abs(k::sum(dx) - k::sum(x)) <= 1e-5 * sum_abs);
+        CHECK(std::abs(k::sum_squares(dx) - k::sum_squares(x)) <= 1e-5 * k::sum_squares(x));
+        CHECK(k::max(dx) == k::max(x));
+        CHECK(k::abs_max(dx) == k::abs_max(x));
+        // Same bits every run, and the same bits for an aligned copy of a misaligned view.
+        const Tensor copy = dx.clone();
+        for (const Reduction op : {Reduction::sum, Reduction::sum_squares}) {
+          const double first = k::reduce(dx, op);
+          CHECK(k::reduce(dx, op) == first);
+          CHECK(k::reduce(copy, op) == first);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("CUDA reductions: NaN, infinities, empty tensors, device output") {
+  for (const DType dtype : kFloatTypes) {
+    for (const int64_t n : {1, 1000, (1 << 20) + 3}) {
+      for (const int64_t at : {int64_t{0}, n / 2, n - 1}) {
+        INFO(dtype << " n=" << n << " NaN at " << at);
+        std::vector<float> values = loom::test::random_values(n, 9);
+        values[static_cast<size_t>(at)] = NAN;
+        const Tensor x = Tensor::from_vector(values, {n}).to(dtype).to(kGpu);
+        for (const Reduction op :
+             {Reduction::sum, Reduction::sum_squares, Reduction::max, Reduction::abs_max}) {
+          CHECK(std::isnan(k::reduce(x, op)));
+        }
+      }
+    }
+    const float inf = std::numeric_limits<float>::infinity();
+    const Tensor with_inf =
+        Tensor::from_vector(std::vector<float>{1, -inf, 2, 3, 4, 5}, {6}).to(dtype).to(kGpu);
+    CHECK(k::sum(with_inf) == -inf);
+    CHECK(k::max(with_inf) == 5.0);
+    CHECK(k::abs_max(with_inf) == inf);
+    CHECK(std::isnan(k::sum(Tensor::from_vector(std::vector<float>{inf, -inf}, {2}).to(kGpu))));
+
+    const Tensor empty = Tensor::empty({0}, dtype, kGpu);
+    CHECK(k::sum(empty) == 0.0);
+    CHECK(k::max(empty) == -inf);
+    CHECK(k::abs_max(empty) == 0.0);
+    const Tensor out = Tensor::full({1}, 5.0, DType::f32, kGpu);
+    k::reduce(empty, Reduction::sum_squares, out);
+    CHECK(out.item<float>() == 0.0f);
+    // The result stays on the device, ready for further device work.
+    k::reduce(Tensor::full({100}, 0.5, dtype, kGpu), Reduction::sum, out);
+    k::scale(out, 2.0f, out);
+    CHECK(out.item<float>() == 100.0f);
+  }
+  CHECK_THROWS_WITH(
+      k::reduce(Tensor::zeros({4}, DType::f32, kGpu), Reduction::sum, Tensor::empty({1})),
+      Contains("1-element f32 tensor on cuda:0") && Contains("got f32[1] cpu"));
+}

@@ -1,0 +1,233 @@
+// Host GEMM against a double-precision triple loop: every transpose
+// combination, sizes 0, 1 and odd ones, alpha/beta (beta == 0 never reads C),
+// batches with shared operands, views at storage offsets, errors and costs.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernel_test_util.hpp"
+#include "loom/kernels/gemm.hpp"
+
+using Catch::Matchers::Contains;
+using loom::DType;
+using loom::Shape;
+using loom::Tensor;
+using loom::kernels::gemm;
+using loom::kernels::GemmOptions;
+
+namespace {
+
+// C = alpha op(A) op(B) + beta C in double, and for each element a bound on the
+// f32 rounding error: (k + 4) * 2^-23 * (|alpha| sum |a||b| + |beta c|), about
+// twice the classical worst case k * 2^-24 of a dot product of length k.
+struct Reference {
+  std::vector<double> value;
+  std::vector<double> bound;
+};
+
+Reference reference_gemm(const Tensor& a, const Tensor& b, const Tensor& c_before,
+                         const GemmOptions& o) {
+  const int64_t m = c_before.size(-2), n = c_before.size(-1);
+  const int64_t k = o.trans_a ? a.size(-2) : a.size(-1);
+  const int64_t batch =
+      loom::shape_numel(Shape(c_before.shape().begin(), c_before.shape().end() - 2));
+  const std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>();
+  const std::vector<float> cv = c_before.to_vector<float>();
+  Reference r;
+  r.value.resize(cv.size());
+  r.bound.resize(cv.size());
+  for (int64_t p = 0; p < batch; ++p) {
+    const int64_t a0 = a.dim() == 2 ? 0 : p * m * k, b0 = b.dim() == 2 ? 0 : p * k * n;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0, sum_abs = 0;
+        for (int64_t l = 0; l < k; ++l) {
+          const double x = av[static_cast<size_t>(a0 + (o.trans_a ? l * m + i : i * k + l))];
+          const double y = bv[static_cast<size_t>(b0 + (o.trans_b ? j * k + l : l * n + j))];
+          sum += x * y;
+          sum_abs += std::abs(x * y);
+        }
+        const auto at = static_cast<size_t>(p * m * n + i * n + j);
+        const double old = o.beta == 0.0f ? 0.0 : o.beta * static_cast<double>(cv[at]);
+        r.value[at] = o.alpha * sum + old;
+        r.bound[at] = static_cast<double>(k + 4) * std::ldexp(1.0, -23) *
+                          (std::abs(o.alpha) * sum_abs + std::abs(old)) +
+                      1e-30;
+      }
+    }
+  }
+  return r;
+}
+
+// Runs gemm on a copy of c and checks it against the reference; returns the result.
+std::vector<float> check_gemm(const Tensor& a, const Tensor& b, const Tensor& c,
+                              const GemmOptions& o) {
+  const Tensor c_before = c.clone();
+  const Reference expected = reference_gemm(a, b, c_before, o);
+  gemm(a, b, c, o);
+  const std::vector<float> got = c.to_vector<float>();
+  REQUIRE(got.size() == expected.value.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(std::abs(got[i] - expected.value[i]) <= expected.bound[i])) {
+      INFO("element " << i << ": got " << got[i] << ", expected " << expected.value[i] << " within "
+                      << expected.bound[i]);
+      REQUIRE(false);
+    }
+  }
+  return got;
+}
+
+Shape matrix(int64_t rows, int64_t cols, bool transposed) {
+  return transposed ? Shape{cols, rows} : Shape{rows, cols};
+}
+
+}  // namespace
+
+TEST_CASE("gemm matches a double reference for every transpose and odd sizes") {
+  const int64_t sizes[] = {0, 1, 3, 17, 64, 129};
+  uint32_t seed = 1;
+  for (const bool trans_a : {false, true}) {
+    for (const bool trans_b : {false, true}) {
+      for (const int64_t m : sizes) {
+        for (const int64_t n : sizes) {
+          for (const int64_t k : sizes) {
+            INFO("m=" << m << " n=" << n << " k=" << k << " trans_a=" << trans_a
+                      << " trans_b=" << trans_b);
+            GemmOptions o;
+            o.trans_a = trans_a;
+            o.trans_b = trans_b;
+            const Tensor a = loom::test::random_tensor(matrix(m, k, trans_a), DType::f32, ++seed);
+            const Tensor b = loom::test::random_tensor(matrix(k, n, trans_b), DType::f32, ++seed);
+            const Tensor c = Tensor::full({m, n}, NAN);
+            const std::vector<float> first = check_gemm(a, b, c, o);
+            // Deterministic: the same inputs give the same bits.
+            gemm(a, b, c, o);
+            REQUIRE(loom::test::first_difference(c.to_vector<float>(), first) == -1);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm alpha and beta, and beta == 0 never reads C") {
+  const Tensor a = loom::test::random_tensor({33, 20}, DType::f32, 7);
+  const Tensor b = loom::test::random_tensor({20, 45}, DType::f32, 8);
+  for (const float alpha : {1.0f, 0.5f, -2.0f, 0.0f}) {
+    for (const float beta : {0.0f, 1.0f, -0.25f}) {
+      INFO("alpha=" << alpha << " beta=" << beta);
+      GemmOptions o;
+      o.alpha = alpha;
+      o.beta = beta;
+      const Tensor c = beta == 0.0f ? Tensor::full({33, 45}, NAN)
+                                    : loom::test::random_tensor({33, 45}, DType::f32, 9);
+      const std::vector<float> got = check_gemm(a, b, c, o);
+      for (const float v : got) REQUIRE(std::isfinite(v));
+    }
+  }
+
+  SECTION("k == 0: C = beta * C") {
+    const Tensor a0 = Tensor::empty({4, 0}), b0 = Tensor::empty({0, 5});
+    const Tensor nan_c = Tensor::full({4, 5}, NAN);
+    gemm(a0, b0, nan_c);
+    CHECK(nan_c.to_vector<float>() == std::vector<float>(20, 0.0f));
+    const Tensor c = Tensor::full({4, 5}, 3.0);
+    gemm(a0, b0, c, GemmOptions{.beta = 1.0f});
+    CHECK(c.to_vector<float>() == std::vector<float>(20, 3.0f));
+    gemm(a0, b0, c, GemmOptions{.beta = -2.0f});
+    CHECK(c.to_vector<float>() == std::vector<float>(20, -6.0f));
+  }
+}
+
+TEST_CASE("batched gemm with per-batch and shared operands") {
+  struct Dims {
+    int64_t m, n, k;
+  };
+  uint32_t seed = 100;
+  for (const Dims d : {Dims{5, 7, 9}, Dims{17, 3, 64}, Dims{1, 1, 1}}) {
+    for (const bool a_shared : {false, true}) {
+      for (const bool b_shared : {false, true}) {
+        for (const bool trans_a : {false, true}) {
+          for (const bool trans_b : {false, true}) {
+            INFO("m=" << d.m << " n=" << d.n << " k=" << d.k << " a_shared=" << a_shared
+                      << " b_shared=" << b_shared << " trans_a=" << trans_a
+                      << " trans_b=" << trans_b);
+            Shape a_shape = matrix(d.m, d.k, trans_a), b_shape = matrix(d.k, d.n, trans_b);
+            if (!a_shared) a_shape.insert(a_shape.begin(), {2, 3});
+            if (!b_shared) b_shape.insert(b_shape.begin(), {2, 3});
+            const Tensor a = loom::test::random_tensor(a_shape, DType::f32, ++seed);
+            const Tensor b = loom::test::random_tensor(b_shape, DType::f32, ++seed);
+            const Tensor c = loom::test::random_tensor({2, 3, d.m, d.n}, DType::f32, ++seed);
+            check_gemm(a, b, c, GemmOptions{trans_a, trans_b, 1.5f, 0.5f});
+          }
+        }
+      }
+    }
+  }
+  // Empty batch: nothing to do, nothing read.
+  gemm(Tensor::empty({0, 3, 4}), Tensor::empty({4, 5}), Tensor::empty({0, 3, 5}));
+}
+
+TEST_CASE("gemm on views at nonzero storage offsets") {
+  const Tensor a_buffer = loom::test::random_tensor({1 + 19 * 23}, DType::f32, 1);
+  const Tensor b_buffer = loom::test::random_tensor({3 + 23 * 11}, DType::f32, 2);
+  const Tensor c_buffer = loom::test::random_tensor({5 + 19 * 11 + 2}, DType::f32, 3);
+  const std::vector<float> c_around = c_buffer.to_vector<float>();
+  const Tensor a = a_buffer.flat_view(1, {19, 23});
+  const Tensor b = b_buffer.flat_view(3, {23, 11});
+  const Tensor c = c_buffer.flat_view(5, {19, 11});
+  check_gemm(a, b, c, GemmOptions{false, false, 1.0f, 1.0f});
+  check_gemm(b, a, c_buffer.flat_view(5, {11, 19}), GemmOptions{true, true, 1.0f, 0.0f});
+  // Elements outside the view are untouched.
+  const std::vector<float> after = c_buffer.to_vector<float>();
+  for (size_t i = 0; i < 5; ++i) CHECK(after[i] == c_around[i]);
+  for (size_t i = 5 + 19 * 11; i < after.size(); ++i) CHECK(after[i] == c_around[i]);
+}
+
+TEST_CASE("gemm rejects operands that do not fit, naming the shapes") {
+  const Tensor a = Tensor::zeros({3, 4}), b = Tensor::zeros({5, 6}), c = Tensor::zeros({3, 6});
+  CHECK_THROWS_WITH(gemm(a, b, c), Contains("inner dimensions differ") &&
+                                       Contains("op(A) is [3, 4]") && Contains("op(B) is [5, 6]") &&
+                                       Contains("f32[3, 4] cpu"));
+  CHECK_THROWS_WITH(gemm(a, Tensor::zeros({4, 6}), Tensor::zeros({3, 7})),
+                    Contains("C's matrices are [3, 7] but op(A) @ op(B) is [3, 6]"));
+  CHECK_THROWS_WITH(gemm(a, Tensor::zeros({4, 6}, DType::bf16), c),
+                    Contains("one dtype") && Contains("bf16[4, 6] cpu"));
+  CHECK_THROWS_WITH(gemm(Tensor::zeros({3, 4}, DType::bf16), Tensor::zeros({4, 6}, DType::bf16),
+                         Tensor::zeros({3, 6}, DType::bf16)),
+                    Contains("host GEMM supports f32 only, not bf16"));
+  CHECK_THROWS_WITH(gemm(Tensor::zeros({3, 4}, DType::i32), Tensor::zeros({4, 6}, DType::i32),
+                         Tensor::zeros({3, 6}, DType::i32)),
+                    Contains("dtype i32 is not a floating-point type"));
+  CHECK_THROWS_WITH(gemm(Tensor::zeros({4}), Tensor::zeros({4, 6}), Tensor::zeros({6})),
+                    Contains("at least 2 dimensions"));
+  CHECK_THROWS_WITH(gemm(Tensor::zeros({2, 3, 4}), Tensor::zeros({4, 6}), Tensor::zeros({5, 3, 6})),
+                    Contains("A [2, 3, 4] must be 2-D (shared by the batch) or have C's batch "
+                             "dimensions [5]"));
+  CHECK_THROWS_WITH(gemm(a, Tensor::zeros({2, 4, 6}), c), Contains("B [2, 4, 6] must be 2-D"));
+  CHECK_THROWS_WITH(gemm(a, Tensor(), c), Contains("must all be defined"));
+  const Tensor buffer = Tensor::zeros({100});
+  CHECK_THROWS_WITH(
+      gemm(buffer.flat_view(0, {3, 4}), Tensor::zeros({4, 6}), buffer.flat_view(10, {3, 6})),
+      Contains("C must not overlap A or B"));
+  CHECK_THROWS_WITH(gemm(a, Tensor::zeros({4, 6}), c, GemmOptions{.trans_a = true}),
+                    Contains("op(A) is [4, 3]") && Contains("trans_a=1"));
+}
+
+TEST_CASE("gemm_cost counts 2mnk flops and each operand's bytes once") {
+  const Tensor a = Tensor::empty({4, 8, 16}), b = Tensor::empty({16, 32});
+  const Tensor c = Tensor::empty({4, 8, 32});
+  const loom::kernels::OpCost cost = loom::kernels::gemm_cost(a, b, c);
+  CHECK(cost.flops == 2.0 * 4 * 8 * 32 * 16);
+  CHECK(cost.bytes == 4.0 * (4 * 8 * 16 + 16 * 32 + 4 * 8 * 32));
+  const loom::kernels::OpCost with_c = loom::kernels::gemm_cost(a, b, c, GemmOptions{.beta = 1});
+  CHECK(with_c.flops == cost.flops + 2.0 * 4 * 8 * 32);
+  CHECK(with_c.bytes == cost.bytes + 4.0 * 4 * 8 * 32);
+  CHECK(cost.intensity() == Approx(cost.flops / cost.bytes));
+  const Tensor h = Tensor::empty({64, 64}, DType::bf16);
+  CHECK(loom::kernels::gemm_cost(h, h, h.clone()).bytes == 3.0 * 64 * 64 * 2);
+  CHECK_THROWS_WITH(loom::kernels::gemm_cost(a, Tensor::empty({15, 32}), c),
+                    Contains("inner dimensions differ"));
+}

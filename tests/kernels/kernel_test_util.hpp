@@ -1,0 +1,51 @@
+// Helpers shared by the kernel tests (host and CUDA): reproducible random
+// tensors and NaN-aware bitwise comparison.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "loom/core/tensor.hpp"
+
+namespace loom::test {
+
+// n values uniform in [lo, hi) from a fixed seed.
+inline std::vector<float> random_values(int64_t n, uint32_t seed, float lo = -1.0f,
+                                        float hi = 1.0f) {
+  std::mt19937 engine(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> values(static_cast<size_t>(n));
+  for (float& v : values) v = dist(engine);
+  return values;
+}
+
+// A host tensor of `dtype` with random values (rounded to the dtype).
+inline Tensor random_tensor(const Shape& shape, DType dtype, uint32_t seed, float lo = -1.0f,
+                            float hi = 1.0f) {
+  return Tensor::from_vector(random_values(shape_numel(shape), seed, lo, hi), shape).to(dtype);
+}
+
+inline uint32_t bits_of(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  return bits;
+}
+
+// Equal bits, or both NaN (NaN payloads differ between host and device).
+inline bool same_value(float a, float b) {
+  return (std::isnan(a) && std::isnan(b)) || bits_of(a) == bits_of(b);
+}
+
+// Index of the first element where a and b differ (same_value), or -1.
+inline int64_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!same_value(a[i], b[i])) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+}  // namespace loom::test
