@@ -1,0 +1,175 @@
+// Communicator: collectives and point-to-point messages among one group of ranks.
+//
+// One interface, several backends chosen at run time (make_world_communicator
+// in context.hpp, or the backend's own factory):
+//
+//   mpi    host tensors over MPI; CUDA tensors staged through host memory.
+//          One progress thread per process drives non-blocking operations.
+//   nccl   CUDA tensors over NCCL, on a communication stream fenced by events.
+//   local  ranks as threads of one process (tests of multi-rank logic).
+//
+// Contract, whatever the backend:
+//  - Every call returns a Work at once (see work.hpp); tensors must stay alive
+//    and untouched until it completes.
+//  - All ranks of a group issue collectives in the same order. Collectives
+//    are numbered 1, 2, ... per communicator ("all_reduce #17 on group 'dp'");
+//    point-to-point messages are numbered per peer.
+//  - Arguments are checked before anything is communicated; a bad argument
+//    throws loom::Error naming the value and the rule. With
+//    LOOM_DEBUG_COLLECTIVES=1 the ranks also compare op, dtype, count and root
+//    before every collective and throw CommError{mismatch} naming the ranks
+//    that differ, instead of corrupting data or hanging.
+//  - A timeout or a failed peer aborts the communicator (see work.hpp); later
+//    calls throw CommError{aborted}.
+//  - Reductions: sum, max and min on every dtype; avg on floating-point dtypes
+//    (sum, then a multiply by 1/size). bf16/f16 reduce in f32 and round once.
+//
+// Backends implement the start_* hooks; the public methods do the checking,
+// numbering and recording, so every backend behaves the same at the edges.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loom/comm/flight_recorder.hpp"
+#include "loom/comm/types.hpp"
+#include "loom/comm/work.hpp"
+#include "loom/core/tensor.hpp"
+
+namespace loom::comm {
+
+namespace detail {
+class WorkState;
+using WorkPtr = std::shared_ptr<WorkState>;
+}  // namespace detail
+
+// The default timeout of waits: LOOM_COMM_TIMEOUT ("600", "90s", "1500ms",
+// "10m"; default 10 minutes). Throws loom::Error on an unreadable value.
+Milliseconds default_comm_timeout();
+// True when LOOM_DEBUG_COLLECTIVES is set to 1, true, yes or on.
+bool debug_collectives_enabled();
+
+class Communicator : public std::enable_shared_from_this<Communicator> {
+ public:
+  virtual ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return name_; }
+  virtual std::string_view backend() const = 0;
+  // World rank of each group rank, for messages that name ranks.
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
+  // "rank 2 (world rank 5)", or "rank 2" when they coincide.
+  std::string describe_rank(int group_rank) const;
+
+  Milliseconds default_timeout() const { return timeout_; }
+  void set_default_timeout(Milliseconds timeout) { timeout_ = timeout; }
+
+  // ---- collectives --------------------------------------------------------------------------
+  // In place: every rank's tensor becomes the reduction over all ranks.
+  Work all_reduce(const Tensor& tensor, const AllReduceOptions& options = {});
+  Work reduce_scatter(const Tensor& input, const Tensor& output,
+                      const ReduceScatterOptions& options = {});
+  Work all_gather(const Tensor& input, const Tensor& output, const AllGatherOptions& options = {});
+  Work broadcast(const Tensor& tensor, const BroadcastOptions& options = {});
+  Work reduce(const Tensor& tensor, const ReduceOptions& options = {});
+  Work all_to_all(const Tensor& input, const Tensor& output, const AllToAllOptions& options = {});
+  Work barrier(const BarrierOptions& options = {});
+
+  // ---- point to point -----------------------------------------------------------------------
+  Work send(const Tensor& tensor, int peer, const SendOptions& options = {});
+  Work recv(const Tensor& tensor, int peer, const RecvOptions& options = {});
+
+  // ---- groups -------------------------------------------------------------------------------
+  // Collective over this communicator: ranks with the same color form a new
+  // communicator, ordered by (key, rank). color < 0: this rank joins none and
+  // gets nullptr. `name` names the new group in messages ("dp", "tp", ...).
+  std::shared_ptr<Communicator> split(int color, int key, const std::string& name);
+
+  // ---- failure ------------------------------------------------------------------------------
+  // Fails every pending operation with CommError{peer_failed / aborted}
+  // carrying `reason`, tells the peers to do the same, and makes later calls
+  // throw. Idempotent.
+  void abort(const std::string& reason);
+  bool aborted() const { return aborted_.load(); }
+
+  FlightRecorder& flight_recorder() { return *recorder_; }
+  // The flight recorder as a table, also written to the log at warn level.
+  std::string dump_flight_recorder() const;
+
+  // Called by a Work whose wait() ran out of time: diagnoses, aborts and throws.
+  [[noreturn]] void handle_timeout(detail::WorkState& work, Milliseconds waited);
+
+ protected:
+  Communicator(std::string name, int rank, int size, std::vector<int> world_ranks);
+
+  // ---- backend hooks ------------------------------------------------------------------------
+  // Arguments are already checked; the backend starts the operation and later
+  // calls work->complete() or work->fail(). The defaults throw "backend X does
+  // not support Y".
+  virtual void start_all_reduce(const Tensor& tensor, ReduceOp op, const detail::WorkPtr& work);
+  virtual void start_reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op,
+                                    const std::vector<int64_t>& counts,
+                                    const detail::WorkPtr& work);
+  virtual void start_all_gather(const Tensor& input, const Tensor& output,
+                                const std::vector<int64_t>& counts, const detail::WorkPtr& work);
+  virtual void start_broadcast(const Tensor& tensor, int root, const detail::WorkPtr& work);
+  virtual void start_reduce(const Tensor& tensor, ReduceOp op, int root,
+                            const detail::WorkPtr& work);
+  virtual void start_all_to_all(const Tensor& input, const Tensor& output,
+                                const std::vector<int64_t>& send_counts,
+                                const std::vector<int64_t>& recv_counts,
+                                const detail::WorkPtr& work);
+  virtual void start_barrier(const detail::WorkPtr& work);
+  virtual void start_send(const Tensor& tensor, int peer, int tag, const detail::WorkPtr& work);
+  virtual void start_recv(const Tensor& tensor, int peer, int tag, const detail::WorkPtr& work);
+  virtual std::shared_ptr<Communicator> do_split(int color, int key, const std::string& name);
+
+  // Throws loom::Error when the backend cannot handle tensors on `device` or of `dtype`.
+  virtual void check_tensor_support(const Tensor& tensor, const char* what) const = 0;
+  // LOOM_DEBUG_COLLECTIVES: compare `info` across ranks; throw CommError{mismatch} on difference.
+  virtual void cross_check(const OpInfo& info);
+  // For each group rank, the number of the last collective it has issued on
+  // this communicator, or nullopt if it did not answer (dead, or stuck outside
+  // Loom). nullopt as a whole: the backend cannot tell.
+  virtual std::optional<std::vector<std::optional<uint64_t>>> peer_progress();
+  // Tell the peers that this communicator is aborted (best effort).
+  virtual void notify_peers_of_abort(const std::string& reason);
+
+  // For backends: the error to fail pending work with when the communicator is aborted.
+  CommError abort_error() const;
+
+ private:
+  detail::WorkPtr begin(OpInfo info, std::optional<Milliseconds> timeout);
+  OpInfo collective_info(OpType op, const Tensor* tensor, int peer = -1);
+  void check_reduce_op(ReduceOp op, DType dtype, const char* what) const;
+  void check_same_device_dtype(const Tensor& a, const Tensor& b, const char* what) const;
+  std::vector<int64_t> resolve_counts(const std::vector<int64_t>& counts, int64_t total,
+                                      const char* what, const char* total_name) const;
+  void check_peer(int peer, const char* what) const;
+  void check_root(int root, const char* what) const;
+  void fail_pending(const CommError& error);
+
+  std::string name_;
+  int rank_;
+  int size_;
+  std::vector<int> world_ranks_;
+  Milliseconds timeout_;
+  bool debug_;
+  std::shared_ptr<FlightRecorder> recorder_;
+
+  mutable std::mutex mutex_;  // guards the members below
+  uint64_t collective_seq_ = 0;
+  std::vector<uint64_t> p2p_send_seq_, p2p_recv_seq_;
+  std::vector<std::weak_ptr<detail::WorkState>> pending_;
+  std::string abort_reason_;
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace loom::comm

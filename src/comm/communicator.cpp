@@ -1,0 +1,390 @@
+#include "loom/comm/communicator.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <numeric>
+
+#include "comm/work_state.hpp"
+#include "loom/core/logging.hpp"
+
+namespace loom::comm {
+
+Milliseconds default_comm_timeout() {
+  const char* text = std::getenv("LOOM_COMM_TIMEOUT");
+  if (text == nullptr || *text == '\0') return std::chrono::minutes(10);
+  const std::string value(text);
+  size_t digits = 0;
+  while (digits < value.size() &&
+         (std::isdigit(static_cast<unsigned char>(value[digits])) || value[digits] == '.')) {
+    ++digits;
+  }
+  const std::string unit = value.substr(digits);
+  double number = 0;
+  try {
+    number = digits == 0 ? -1 : std::stod(value.substr(0, digits));
+  } catch (const std::exception&) {
+    number = -1;
+  }
+  double ms_per_unit = 0;
+  if (unit.empty() || unit == "s") ms_per_unit = 1000;
+  if (unit == "ms") ms_per_unit = 1;
+  if (unit == "m" || unit == "min") ms_per_unit = 60000;
+  LOOM_CHECK(
+      number > 0 && ms_per_unit > 0, "LOOM_COMM_TIMEOUT='", value,
+      "' must be a positive number of seconds, optionally with a unit: 90, 90s, 1500ms, 10m");
+  return Milliseconds(static_cast<int64_t>(number * ms_per_unit));
+}
+
+bool debug_collectives_enabled() {
+  const char* text = std::getenv("LOOM_DEBUG_COLLECTIVES");
+  if (text == nullptr) return false;
+  std::string value(text);
+  std::transform(value.begin(), value.end(), value.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return value == "1" || value == "true" || value == "yes" || value == "on";
+}
+
+Communicator::Communicator(std::string name, int rank, int size, std::vector<int> world_ranks)
+    : name_(std::move(name)),
+      rank_(rank),
+      size_(size),
+      world_ranks_(std::move(world_ranks)),
+      timeout_(default_comm_timeout()),
+      debug_(debug_collectives_enabled()),
+      recorder_(std::make_shared<FlightRecorder>(FlightRecorder::default_capacity())),
+      p2p_send_seq_(static_cast<size_t>(size), 0),
+      p2p_recv_seq_(static_cast<size_t>(size), 0) {
+  LOOM_ASSERT(size_ >= 1 && rank_ >= 0 && rank_ < size_, "rank ", rank_, " of size ", size_);
+  LOOM_ASSERT(world_ranks_.size() == static_cast<size_t>(size_));
+}
+
+Communicator::~Communicator() = default;
+
+std::string Communicator::describe_rank(int group_rank) const {
+  if (group_rank < 0 || group_rank >= size_) return str_cat("rank ", group_rank);
+  const int world = world_ranks_[static_cast<size_t>(group_rank)];
+  return world == group_rank ? str_cat("rank ", group_rank)
+                             : str_cat("rank ", group_rank, " (world rank ", world, ")");
+}
+
+// ---- checks -------------------------------------------------------------------------------------
+
+void Communicator::check_reduce_op(ReduceOp op, DType dtype, const char* what) const {
+  LOOM_CHECK(op != ReduceOp::avg || is_floating(dtype), what, " on group '", name_,
+             "': avg needs a floating-point dtype, not ", dtype, " (use sum and divide)");
+}
+
+void Communicator::check_same_device_dtype(const Tensor& a, const Tensor& b,
+                                           const char* what) const {
+  LOOM_CHECK(a.defined() && b.defined(), what, " on group '", name_, "': tensor is undefined");
+  LOOM_CHECK(a.dtype() == b.dtype() && a.device() == b.device(), what, " on group '", name_,
+             "': input ", a.str(), " and output ", b.str(), " must have the same dtype and device");
+  check_tensor_support(a, what);
+}
+
+std::vector<int64_t> Communicator::resolve_counts(const std::vector<int64_t>& counts, int64_t total,
+                                                  const char* what, const char* total_name) const {
+  if (counts.empty()) {
+    LOOM_CHECK(total % size_ == 0, what, " on group '", name_, "': ", total_name, " of ", total,
+               " elements does not split into ", size_,
+               " equal chunks; pass per-rank counts for uneven chunks");
+    return std::vector<int64_t>(static_cast<size_t>(size_), total / size_);
+  }
+  LOOM_CHECK(counts.size() == static_cast<size_t>(size_), what, " on group '", name_,
+             "': ", counts.size(), " counts given for ", size_, " ranks");
+  int64_t sum = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    LOOM_CHECK(counts[i] >= 0, what, " on group '", name_, "': count ", counts[i], " of rank ", i,
+               " is negative");
+    sum += counts[i];
+  }
+  LOOM_CHECK(sum == total, what, " on group '", name_, "': counts add up to ", sum, " but ",
+             total_name, " has ", total, " elements");
+  return counts;
+}
+
+void Communicator::check_peer(int peer, const char* what) const {
+  LOOM_CHECK(peer >= 0 && peer < size_ && peer != rank_, what, " on group '", name_, "': peer ",
+             peer, " must be another rank of the group, in [0, ", size_, ") and not ", rank_);
+}
+
+void Communicator::check_root(int root, const char* what) const {
+  LOOM_CHECK(root >= 0 && root < size_, what, " on group '", name_, "': root ", root,
+             " is not a rank of the group [0, ", size_, ")");
+}
+
+// ---- issuing ------------------------------------------------------------------------------------
+
+OpInfo Communicator::collective_info(OpType op, const Tensor* tensor, int peer) {
+  OpInfo info;
+  info.group = name_;
+  info.op = op;
+  info.peer = peer;
+  if (tensor) {
+    info.dtype = tensor->dtype();
+    info.count = tensor->numel();
+    info.bytes = tensor->nbytes();
+  }
+  return info;
+}
+
+detail::WorkPtr Communicator::begin(OpInfo info, std::optional<Milliseconds> timeout) {
+  if (aborted_) throw abort_error();
+  const bool p2p = info.op == OpType::send || info.op == OpType::recv;
+  {
+    std::lock_guard lock(mutex_);
+    if (p2p) {
+      auto& counters = info.op == OpType::send ? p2p_send_seq_ : p2p_recv_seq_;
+      info.seq = ++counters[static_cast<size_t>(info.peer)];
+    } else {
+      info.seq = ++collective_seq_;
+    }
+  }
+  // Cross-check before anything is posted, so a mismatch cannot corrupt data.
+  if (debug_ && !p2p) cross_check(info);
+  auto work = std::make_shared<detail::WorkState>(std::move(info), timeout.value_or(timeout_),
+                                                  weak_from_this(), recorder_);
+  std::lock_guard lock(mutex_);
+  std::erase_if(pending_, [](const std::weak_ptr<detail::WorkState>& w) {
+    const auto state = w.lock();
+    return !state || state->done();
+  });
+  pending_.push_back(work);
+  return work;
+}
+
+Work Communicator::all_reduce(const Tensor& tensor, const AllReduceOptions& options) {
+  LOOM_CHECK(tensor.defined(), "all_reduce on group '", name_, "': tensor is undefined");
+  check_tensor_support(tensor, "all_reduce");
+  check_reduce_op(options.op, tensor.dtype(), "all_reduce");
+  auto work = begin(collective_info(OpType::all_reduce, &tensor), options.timeout);
+  start_all_reduce(tensor, options.op, work);
+  return Work(work);
+}
+
+Work Communicator::reduce_scatter(const Tensor& input, const Tensor& output,
+                                  const ReduceScatterOptions& options) {
+  check_same_device_dtype(input, output, "reduce_scatter");
+  check_reduce_op(options.op, input.dtype(), "reduce_scatter");
+  const std::vector<int64_t> counts =
+      resolve_counts(options.counts, input.numel(), "reduce_scatter", "input");
+  LOOM_CHECK(output.numel() == counts[static_cast<size_t>(rank_)], "reduce_scatter on group '",
+             name_, "': output ", output.str(), " of rank ", rank_, " must hold its chunk of ",
+             counts[static_cast<size_t>(rank_)], " elements");
+  auto work = begin(collective_info(OpType::reduce_scatter, &input), options.timeout);
+  start_reduce_scatter(input, output, options.op, counts, work);
+  return Work(work);
+}
+
+Work Communicator::all_gather(const Tensor& input, const Tensor& output,
+                              const AllGatherOptions& options) {
+  check_same_device_dtype(input, output, "all_gather");
+  const std::vector<int64_t> counts =
+      resolve_counts(options.counts, output.numel(), "all_gather", "output");
+  LOOM_CHECK(input.numel() == counts[static_cast<size_t>(rank_)], "all_gather on group '", name_,
+             "': input ", input.str(), " of rank ", rank_, " must hold its chunk of ",
+             counts[static_cast<size_t>(rank_)], " elements");
+  auto work = begin(collective_info(OpType::all_gather, &input), options.timeout);
+  start_all_gather(input, output, counts, work);
+  return Work(work);
+}
+
+Work Communicator::broadcast(const Tensor& tensor, const BroadcastOptions& options) {
+  LOOM_CHECK(tensor.defined(), "broadcast on group '", name_, "': tensor is undefined");
+  check_tensor_support(tensor, "broadcast");
+  check_root(options.root, "broadcast");
+  auto work = begin(collective_info(OpType::broadcast, &tensor, options.root), options.timeout);
+  start_broadcast(tensor, options.root, work);
+  return Work(work);
+}
+
+Work Communicator::reduce(const Tensor& tensor, const ReduceOptions& options) {
+  LOOM_CHECK(tensor.defined(), "reduce on group '", name_, "': tensor is undefined");
+  check_tensor_support(tensor, "reduce");
+  check_root(options.root, "reduce");
+  check_reduce_op(options.op, tensor.dtype(), "reduce");
+  auto work = begin(collective_info(OpType::reduce, &tensor, options.root), options.timeout);
+  start_reduce(tensor, options.op, options.root, work);
+  return Work(work);
+}
+
+Work Communicator::all_to_all(const Tensor& input, const Tensor& output,
+                              const AllToAllOptions& options) {
+  check_same_device_dtype(input, output, "all_to_all");
+  const std::vector<int64_t> send =
+      resolve_counts(options.send_counts, input.numel(), "all_to_all", "input");
+  const std::vector<int64_t> recv =
+      resolve_counts(options.recv_counts, output.numel(), "all_to_all", "output");
+  auto work = begin(collective_info(OpType::all_to_all, &input), options.timeout);
+  start_all_to_all(input, output, send, recv, work);
+  return Work(work);
+}
+
+Work Communicator::barrier(const BarrierOptions& options) {
+  auto work = begin(collective_info(OpType::barrier, nullptr), options.timeout);
+  start_barrier(work);
+  return Work(work);
+}
+
+Work Communicator::send(const Tensor& tensor, int peer, const SendOptions& options) {
+  LOOM_CHECK(tensor.defined(), "send on group '", name_, "': tensor is undefined");
+  check_tensor_support(tensor, "send");
+  check_peer(peer, "send");
+  LOOM_CHECK(options.tag >= 0 && options.tag < (1 << 15), "send on group '", name_, "': tag ",
+             options.tag, " must be in [0, 32768)");
+  auto work = begin(collective_info(OpType::send, &tensor, peer), options.timeout);
+  start_send(tensor, peer, options.tag, work);
+  return Work(work);
+}
+
+Work Communicator::recv(const Tensor& tensor, int peer, const RecvOptions& options) {
+  LOOM_CHECK(tensor.defined(), "recv on group '", name_, "': tensor is undefined");
+  check_tensor_support(tensor, "recv");
+  check_peer(peer, "recv");
+  LOOM_CHECK(options.tag >= 0 && options.tag < (1 << 15), "recv on group '", name_, "': tag ",
+             options.tag, " must be in [0, 32768)");
+  auto work = begin(collective_info(OpType::recv, &tensor, peer), options.timeout);
+  start_recv(tensor, peer, options.tag, work);
+  return Work(work);
+}
+
+std::shared_ptr<Communicator> Communicator::split(int color, int key, const std::string& name) {
+  if (aborted_) throw abort_error();
+  LOOM_CHECK(!name.empty(), "split of group '", name_, "': the new group needs a name");
+  return do_split(color, key, name);
+}
+
+// ---- failure ------------------------------------------------------------------------------------
+
+CommError Communicator::abort_error() const {
+  std::string reason;
+  {
+    std::lock_guard lock(mutex_);
+    reason = abort_reason_;
+  }
+  return CommError(CommError::Kind::aborted, str_cat("group '", name_, "' was aborted: ", reason));
+}
+
+void Communicator::fail_pending(const CommError& error) {
+  std::vector<std::shared_ptr<detail::WorkState>> pending;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& w : pending_) {
+      if (auto state = w.lock()) pending.push_back(std::move(state));
+    }
+    pending_.clear();
+  }
+  for (const auto& state : pending) state->fail(error);
+}
+
+void Communicator::abort(const std::string& reason) {
+  {
+    std::lock_guard lock(mutex_);
+    if (aborted_) return;
+    abort_reason_ = reason;
+    aborted_ = true;
+  }
+  LOOM_LOG_ERROR("aborting group '", name_, "': ", reason);
+  fail_pending(CommError(CommError::Kind::peer_failed,
+                         str_cat("group '", name_, "' was aborted: ", reason)));
+  try {
+    notify_peers_of_abort(reason);
+  } catch (const std::exception& e) {
+    LOOM_LOG_WARN("could not tell the peers of group '", name_, "' about the abort: ", e.what());
+  }
+}
+
+std::string Communicator::dump_flight_recorder() const {
+  const std::string text =
+      recorder_->dump(str_cat("flight recorder of group '", name_, "' on ", describe_rank(rank_)));
+  LOOM_LOG_WARN(text);
+  return text;
+}
+
+void Communicator::handle_timeout(detail::WorkState& work, Milliseconds waited) {
+  const OpInfo& info = work.info();
+  std::string message = str_cat(info.describe(), " did not complete within ",
+                                waited.count() / 1000.0, " s on ", describe_rank(rank_));
+  std::vector<int> missing;
+  const bool p2p = info.op == OpType::send || info.op == OpType::recv;
+  if (p2p) {
+    message += str_cat(": ", describe_rank(info.peer), " has not posted the matching ",
+                       info.op == OpType::send ? "recv" : "send", " (or is stuck or dead)");
+    missing.push_back(info.peer);
+  } else if (const auto progress = peer_progress()) {
+    std::vector<std::string> parts;
+    for (int r = 0; r < size_; ++r) {
+      const std::optional<uint64_t>& seq = (*progress)[static_cast<size_t>(r)];
+      if (!seq) {
+        missing.push_back(r);
+        parts.push_back(str_cat(describe_rank(r), " did not answer (dead, or stuck outside Loom)"));
+      } else if (*seq < info.seq) {
+        missing.push_back(r);
+        parts.push_back(
+            str_cat(describe_rank(r), " has not called it (its last collective is #", *seq, ")"));
+      }
+    }
+    if (parts.empty()) {
+      message += ": every rank has called it; the transport itself is stuck";
+    } else {
+      message += ": ";
+      for (size_t i = 0; i < parts.size(); ++i) message += (i ? "; " : "") + parts[i];
+    }
+  } else {
+    message += str_cat(" (backend '", backend(), "' cannot tell which ranks have not arrived)");
+  }
+  LOOM_LOG_ERROR(message);
+  dump_flight_recorder();
+  abort(message);
+  throw CommError(CommError::Kind::timeout, message, missing);
+}
+
+// ---- default backend hooks ----------------------------------------------------------------------
+
+namespace {
+[[noreturn]] void unsupported(std::string_view backend, const char* op) {
+  throw Error(str_cat("backend '", backend, "' does not support ", op));
+}
+}  // namespace
+
+void Communicator::start_all_reduce(const Tensor&, ReduceOp, const detail::WorkPtr&) {
+  unsupported(backend(), "all_reduce");
+}
+void Communicator::start_reduce_scatter(const Tensor&, const Tensor&, ReduceOp,
+                                        const std::vector<int64_t>&, const detail::WorkPtr&) {
+  unsupported(backend(), "reduce_scatter");
+}
+void Communicator::start_all_gather(const Tensor&, const Tensor&, const std::vector<int64_t>&,
+                                    const detail::WorkPtr&) {
+  unsupported(backend(), "all_gather");
+}
+void Communicator::start_broadcast(const Tensor&, int, const detail::WorkPtr&) {
+  unsupported(backend(), "broadcast");
+}
+void Communicator::start_reduce(const Tensor&, ReduceOp, int, const detail::WorkPtr&) {
+  unsupported(backend(), "reduce");
+}
+void Communicator::start_all_to_all(const Tensor&, const Tensor&, const std::vector<int64_t>&,
+                                    const std::vector<int64_t>&, const detail::WorkPtr&) {
+  unsupported(backend(), "all_to_all");
+}
+void Communicator::start_barrier(const detail::WorkPtr&) {
+  unsupported(backend(), "barrier");
+}
+void Communicator::start_send(const Tensor&, int, int, const detail::WorkPtr&) {
+  unsupported(backend(), "send");
+}
+void Communicator::start_recv(const Tensor&, int, int, const detail::WorkPtr&) {
+  unsupported(backend(), "recv");
+}
+std::shared_ptr<Communicator> Communicator::do_split(int, int, const std::string&) {
+  unsupported(backend(), "split");
+}
+void Communicator::cross_check(const OpInfo&) {}
+std::optional<std::vector<std::optional<uint64_t>>> Communicator::peer_progress() {
+  return std::nullopt;
+}
+void Communicator::notify_peers_of_abort(const std::string&) {}
+
+}  // namespace loom::comm

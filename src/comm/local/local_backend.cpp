@@ -1,0 +1,451 @@
+// The local backend: ranks are threads of one process (see loom/comm/local.hpp).
+//
+// NOTE [local rendezvous]
+// A collective is a rendezvous keyed by its sequence number: each rank posts
+// its arguments and Work; the last rank to arrive checks that everybody
+// called the same collective, moves the data for all of them (under the
+// group's lock, in rank order, so results are deterministic) and completes
+// every Work. Point-to-point messages queue per (source, destination, tag) and
+// complete when a send meets a receive. Splits are rendezvous too, but
+// blocking: split() returns the new communicator.
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <tuple>
+
+#include "comm/host_reduce.hpp"
+#include "comm/work_state.hpp"
+#include "loom/comm/local.hpp"
+#include "loom/core/logging.hpp"
+
+namespace loom::comm {
+namespace {
+
+class LocalCommunicator;
+
+struct Arrival {
+  OpInfo info;
+  Tensor input, output;
+  ReduceOp op = ReduceOp::sum;
+  int root = 0;
+  std::vector<int64_t> counts, recv_counts;
+  detail::WorkPtr work;
+
+  Arrival() = default;
+  Arrival(const detail::WorkPtr& w, Tensor in, Tensor out, ReduceOp reduce_op = ReduceOp::sum)
+      : info(w->info()), input(std::move(in)), output(std::move(out)), op(reduce_op), work(w) {}
+};
+
+struct Rendezvous {
+  std::vector<std::optional<Arrival>> ranks;
+  int arrived = 0;
+};
+
+struct SplitRequest {
+  int color = 0, key = 0;
+  bool arrived = false;
+  std::shared_ptr<Communicator> result;
+};
+
+struct SplitRendezvous {
+  std::vector<SplitRequest> ranks;
+  int arrived = 0;
+  bool done = false;
+};
+
+struct Posted {
+  Tensor tensor;
+  detail::WorkPtr work;
+};
+
+// State shared by the communicators of one local group.
+struct LocalGroup {
+  LocalGroup(std::string n, int s, std::vector<int> w)
+      : name(std::move(n)),
+        size(s),
+        world_ranks(std::move(w)),
+        issued(static_cast<size_t>(s), 0),
+        split_seq(static_cast<size_t>(s), 0) {}
+
+  const std::string name;
+  const int size;
+  const std::vector<int> world_ranks;
+
+  std::mutex mutex;
+  std::condition_variable cv;  // split results
+  std::vector<std::weak_ptr<Communicator>> members;
+  std::vector<uint64_t> issued;  // last collective seq issued by each rank
+  std::map<uint64_t, Rendezvous> collectives;
+  std::map<std::tuple<int, int, int>, std::deque<Posted>> sends, recvs;  // (src, dst, tag)
+  std::vector<uint64_t> split_seq;
+  std::map<uint64_t, SplitRendezvous> splits;
+};
+
+std::string describe_call(const Arrival& a) {
+  return str_cat(op_type_name(a.info.op), " of ", a.info.count, " ", a.info.dtype,
+                 a.info.peer >= 0 ? str_cat(" with root ", a.info.peer) : std::string());
+}
+
+// Copies `count` elements from src (at element offset src_off) to dst (at dst_off).
+void copy_elements(const Tensor& dst, int64_t dst_off, const Tensor& src, int64_t src_off,
+                   int64_t count) {
+  if (count <= 0) return;
+  const size_t es = dst.element_size();
+  std::memcpy(static_cast<char*>(dst.data()) + dst_off * es,
+              static_cast<const char*>(src.data()) + src_off * es, static_cast<size_t>(count) * es);
+}
+
+std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> offsets(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) offsets[i] = offsets[i - 1] + counts[i - 1];
+  return offsets;
+}
+
+// Runs a collective whose every rank has arrived. Called with the group lock held.
+void execute(std::vector<std::optional<Arrival>>& ranks) {
+  const int n = static_cast<int>(ranks.size());
+  Arrival& first = *ranks[0];
+  const DType dtype = first.info.dtype;
+  auto inputs_of = [&](auto get) {
+    std::vector<const void*> ptrs;
+    for (auto& a : ranks) ptrs.push_back(get(*a));
+    return ptrs;
+  };
+  switch (first.info.op) {
+    case OpType::all_reduce: {
+      const auto ptrs = inputs_of([](Arrival& a) { return a.input.data(); });
+      Tensor result = Tensor::empty({first.info.count}, dtype);
+      detail::host_reduce_many(result.data(), ptrs.data(), n, dtype, first.info.count, first.op);
+      for (auto& a : ranks) copy_elements(a->input, 0, result, 0, first.info.count);
+      break;
+    }
+    case OpType::reduce: {
+      const auto ptrs = inputs_of([](Arrival& a) { return a.input.data(); });
+      Arrival& root = *ranks[static_cast<size_t>(first.root)];
+      detail::host_reduce_many(root.input.data(), ptrs.data(), n, dtype, first.info.count,
+                               first.op);
+      break;
+    }
+    case OpType::reduce_scatter: {
+      const auto ptrs = inputs_of([](Arrival& a) { return a.input.data(); });
+      const int64_t total = first.info.count;
+      Tensor result = Tensor::empty({total}, dtype);
+      detail::host_reduce_many(result.data(), ptrs.data(), n, dtype, total, first.op);
+      const auto offsets = offsets_of(first.counts);
+      for (int r = 0; r < n; ++r) {
+        copy_elements(ranks[static_cast<size_t>(r)]->output, 0, result,
+                      offsets[static_cast<size_t>(r)], first.counts[static_cast<size_t>(r)]);
+      }
+      break;
+    }
+    case OpType::all_gather: {
+      const auto offsets = offsets_of(first.counts);
+      for (auto& dst : ranks) {
+        for (int r = 0; r < n; ++r) {
+          copy_elements(dst->output, offsets[static_cast<size_t>(r)],
+                        ranks[static_cast<size_t>(r)]->input, 0,
+                        first.counts[static_cast<size_t>(r)]);
+        }
+      }
+      break;
+    }
+    case OpType::broadcast: {
+      const Arrival& root = *ranks[static_cast<size_t>(first.root)];
+      for (auto& a : ranks) {
+        if (a->input.data() != root.input.data())
+          copy_elements(a->input, 0, root.input, 0, first.info.count);
+      }
+      break;
+    }
+    case OpType::all_to_all: {
+      // Rank i's send chunk j goes to rank j's receive chunk i.
+      for (int i = 0; i < n; ++i) {
+        const Arrival& src = *ranks[static_cast<size_t>(i)];
+        const auto send_offsets = offsets_of(src.counts);
+        for (int j = 0; j < n; ++j) {
+          const Arrival& dst = *ranks[static_cast<size_t>(j)];
+          const auto recv_offsets = offsets_of(dst.recv_counts);
+          copy_elements(dst.output, recv_offsets[static_cast<size_t>(i)], src.input,
+                        send_offsets[static_cast<size_t>(j)], src.counts[static_cast<size_t>(j)]);
+        }
+      }
+      break;
+    }
+    case OpType::barrier:
+      break;
+    case OpType::send:
+    case OpType::recv:
+      LOOM_ASSERT(false, "point-to-point op in a collective rendezvous");
+  }
+}
+
+// Finds a reason why the arrivals do not form one collective; "" when they do.
+std::string mismatch(const std::vector<std::optional<Arrival>>& ranks) {
+  const Arrival& first = *ranks[0];
+  const int n = static_cast<int>(ranks.size());
+  for (int r = 1; r < n; ++r) {
+    const Arrival& a = *ranks[static_cast<size_t>(r)];
+    bool same = a.info.op == first.info.op && a.info.dtype == first.info.dtype &&
+                a.root == first.root && a.op == first.op;
+    if (first.info.op == OpType::all_reduce || first.info.op == OpType::broadcast ||
+        first.info.op == OpType::reduce) {
+      same = same && a.info.count == first.info.count;
+    }
+    if (first.info.op == OpType::reduce_scatter || first.info.op == OpType::all_gather) {
+      same = same && a.counts == first.counts;
+    }
+    if (first.info.op == OpType::all_to_all) {
+      // What rank r sends to rank j must be what rank j expects from rank r.
+      for (int j = 0; j < n && same; ++j) {
+        same = a.counts[static_cast<size_t>(j)] ==
+               ranks[static_cast<size_t>(j)]->recv_counts[static_cast<size_t>(r)];
+      }
+    }
+    if (!same) {
+      return str_cat("collective #", first.info.seq, " on group '", first.info.group,
+                     "' does not match across ranks: rank 0 called ", describe_call(first),
+                     ", rank ", r, " called ", describe_call(a));
+    }
+  }
+  return "";
+}
+
+class LocalCommunicator final : public Communicator {
+ public:
+  LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank)
+      : Communicator(group->name, rank, group->size, group->world_ranks),
+        group_(std::move(group)) {}
+
+  std::string_view backend() const override { return "local"; }
+
+ protected:
+  void check_tensor_support(const Tensor& tensor, const char* what) const override {
+    LOOM_CHECK(tensor.device().is_cpu(), what, " on group '", name(),
+               "': the local backend handles host tensors only, not ", tensor.str());
+  }
+
+  void start_all_reduce(const Tensor& tensor, ReduceOp op, const detail::WorkPtr& work) override {
+    Arrival a(work, tensor, Tensor(), op);
+    arrive(std::move(a), work);
+  }
+  void start_reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op,
+                            const std::vector<int64_t>& counts,
+                            const detail::WorkPtr& work) override {
+    Arrival a(work, input, output, op);
+    a.counts = counts;
+    arrive(std::move(a), work);
+  }
+  void start_all_gather(const Tensor& input, const Tensor& output,
+                        const std::vector<int64_t>& counts, const detail::WorkPtr& work) override {
+    Arrival a(work, input, output);
+    a.counts = counts;
+    arrive(std::move(a), work);
+  }
+  void start_broadcast(const Tensor& tensor, int root, const detail::WorkPtr& work) override {
+    Arrival a(work, tensor, Tensor());
+    a.root = root;
+    arrive(std::move(a), work);
+  }
+  void start_reduce(const Tensor& tensor, ReduceOp op, int root,
+                    const detail::WorkPtr& work) override {
+    Arrival a(work, tensor, Tensor(), op);
+    a.root = root;
+    arrive(std::move(a), work);
+  }
+  void start_all_to_all(const Tensor& input, const Tensor& output,
+                        const std::vector<int64_t>& send_counts,
+                        const std::vector<int64_t>& recv_counts,
+                        const detail::WorkPtr& work) override {
+    Arrival a(work, input, output);
+    a.counts = send_counts;
+    a.recv_counts = recv_counts;
+    arrive(std::move(a), work);
+  }
+  void start_barrier(const detail::WorkPtr& work) override {
+    arrive(Arrival(work, Tensor(), Tensor()), work);
+  }
+
+  void start_send(const Tensor& tensor, int peer, int tag, const detail::WorkPtr& work) override {
+    post_p2p(rank(), peer, tag, Posted{tensor, work}, /*is_send=*/true);
+  }
+  void start_recv(const Tensor& tensor, int peer, int tag, const detail::WorkPtr& work) override {
+    post_p2p(peer, rank(), tag, Posted{tensor, work}, /*is_send=*/false);
+  }
+
+  std::shared_ptr<Communicator> do_split(int color, int key, const std::string& name) override;
+
+  std::optional<std::vector<std::optional<uint64_t>>> peer_progress() override {
+    std::lock_guard lock(group_->mutex);
+    std::vector<std::optional<uint64_t>> progress;
+    for (const uint64_t seq : group_->issued) progress.emplace_back(seq);
+    return progress;
+  }
+
+  void notify_peers_of_abort(const std::string& reason) override {
+    std::vector<std::shared_ptr<Communicator>> peers;
+    {
+      std::lock_guard lock(group_->mutex);
+      for (const auto& m : group_->members) {
+        if (auto peer = m.lock(); peer && peer.get() != this) peers.push_back(std::move(peer));
+      }
+    }
+    for (const auto& peer : peers) {
+      peer->abort(str_cat(describe_rank(rank()), " aborted the group: ", reason));
+    }
+    group_->cv.notify_all();
+  }
+
+ private:
+  void arrive(Arrival arrival, const detail::WorkPtr& work) {
+    // (arrival.work is `work`; kept in the rendezvous so the last rank can complete it.)
+    work->mark_started();
+    std::vector<detail::WorkPtr> to_complete;
+    std::string error;
+    {
+      std::lock_guard lock(group_->mutex);
+      const uint64_t seq = arrival.info.seq;
+      group_->issued[static_cast<size_t>(rank())] = seq;
+      Rendezvous& rv = group_->collectives[seq];
+      if (rv.ranks.empty()) rv.ranks.resize(static_cast<size_t>(size()));
+      rv.ranks[static_cast<size_t>(rank())] = std::move(arrival);
+      if (++rv.arrived < size()) return;
+      error = mismatch(rv.ranks);
+      if (error.empty()) execute(rv.ranks);
+      for (auto& a : rv.ranks) to_complete.push_back(a->work);
+      group_->collectives.erase(seq);
+    }
+    for (const auto& w : to_complete) {
+      if (error.empty()) {
+        w->complete();
+      } else {
+        w->fail(CommError(CommError::Kind::mismatch, error));
+      }
+    }
+  }
+
+  void post_p2p(int src, int dst, int tag, Posted posted, bool is_send) {
+    posted.work->mark_started();
+    Posted send, recv;
+    {
+      std::lock_guard lock(group_->mutex);
+      const auto key = std::make_tuple(src, dst, tag);
+      auto& mine = is_send ? group_->sends[key] : group_->recvs[key];
+      auto& theirs = is_send ? group_->recvs[key] : group_->sends[key];
+      if (theirs.empty()) {
+        mine.push_back(std::move(posted));
+        return;
+      }
+      Posted other = std::move(theirs.front());
+      theirs.pop_front();
+      send = is_send ? std::move(posted) : std::move(other);
+      recv = is_send ? std::move(other) : std::move(posted);
+    }
+    if (send.tensor.numel() != recv.tensor.numel() || send.tensor.dtype() != recv.tensor.dtype()) {
+      const CommError error(CommError::Kind::mismatch,
+                            str_cat("send of ", send.tensor.str(), " from rank ", src, " to rank ",
+                                    dst, " (tag ", tag, ") met a recv of ", recv.tensor.str(),
+                                    ": element counts and dtypes must match"));
+      send.work->fail(error);
+      recv.work->fail(error);
+      return;
+    }
+    copy_elements(recv.tensor, 0, send.tensor, 0, send.tensor.numel());
+    send.work->complete();
+    recv.work->complete();
+  }
+
+  std::shared_ptr<LocalGroup> group_;
+};
+
+std::shared_ptr<Communicator> LocalCommunicator::do_split(int color, int key,
+                                                          const std::string& name) {
+  std::unique_lock lock(group_->mutex);
+  const uint64_t seq = ++group_->split_seq[static_cast<size_t>(rank())];
+  SplitRendezvous& rv = group_->splits[seq];
+  if (rv.ranks.empty()) rv.ranks.resize(static_cast<size_t>(size()));
+  SplitRequest& request = rv.ranks[static_cast<size_t>(rank())];
+  request.color = color;
+  request.key = key;
+  request.arrived = true;
+  if (++rv.arrived == size()) {
+    // The last rank to arrive builds every new group (NOTE [local rendezvous]).
+    std::map<int, std::vector<int>> by_color;
+    for (int r = 0; r < size(); ++r) {
+      if (rv.ranks[static_cast<size_t>(r)].color >= 0)
+        by_color[rv.ranks[static_cast<size_t>(r)].color].push_back(r);
+    }
+    for (auto& [c, members] : by_color) {
+      std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+        return rv.ranks[static_cast<size_t>(a)].key < rv.ranks[static_cast<size_t>(b)].key;
+      });
+      std::vector<int> world;
+      for (const int r : members) world.push_back(world_ranks()[static_cast<size_t>(r)]);
+      auto group = std::make_shared<LocalGroup>(name, static_cast<int>(members.size()), world);
+      for (size_t i = 0; i < members.size(); ++i) {
+        auto comm = std::make_shared<LocalCommunicator>(group, static_cast<int>(i));
+        group->members.push_back(comm);
+        rv.ranks[static_cast<size_t>(members[i])].result = comm;
+      }
+    }
+    rv.done = true;
+    group_->cv.notify_all();
+  }
+  const bool ok =
+      group_->cv.wait_for(lock, default_timeout(), [&] { return rv.done || aborted(); });
+  if (!ok || !rv.done) {
+    std::string missing;
+    for (int r = 0; r < size(); ++r) {
+      if (!rv.ranks[static_cast<size_t>(r)].arrived)
+        missing += str_cat(missing.empty() ? "" : ", ", r);
+    }
+    throw CommError(CommError::Kind::timeout,
+                    str_cat("split of group '", this->name(), "' into '", name, "' on rank ",
+                            rank(), aborted() ? " was aborted" : " timed out",
+                            "; ranks not arrived: ", missing.empty() ? "none" : missing));
+  }
+  auto result = rv.ranks[static_cast<size_t>(rank())].result;
+  rv.ranks[static_cast<size_t>(rank())].result.reset();
+  if (--rv.arrived == 0) group_->splits.erase(seq);
+  return result;
+}
+
+}  // namespace
+
+std::vector<std::shared_ptr<Communicator>> make_local_group(int size, const std::string& name) {
+  LOOM_CHECK(size >= 1, "make_local_group: size ", size, " must be at least 1");
+  std::vector<int> world(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) world[static_cast<size_t>(r)] = r;
+  auto group = std::make_shared<LocalGroup>(name, size, world);
+  std::vector<std::shared_ptr<Communicator>> comms;
+  for (int r = 0; r < size; ++r) {
+    auto comm = std::make_shared<LocalCommunicator>(group, r);
+    group->members.push_back(comm);
+    comms.push_back(std::move(comm));
+  }
+  return comms;
+}
+
+void run_local_ranks(const std::vector<std::shared_ptr<Communicator>>& comms,
+                     const std::function<void(Communicator&)>& fn) {
+  std::vector<std::exception_ptr> errors(comms.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < comms.size(); ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(*comms[r]);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace loom::comm
