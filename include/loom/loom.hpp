@@ -18,3 +18,6 @@
 #include "loom/kernels/elementwise.hpp"
 #include "loom/kernels/gemm.hpp"
 #include "loom/kernels/reduce.hpp"
+#include "loom/comm/communicator.hpp"
+#include "loom/comm/local.hpp"
+#include "loom/parallel/layout.hpp"
