@@ -14,10 +14,11 @@ double value(int r, int64_t i) {
   return static_cast<double>(r + 1 + i % 5);
 }
 
-Tensor filled(DType dtype, int64_t count, const std::function<double(int64_t)>& f) {
+Tensor filled(DType dtype, int64_t count, const std::function<double(int64_t)>& f,
+              Device device = Device::cpu()) {
   std::vector<float> values(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) values[static_cast<size_t>(i)] = static_cast<float>(f(i));
-  return Tensor::from_vector(values, {count}).to(dtype);
+  return Tensor::from_vector(values, {count}).to(dtype).to(device);
 }
 
 // Relative tolerance for results that were rounded once more than the inputs (avg).
@@ -69,7 +70,7 @@ std::vector<int64_t> prefix(const std::vector<int64_t>& counts) {
 
 }  // namespace
 
-void check_all_reduce(Communicator& comm, DType dtype, int64_t count) {
+void check_all_reduce(Communicator& comm, DType dtype, int64_t count, Device device) {
   const int n = comm.size(), r = comm.rank();
   struct Case {
     ReduceOp op;
@@ -86,22 +87,24 @@ void check_all_reduce(Communicator& comm, DType dtype, int64_t count) {
         {ReduceOp::avg, [&](int64_t i) { return (n + 1) / 2.0 + static_cast<double>(i % 5); }});
   }
   for (const Case& c : cases) {
-    const Tensor t = filled(dtype, count, [&](int64_t i) { return value(r, i); });
+    const Tensor t = filled(
+        dtype, count, [&](int64_t i) { return value(r, i); }, device);
     comm.all_reduce(t, {.op = c.op}).wait();
     expect(t, c.expected, c.op == ReduceOp::avg ? tolerance(dtype) : 0.0,
            str_cat("all_reduce ", reduce_op_name(c.op)), comm);
   }
 }
 
-void check_reduce_scatter(Communicator& comm, DType dtype, int64_t count_per_rank) {
+void check_reduce_scatter(Communicator& comm, DType dtype, int64_t count_per_rank, Device device) {
   const int n = comm.size(), r = comm.rank();
   for (const bool uneven : {false, true}) {
     const std::vector<int64_t> counts =
         uneven ? uneven_counts(n, count_per_rank)
                : std::vector<int64_t>(static_cast<size_t>(n), count_per_rank);
     const std::vector<int64_t> offsets = prefix(counts);
-    const Tensor input = filled(dtype, offsets.back(), [&](int64_t i) { return value(r, i); });
-    const Tensor output = Tensor::full({counts[static_cast<size_t>(r)]}, -1.0, dtype);
+    const Tensor input = filled(
+        dtype, offsets.back(), [&](int64_t i) { return value(r, i); }, device);
+    const Tensor output = Tensor::full({counts[static_cast<size_t>(r)]}, -1.0, dtype, device);
     ReduceScatterOptions options;
     if (uneven) options.counts = counts;
     comm.reduce_scatter(input, output, options).wait();
@@ -113,7 +116,7 @@ void check_reduce_scatter(Communicator& comm, DType dtype, int64_t count_per_ran
   }
 }
 
-void check_all_gather(Communicator& comm, DType dtype, int64_t count_per_rank) {
+void check_all_gather(Communicator& comm, DType dtype, int64_t count_per_rank, Device device) {
   const int n = comm.size(), r = comm.rank();
   for (const bool uneven : {false, true}) {
     const std::vector<int64_t> counts =
@@ -121,9 +124,10 @@ void check_all_gather(Communicator& comm, DType dtype, int64_t count_per_rank) {
                : std::vector<int64_t>(static_cast<size_t>(n), count_per_rank);
     const std::vector<int64_t> offsets = prefix(counts);
     // Rank q's chunk holds 8 q + j % 8: it says where it came from.
-    const Tensor input = filled(dtype, counts[static_cast<size_t>(r)],
-                                [&](int64_t j) { return 8.0 * r + static_cast<double>(j % 8); });
-    const Tensor output = Tensor::full({offsets.back()}, -1.0, dtype);
+    const Tensor input = filled(
+        dtype, counts[static_cast<size_t>(r)],
+        [&](int64_t j) { return 8.0 * r + static_cast<double>(j % 8); }, device);
+    const Tensor output = Tensor::full({offsets.back()}, -1.0, dtype, device);
     AllGatherOptions options;
     if (uneven) options.counts = counts;
     comm.all_gather(input, output, options).wait();
@@ -139,21 +143,23 @@ void check_all_gather(Communicator& comm, DType dtype, int64_t count_per_rank) {
   }
 }
 
-void check_broadcast(Communicator& comm, DType dtype, int64_t count) {
+void check_broadcast(Communicator& comm, DType dtype, int64_t count, Device device) {
   const int n = comm.size(), r = comm.rank();
   for (int root = 0; root < n; ++root) {
-    const Tensor t = filled(dtype, count, [&](int64_t i) { return value(r, i); });
+    const Tensor t = filled(
+        dtype, count, [&](int64_t i) { return value(r, i); }, device);
     comm.broadcast(t, {.root = root}).wait();
     expect(
         t, [&](int64_t i) { return value(root, i); }, 0.0, str_cat("broadcast from ", root), comm);
   }
 }
 
-void check_reduce(Communicator& comm, DType dtype, int64_t count) {
+void check_reduce(Communicator& comm, DType dtype, int64_t count, Device device) {
   const int n = comm.size(), r = comm.rank();
   for (const int root : {0, n - 1}) {
     for (const ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
-      const Tensor t = filled(dtype, count, [&](int64_t i) { return value(r, i); });
+      const Tensor t = filled(
+          dtype, count, [&](int64_t i) { return value(r, i); }, device);
       comm.reduce(t, {.op = op, .root = root}).wait();
       const std::string what = str_cat("reduce ", reduce_op_name(op), " to ", root);
       if (r == root) {
@@ -172,7 +178,7 @@ void check_reduce(Communicator& comm, DType dtype, int64_t count) {
   }
 }
 
-void check_all_to_all(Communicator& comm, DType dtype, int64_t count_per_rank) {
+void check_all_to_all(Communicator& comm, DType dtype, int64_t count_per_rank, Device device) {
   const int n = comm.size(), r = comm.rank();
   for (const bool uneven : {false, true}) {
     // Rank i sends c(i, j) elements to rank j; element k of that chunk is 8 i + j + k % 4.
@@ -185,13 +191,16 @@ void check_all_to_all(Communicator& comm, DType dtype, int64_t count_per_rank) {
       recv[static_cast<size_t>(j)] = c(j, r);
     }
     const std::vector<int64_t> send_off = prefix(send), recv_off = prefix(recv);
-    const Tensor input = filled(dtype, send_off.back(), [&](int64_t k) {
-      const int j = static_cast<int>(std::upper_bound(send_off.begin(), send_off.end(), k) -
-                                     send_off.begin()) -
-                    1;
-      return 8.0 * r + j + static_cast<double>((k - send_off[static_cast<size_t>(j)]) % 4);
-    });
-    const Tensor output = Tensor::full({recv_off.back()}, -1.0, dtype);
+    const Tensor input = filled(
+        dtype, send_off.back(),
+        [&](int64_t k) {
+          const int j = static_cast<int>(std::upper_bound(send_off.begin(), send_off.end(), k) -
+                                         send_off.begin()) -
+                        1;
+          return 8.0 * r + j + static_cast<double>((k - send_off[static_cast<size_t>(j)]) % 4);
+        },
+        device);
+    const Tensor output = Tensor::full({recv_off.back()}, -1.0, dtype, device);
     AllToAllOptions options;
     if (uneven) {
       options.send_counts = send;
@@ -210,13 +219,13 @@ void check_all_to_all(Communicator& comm, DType dtype, int64_t count_per_rank) {
   }
 }
 
-void check_all_collectives(Communicator& comm, DType dtype, int64_t count) {
-  check_all_reduce(comm, dtype, count);
-  check_reduce_scatter(comm, dtype, count);
-  check_all_gather(comm, dtype, count);
-  check_broadcast(comm, dtype, count);
-  check_reduce(comm, dtype, count);
-  check_all_to_all(comm, dtype, count);
+void check_all_collectives(Communicator& comm, DType dtype, int64_t count, Device device) {
+  check_all_reduce(comm, dtype, count, device);
+  check_reduce_scatter(comm, dtype, count, device);
+  check_all_gather(comm, dtype, count, device);
+  check_broadcast(comm, dtype, count, device);
+  check_reduce(comm, dtype, count, device);
+  check_all_to_all(comm, dtype, count, device);
   comm.barrier().wait();
 }
 

@@ -6,6 +6,9 @@
 // wrong. They use no Catch2 macros, which are not thread-safe in Catch2 2.x:
 // the caller asserts that no rank threw.
 //
+// Tensors live on `device` (host by default; CUDA for the nccl backend and
+// for the mpi backend's staging of device tensors).
+//
 // Values are small integers, exact in every dtype (bf16 holds integers up to
 // 256 exactly), so sum, max and min are compared exactly; avg within the
 // rounding of a multiply by 1/size in the dtype.
@@ -19,19 +22,24 @@
 namespace loom::comm::testing {
 
 // all_reduce with sum, avg (floating dtypes), max and min.
-void check_all_reduce(Communicator& comm, DType dtype, int64_t count);
+void check_all_reduce(Communicator& comm, DType dtype, int64_t count,
+                      Device device = Device::cpu());
 // reduce_scatter with equal chunks (count per rank) and with uneven chunks.
-void check_reduce_scatter(Communicator& comm, DType dtype, int64_t count_per_rank);
+void check_reduce_scatter(Communicator& comm, DType dtype, int64_t count_per_rank,
+                          Device device = Device::cpu());
 // all_gather with equal and uneven chunks.
-void check_all_gather(Communicator& comm, DType dtype, int64_t count_per_rank);
+void check_all_gather(Communicator& comm, DType dtype, int64_t count_per_rank,
+                      Device device = Device::cpu());
 // broadcast from every root.
-void check_broadcast(Communicator& comm, DType dtype, int64_t count);
+void check_broadcast(Communicator& comm, DType dtype, int64_t count, Device device = Device::cpu());
 // reduce (sum and max) to the first and the last rank.
-void check_reduce(Communicator& comm, DType dtype, int64_t count);
+void check_reduce(Communicator& comm, DType dtype, int64_t count, Device device = Device::cpu());
 // all_to_all with equal and uneven chunks.
-void check_all_to_all(Communicator& comm, DType dtype, int64_t count_per_rank);
+void check_all_to_all(Communicator& comm, DType dtype, int64_t count_per_rank,
+                      Device device = Device::cpu());
 // Every collective above plus a barrier, in one sequence.
-void check_all_collectives(Communicator& comm, DType dtype, int64_t count);
+void check_all_collectives(Communicator& comm, DType dtype, int64_t count,
+                           Device device = Device::cpu());
 
 // Each rank sends to the next and receives from the previous, with the
 // receive posted first (recv_first) or the send first; several messages in
