@@ -1,0 +1,134 @@
+#include "comm/mpi/shm_all_reduce.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "comm/host_reduce.hpp"
+#include "core/mpi_check.hpp"
+
+namespace loom::comm::detail {
+namespace {
+constexpr size_t kHeaderBytes = 4096;  // the counter, on its own page
+}  // namespace
+
+bool ShmAllReduce::all_ranks_share_memory(MPI_Comm comm) {
+  MPI_Comm node = MPI_COMM_NULL;
+  LOOM_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int node_size = 0, size = 0;
+  MPI_Comm_size(node, &node_size);
+  MPI_Comm_size(comm, &size);
+  MPI_Comm_free(&node);
+  // Every rank must agree, or some would take the shared-memory path and others not.
+  int local = node_size == size ? 1 : 0, all = 0;
+  LOOM_MPI_CHECK(MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_MIN, comm));
+  return all == 1;
+}
+
+ShmAllReduce::ShmAllReduce(MPI_Comm node_comm, size_t piece_bytes)
+    : piece_bytes_(std::max<size_t>(4096, (piece_bytes + 4095) / 4096 * 4096)) {
+  MPI_Comm_rank(node_comm, &rank_);
+  MPI_Comm_size(node_comm, &size_);
+  const size_t segment = kHeaderBytes + 2 * piece_bytes_;
+  void* base = nullptr;
+  LOOM_MPI_CHECK(MPI_Win_allocate_shared(static_cast<MPI_Aint>(segment), 1, MPI_INFO_NULL,
+                                         node_comm, &base, &window_));
+  for (int r = 0; r < size_; ++r) {
+    MPI_Aint bytes = 0;
+    int unit = 0;
+    void* peer = nullptr;
+    LOOM_MPI_CHECK(MPI_Win_shared_query(window_, r, &bytes, &unit, &peer));
+    counters_.push_back(static_cast<Counter*>(peer));
+    slots_.push_back(static_cast<char*>(peer) + kHeaderBytes);
+  }
+  new (counters_[static_cast<size_t>(rank_)]) Counter{};
+  counters_[static_cast<size_t>(rank_)]->value.store(0, std::memory_order_release);
+  // Nobody may read a counter before its owner has initialised it.
+  LOOM_MPI_CHECK(MPI_Barrier(node_comm));
+}
+
+ShmAllReduce::~ShmAllReduce() {
+  if (window_ != MPI_WIN_NULL) MPI_Win_free(&window_);
+}
+
+char* ShmAllReduce::slot(int rank, uint64_t piece) const {
+  return slots_[static_cast<size_t>(rank)] + (piece % 2) * piece_bytes_;
+}
+
+bool ShmAllReduce::everyone_reached(uint64_t target) const {
+  for (const Counter* c : counters_) {
+    if (c->value.load(std::memory_order_acquire) < target) return false;
+  }
+  return true;
+}
+
+void ShmAllReduce::signal(uint64_t value) {
+  counters_[static_cast<size_t>(rank_)]->value.store(value, std::memory_order_release);
+}
+
+void ShmAllReduce::start(void* data, DType dtype, int64_t count, ReduceOp op) {
+  LOOM_ASSERT(idle(), "a shared-memory all-reduce is already in progress");
+  data_ = static_cast<char*>(data);
+  dtype_ = dtype;
+  count_ = count;
+  op_ = op;
+  next_offset_ = 0;
+  piece_count_ = 0;
+  phase_ = Phase::copy_in;
+  if (count_ == 0) data_ = nullptr;
+}
+
+bool ShmAllReduce::step() {
+  if (data_ == nullptr) return true;
+  const size_t es = dtype_size(dtype_);
+  const int64_t piece_elements = static_cast<int64_t>(piece_bytes_ / es);
+  for (;;) {
+    switch (phase_) {
+      case Phase::copy_in:
+        piece_count_ = std::min(piece_elements, count_ - next_offset_);
+        std::memcpy(slot(rank_, piece_), data_ + next_offset_ * static_cast<int64_t>(es),
+                    static_cast<size_t>(piece_count_) * es);
+        signal(3 * piece_ + 1);
+        phase_ = Phase::wait_in;
+        [[fallthrough]];
+      case Phase::wait_in:
+        if (!everyone_reached(3 * piece_ + 1)) return false;
+        phase_ = Phase::reduce;
+        [[fallthrough]];
+      case Phase::reduce: {
+        const int64_t lo = piece_count_ * rank_ / size_, hi = piece_count_ * (rank_ + 1) / size_;
+        std::vector<const void*> inputs(static_cast<size_t>(size_));
+        for (int r = 0; r < size_; ++r)
+          inputs[static_cast<size_t>(r)] = slot(r, piece_) + lo * static_cast<int64_t>(es);
+        host_reduce_many(slot(rank_, piece_) + lo * static_cast<int64_t>(es), inputs.data(), size_,
+                         dtype_, hi - lo, op_);
+        signal(3 * piece_ + 2);
+        phase_ = Phase::wait_reduced;
+        [[fallthrough]];
+      }
+      case Phase::wait_reduced:
+        if (!everyone_reached(3 * piece_ + 2)) return false;
+        phase_ = Phase::copy_out;
+        [[fallthrough]];
+      case Phase::copy_out: {
+        char* out = data_ + next_offset_ * static_cast<int64_t>(es);
+        for (int r = 0; r < size_; ++r) {
+          const int64_t lo = piece_count_ * r / size_, hi = piece_count_ * (r + 1) / size_;
+          std::memcpy(out + lo * static_cast<int64_t>(es),
+                      slot(r, piece_) + lo * static_cast<int64_t>(es),
+                      static_cast<size_t>(hi - lo) * es);
+        }
+        signal(3 * piece_ + 3);
+        ++piece_;
+        next_offset_ += piece_count_;
+        phase_ = Phase::copy_in;
+        if (next_offset_ >= count_) {
+          data_ = nullptr;
+          return true;
+        }
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace loom::comm::detail
