@@ -9,6 +9,7 @@
 //                   naming it, abort, and the job ends.
 //   frozen-rank     the last rank is stopped (SIGSTOP) before the second
 //                   all_reduce: it cannot even answer, and is named as such.
+//   missing-split   the last rank never calls split(); the others time out naming it.
 //   killed-rank     rank 1 is killed (SIGKILL) while the others are in an all_reduce.
 //   exited-rank     rank 1 exits with status 0 but without MPI_Finalize, in the middle.
 //   mismatch-op     (with LOOM_DEBUG_COLLECTIVES=1) rank 0 calls all_reduce, the
@@ -64,6 +65,9 @@ int main(int argc, char** argv) {
       busy_elsewhere();
     }
     world.all_reduce(t).wait();  // times out on the other ranks
+  } else if (mode == "missing-split") {
+    if (rank == last) busy_elsewhere();
+    world.split(0, rank, "dp");
   } else if (mode == "killed-rank" || mode == "exited-rank") {
     const Tensor big = Tensor::full({1 << 20}, 1.0);
     if (rank == 1) {

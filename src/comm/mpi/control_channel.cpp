@@ -74,14 +74,18 @@ void ControlChannel::on_receive(ProgressEngine& engine) {
   switch (status.MPI_TAG) {
     case status_query: {
       const auto peer = peer_.lock();
-      if (peer) send(engine, source, status_reply, a, peer->last_issued_seq(), "");
+      if (peer) {
+        send(engine, source, status_reply, a, peer->last_issued_seq(),
+             std::to_string(peer->splits_called()));
+      }
       break;
     }
     case status_reply: {
       std::lock_guard lock(mutex_);
       const auto it = queries_.find(a);
       if (it != queries_.end() && !it->second->answers[static_cast<size_t>(source)]) {
-        it->second->answers[static_cast<size_t>(source)] = b;
+        it->second->answers[static_cast<size_t>(source)] =
+            Progress{b, text.empty() ? 0 : std::stoull(text)};
         if (--it->second->missing == 0) answered_.notify_all();
       }
       break;
@@ -118,12 +122,11 @@ void ControlChannel::send(ProgressEngine& engine, int dest, Kind kind, uint64_t 
   engine.start_now(std::move(op));
 }
 
-std::vector<std::optional<uint64_t>> ControlChannel::query_progress(ProgressEngine& engine,
-                                                                    uint64_t own_seq,
-                                                                    Milliseconds wait) {
+std::vector<std::optional<ControlChannel::Progress>> ControlChannel::query_progress(
+    ProgressEngine& engine, Progress own, Milliseconds wait) {
   auto query = std::make_shared<Query>();
   query->answers.resize(static_cast<size_t>(size_));
-  query->answers[static_cast<size_t>(rank_)] = own_seq;
+  query->answers[static_cast<size_t>(rank_)] = own;
   query->missing = size_ - 1;
   uint64_t id = 0;
   {

@@ -5,7 +5,8 @@
 // for control messages, serviced by the progress thread through a receive
 // that is always posted (MPI_ANY_SOURCE, MPI_ANY_TAG). Messages:
 //   status query  -> the receiver answers with the number of the last
-//                    collective it has issued on the communicator;
+//                    collective it has issued on the communicator, and how
+//                    many splits of it it has called;
 //   status reply  -> fills in a pending query of peer_progress();
 //   abort(origin, reason)
 //                 -> the receiver aborts its communicator: its pending works
@@ -41,6 +42,7 @@ class ControlPeer {
  public:
   virtual ~ControlPeer() = default;
   virtual uint64_t last_issued_seq() const = 0;
+  virtual uint64_t splits_called() const = 0;
   // Rank `origin` aborted the communicator (called on the progress thread).
   virtual void on_peer_abort(int origin, const std::string& reason) = 0;
 };
@@ -67,9 +69,14 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
   void close();
 
   // ---- any thread ----------------------------------------------------------------------------
-  // Asks every peer for its last collective; waits at most `wait` for the
-  // answers. Entry r is nullopt when rank r did not answer.
-  std::vector<std::optional<uint64_t>> query_progress(ProgressEngine& engine, uint64_t own_seq,
+  // How far one rank has got on the communicator.
+  struct Progress {
+    uint64_t last_collective = 0;
+    uint64_t splits = 0;
+  };
+  // Asks every peer how far it has got; waits at most `wait` for the answers.
+  // Entry r is nullopt when rank r did not answer.
+  std::vector<std::optional<Progress>> query_progress(ProgressEngine& engine, Progress own,
                                                       Milliseconds wait);
   // Sends abort(origin, reason) to every peer (on the progress thread, best
   // effort). A rank that receives one passes it on unchanged, in case the
@@ -78,7 +85,7 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
 
  private:
   struct Query {
-    std::vector<std::optional<uint64_t>> answers;
+    std::vector<std::optional<Progress>> answers;
     int missing = 0;
   };
   void send(ProgressEngine& engine, int dest, Kind kind, uint64_t a, uint64_t b,

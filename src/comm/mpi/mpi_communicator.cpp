@@ -230,7 +230,9 @@ void MpiCommunicator::start_recv(const Tensor& tensor, int peer, int tag,
 
 std::shared_ptr<Communicator> MpiCommunicator::do_split(int color, int key,
                                                         const std::string& name) {
-  const std::string what = str_cat("split of group '", this->name(), "' into '", name, "'");
+  const uint64_t number = ++splits_;
+  const std::string what =
+      str_cat("split #", number, " of group '", this->name(), "' (into '", name, "')");
   auto result = std::make_shared<SplitResult>();
   auto op = std::make_unique<SplitOp>(channel_->data(), color, key, what, result);
   op->channel = id_;
@@ -240,15 +242,21 @@ std::shared_ptr<Communicator> MpiCommunicator::do_split(int color, int key,
     lock.unlock();
     std::string message =
         str_cat(what, " did not complete within ", default_timeout().count() / 1000.0, " s on ",
-                describe_rank(rank()), ": a rank of the group has not called it");
-    if (const auto progress = peer_progress()) {
-      message += " (last collective of each rank:";
-      for (int r = 0; r < size(); ++r) {
-        const auto& seq = (*progress)[static_cast<size_t>(r)];
-        message += str_cat(r ? ", " : " ", r, ": ", seq ? str_cat("#", *seq) : "no answer");
+                describe_rank(rank()));
+    const Milliseconds wait = std::min<Milliseconds>(std::chrono::seconds(5), default_timeout());
+    const auto progress = channel_->query_progress(*engine_, own_progress(), wait);
+    std::vector<std::string> parts;
+    for (int r = 0; r < size(); ++r) {
+      const auto& p = progress[static_cast<size_t>(r)];
+      if (!p) {
+        parts.push_back(str_cat(describe_rank(r), " did not answer (dead, or stuck outside Loom)"));
+      } else if (p->splits < number) {
+        parts.push_back(str_cat(describe_rank(r), " has not called it (it has called ", p->splits,
+                                " split(s) of this group)"));
       }
-      message += ")";
     }
+    message += parts.empty() ? ": every rank has called it; MPI itself is stuck" : ": ";
+    for (size_t i = 0; i < parts.size(); ++i) message += (i ? "; " : "") + parts[i];
     LOOM_LOG_ERROR(message);
     abort(message);
     throw CommError(CommError::Kind::timeout, message);
@@ -285,7 +293,11 @@ void MpiCommunicator::cross_check(const OpInfo& info) {
 
 std::optional<std::vector<std::optional<uint64_t>>> MpiCommunicator::peer_progress() {
   const Milliseconds wait = std::min<Milliseconds>(std::chrono::seconds(5), default_timeout());
-  return channel_->query_progress(*engine_, last_seq_.load(), wait);
+  std::vector<std::optional<uint64_t>> seqs;
+  for (const auto& p : channel_->query_progress(*engine_, own_progress(), wait)) {
+    seqs.push_back(p ? std::optional<uint64_t>(p->last_collective) : std::nullopt);
+  }
+  return seqs;
 }
 
 void MpiCommunicator::notify_peers_of_abort(const std::string& reason) {

@@ -36,6 +36,7 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
 
   // ControlPeer (progress thread).
   uint64_t last_issued_seq() const override { return last_seq_.load(); }
+  uint64_t splits_called() const override { return splits_.load(); }
   void on_peer_abort(int origin, const std::string& reason) override;
 
  protected:
@@ -68,11 +69,13 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   OpTarget target() const;
   // Records the collective as issued (for status queries) and queues its op.
   void issue(const detail::WorkPtr& work, std::unique_ptr<MpiOp> op);
+  ControlChannel::Progress own_progress() const { return {last_seq_.load(), splits_.load()}; }
 
   const std::shared_ptr<ProgressEngine> engine_;
   const uint64_t id_;
   std::shared_ptr<ControlChannel> channel_;
   std::atomic<uint64_t> last_seq_{0};
+  std::atomic<uint64_t> splits_{0};
   std::mutex abort_mutex_;                                 // guards the members below
   std::weak_ptr<detail::WorkState> cross_check_;           // in flight, failed by an abort
   std::optional<std::pair<int, std::string>> peer_abort_;  // (origin, reason) of a peer's abort

@@ -84,7 +84,7 @@ void ProgressEngine::post(std::function<void()> fn) {
 }
 
 bool ProgressEngine::has_work_locked() const {
-  return !commands_.empty() || (!queue_.empty() && !fence_active_);
+  return !commands_.empty() || (!queue_.empty() && fence_ == nullptr);
 }
 
 // ---- the thread ---------------------------------------------------------------------------------
@@ -149,7 +149,7 @@ void ProgressEngine::take_work() {
       if (!commands_.empty()) {
         command = std::move(commands_.front());
         commands_.pop_front();
-      } else if (!fence_active_ && !queue_.empty()) {
+      } else if (fence_ == nullptr && !queue_.empty()) {
         op = std::move(queue_.front());
         queue_.pop_front();
       } else {
@@ -183,7 +183,7 @@ void ProgressEngine::start_op(std::unique_ptr<MpiOp> op) {
   active_.push_back(std::move(op));
   if (ref.fence && !ref.failed) {
     std::lock_guard lock(mutex_);
-    fence_active_ = true;
+    fence_ = &ref;
   }
   if (finish_if_done(ref)) remove_op(ref);
 }
@@ -274,9 +274,9 @@ bool ProgressEngine::finish_if_done(MpiOp& op) {
 }
 
 void ProgressEngine::remove_op(MpiOp& op) {
-  if (op.fence) {
+  if (&op == fence_) {
     std::lock_guard lock(mutex_);
-    fence_active_ = false;
+    fence_ = nullptr;
   }
   std::erase_if(active_, [&](const std::unique_ptr<MpiOp>& p) { return p.get() == &op; });
 }
@@ -315,7 +315,13 @@ void ProgressEngine::remove_channel(uint64_t id) {
 void ProgressEngine::channel_aborted(uint64_t id) {
   aborted_channels_.insert(id);
   for (auto& op : active_) {
-    if (op->channel != id || !op->cancellable()) continue;
+    if (op->channel != id) continue;
+    if (op.get() == fence_) {
+      // A split that will never complete must not hold up every other communicator.
+      std::lock_guard lock(mutex_);
+      fence_ = nullptr;
+    }
+    if (!op->cancellable()) continue;
     for (MPI_Request& request : op->requests) {
       if (request != MPI_REQUEST_NULL) MPI_Cancel(&request);
     }

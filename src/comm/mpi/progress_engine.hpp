@@ -127,7 +127,7 @@ class ProgressEngine {
   bool doorbell_rung_ = false;
   bool stopping_ = false;
   bool stopped_ = false;
-  bool fence_active_ = false;  // an op with `fence` is in flight
+  const MpiOp* fence_ = nullptr;  // the op with `fence` in flight, if any
   std::chrono::steady_clock::time_point grace_deadline_{};
   bool clean_ = true;  // nothing was left in flight at shutdown
 
