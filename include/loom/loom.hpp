@@ -1,6 +1,9 @@
 // Loom: everything a training program needs, in one include.
 #pragma once
 
+#include "loom/comm/communicator.hpp"
+#include "loom/comm/context.hpp"
+#include "loom/comm/local.hpp"
 #include "loom/config.hpp"
 #include "loom/core/allocator.hpp"
 #include "loom/core/build_info.hpp"

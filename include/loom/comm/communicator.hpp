@@ -1,11 +1,11 @@
 // Communicator: collectives and point-to-point messages among one group of ranks.
 //
-// One interface, several backends chosen at run time (make_world_communicator
-// in context.hpp, or the backend's own factory):
+// One interface, several backends chosen at run time (loom::init() in
+// context.hpp makes the world communicator; make_local_group() in local.hpp):
 //
 //   mpi    host tensors over MPI; CUDA tensors staged through host memory.
 //          One progress thread per process drives non-blocking operations.
-//   nccl   CUDA tensors over NCCL, on a communication stream fenced by events.
+//   nccl   (planned) CUDA tensors over NCCL, on a communication stream fenced by events.
 //   local  ranks as threads of one process (tests of multi-rank logic).
 //
 // Contract, whatever the backend:

@@ -1,0 +1,237 @@
+// loom::init() and loom::Context (see loom/comm/context.hpp).
+#include "loom/comm/context.hpp"
+
+#include <mpi.h>
+
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+
+#include "comm/mpi/mpi_communicator.hpp"
+#include "comm/mpi/progress_engine.hpp"
+#include "core/mpi_check.hpp"
+#include "loom/core/logging.hpp"
+
+namespace loom {
+namespace {
+
+std::mutex g_mutex;
+bool g_alive = false;  // a Context exists
+
+// NOTE [uncaught errors end the job]
+// An exception nobody catches (a CommError after a timeout, typically) must
+// end this process non-zero *and* take the other ranks down: a rank that just
+// dies leaves its peers to their own timeouts, or hanging in a blocking MPI
+// call outside Loom. The handler logs what() and calls MPI_Abort, which makes
+// mpirun (or srun) kill every rank of the job. The flight recorder was dumped
+// already by the timeout path, so the message is all it prints.
+[[noreturn]] void abort_job_on_uncaught_exception() {
+  std::string what = "std::terminate called without an active exception";
+  if (const std::exception_ptr error = std::current_exception()) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      what = str_cat("uncaught exception: ", e.what());
+    } catch (...) {
+      what = "uncaught exception of a type not derived from std::exception";
+    }
+  }
+  log_line(LogLevel::error,
+           str_cat(what,
+                   "\nloom: ending the job with MPI_Abort so that the other ranks do not "
+                   "wait for this one"));
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
+std::string backend_choice(const InitOptions& options) {
+  std::string backend = options.backend;
+  if (backend.empty()) {
+    const char* env = std::getenv("LOOM_COMM_BACKEND");
+    backend = env && *env ? env : "mpi";
+  }
+  LOOM_CHECK(backend == "mpi", "communication backend '", backend, "' is not available: ",
+             backend == "nccl" ? "the nccl backend is not implemented yet; 'mpi' also accepts "
+                                 "CUDA tensors (staged through host memory)"
+                               : "the backends are 'mpi' (and, later, 'nccl')");
+  return backend;
+}
+
+std::string thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE:
+      return "MPI_THREAD_MULTIPLE";
+  }
+  return str_cat("thread level ", level);
+}
+
+std::string mpi_library() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  MPI_Get_library_version(text, &length);
+  std::string version(text, static_cast<size_t>(length));
+  const size_t comma = version.find(',');
+  return comma == std::string::npos ? version : version.substr(0, comma);
+}
+
+// The wait strategy of the progress thread (NOTE [progress engine]).
+comm::mpi::ProgressEngine::Mode progress_mode(bool loom_started_mpi) {
+  using Mode = comm::mpi::ProgressEngine::Mode;
+#ifdef OMPI_MAJOR_VERSION
+  // Open MPI's blocking waits yield the core only with mpi_yield_when_idle,
+  // which init() sets before MPI_Init; an MPI started by the user may lack it.
+  const char* yield = std::getenv("OMPI_MCA_mpi_yield_when_idle");
+  const bool yields = loom_started_mpi ? !(yield && std::string(yield) == "0")
+                                       : (yield && std::string(yield) == "1");
+  return comm::mpi::ProgressEngine::mode_from_env(yields ? Mode::wait : Mode::poll);
+#else
+  (void)loom_started_mpi;
+  return comm::mpi::ProgressEngine::mode_from_env(Mode::poll);
+#endif
+}
+
+}  // namespace
+
+struct Context::State {
+  LaunchInfo launch;
+  Device device;
+  std::string backend;
+  bool owns_mpi = false;
+  std::shared_ptr<comm::mpi::ProgressEngine> engine;
+  std::shared_ptr<comm::Communicator> world;
+  bool handler_installed = false;
+  std::terminate_handler previous_handler = nullptr;
+};
+
+Context init(const InitOptions& options) {
+  std::lock_guard guard(g_mutex);
+  LOOM_CHECK(!g_alive,
+             "loom::init() was called while a loom::Context is alive: call it once, "
+             "at the start of main(), and keep the Context until the end");
+  auto state = std::make_unique<Context::State>();
+  state->backend = backend_choice(options);
+  const LaunchInfo launched = detect_launch();
+
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  LOOM_CHECK(!finalized,
+             "loom::init(): MPI has been finalized already (by an earlier "
+             "loom::Context or by the program); MPI cannot be started twice");
+  if (!initialized) {
+#ifdef OMPI_MAJOR_VERSION
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
+#endif
+    int provided = 0;
+    LOOM_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
+    state->owns_mpi = true;
+  }
+  int provided = 0;
+  LOOM_MPI_CHECK(MPI_Query_thread(&provided));
+  if (provided < MPI_THREAD_MULTIPLE) {
+    if (state->owns_mpi) MPI_Finalize();
+    throw Error(str_cat("loom::init(): MPI provides ", thread_level_name(provided),
+                        " but Loom's progress thread needs MPI_THREAD_MULTIPLE",
+                        state->owns_mpi ? " (this MPI library was built without it)"
+                                        : "; initialize MPI with MPI_Init_thread(..., "
+                                          "MPI_THREAD_MULTIPLE, ...) or let loom::init() do it"));
+  }
+
+  // Loom's own communicators, so that its traffic never meets the program's.
+  MPI_Comm data = MPI_COMM_NULL, control = MPI_COMM_NULL, local = MPI_COMM_NULL;
+  LOOM_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &data));
+  LOOM_MPI_CHECK(MPI_Comm_set_errhandler(data, MPI_ERRORS_RETURN));
+  LOOM_MPI_CHECK(MPI_Comm_dup(data, &control));
+  LOOM_MPI_CHECK(MPI_Comm_set_errhandler(control, MPI_ERRORS_RETURN));
+  LaunchInfo mpi_view = launched;
+  LOOM_MPI_CHECK(MPI_Comm_rank(data, &mpi_view.rank));
+  LOOM_MPI_CHECK(MPI_Comm_size(data, &mpi_view.world_size));
+  LOOM_MPI_CHECK(
+      MPI_Comm_split_type(data, MPI_COMM_TYPE_SHARED, mpi_view.rank, MPI_INFO_NULL, &local));
+  LOOM_MPI_CHECK(MPI_Comm_rank(local, &mpi_view.local_rank));
+  LOOM_MPI_CHECK(MPI_Comm_size(local, &mpi_view.local_size));
+  MPI_Comm_free(&local);
+  if (const std::string mismatch = launch_mismatch(launched, mpi_view); !mismatch.empty()) {
+    MPI_Comm_free(&control);
+    MPI_Comm_free(&data);
+    if (state->owns_mpi) MPI_Finalize();
+    throw Error("loom::init(): " + mismatch);
+  }
+  state->launch = mpi_view;
+  set_log_rank(mpi_view.rank, mpi_view.world_size);
+
+  state->device = options.device.value_or(device_for_local_rank(mpi_view.local_rank));
+  set_device(state->device);
+
+  state->engine = std::make_shared<comm::mpi::ProgressEngine>(progress_mode(state->owns_mpi));
+  state->world = comm::mpi::MpiCommunicator::create(state->engine, data, control, "world");
+
+  if (options.abort_job_on_uncaught_exception) {
+    state->previous_handler = std::set_terminate(&abort_job_on_uncaught_exception);
+    state->handler_installed = true;
+  }
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int host_length = 0;
+  MPI_Get_processor_name(host, &host_length);
+  const bool wait_mode = state->engine->mode() == comm::mpi::ProgressEngine::Mode::wait;
+  LOOM_LOG_INFO("loom::init: ", mpi_view.describe(),
+                launched.launcher == LaunchInfo::Launcher::none ? "" : " (MPI agrees)", "; host ",
+                std::string(host, static_cast<size_t>(host_length)), "; device ", state->device,
+                state->device.is_cpu() && cuda_device_count() == 0 ? " (no usable GPU)" : "",
+                "; backend ", state->backend, " over ", mpi_library(),
+                state->owns_mpi ? "" : " (initialized by the program)",
+                ", MPI_THREAD_MULTIPLE, progress thread ", wait_mode ? "waits in MPI" : "polls");
+  g_alive = true;
+  return Context(std::move(state));
+}
+
+Context::Context(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+Context::~Context() {
+  if (!state_) return;
+  // Ops of live communicators get a little time to finish; aborted ones none.
+  const comm::Milliseconds grace =
+      std::min<comm::Milliseconds>(std::chrono::seconds(10), state_->world->default_timeout());
+  state_->world.reset();
+  const bool clean = state_->engine->shutdown(grace);
+  state_->engine.reset();
+  if (state_->owns_mpi) {
+    if (clean) {
+      MPI_Finalize();
+    } else {
+      LOOM_LOG_ERROR(
+          "~loom::Context: MPI is not finalized because operations are still in "
+          "flight (see above)");
+    }
+  }
+  if (state_->handler_installed) std::set_terminate(state_->previous_handler);
+  std::lock_guard guard(g_mutex);
+  g_alive = false;
+}
+
+const LaunchInfo& Context::launch() const {
+  return state_->launch;
+}
+Device Context::device() const {
+  return state_->device;
+}
+const std::shared_ptr<comm::Communicator>& Context::world() const {
+  return state_->world;
+}
+const std::string& Context::backend() const {
+  return state_->backend;
+}
+bool Context::owns_mpi() const {
+  return state_->owns_mpi;
+}
+
+}  // namespace loom

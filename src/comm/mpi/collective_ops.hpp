@@ -1,0 +1,90 @@
+// Internal: the ops that carry out each collective and point-to-point call of
+// the mpi backend on the progress thread (see mpi_op.hpp for their life cycle).
+//
+// Factories run on the caller's thread: they check what MPI's int counts can
+// express and record where CUDA tensors' contents become ready; the op does
+// everything else on the progress thread. One element count per MPI call is
+// at most max_elements_per_call() (INT_MAX): all_reduce, reduce, broadcast,
+// send and recv split larger tensors into several calls (posted together,
+// matched in order); the per-rank-count collectives (reduce_scatter,
+// all_gather, all_to_all) need every count and offset to fit, else the call
+// throws loom::Error.
+#pragma once
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/mpi/mpi_op.hpp"
+#include "comm/mpi/mpi_types.hpp"
+#include "comm/mpi/staging.hpp"
+#include "comm/work_state.hpp"
+
+namespace loom::comm::mpi {
+
+// The communicator an op runs on.
+struct OpTarget {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  int size = 1;
+  uint64_t channel = 0;
+  const MpiTypes* types = nullptr;
+};
+
+// Elements per MPI call: INT_MAX unless lowered for a test (0 restores the default).
+int64_t max_elements_per_call();
+void set_max_elements_per_call(int64_t count);
+
+// An op that completes a user's Work.
+class WorkOp : public MpiOp {
+ public:
+  WorkOp(const OpTarget& target, detail::WorkPtr work);
+  void posted() override { work_->mark_started(); }
+  void succeed() override;
+  void fail(std::exception_ptr error) override;
+  std::string describe() const override { return work_->describe(); }
+
+ protected:
+  // After every request has completed, before the Work completes (scale, copy back).
+  virtual void finish() {}
+  // Calls post(offset, count) for consecutive pieces of at most max_elements_per_call().
+  template <typename Post>
+  static void for_each_chunk(int64_t total, Post post) {
+    const int64_t chunk = max_elements_per_call();
+    for (int64_t offset = 0; offset < total; offset += chunk) {
+      post(offset, static_cast<int>(std::min(chunk, total - offset)));
+    }
+  }
+
+  OpTarget target_;
+  detail::WorkPtr work_;
+};
+
+std::unique_ptr<MpiOp> make_all_reduce(const OpTarget& target, const Tensor& tensor, ReduceOp op,
+                                       const detail::WorkPtr& work);
+std::unique_ptr<MpiOp> make_reduce(const OpTarget& target, const Tensor& tensor, ReduceOp op,
+                                   int root, const detail::WorkPtr& work);
+std::unique_ptr<MpiOp> make_reduce_scatter(const OpTarget& target, const Tensor& input,
+                                           const Tensor& output, ReduceOp op,
+                                           const std::vector<int64_t>& counts,
+                                           const detail::WorkPtr& work);
+std::unique_ptr<MpiOp> make_all_gather(const OpTarget& target, const Tensor& input,
+                                       const Tensor& output, const std::vector<int64_t>& counts,
+                                       const detail::WorkPtr& work);
+std::unique_ptr<MpiOp> make_broadcast(const OpTarget& target, const Tensor& tensor, int root,
+                                      const detail::WorkPtr& work);
+std::unique_ptr<MpiOp> make_all_to_all(const OpTarget& target, const Tensor& input,
+                                       const Tensor& output,
+                                       const std::vector<int64_t>& send_counts,
+                                       const std::vector<int64_t>& recv_counts,
+                                       const detail::WorkPtr& work);
+std::unique_ptr<MpiOp> make_barrier(const OpTarget& target, const detail::WorkPtr& work);
+std::unique_ptr<MpiOp> make_send(const OpTarget& target, const Tensor& tensor, int peer, int tag,
+                                 const detail::WorkPtr& work);
+std::unique_ptr<MpiOp> make_recv(const OpTarget& target, const Tensor& tensor, int peer, int tag,
+                                 const detail::WorkPtr& work);
+
+}  // namespace loom::comm::mpi

@@ -1,0 +1,159 @@
+#include "comm/mpi/control_channel.hpp"
+
+#include <cstring>
+
+#include "comm/mpi/progress_engine.hpp"
+#include "core/mpi_check.hpp"
+#include "loom/core/logging.hpp"
+
+namespace loom::comm::mpi {
+namespace {
+
+// A control message: two numbers, then text (the abort reason), at most this long.
+constexpr size_t kHeaderBytes = 2 * sizeof(uint64_t);
+constexpr size_t kMaxText = 8192;
+
+// A fire-and-forget send of one control message.
+class ControlSend final : public MpiOp {
+ public:
+  ControlSend(MPI_Comm comm, int dest, int tag, std::vector<char> bytes)
+      : comm_(comm), dest_(dest), tag_(tag), bytes_(std::move(bytes)) {}
+  void start() override {
+    LOOM_MPI_CHECK(MPI_Isend(bytes_.data(), static_cast<int>(bytes_.size()), MPI_BYTE, dest_, tag_,
+                             comm_, new_request()));
+  }
+  void succeed() override {}
+  void fail(std::exception_ptr error) override {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      LOOM_LOG_DEBUG("control message to rank ", dest_, " failed: ", e.what());
+    }
+  }
+  std::string describe() const override {
+    return str_cat("control message ", tag_, " to rank ", dest_);
+  }
+
+ private:
+  MPI_Comm comm_;
+  int dest_, tag_;
+  std::vector<char> bytes_;
+};
+
+}  // namespace
+
+ControlChannel::ControlChannel(uint64_t id, MPI_Comm data, MPI_Comm control, int rank, int size,
+                               std::weak_ptr<ControlPeer> peer)
+    : id_(id),
+      data_(data),
+      control_(control),
+      rank_(rank),
+      size_(size),
+      peer_(std::move(peer)),
+      receive_buffer_(kHeaderBytes + kMaxText) {}
+
+void ControlChannel::post_receive() {
+  LOOM_MPI_CHECK(MPI_Irecv(receive_buffer_.data(), static_cast<int>(receive_buffer_.size()),
+                           MPI_BYTE, MPI_ANY_SOURCE, MPI_ANY_TAG, control_, &receive_request_));
+}
+
+void ControlChannel::on_receive(ProgressEngine& engine) {
+  const MPI_Status status = receive_status_;
+  int bytes = 0;
+  MPI_Get_count(&status, MPI_BYTE, &bytes);
+  uint64_t a = 0, b = 0;
+  std::string text;
+  if (bytes >= static_cast<int>(kHeaderBytes)) {
+    std::memcpy(&a, receive_buffer_.data(), sizeof(a));
+    std::memcpy(&b, receive_buffer_.data() + sizeof(a), sizeof(b));
+    text.assign(receive_buffer_.data() + kHeaderBytes, static_cast<size_t>(bytes) - kHeaderBytes);
+  }
+  // Post again first: the handlers below may take a while (abort fails works).
+  post_receive();
+  const int source = status.MPI_SOURCE;
+  switch (status.MPI_TAG) {
+    case status_query: {
+      const auto peer = peer_.lock();
+      if (peer) {
+        send(engine, source, status_reply, a, peer->last_issued_seq(),
+             std::to_string(peer->splits_called()));
+      }
+      break;
+    }
+    case status_reply: {
+      std::lock_guard lock(mutex_);
+      const auto it = queries_.find(a);
+      if (it != queries_.end() && !it->second->answers[static_cast<size_t>(source)]) {
+        it->second->answers[static_cast<size_t>(source)] =
+            Progress{b, text.empty() ? 0 : std::stoull(text)};
+        if (--it->second->missing == 0) answered_.notify_all();
+      }
+      break;
+    }
+    case abort:
+      if (const auto peer = peer_.lock()) peer->on_peer_abort(static_cast<int>(a), text);
+      break;
+    default:
+      LOOM_LOG_WARN("control channel: ignoring message with tag ", status.MPI_TAG, " from rank ",
+                    source);
+  }
+}
+
+void ControlChannel::close() {
+  if (receive_request_ != MPI_REQUEST_NULL) {
+    MPI_Cancel(&receive_request_);
+    MPI_Wait(&receive_request_, MPI_STATUS_IGNORE);
+  }
+  // MPI_Comm_free lets operations still pending on the communicator complete.
+  if (control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
+  if (data_ != MPI_COMM_NULL) MPI_Comm_free(&data_);
+}
+
+void ControlChannel::send(ProgressEngine& engine, int dest, Kind kind, uint64_t a, uint64_t b,
+                          const std::string& text) {
+  if (control_ == MPI_COMM_NULL) return;  // closed
+  const size_t length = std::min(text.size(), kMaxText);
+  std::vector<char> bytes(kHeaderBytes + length);
+  std::memcpy(bytes.data(), &a, sizeof(a));
+  std::memcpy(bytes.data() + sizeof(a), &b, sizeof(b));
+  std::memcpy(bytes.data() + kHeaderBytes, text.data(), length);
+  auto op = std::make_unique<ControlSend>(control_, dest, kind, std::move(bytes));
+  op->channel = 0;  // control traffic outlives an abort of its communicator
+  engine.start_now(std::move(op));
+}
+
+std::vector<std::optional<ControlChannel::Progress>> ControlChannel::query_progress(
+    ProgressEngine& engine, Progress own, Milliseconds wait) {
+  auto query = std::make_shared<Query>();
+  query->answers.resize(static_cast<size_t>(size_));
+  query->answers[static_cast<size_t>(rank_)] = own;
+  query->missing = size_ - 1;
+  uint64_t id = 0;
+  {
+    std::lock_guard lock(mutex_);
+    id = next_query_++;
+    queries_[id] = query;
+  }
+  engine.post([self = shared_from_this(), id, &engine] {
+    for (int r = 0; r < self->size_; ++r) {
+      if (r != self->rank_) self->send(engine, r, status_query, id, 0, "");
+    }
+  });
+  std::unique_lock lock(mutex_);
+  answered_.wait_for(lock, wait, [&] { return query->missing == 0; });
+  queries_.erase(id);
+  return query->answers;
+}
+
+void ControlChannel::broadcast_abort(ProgressEngine& engine, int origin,
+                                     const std::string& reason) {
+  engine.post([self = shared_from_this(), origin, reason, &engine] {
+    for (int r = 0; r < self->size_; ++r) {
+      if (r != self->rank_ && r != origin) {
+        self->send(engine, r, abort, static_cast<uint64_t>(origin), 0, reason);
+      }
+    }
+  });
+}
+
+}  // namespace loom::comm::mpi

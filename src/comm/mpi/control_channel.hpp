@@ -1,0 +1,108 @@
+// Internal: the control channel of one mpi communicator.
+//
+// NOTE [control channel]
+// Each communicator has a second MPI communicator (MPI_Comm_dup of its own)
+// for control messages, serviced by the progress thread through a receive
+// that is always posted (MPI_ANY_SOURCE, MPI_ANY_TAG). Messages:
+//   status query  -> the receiver answers with the number of the last
+//                    collective it has issued on the communicator, and how
+//                    many splits of it it has called;
+//   status reply  -> fills in a pending query of peer_progress();
+//   abort(origin, reason)
+//                 -> the receiver aborts its communicator: its pending works
+//                    fail with CommError{peer_failed} naming the rank that
+//                    started the abort, and it passes the message on.
+// Because the progress thread services it even when the rank is busy
+// elsewhere (computing, or blocked in another wait), a timeout can tell "rank
+// 2 has not called it (its last collective is #1)" from "rank 2 did not
+// answer". The debug cross-check (LOOM_DEBUG_COLLECTIVES) runs its
+// MPI_Iallgather on this communicator too, so it never mixes with data.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loom/comm/types.hpp"
+
+namespace loom::comm::mpi {
+
+class ProgressEngine;
+
+// The communicator behind a channel, as the progress thread sees it.
+class ControlPeer {
+ public:
+  virtual ~ControlPeer() = default;
+  virtual uint64_t last_issued_seq() const = 0;
+  virtual uint64_t splits_called() const = 0;
+  // Rank `origin` aborted the communicator (called on the progress thread).
+  virtual void on_peer_abort(int origin, const std::string& reason) = 0;
+};
+
+class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
+ public:
+  enum Kind : int { status_query = 1, status_reply = 2, abort = 3 };
+
+  // Takes ownership of both communicators (freed by close()).
+  ControlChannel(uint64_t id, MPI_Comm data, MPI_Comm control, int rank, int size,
+                 std::weak_ptr<ControlPeer> peer);
+
+  uint64_t id() const { return id_; }
+  MPI_Comm data() const { return data_; }
+  MPI_Comm control() const { return control_; }
+
+  // ---- progress thread -----------------------------------------------------------------------
+  void post_receive();
+  MPI_Request* receive_request() { return &receive_request_; }
+  MPI_Status* receive_status() { return &receive_status_; }
+  // The receive completed: handle the message and post the receive again.
+  void on_receive(ProgressEngine& engine);
+  // Cancels the receive and frees both communicators.
+  void close();
+
+  // ---- any thread ----------------------------------------------------------------------------
+  // How far one rank has got on the communicator.
+  struct Progress {
+    uint64_t last_collective = 0;
+    uint64_t splits = 0;
+  };
+  // Asks every peer how far it has got; waits at most `wait` for the answers.
+  // Entry r is nullopt when rank r did not answer.
+  std::vector<std::optional<Progress>> query_progress(ProgressEngine& engine, Progress own,
+                                                      Milliseconds wait);
+  // Sends abort(origin, reason) to every peer (on the progress thread, best
+  // effort). A rank that receives one passes it on unchanged, in case the
+  // origin died before reaching everybody.
+  void broadcast_abort(ProgressEngine& engine, int origin, const std::string& reason);
+
+ private:
+  struct Query {
+    std::vector<std::optional<Progress>> answers;
+    int missing = 0;
+  };
+  void send(ProgressEngine& engine, int dest, Kind kind, uint64_t a, uint64_t b,
+            const std::string& text);
+
+  const uint64_t id_;
+  MPI_Comm data_, control_;
+  const int rank_, size_;
+  const std::weak_ptr<ControlPeer> peer_;
+  std::vector<char> receive_buffer_;
+  MPI_Request receive_request_ = MPI_REQUEST_NULL;
+  MPI_Status receive_status_{};
+
+  std::mutex mutex_;  // guards the queries
+  std::condition_variable answered_;
+  uint64_t next_query_ = 1;
+  std::map<uint64_t, std::shared_ptr<Query>> queries_;
+};
+
+}  // namespace loom::comm::mpi

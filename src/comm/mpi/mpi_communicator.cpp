@@ -1,0 +1,330 @@
+#include "comm/mpi/mpi_communicator.hpp"
+
+#include <condition_variable>
+#include <tuple>
+
+#include "comm/cross_check.hpp"
+#include "comm/mpi/collective_ops.hpp"
+#include "comm/work_state.hpp"
+#include "core/mpi_check.hpp"
+#include "loom/core/logging.hpp"
+
+namespace loom::comm::mpi {
+namespace {
+
+// Runs a function on the progress thread in submission order (closing a channel).
+class CommandOp final : public MpiOp {
+ public:
+  CommandOp(std::string what, std::function<void()> fn) : what_(std::move(what)), fn_(fn) {}
+  void start() override { fn_(); }
+  void succeed() override {}
+  void fail(std::exception_ptr error) override {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      LOOM_LOG_WARN(what_, " failed: ", e.what());
+    }
+  }
+  std::string describe() const override { return what_; }
+
+ private:
+  std::string what_;
+  std::function<void()> fn_;
+};
+
+// LOOM_DEBUG_COLLECTIVES: every rank's CallRecord, gathered on the control communicator.
+class CrossCheckOp final : public MpiOp {
+ public:
+  CrossCheckOp(MPI_Comm control, int size, const detail::CallRecord& mine,
+               std::shared_ptr<std::vector<detail::CallRecord>> all, detail::WorkPtr work)
+      : control_(control), mine_(mine), all_(std::move(all)), work_(std::move(work)) {
+    all_->resize(static_cast<size_t>(size));
+  }
+  void start() override {
+    constexpr int kWords = detail::CallRecord::kWords;
+    LOOM_MPI_CHECK(MPI_Iallgather(&mine_, kWords, MPI_INT64_T, all_->data(), kWords, MPI_INT64_T,
+                                  control_, new_request()));
+  }
+  void succeed() override { work_->complete(); }
+  void fail(std::exception_ptr error) override { work_->fail(std::move(error)); }
+  std::string describe() const override { return "cross-check of " + work_->describe(); }
+
+ private:
+  MPI_Comm control_;
+  detail::CallRecord mine_;
+  std::shared_ptr<std::vector<detail::CallRecord>> all_;
+  detail::WorkPtr work_;
+};
+
+// The outcome of a split, handed from the progress thread to the caller.
+struct SplitResult {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  MPI_Comm data = MPI_COMM_NULL, control = MPI_COMM_NULL;
+};
+
+// NOTE [split without hanging]
+// MPI_Comm_split blocks until every rank of the parent has called it, and it
+// is a collective of the parent, ordered with the others. So the op first
+// posts an MPI_Ibarrier (non-blocking: a rank that never splits makes the
+// caller's wait time out instead of hanging the progress thread), and only
+// when it completes, with every rank known to be there, calls MPI_Comm_split
+// and MPI_Comm_dup. The op is a fence: no later op is posted before it ends,
+// so the parent's collectives keep the same order on every rank.
+class SplitOp final : public MpiOp {
+ public:
+  SplitOp(MPI_Comm parent, int color, int key, std::string what,
+          std::shared_ptr<SplitResult> result)
+      : parent_(parent), color_(color), key_(key), what_(std::move(what)), result_(result) {
+    fence = true;
+  }
+  void start() override { LOOM_MPI_CHECK(MPI_Ibarrier(parent_, new_request())); }
+  bool step() override {
+    MPI_Comm data = MPI_COMM_NULL, control = MPI_COMM_NULL;
+    LOOM_MPI_CHECK(MPI_Comm_split(parent_, color_ < 0 ? MPI_UNDEFINED : color_, key_, &data));
+    if (data != MPI_COMM_NULL) {
+      LOOM_MPI_CHECK(MPI_Comm_set_errhandler(data, MPI_ERRORS_RETURN));
+      LOOM_MPI_CHECK(MPI_Comm_dup(data, &control));
+      LOOM_MPI_CHECK(MPI_Comm_set_errhandler(control, MPI_ERRORS_RETURN));
+    }
+    result_->data = data;
+    result_->control = control;
+    return true;
+  }
+  void succeed() override { finish(nullptr); }
+  void fail(std::exception_ptr error) override { finish(std::move(error)); }
+  std::string describe() const override { return what_; }
+
+ private:
+  void finish(std::exception_ptr error) {
+    std::lock_guard lock(result_->mutex);
+    result_->done = true;
+    result_->error = std::move(error);
+    result_->cv.notify_all();
+  }
+  MPI_Comm parent_;
+  int color_, key_;
+  std::string what_;
+  std::shared_ptr<SplitResult> result_;
+};
+
+std::vector<int> world_ranks_of(MPI_Comm comm, int size) {
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  LOOM_MPI_CHECK(MPI_Comm_group(comm, &group));
+  LOOM_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  std::vector<int> ranks(static_cast<size_t>(size)), out(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) ranks[static_cast<size_t>(r)] = r;
+  LOOM_MPI_CHECK(MPI_Group_translate_ranks(group, size, ranks.data(), world, out.data()));
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  return out;
+}
+
+}  // namespace
+
+std::shared_ptr<MpiCommunicator> MpiCommunicator::create(std::shared_ptr<ProgressEngine> engine,
+                                                         MPI_Comm data, MPI_Comm control,
+                                                         const std::string& name) {
+  static std::atomic<uint64_t> next_id{1};
+  int rank = 0, size = 0;
+  LOOM_MPI_CHECK(MPI_Comm_rank(data, &rank));
+  LOOM_MPI_CHECK(MPI_Comm_size(data, &size));
+  const uint64_t id = next_id++;
+  std::shared_ptr<MpiCommunicator> comm(
+      new MpiCommunicator(engine, id, name, rank, size, world_ranks_of(data, size)));
+  comm->channel_ = std::make_shared<ControlChannel>(id, data, control, rank, size,
+                                                    std::weak_ptr<ControlPeer>(comm));
+  engine->post([e = engine.get(), channel = comm->channel_] { e->add_channel(channel); });
+  return comm;
+}
+
+MpiCommunicator::MpiCommunicator(std::shared_ptr<ProgressEngine> engine, uint64_t id,
+                                 const std::string& name, int rank, int size,
+                                 std::vector<int> world_ranks)
+    : Communicator(name, rank, size, std::move(world_ranks)), engine_(std::move(engine)), id_(id) {}
+
+MpiCommunicator::~MpiCommunicator() {
+  // Queued behind this communicator's ops; MPI_Comm_free lets pending ones finish.
+  try {
+    if (engine_->running()) {
+      engine_->submit(
+          std::make_unique<CommandOp>(str_cat("closing group '", name(), "'"),
+                                      [e = engine_.get(), id = id_] { e->remove_channel(id); }));
+    }
+  } catch (const std::exception& e) {
+    LOOM_LOG_DEBUG("closing group '", name(), "': ", e.what());
+  }
+}
+
+OpTarget MpiCommunicator::target() const {
+  OpTarget t;
+  t.comm = channel_->data();
+  t.rank = rank();
+  t.size = size();
+  t.channel = id_;
+  t.types = &engine_->types();
+  return t;
+}
+
+void MpiCommunicator::issue(const detail::WorkPtr& work, std::unique_ptr<MpiOp> op) {
+  const OpType type = work->info().op;
+  if (type != OpType::send && type != OpType::recv) last_seq_.store(work->info().seq);
+  engine_->submit(std::move(op));
+}
+
+void MpiCommunicator::check_tensor_support(const Tensor& tensor, const char* what) const {
+  LOOM_CHECK(tensor.device().is_cpu() || tensor.device().is_cuda(), what, " on group '", name(),
+             "': the mpi backend handles host and CUDA tensors, not ", tensor.str());
+}
+
+// ---- operations ---------------------------------------------------------------------------------
+
+void MpiCommunicator::start_all_reduce(const Tensor& tensor, ReduceOp op,
+                                       const detail::WorkPtr& work) {
+  issue(work, make_all_reduce(target(), tensor, op, work));
+}
+
+void MpiCommunicator::start_reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op,
+                                           const std::vector<int64_t>& counts,
+                                           const detail::WorkPtr& work) {
+  issue(work, make_reduce_scatter(target(), input, output, op, counts, work));
+}
+
+void MpiCommunicator::start_all_gather(const Tensor& input, const Tensor& output,
+                                       const std::vector<int64_t>& counts,
+                                       const detail::WorkPtr& work) {
+  issue(work, make_all_gather(target(), input, output, counts, work));
+}
+
+void MpiCommunicator::start_broadcast(const Tensor& tensor, int root, const detail::WorkPtr& work) {
+  issue(work, make_broadcast(target(), tensor, root, work));
+}
+
+void MpiCommunicator::start_reduce(const Tensor& tensor, ReduceOp op, int root,
+                                   const detail::WorkPtr& work) {
+  issue(work, make_reduce(target(), tensor, op, root, work));
+}
+
+void MpiCommunicator::start_all_to_all(const Tensor& input, const Tensor& output,
+                                       const std::vector<int64_t>& send_counts,
+                                       const std::vector<int64_t>& recv_counts,
+                                       const detail::WorkPtr& work) {
+  issue(work, make_all_to_all(target(), input, output, send_counts, recv_counts, work));
+}
+
+void MpiCommunicator::start_barrier(const detail::WorkPtr& work) {
+  issue(work, make_barrier(target(), work));
+}
+
+void MpiCommunicator::start_send(const Tensor& tensor, int peer, int tag,
+                                 const detail::WorkPtr& work) {
+  issue(work, make_send(target(), tensor, peer, tag, work));
+}
+
+void MpiCommunicator::start_recv(const Tensor& tensor, int peer, int tag,
+                                 const detail::WorkPtr& work) {
+  issue(work, make_recv(target(), tensor, peer, tag, work));
+}
+
+std::shared_ptr<Communicator> MpiCommunicator::do_split(int color, int key,
+                                                        const std::string& name) {
+  const uint64_t number = ++splits_;
+  const std::string what =
+      str_cat("split #", number, " of group '", this->name(), "' (into '", name, "')");
+  auto result = std::make_shared<SplitResult>();
+  auto op = std::make_unique<SplitOp>(channel_->data(), color, key, what, result);
+  op->channel = id_;
+  engine_->submit(std::move(op));
+  std::unique_lock lock(result->mutex);
+  if (!result->cv.wait_for(lock, default_timeout(), [&] { return result->done; })) {
+    lock.unlock();
+    std::string message =
+        str_cat(what, " did not complete within ", default_timeout().count() / 1000.0, " s on ",
+                describe_rank(rank()));
+    const Milliseconds wait = std::min<Milliseconds>(std::chrono::seconds(5), default_timeout());
+    const auto progress = channel_->query_progress(*engine_, own_progress(), wait);
+    std::vector<std::string> parts;
+    for (int r = 0; r < size(); ++r) {
+      const auto& p = progress[static_cast<size_t>(r)];
+      if (!p) {
+        parts.push_back(str_cat(describe_rank(r), " did not answer (dead, or stuck outside Loom)"));
+      } else if (p->splits < number) {
+        parts.push_back(str_cat(describe_rank(r), " has not called it (it has called ", p->splits,
+                                " split(s) of this group)"));
+      }
+    }
+    message += parts.empty() ? ": every rank has called it; MPI itself is stuck" : ": ";
+    for (size_t i = 0; i < parts.size(); ++i) message += (i ? "; " : "") + parts[i];
+    LOOM_LOG_ERROR(message);
+    abort(message);
+    throw CommError(CommError::Kind::timeout, message);
+  }
+  if (result->error) std::rethrow_exception(result->error);
+  if (result->data == MPI_COMM_NULL) return nullptr;
+  return create(engine_, result->data, result->control, name);
+}
+
+// ---- no silent hangs ----------------------------------------------------------------------------
+
+void MpiCommunicator::cross_check(const OpInfo& info) {
+  // The rank has reached this collective: status queries must say so even if
+  // the cross-check itself is what waits.
+  last_seq_.store(info.seq);
+  auto state =
+      std::make_shared<detail::WorkState>(info, default_timeout(), weak_from_this(), nullptr);
+  auto records = std::make_shared<std::vector<detail::CallRecord>>();
+  auto op = std::make_unique<CrossCheckOp>(channel_->control(), size(), detail::call_record(info),
+                                           records, state);
+  op->channel = id_;
+  {
+    std::lock_guard lock(abort_mutex_);
+    cross_check_ = state;
+  }
+  engine_->submit(std::move(op));
+  state->wait(default_timeout());  // on timeout: diagnoses, aborts, throws
+  const std::string mismatch = detail::collective_mismatch(name(), *records);
+  if (!mismatch.empty()) {
+    LOOM_LOG_ERROR(mismatch);
+    throw CommError(CommError::Kind::mismatch, mismatch);
+  }
+}
+
+std::optional<std::vector<std::optional<uint64_t>>> MpiCommunicator::peer_progress() {
+  const Milliseconds wait = std::min<Milliseconds>(std::chrono::seconds(5), default_timeout());
+  std::vector<std::optional<uint64_t>> seqs;
+  for (const auto& p : channel_->query_progress(*engine_, own_progress(), wait)) {
+    seqs.push_back(p ? std::optional<uint64_t>(p->last_collective) : std::nullopt);
+  }
+  return seqs;
+}
+
+void MpiCommunicator::notify_peers_of_abort(const std::string& reason) {
+  std::shared_ptr<detail::WorkState> check;
+  int origin = rank();
+  std::string original = reason;
+  {
+    std::lock_guard lock(abort_mutex_);
+    check = cross_check_.lock();
+    // Passed on as it came, so every rank names the rank that started the abort.
+    if (peer_abort_) std::tie(origin, original) = *peer_abort_;
+  }
+  if (check) {
+    check->fail(CommError(CommError::Kind::peer_failed,
+                          str_cat("group '", name(), "' was aborted: ", reason)));
+  }
+  channel_->broadcast_abort(*engine_, origin, original);
+  engine_->post([e = engine_.get(), id = id_] { e->channel_aborted(id); });
+}
+
+void MpiCommunicator::on_peer_abort(int origin, const std::string& reason) {
+  {
+    std::lock_guard lock(abort_mutex_);
+    if (aborted()) return;
+    peer_abort_ = std::make_pair(origin, reason);
+  }
+  abort(str_cat(describe_rank(origin), " aborted the group: ", reason));
+}
+
+}  // namespace loom::comm::mpi

@@ -1,0 +1,84 @@
+// Internal: the mpi backend's Communicator.
+//
+// Each instance owns two MPI communicators: `data` for the collectives and
+// messages it carries, `control` (a duplicate) for its control channel (see
+// control_channel.hpp). Every call becomes an op queued on the process's
+// progress engine (progress_engine.hpp), which posts it with non-blocking
+// MPI and completes the Work when MPI is done.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "comm/mpi/control_channel.hpp"
+#include "comm/mpi/progress_engine.hpp"
+#include "loom/comm/communicator.hpp"
+
+namespace loom::comm::mpi {
+
+struct OpTarget;
+
+class MpiCommunicator final : public Communicator, public ControlPeer {
+ public:
+  // Takes ownership of `data` and `control` (a duplicate of `data`), which
+  // must have MPI_ERRORS_RETURN set, and registers the control channel.
+  static std::shared_ptr<MpiCommunicator> create(std::shared_ptr<ProgressEngine> engine,
+                                                 MPI_Comm data, MPI_Comm control,
+                                                 const std::string& name);
+  ~MpiCommunicator() override;
+
+  std::string_view backend() const override { return "mpi"; }
+
+  // ControlPeer (progress thread).
+  uint64_t last_issued_seq() const override { return last_seq_.load(); }
+  uint64_t splits_called() const override { return splits_.load(); }
+  void on_peer_abort(int origin, const std::string& reason) override;
+
+ protected:
+  void start_all_reduce(const Tensor& tensor, ReduceOp op, const detail::WorkPtr& work) override;
+  void start_reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op,
+                            const std::vector<int64_t>& counts,
+                            const detail::WorkPtr& work) override;
+  void start_all_gather(const Tensor& input, const Tensor& output,
+                        const std::vector<int64_t>& counts, const detail::WorkPtr& work) override;
+  void start_broadcast(const Tensor& tensor, int root, const detail::WorkPtr& work) override;
+  void start_reduce(const Tensor& tensor, ReduceOp op, int root,
+                    const detail::WorkPtr& work) override;
+  void start_all_to_all(const Tensor& input, const Tensor& output,
+                        const std::vector<int64_t>& send_counts,
+                        const std::vector<int64_t>& recv_counts,
+                        const detail::WorkPtr& work) override;
+  void start_barrier(const detail::WorkPtr& work) override;
+  void start_send(const Tensor& tensor, int peer, int tag, const detail::WorkPtr& work) override;
+  void start_recv(const Tensor& tensor, int peer, int tag, const detail::WorkPtr& work) override;
+  std::shared_ptr<Communicator> do_split(int color, int key, const std::string& name) override;
+
+  void check_tensor_support(const Tensor& tensor, const char* what) const override;
+  void cross_check(const OpInfo& info) override;
+  std::optional<std::vector<std::optional<uint64_t>>> peer_progress() override;
+  void notify_peers_of_abort(const std::string& reason) override;
+
+ private:
+  MpiCommunicator(std::shared_ptr<ProgressEngine> engine, uint64_t id, const std::string& name,
+                  int rank, int size, std::vector<int> world_ranks);
+  OpTarget target() const;
+  // Records the collective as issued (for status queries) and queues its op.
+  void issue(const detail::WorkPtr& work, std::unique_ptr<MpiOp> op);
+  ControlChannel::Progress own_progress() const { return {last_seq_.load(), splits_.load()}; }
+
+  const std::shared_ptr<ProgressEngine> engine_;
+  const uint64_t id_;
+  std::shared_ptr<ControlChannel> channel_;
+  std::atomic<uint64_t> last_seq_{0};
+  std::atomic<uint64_t> splits_{0};
+  std::mutex abort_mutex_;                                 // guards the members below
+  std::weak_ptr<detail::WorkState> cross_check_;           // in flight, failed by an abort
+  std::optional<std::pair<int, std::string>> peer_abort_;  // (origin, reason) of a peer's abort
+};
+
+}  // namespace loom::comm::mpi

@@ -1,0 +1,66 @@
+// Internal: one operation driven by the progress thread.
+//
+// NOTE [op life cycle]
+// The progress engine calls, on its thread only:
+//   start()          post the first MPI requests (into requests()); may post none.
+//   step()           every request has completed without error: post the next
+//                    phase and return false, or return true when done. One-shot
+//                    operations return true; a pipelined algorithm (chunks of
+//                    an all-reduce, say) posts its next chunk here.
+//   succeed()        after step() returned true: finish (scale, copy back) and
+//                    complete the Work.
+//   fail(error)      start() or step() threw, or a request reported an error.
+// An op stays in the engine until none of its requests is outstanding, even
+// after fail(), because MPI may still write into its buffers: an op owns (a
+// reference to) every buffer its requests use.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+namespace loom::comm::mpi {
+
+class MpiOp {
+ public:
+  virtual ~MpiOp() = default;
+
+  virtual void start() = 0;
+  // start() returned: the op is in MPI's hands (the flight recorder says "started").
+  virtual void posted() {}
+  virtual bool step() { return true; }
+  virtual void succeed() = 0;
+  virtual void fail(std::exception_ptr error) = 0;
+  // What the op is, for error messages ("all_reduce #3 on group 'world' (...)").
+  virtual std::string describe() const = 0;
+  // Receives can be cancelled when their communicator is aborted; collectives cannot.
+  virtual bool cancellable() const { return false; }
+
+  // The communicator the op belongs to (0: none), for abort and cancellation.
+  uint64_t channel = 0;
+  // No later submitted op is started until this one is done (splits).
+  bool fence = false;
+  // Set by the engine once fail() has been called.
+  bool failed = false;
+
+  std::vector<MPI_Request> requests;
+  std::vector<MPI_Status> statuses;  // parallel to requests, filled on completion
+
+  // Adds a request slot and returns it, for MPI_I*(..., op.new_request()).
+  MPI_Request* new_request() {
+    requests.push_back(MPI_REQUEST_NULL);
+    statuses.emplace_back();
+    return &requests.back();
+  }
+  bool outstanding() const {
+    for (const MPI_Request r : requests) {
+      if (r != MPI_REQUEST_NULL) return true;
+    }
+    return false;
+  }
+};
+
+}  // namespace loom::comm::mpi

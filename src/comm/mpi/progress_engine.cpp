@@ -1,0 +1,379 @@
+#include "comm/mpi/progress_engine.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+
+#include "comm/mpi/control_channel.hpp"
+#include "core/mpi_check.hpp"
+#include "loom/core/logging.hpp"
+
+namespace loom::comm::mpi {
+namespace {
+
+constexpr auto kIdleInterval = std::chrono::milliseconds(10);
+constexpr auto kPollMin = std::chrono::microseconds(10);
+
+std::chrono::microseconds poll_max_from_env() {
+  const char* text = std::getenv("LOOM_MPI_POLL_MAX_US");
+  if (text == nullptr || *text == '\0') return std::chrono::microseconds(1000);
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  LOOM_CHECK(end != text && *end == '\0' && value >= 10 && value <= 1000000,
+             "LOOM_MPI_POLL_MAX_US='", text, "' must be a number of microseconds in [10, 1000000]");
+  return std::chrono::microseconds(value);
+}
+
+}  // namespace
+
+ProgressEngine::Mode ProgressEngine::mode_from_env(Mode fallback) {
+  const char* text = std::getenv("LOOM_MPI_PROGRESS");
+  if (text == nullptr || *text == '\0') return fallback;
+  const std::string value(text);
+  if (value == "wait") return Mode::wait;
+  if (value == "poll") return Mode::poll;
+  throw Error(str_cat("LOOM_MPI_PROGRESS='", value, "' must be 'wait' or 'poll'"));
+}
+
+ProgressEngine::ProgressEngine(Mode mode) : mode_(mode), poll_max_(poll_max_from_env()) {
+  types_ = std::make_unique<MpiTypes>();
+  LOOM_MPI_CHECK(MPI_Comm_dup(MPI_COMM_SELF, &doorbell_comm_));
+  LOOM_MPI_CHECK(MPI_Comm_set_errhandler(doorbell_comm_, MPI_ERRORS_RETURN));
+  LOOM_MPI_CHECK(MPI_Irecv(&doorbell_byte_, 1, MPI_BYTE, 0, 0, doorbell_comm_, &doorbell_request_));
+  thread_ = std::thread([this] { run(); });
+}
+
+ProgressEngine::~ProgressEngine() {
+  shutdown(Milliseconds(0));
+}
+
+bool ProgressEngine::running() const {
+  std::lock_guard lock(mutex_);
+  return !stopping_;
+}
+
+// ---- submission (any thread) --------------------------------------------------------------------
+
+void ProgressEngine::wake_locked() {
+  if (state_ == State::blocked_in_mpi) {
+    if (!doorbell_rung_) {
+      doorbell_rung_ = true;
+      // Under the lock, so that the doorbell communicator cannot be freed meanwhile; an
+      // eager send to self returns at once.
+      static const char byte = 1;
+      MPI_Send(&byte, 1, MPI_BYTE, 0, 0, doorbell_comm_);
+    }
+  } else {
+    cv_.notify_one();
+  }
+}
+
+void ProgressEngine::submit(std::unique_ptr<MpiOp> op) {
+  std::lock_guard lock(mutex_);
+  LOOM_CHECK(!stopping_, op->describe(),
+             ": the mpi backend has shut down (the loom::Context that started it was destroyed)");
+  queue_.push_back(std::move(op));
+  wake_locked();
+}
+
+void ProgressEngine::post(std::function<void()> fn) {
+  std::lock_guard lock(mutex_);
+  if (stopped_) return;
+  commands_.push_back(std::move(fn));
+  wake_locked();
+}
+
+bool ProgressEngine::has_work_locked() const {
+  return !commands_.empty() || (!queue_.empty() && fence_ == nullptr);
+}
+
+// ---- the thread ---------------------------------------------------------------------------------
+
+void ProgressEngine::run() {
+  auto backoff = kPollMin;
+  while (true) {
+    take_work();
+    bool stopping = false;
+    {
+      std::lock_guard lock(mutex_);
+      stopping = stopping_;
+      if (stopping && !has_work_locked() &&
+          (!busy() || std::chrono::steady_clock::now() >= grace_deadline_)) {
+        break;
+      }
+    }
+    if (!busy() || stopping) {
+      // Idle (or shutting down): sleep until work arrives, testing the control
+      // channels every kIdleInterval.
+      std::unique_lock lock(mutex_);
+      if (!has_work_locked()) {
+        state_ = State::sleeping;
+        cv_.wait_for(lock, stopping ? std::chrono::milliseconds(1) : kIdleInterval,
+                     [&] { return has_work_locked() || (stopping_ && !stopping); });
+        state_ = State::running;
+      }
+      lock.unlock();
+      progress(false);
+    } else if (mode_ == Mode::wait) {
+      {
+        std::lock_guard lock(mutex_);
+        if (has_work_locked() || stopping_) continue;
+        state_ = State::blocked_in_mpi;
+      }
+      progress(true);
+      std::lock_guard lock(mutex_);
+      state_ = State::running;
+    } else {
+      if (progress(false) > 0) {
+        backoff = kPollMin;
+        continue;
+      }
+      std::unique_lock lock(mutex_);
+      if (!has_work_locked()) {
+        state_ = State::sleeping;
+        cv_.wait_for(lock, backoff, [&] { return has_work_locked() || stopping_; });
+        state_ = State::running;
+      }
+      backoff = std::min(backoff * 2, poll_max_);
+    }
+  }
+  close_all();
+}
+
+void ProgressEngine::take_work() {
+  while (true) {
+    std::function<void()> command;
+    std::unique_ptr<MpiOp> op;
+    {
+      std::lock_guard lock(mutex_);
+      if (!commands_.empty()) {
+        command = std::move(commands_.front());
+        commands_.pop_front();
+      } else if (fence_ == nullptr && !queue_.empty()) {
+        op = std::move(queue_.front());
+        queue_.pop_front();
+      } else {
+        return;
+      }
+    }
+    if (command) {
+      try {
+        command();
+      } catch (const std::exception& e) {
+        LOOM_LOG_WARN("mpi progress thread: a control command failed: ", e.what());
+      }
+    } else {
+      start_op(std::move(op));
+    }
+  }
+}
+
+void ProgressEngine::start_now(std::unique_ptr<MpiOp> op) {
+  start_op(std::move(op));
+}
+
+void ProgressEngine::start_op(std::unique_ptr<MpiOp> op) {
+  try {
+    op->start();
+    op->posted();
+  } catch (...) {
+    fail_op(*op, std::current_exception());
+  }
+  MpiOp& ref = *op;
+  active_.push_back(std::move(op));
+  if (ref.fence && !ref.failed) {
+    std::lock_guard lock(mutex_);
+    fence_ = &ref;
+  }
+  if (finish_if_done(ref)) remove_op(ref);
+}
+
+bool ProgressEngine::busy() const {
+  for (const auto& op : active_) {
+    if (op->channel == 0 || !aborted_channels_.contains(op->channel)) return true;
+  }
+  return false;
+}
+
+int ProgressEngine::progress(bool block) {
+  std::vector<MPI_Request> requests;
+  std::vector<Slot> slots;
+  auto add = [&](MPI_Request* request, MPI_Status* status, MpiOp* op, ControlChannel* channel) {
+    if (*request == MPI_REQUEST_NULL) return;
+    requests.push_back(*request);
+    slots.push_back(Slot{request, status, op, channel});
+  };
+  add(&doorbell_request_, nullptr, nullptr, nullptr);
+  for (auto& [id, channel] : channels_) {
+    add(channel->receive_request(), channel->receive_status(), nullptr, channel.get());
+  }
+  for (auto& op : active_) {
+    for (size_t i = 0; i < op->requests.size(); ++i) {
+      add(&op->requests[i], &op->statuses[i], op.get(), nullptr);
+    }
+  }
+  if (requests.empty()) return 0;
+  const int n = static_cast<int>(requests.size());
+  std::vector<int> indices(requests.size());
+  std::vector<MPI_Status> statuses(requests.size());
+  int count = 0;
+  const int rc = block ? MPI_Waitsome(n, requests.data(), &count, indices.data(), statuses.data())
+                       : MPI_Testsome(n, requests.data(), &count, indices.data(), statuses.data());
+  if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+    LOOM_MPI_CHECK(rc);  // a broken MPI: throws, the terminate handler ends the job
+  }
+  if (count == MPI_UNDEFINED || count <= 0) return 0;
+  std::set<MpiOp*> touched;
+  for (int k = 0; k < count; ++k) {
+    const size_t i = static_cast<size_t>(indices[static_cast<size_t>(k)]);
+    const Slot& slot = slots[i];
+    *slot.request = requests[i];
+    const MPI_Status& status = statuses[static_cast<size_t>(k)];
+    const int error = rc == MPI_ERR_IN_STATUS ? status.MPI_ERROR : MPI_SUCCESS;
+    if (slot.status) *slot.status = status;
+    if (slot.op) {
+      if (error != MPI_SUCCESS && error != MPI_ERR_PENDING) {
+        fail_op(*slot.op, std::make_exception_ptr(CommError(
+                              CommError::Kind::backend,
+                              str_cat(slot.op->describe(), " failed: MPI error ", error, " (",
+                                      loom::detail::mpi_error_string(error), ")"))));
+      }
+      touched.insert(slot.op);
+    } else if (slot.channel) {
+      try {
+        slot.channel->on_receive(*this);
+      } catch (const std::exception& e) {
+        LOOM_LOG_WARN("mpi progress thread: control message failed: ", e.what());
+      }
+    } else {  // the doorbell
+      LOOM_MPI_CHECK(
+          MPI_Irecv(&doorbell_byte_, 1, MPI_BYTE, 0, 0, doorbell_comm_, &doorbell_request_));
+      std::lock_guard lock(mutex_);
+      doorbell_rung_ = false;
+    }
+  }
+  for (MpiOp* op : touched) {
+    if (finish_if_done(*op)) remove_op(*op);
+  }
+  return count;
+}
+
+bool ProgressEngine::finish_if_done(MpiOp& op) {
+  while (!op.outstanding()) {
+    if (op.failed) return true;
+    try {
+      if (op.step()) {
+        op.succeed();
+        return true;
+      }
+    } catch (...) {
+      fail_op(op, std::current_exception());
+    }
+  }
+  return false;
+}
+
+void ProgressEngine::remove_op(MpiOp& op) {
+  if (&op == fence_) {
+    std::lock_guard lock(mutex_);
+    fence_ = nullptr;
+  }
+  std::erase_if(active_, [&](const std::unique_ptr<MpiOp>& p) { return p.get() == &op; });
+}
+
+void ProgressEngine::fail_op(MpiOp& op, std::exception_ptr error) {
+  if (op.failed) return;
+  op.failed = true;
+  try {
+    std::rethrow_exception(error);
+  } catch (const LibraryError& e) {
+    error = std::make_exception_ptr(
+        CommError(CommError::Kind::backend, str_cat(op.describe(), " failed: ", e.what())));
+  } catch (...) {
+  }
+  try {
+    op.fail(error);
+  } catch (const std::exception& e) {
+    LOOM_LOG_WARN("mpi progress thread: failing ", op.describe(), " threw: ", e.what());
+  }
+}
+
+// ---- channels (progress thread) -----------------------------------------------------------------
+
+void ProgressEngine::add_channel(std::shared_ptr<ControlChannel> channel) {
+  channel->post_receive();
+  channels_[channel->id()] = std::move(channel);
+}
+
+void ProgressEngine::remove_channel(uint64_t id) {
+  const auto it = channels_.find(id);
+  if (it == channels_.end()) return;
+  it->second->close();
+  channels_.erase(it);
+}
+
+void ProgressEngine::channel_aborted(uint64_t id) {
+  aborted_channels_.insert(id);
+  for (auto& op : active_) {
+    if (op->channel != id) continue;
+    if (op.get() == fence_) {
+      // A split that will never complete must not hold up every other communicator.
+      std::lock_guard lock(mutex_);
+      fence_ = nullptr;
+    }
+    if (!op->cancellable()) continue;
+    for (MPI_Request& request : op->requests) {
+      if (request != MPI_REQUEST_NULL) MPI_Cancel(&request);
+    }
+  }
+}
+
+// ---- shutdown -----------------------------------------------------------------------------------
+
+bool ProgressEngine::shutdown(Milliseconds grace) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!stopping_) {
+      stopping_ = true;
+      grace_deadline_ = std::chrono::steady_clock::now() + grace;
+      wake_locked();
+    }
+  }
+  if (thread_.joinable()) {
+    if (on_progress_thread()) {
+      thread_.detach();  // the last reference went away on the thread itself
+    } else {
+      thread_.join();
+    }
+  }
+  std::lock_guard lock(mutex_);
+  return clean_;
+}
+
+void ProgressEngine::close_all() {
+  std::lock_guard lock(mutex_);  // submit() and post() see stopped_ from now on
+  stopped_ = true;
+  if (!active_.empty()) {
+    clean_ = false;
+    std::string names;
+    for (const auto& op : active_) names += str_cat("\n  ", op->describe());
+    LOOM_LOG_ERROR("the mpi backend shuts down with ", active_.size(),
+                   " operation(s) still in flight; MPI will not be finalized, so the launcher "
+                   "will report this process as failed:",
+                   names);
+    // MPI may still write into their buffers: keep them (and the types they use) alive.
+    for (auto& op : active_) op.release();
+    active_.clear();
+    types_.release();
+  }
+  for (auto& [id, channel] : channels_) channel->close();
+  channels_.clear();
+  if (doorbell_request_ != MPI_REQUEST_NULL) {
+    MPI_Cancel(&doorbell_request_);
+    MPI_Wait(&doorbell_request_, MPI_STATUS_IGNORE);
+  }
+  MPI_Comm_free(&doorbell_comm_);
+  types_.reset();
+}
+
+}  // namespace loom::comm::mpi

@@ -1,0 +1,200 @@
+// The communicator contract on the mpi backend, run by every rank under
+// mpirun (ctest runs it with 2 and with 4 ranks): the checks the local
+// backend passes, for every dtype and counts 0, 1, 7 and 1000; point to point
+// in both posting orders; splits; a pending receive not blocking a later
+// all_reduce; chunked calls; the debug cross-check; a receive timeout that
+// aborts the group on every rank.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <thread>
+
+#include "collective_checks.hpp"
+#include "comm/mpi/collective_ops.hpp"
+#include "mpi_test_support.hpp"
+
+using Catch::Matchers::Contains;
+using loom::DType;
+using loom::Tensor;
+using namespace loom::comm;
+using namespace std::chrono_literals;
+
+namespace {
+Communicator& world() {
+  return *mpi_test_context().world();
+}
+}  // namespace
+
+TEST_CASE("mpi: init agrees with mpirun and names the world") {
+  const loom::Context& context = mpi_test_context();
+  CHECK(context.launch().launcher == loom::LaunchInfo::Launcher::open_mpi);
+  CHECK(context.world_size() == world().size());
+  CHECK(context.rank() == world().rank());
+  CHECK(context.local_size() == context.world_size());  // one machine
+  CHECK(context.backend() == "mpi");
+  CHECK(world().backend() == "mpi");
+  CHECK(world().name() == "world");
+  for (int r = 0; r < world().size(); ++r)
+    CHECK(world().world_ranks()[static_cast<size_t>(r)] == r);
+  CHECK_THROWS_WITH(loom::init(), Contains("called while a loom::Context is alive"));
+}
+
+TEST_CASE("mpi: every collective matches closed-form results") {
+  for (const DType dtype : loom::kAllDTypes) {
+    for (const int64_t count : {0, 1, 7, 1000}) {
+      INFO("dtype " << dtype << " count " << count);
+      run_on_every_rank([&] { testing::check_all_collectives(world(), dtype, count); });
+    }
+  }
+}
+
+TEST_CASE("mpi: point to point in a ring and between two stages, in both posting orders") {
+  // Pairs (0, 1), (2, 3), ...: pp = 2, where the previous and the next stage are one rank.
+  const int r = world().rank();
+  const bool paired = r / 2 * 2 + 1 < world().size();
+  const auto pair = world().split(paired ? r / 2 : -1, r, "pair");
+  for (const bool recv_first : {true, false}) {
+    run_on_every_rank([&] { testing::check_ring(world(), recv_first); });
+    if (pair) run_on_every_rank([&] { testing::check_pair_exchange(*pair, recv_first); });
+  }
+  CHECK((pair != nullptr) == paired);
+}
+
+TEST_CASE("mpi: split forms sub-groups that communicate on their own") {
+  run_on_every_rank([] { testing::check_split(world()); });
+  const auto reversed = world().split(0, -world().rank(), "reversed");
+  REQUIRE(reversed);
+  CHECK(reversed->rank() == world().size() - 1 - world().rank());
+  CHECK(reversed->world_ranks()[0] == world().size() - 1);
+  CHECK(reversed->describe_rank(0) ==
+        loom::str_cat("rank 0 (world rank ", world().size() - 1, ")"));
+}
+
+TEST_CASE("mpi: a posted receive that is not matched yet does not block a later all_reduce") {
+  // Rank 0 posts a receive that rank 1 answers only after an all_reduce and a
+  // barrier every rank issued later: with one blocking MPI call at a time (or
+  // a progress thread that finishes one op before posting the next) this
+  // would deadlock.
+  const int r = world().rank();
+  const Tensor message = Tensor::full({16}, r == 1 ? 7.0 : 0.0);
+  Work recv;
+  if (r == 0) recv = world().recv(message, 1, {.tag = 5});
+  const Tensor sum = Tensor::full({1000}, 1.0);
+  run_on_every_rank([&] { world().all_reduce(sum).wait(20s); });
+  CHECK(sum.to_vector<float>()[999] == static_cast<float>(world().size()));
+  const bool still_pending = r == 0 && !recv.is_completed();
+  run_on_every_rank([&] { world().barrier().wait(20s); });  // rank 1 sends only after this
+  if (r == 0) CHECK(still_pending);
+  if (r == 1) run_on_every_rank([&] { world().send(message, 0, {.tag = 5}).wait(20s); });
+  if (r == 0) {
+    run_on_every_rank([&] { recv.wait(20s); });
+    CHECK(message.to_vector<float>()[15] == 7.0f);
+  }
+}
+
+TEST_CASE("mpi: tensors larger than one MPI call are split into several calls") {
+  // Lower the per-call limit (INT_MAX elements) so that the chunked paths run.
+  mpi::set_max_elements_per_call(7);
+  run_on_every_rank([] {
+    for (const DType dtype : {DType::f32, DType::bf16, DType::i64}) {
+      testing::check_all_reduce(world(), dtype, 1000);
+      testing::check_broadcast(world(), dtype, 30);
+      testing::check_reduce(world(), dtype, 15);
+    }
+    testing::check_ring(world(), true);
+  });
+  // Per-rank counts must each fit one call: a clear error, before anything is sent.
+  const Tensor input = Tensor::zeros({8 * world().size()}), output = Tensor::zeros({8});
+  CHECK_THROWS_WITH(world().reduce_scatter(input, output),
+                    Contains("do not fit MPI's int counts (at most 7 per call)"));
+  mpi::set_max_elements_per_call(0);
+  run_on_every_rank([] { testing::check_reduce_scatter(world(), DType::f32, 1000); });
+}
+
+TEST_CASE("mpi: LOOM_DEBUG_COLLECTIVES turns mismatched collectives into errors on every rank") {
+  setenv("LOOM_DEBUG_COLLECTIVES", "1", 1);
+  const auto debug = world().split(0, world().rank(), "debug");
+  unsetenv("LOOM_DEBUG_COLLECTIVES");
+  REQUIRE(debug);
+  const int r = debug->rank(), n = debug->size();
+  auto expect_mismatch = [&](const std::function<Work(const Tensor&)>& call, int64_t count,
+                             const std::string& expected) {
+    const Tensor t = Tensor::full({count}, static_cast<double>(r + 1));
+    std::string error;
+    CommError::Kind kind = CommError::Kind::backend;
+    try {
+      call(t).wait(20s);
+    } catch (const CommError& e) {
+      error = e.what();
+      kind = e.kind();
+    }
+    CHECK(kind == CommError::Kind::mismatch);
+    CHECK_THAT(error, Contains(expected));
+    // Nothing moved: the mismatch was found before any data was posted.
+    CHECK(t.to_vector<float>() == std::vector<float>(static_cast<size_t>(count), r + 1.0f));
+  };
+  const std::string others = n == 2 ? "rank 1" : loom::str_cat("ranks 1, 2, 3");
+  expect_mismatch(
+      [&](const Tensor& t) {
+        return r == 0 ? debug->all_reduce(t) : debug->broadcast(t, {.root = 0});
+      },
+      8,
+      loom::str_cat("collective #1 on group 'debug' does not match across ranks: rank 0 called "
+                    "all_reduce of 8 f32; ",
+                    others, " called broadcast of 8 f32 with root 0"));
+  expect_mismatch([&](const Tensor& t) { return debug->all_reduce(t); }, r == 0 ? 1000 : 999,
+                  loom::str_cat("collective #2 on group 'debug' does not match across ranks: "
+                                "rank 0 called all_reduce of 1000 f32; ",
+                                others, " called all_reduce of 999 f32"));
+  // The group is still usable: the mismatch was agreed on by every rank.
+  CHECK_FALSE(debug->aborted());
+  run_on_every_rank([&] { testing::check_all_reduce(*debug, DType::f32, 7); });
+}
+
+TEST_CASE("mpi: a receive that times out names the peer and aborts the group on every rank") {
+  const auto scratch = world().split(0, world().rank(), "scratch");
+  REQUIRE(scratch);
+  const int r = scratch->rank();
+  std::string error;
+  CommError::Kind kind = CommError::Kind::backend;
+  try {
+    if (r == 0) {
+      scratch->recv(Tensor::zeros({8}), 1, {.tag = 3}).wait(300ms);
+    } else {
+      // Never matched: released by rank 0's abort, long before 20 s.
+      scratch->recv(Tensor::zeros({8}), 0, {.tag = 4}).wait(20s);
+    }
+  } catch (const CommError& e) {
+    error = e.what();
+    kind = e.kind();
+  }
+  if (r == 0) {
+    CHECK(kind == CommError::Kind::timeout);
+    CHECK_THAT(error, Contains("recv #1 from rank 1 on group 'scratch' (8 f32 elements, 32 B) did "
+                               "not complete within 0.3 s on rank 0") &&
+                          Contains("rank 1 has not posted the matching send"));
+  } else {
+    CHECK(kind == CommError::Kind::peer_failed);
+    CHECK_THAT(error, Contains("group 'scratch' was aborted: rank 0 aborted the group: recv #1"));
+  }
+  CHECK(scratch->aborted());
+  CHECK_THROWS_AS(scratch->barrier(), CommError);
+  // The world is unaffected.
+  run_on_every_rank([] { world().barrier().wait(20s); });
+}
+
+TEST_CASE("mpi: CUDA tensors are staged through host memory") {
+  if (loom::cuda_device_count() == 0) {
+    WARN("skipped: " << loom::cuda_unavailable_reason());
+    return;
+  }
+  const loom::Device device = loom::device_for_local_rank(mpi_test_context().local_rank());
+  const int r = world().rank(), n = world().size();
+  const Tensor t = Tensor::full({1000}, r + 1.0, DType::f32, device);
+  run_on_every_rank([&] { world().all_reduce(t).wait(20s); });
+  CHECK(t.to_vector<float>()[999] == static_cast<float>(n * (n + 1) / 2));
+  const Tensor gathered = Tensor::zeros({n}, DType::f32, device);
+  run_on_every_rank(
+      [&] { world().all_gather(Tensor::full({1}, r, DType::f32, device), gathered).wait(20s); });
+  CHECK(gathered.to_vector<float>()[static_cast<size_t>(n - 1)] == static_cast<float>(n - 1));
+}
