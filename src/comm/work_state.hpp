@@ -1,6 +1,7 @@
 // Internal: the shared state behind a Work, completed by the backend.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -33,10 +34,8 @@ class WorkState {
   void fail(std::exception_ptr error);
   // Stores a copy of `error` with its own type (a template, so it is not sliced to std::exception).
   template <typename Exception>
-    requires std::is_base_of_v<std::exception, Exception>
-  void fail(const Exception& error) {
-    fail(std::make_exception_ptr(error));
-  }
+  requires std::is_base_of_v<std::exception, Exception>
+  void fail(const Exception& error) { fail(std::make_exception_ptr(error)); }
   // For device operations: makes block_stream() wait on this instead of the host.
   void set_block_stream(std::function<void(const Stream&)> fn);
 
@@ -63,7 +62,7 @@ class WorkState {
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
-  bool done_ = false;
+  std::atomic<bool> done_{false};  // written under mutex_, read without it by the spin in wait_for
   std::exception_ptr error_;
   std::chrono::steady_clock::time_point finished_{};
   std::function<void(const Stream&)> block_stream_;

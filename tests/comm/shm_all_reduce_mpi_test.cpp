@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -25,6 +26,8 @@ using loom::comm::detail::ShmAllReduce;
 namespace {
 
 void run(ShmAllReduce& shm, const Tensor& t, ReduceOp op) {
+  const uint64_t ticket = shm.enqueue();
+  if (!shm.is_turn_of(ticket)) std::abort();  // one operation at a time here
   shm.start(t.data(), t.dtype(), t.numel(), op);
   // Yield while waiting: ranks may share cores (--oversubscribe).
   while (!shm.step()) sched_yield();

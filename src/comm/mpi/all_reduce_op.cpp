@@ -1,16 +1,19 @@
 // all_reduce on the mpi backend.
 //
 // NOTE [all_reduce algorithm]
-// make_all_reduce() is the one place that picks how an all-reduce runs. Today
-// it is MPI_Iallreduce on the whole buffer (in pieces of at most INT_MAX
-// elements). On a 2-core machine raw MPI_Allreduce at 2 ranks falls from about
-// 8.6 GB/s bus bandwidth at 4 MiB to about 2.5 GB/s at 64-256 MiB, so large
-// messages want a better algorithm: a pipelined one (reduce-scatter and
-// all-gather of chunks, several chunks in flight), or a shared-memory one for
-// ranks of one node. Such an algorithm is another MpiOp: start() posts the
-// first chunks, step() is called each time every posted request has
-// completed and posts the next ones (returning true at the end), finish()
-// scales for avg and copies CUDA tensors back. Choose it here by size.
+// make_all_reduce() is the one place that picks how an all-reduce runs:
+//  - MPI_Iallreduce on the whole buffer (in pieces of at most INT_MAX
+//    elements) for small messages, or when the ranks span several nodes;
+//  - the shared-memory all-reduce (shm_all_reduce.hpp) from
+//    shm_all_reduce_min_bytes() (4 MiB by default) when every rank of the
+//    communicator is on this node. On the 2-core development machine raw
+//    MPI_Allreduce at 2 ranks falls from ~8 GB/s bus bandwidth at 4 MiB to
+//    ~2.3 GB/s at 64-256 MiB, where the shared-memory path keeps ~7 GB/s;
+//    below ~4 MiB MPI is as fast or faster (docs/comm.md has the table).
+#include <cstdlib>
+#include <limits>
+#include <string>
+
 #include "comm/host_reduce.hpp"
 #include "comm/mpi/collective_ops.hpp"
 #include "core/mpi_check.hpp"
@@ -51,10 +54,70 @@ class IallreduceOp final : public WorkOp {
   ReduceOp op_;
 };
 
+// The shared-memory all-reduce, stepped by the progress thread (NOTE [polled ops]).
+class ShmAllReduceOp final : public WorkOp {
+ public:
+  ShmAllReduceOp(const OpTarget& target, const Tensor& tensor, ReduceOp op,
+                 const detail::WorkPtr& work)
+      : WorkOp(target, work), buffer_(tensor), op_(op) {}
+
+  bool polled() const override { return true; }
+  uint64_t polled_progress() const override { return target_.shm->progress() + (started_ ? 1 : 0); }
+
+  void start() override {
+    buffer_.stage_in(/*copy_in=*/true);
+    ticket_ = target_.shm->enqueue();  // in submission order, the same on every rank
+  }
+
+  bool step() override {
+    detail::ShmAllReduce& shm = *target_.shm;
+    if (!started_) {
+      if (!shm.is_turn_of(ticket_)) return false;
+      const Tensor& host = buffer_.host();
+      shm.start(host.data(), host.dtype(), host.numel(), op_);  // (avg included)
+      started_ = true;
+    }
+    return shm.step();
+  }
+
+ protected:
+  void finish() override { buffer_.stage_out(); }
+
+ private:
+  StagedTensor buffer_;
+  ReduceOp op_;
+  uint64_t ticket_ = 0;
+  bool started_ = false;
+};
+
 }  // namespace
+
+size_t shm_all_reduce_min_bytes() {
+  static const size_t threshold = [] {
+    const char* text = std::getenv("LOOM_SHM_ALLREDUCE");
+    if (text == nullptr || *text == '\0') return size_t{4} << 20;
+    const std::string value(text);
+    if (value == "off") return std::numeric_limits<size_t>::max();
+    size_t pos = 0;
+    double number = -1;
+    try {
+      number = std::stod(value, &pos);
+    } catch (const std::exception&) {
+    }
+    const std::string unit = value.substr(pos == 0 ? value.size() : pos);
+    const double scale = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : -1;
+    LOOM_CHECK(number >= 0 && scale > 0, "LOOM_SHM_ALLREDUCE='", value,
+               "' must be 'off' or a size in bytes, optionally with K or M (e.g. 4M)");
+    return static_cast<size_t>(number * scale);
+  }();
+  return threshold;
+}
 
 std::unique_ptr<MpiOp> make_all_reduce(const OpTarget& target, const Tensor& tensor, ReduceOp op,
                                        const detail::WorkPtr& work) {
+  if (target.shm != nullptr && tensor.nbytes() >= shm_all_reduce_min_bytes()) {
+    return std::make_unique<ShmAllReduceOp>(target, tensor, op, work);
+  }
   return std::make_unique<IallreduceOp>(target, tensor, op, work);
 }
 

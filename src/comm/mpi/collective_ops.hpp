@@ -20,6 +20,7 @@
 
 #include "comm/mpi/mpi_op.hpp"
 #include "comm/mpi/mpi_types.hpp"
+#include "comm/mpi/shm_all_reduce.hpp"
 #include "comm/mpi/staging.hpp"
 #include "comm/work_state.hpp"
 
@@ -32,7 +33,14 @@ struct OpTarget {
   int size = 1;
   uint64_t channel = 0;
   const MpiTypes* types = nullptr;
+  // The communicator's shared-memory all-reduce (null when its ranks do not share a node).
+  detail::ShmAllReduce* shm = nullptr;
 };
+
+// All-reduces of at least this many bytes take the shared-memory path when
+// the ranks share a node: LOOM_SHM_ALLREDUCE = "off", or a size such as "4M"
+// (the default), "512K", "0" (always).
+size_t shm_all_reduce_min_bytes();  // SIZE_MAX when off
 
 // Elements per MPI call: INT_MAX unless lowered for a test (0 restores the default).
 int64_t max_elements_per_call();

@@ -1,6 +1,7 @@
 #include "comm/mpi/mpi_communicator.hpp"
 
 #include <condition_variable>
+#include <limits>
 #include <tuple>
 
 #include "comm/cross_check.hpp"
@@ -11,6 +12,10 @@
 
 namespace loom::comm::mpi {
 namespace {
+
+// Bytes of a tensor per piece of the shared-memory all-reduce: measured best of
+// 64 KiB..4 MiB on the development machine (docs/comm.md).
+constexpr size_t kShmPieceBytes = size_t{256} << 10;
 
 // Runs a function on the progress thread in submission order (closing a channel).
 class CommandOp final : public MpiOp {
@@ -136,6 +141,19 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::create(std::shared_ptr<Progres
       new MpiCommunicator(engine, id, name, rank, size, world_ranks_of(data, size)));
   comm->channel_ = std::make_shared<ControlChannel>(id, data, control, rank, size,
                                                     std::weak_ptr<ControlPeer>(comm));
+  // NOTE [all_reduce algorithm]: set up the shared-memory path now, while every
+  // rank is known to be here (creation is collective); the engine keeps it.
+  if (size > 1 && shm_all_reduce_min_bytes() != std::numeric_limits<size_t>::max() &&
+      detail::ShmAllReduce::all_ranks_share_memory(data)) {
+    MPI_Comm node = MPI_COMM_NULL;
+    LOOM_MPI_CHECK(MPI_Comm_split_type(data, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+    auto shm = std::make_unique<detail::ShmAllReduce>(node, kShmPieceBytes);
+    MPI_Comm_free(&node);
+    comm->shm_ = shm.get();
+    engine->adopt(std::move(shm));
+    LOOM_LOG_DEBUG("group '", name, "': all-reduces from ", shm_all_reduce_min_bytes(),
+                   " bytes go through shared memory (its ", size, " ranks share this node)");
+  }
   engine->post([e = engine.get(), channel = comm->channel_] { e->add_channel(channel); });
   return comm;
 }
@@ -165,6 +183,7 @@ OpTarget MpiCommunicator::target() const {
   t.size = size();
   t.channel = id_;
   t.types = &engine_->types();
+  t.shm = shm_;
   return t;
 }
 

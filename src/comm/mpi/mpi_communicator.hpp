@@ -74,6 +74,7 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   const std::shared_ptr<ProgressEngine> engine_;
   const uint64_t id_;
   std::shared_ptr<ControlChannel> channel_;
+  detail::ShmAllReduce* shm_ = nullptr;  // owned by the engine; null when not on one node
   std::atomic<uint64_t> last_seq_{0};
   std::atomic<uint64_t> splits_{0};
   std::mutex abort_mutex_;                                 // guards the members below

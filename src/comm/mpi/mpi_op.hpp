@@ -13,6 +13,10 @@
 // An op stays in the engine until none of its requests is outstanding, even
 // after fail(), because MPI may still write into its buffers: an op owns (a
 // reference to) every buffer its requests use.
+//
+// A polled() op moves data without MPI requests (the shared-memory
+// all-reduce): the engine calls its step() once per round, whenever it has no
+// request outstanding, and stops blocking in MPI while such an op is active.
 #pragma once
 
 #include <mpi.h>
@@ -38,6 +42,11 @@ class MpiOp {
   virtual std::string describe() const = 0;
   // Receives can be cancelled when their communicator is aborted; collectives cannot.
   virtual bool cancellable() const { return false; }
+  // Advanced by step() rather than by MPI requests (see NOTE [op life cycle]).
+  virtual bool polled() const { return false; }
+  // For polled ops: a counter that grows whenever the op moves (the engine backs
+  // off only while no polled op moves).
+  virtual uint64_t polled_progress() const { return 0; }
 
   // The communicator the op belongs to (0: none), for abort and cancellation.
   uint64_t channel = 0;

@@ -13,6 +13,11 @@ namespace {
 
 constexpr auto kIdleInterval = std::chrono::milliseconds(10);
 constexpr auto kPollMin = std::chrono::microseconds(10);
+// NOTE [polled ops]: yield for this long without progress, then sleep kPolledSleep per round.
+constexpr auto kPolledSpin = std::chrono::milliseconds(2);
+constexpr auto kPolledSleep = std::chrono::microseconds(20);
+// NOTE [hot after work]: how long the thread stays awake after its last operation.
+constexpr auto kHotAfterWork = std::chrono::microseconds(500);
 
 std::chrono::microseconds poll_max_from_env() {
   const char* text = std::getenv("LOOM_MPI_POLL_MAX_US");
@@ -91,6 +96,8 @@ bool ProgressEngine::has_work_locked() const {
 
 void ProgressEngine::run() {
   auto backoff = kPollMin;
+  auto quiet_since = std::chrono::steady_clock::now();
+  auto last_busy = std::chrono::steady_clock::time_point{};
   while (true) {
     take_work();
     bool stopping = false;
@@ -102,7 +109,15 @@ void ProgressEngine::run() {
         break;
       }
     }
-    if (!busy() || stopping) {
+    const auto now = std::chrono::steady_clock::now();
+    if (busy()) last_busy = now;
+    if (!busy() && !stopping && now - last_busy < kHotAfterWork) {
+      // NOTE [hot after work]: operations come in bursts (a training step
+      // issues one per bucket); staying awake for a moment after the last one
+      // saves the next a condition-variable wake-up, several microseconds.
+      progress(false);
+      std::this_thread::yield();
+    } else if (!busy() || stopping) {
       // Idle (or shutting down): sleep until work arrives, testing the control
       // channels every kIdleInterval.
       std::unique_lock lock(mutex_);
@@ -114,6 +129,19 @@ void ProgressEngine::run() {
       }
       lock.unlock();
       progress(false);
+    } else if (polling()) {
+      // NOTE [polled ops]: a shared-memory op waits on its peers through memory,
+      // not MPI, so the thread must not block in MPI. It yields the core
+      // between rounds (the compute thread runs if it is ready) and, when
+      // nothing has moved for a while, sleeps briefly.
+      const int done = progress(false) + step_polled();
+      if (done > 0) {
+        quiet_since = std::chrono::steady_clock::now();
+      } else if (std::chrono::steady_clock::now() - quiet_since < kPolledSpin) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(kPolledSleep);
+      }
     } else if (mode_ == Mode::wait) {
       {
         std::lock_guard lock(mutex_);
@@ -268,9 +296,44 @@ bool ProgressEngine::finish_if_done(MpiOp& op) {
       }
     } catch (...) {
       fail_op(op, std::current_exception());
+      continue;
     }
+    // A polled op gets one step per round; it may be waiting for its peers.
+    if (op.polled() && !op.outstanding()) return false;
   }
   return false;
+}
+
+bool ProgressEngine::polling() const {
+  for (const auto& op : active_) {
+    if (op->polled() && !op->failed && !aborted_channels_.contains(op->channel)) return true;
+  }
+  return false;
+}
+
+int ProgressEngine::step_polled() {
+  std::vector<MpiOp*> polled;
+  for (const auto& op : active_) {
+    if (op->polled() && !op->failed && !aborted_channels_.contains(op->channel)) {
+      polled.push_back(op.get());
+    }
+  }
+  int moved = 0;
+  for (MpiOp* op : polled) {
+    const uint64_t before = op->polled_progress();
+    if (finish_if_done(*op)) {
+      remove_op(*op);
+      ++moved;
+    } else if (op->polled_progress() != before) {
+      ++moved;
+    }
+  }
+  return moved;
+}
+
+void ProgressEngine::adopt(std::unique_ptr<detail::ShmAllReduce> shm) {
+  std::lock_guard lock(mutex_);
+  shm_.push_back(std::move(shm));
 }
 
 void ProgressEngine::remove_op(MpiOp& op) {
@@ -366,6 +429,10 @@ void ProgressEngine::close_all() {
     active_.clear();
     types_.release();
   }
+  // Shared-memory windows are freed only now, when nothing is in flight: their
+  // free is collective and must not block the thread while peers need it.
+  if (clean_) shm_.clear();
+  for (auto& shm : shm_) (void)shm.release();  // leaked with the unfinished ops
   for (auto& [id, channel] : channels_) channel->close();
   channels_.clear();
   if (doorbell_request_ != MPI_REQUEST_NULL) {

@@ -24,6 +24,10 @@
 //                       Mode::poll: MPI_Testsome, then a sleep that doubles
 //                       from 10 us to LOOM_MPI_POLL_MAX_US (default 1000)
 //                       while nothing completes; for MPIs without yield.
+//   a polled op active  (the shared-memory all-reduce, which waits on its peers
+//                       through memory) MPI_Testsome and one step of each polled
+//                       op per round, yielding the core between rounds and
+//                       sleeping 20 us per round after 2 ms without progress.
 // docs/comm.md has the measured compute slowdown of both.
 #pragma once
 
@@ -42,6 +46,7 @@
 
 #include "comm/mpi/mpi_op.hpp"
 #include "comm/mpi/mpi_types.hpp"
+#include "comm/mpi/shm_all_reduce.hpp"
 #include "loom/comm/types.hpp"
 
 namespace loom::comm::mpi {
@@ -81,6 +86,8 @@ class ProgressEngine {
   // Starts `op` now (control sends), skipping the queue.
   void start_now(std::unique_ptr<MpiOp> op);
   void add_channel(std::shared_ptr<ControlChannel> channel);
+  // Keeps a communicator's shared-memory all-reduce until shutdown (any thread).
+  void adopt(std::unique_ptr<detail::ShmAllReduce> shm);
   // Cancels the channel's receive, frees its communicators, forgets it.
   void remove_channel(uint64_t id);
   // The channel's communicator was aborted: its in-flight ops no longer keep
@@ -102,7 +109,10 @@ class ProgressEngine {
   bool has_work_locked() const;
   void take_work();
   void start_op(std::unique_ptr<MpiOp> op);
-  bool busy() const;  // ops of live communicators in flight
+  bool busy() const;     // ops of live communicators in flight
+  bool polling() const;  // a polled op is active (NOTE [polled ops])
+  // Steps every polled op once; returns how many moved (advanced or finished).
+  int step_polled();
   // Tests (block = false) or waits for (block = true) the outstanding requests,
   // handles the completions, returns how many completed.
   int progress(bool block);
@@ -123,6 +133,7 @@ class ProgressEngine {
   std::condition_variable cv_;
   std::deque<std::unique_ptr<MpiOp>> queue_;
   std::deque<std::function<void()>> commands_;
+  std::vector<std::unique_ptr<detail::ShmAllReduce>> shm_;
   State state_ = State::running;
   bool doorbell_rung_ = false;
   bool stopping_ = false;

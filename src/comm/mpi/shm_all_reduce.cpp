@@ -74,11 +74,16 @@ void ShmAllReduce::start(void* data, DType dtype, int64_t count, ReduceOp op) {
   next_offset_ = 0;
   piece_count_ = 0;
   phase_ = Phase::copy_in;
-  if (count_ == 0) data_ = nullptr;
+  if (count_ == 0) finish();
+}
+
+void ShmAllReduce::finish() {
+  data_ = nullptr;
+  ++serving_;
 }
 
 bool ShmAllReduce::step() {
-  if (data_ == nullptr) return true;
+  if (data_ == nullptr) return true;  // (count 0, or already finished)
   const size_t es = dtype_size(dtype_);
   const int64_t piece_elements = static_cast<int64_t>(piece_bytes_ / es);
   for (;;) {
@@ -88,6 +93,7 @@ bool ShmAllReduce::step() {
         std::memcpy(slot(rank_, piece_), data_ + next_offset_ * static_cast<int64_t>(es),
                     static_cast<size_t>(piece_count_) * es);
         signal(3 * piece_ + 1);
+        ++progress_;
         phase_ = Phase::wait_in;
         [[fallthrough]];
       case Phase::wait_in:
@@ -102,6 +108,7 @@ bool ShmAllReduce::step() {
         host_reduce_many(slot(rank_, piece_) + lo * static_cast<int64_t>(es), inputs.data(), size_,
                          dtype_, hi - lo, op_);
         signal(3 * piece_ + 2);
+        ++progress_;
         phase_ = Phase::wait_reduced;
         [[fallthrough]];
       }
@@ -118,11 +125,12 @@ bool ShmAllReduce::step() {
                       static_cast<size_t>(hi - lo) * es);
         }
         signal(3 * piece_ + 3);
+        ++progress_;
         ++piece_;
         next_offset_ += piece_count_;
         phase_ = Phase::copy_in;
         if (next_offset_ >= count_) {
-          data_ = nullptr;
+          finish();
           return true;
         }
         break;

@@ -48,12 +48,20 @@ class ShmAllReduce {
   // True when every rank of `comm` is on this node (collective over `comm`).
   static bool all_ranks_share_memory(MPI_Comm comm);
 
+  // Operations run one at a time in the order they were enqueued (the same
+  // order on every rank): enqueue() hands out a ticket; start() may be called
+  // once it is that ticket's turn.
+  uint64_t enqueue() { return next_ticket_++; }
+  bool is_turn_of(uint64_t ticket) const { return ticket == serving_ && idle(); }
+
   // Begins an in-place all-reduce of `count` elements at `data`. The previous
   // operation must be done. Every rank starts the same sequence of operations.
   void start(void* data, DType dtype, int64_t count, ReduceOp op);
   // Advances as far as possible without waiting; true once the operation is done.
   bool step();
   bool idle() const { return data_ == nullptr; }
+  // Grows by one every time a phase completes: lets a poller tell "waiting" from "moving".
+  uint64_t progress() const { return progress_; }
   size_t piece_bytes() const { return piece_bytes_; }
 
  private:
@@ -63,6 +71,7 @@ class ShmAllReduce {
     std::atomic<uint64_t> value;
   };
 
+  void finish();
   bool everyone_reached(uint64_t target) const;
   void signal(uint64_t value);
   char* slot(int rank, uint64_t piece) const;
@@ -72,6 +81,9 @@ class ShmAllReduce {
   MPI_Win window_ = MPI_WIN_NULL;
   std::vector<Counter*> counters_;  // every rank's, in shared memory
   std::vector<char*> slots_;        // every rank's two slots
+
+  uint64_t next_ticket_ = 0, serving_ = 0;
+  uint64_t progress_ = 0;
 
   // The operation in progress.
   char* data_ = nullptr;
