@@ -2,15 +2,8 @@
 
 #include "comm/work_state.hpp"
 
-#include <algorithm>
-#include <thread>
-
 namespace loom::comm {
 namespace detail {
-namespace {
-// NOTE [spin before sleeping]
-constexpr auto kSpinBeforeSleeping = std::chrono::microseconds(200);
-}  // namespace
 
 WorkState::WorkState(OpInfo info, Milliseconds timeout, std::weak_ptr<Communicator> owner,
                      std::shared_ptr<FlightRecorder> recorder)
@@ -67,17 +60,6 @@ bool WorkState::done() const {
 }
 
 bool WorkState::wait_for(Milliseconds timeout) {
-  // NOTE [spin before sleeping]: most operations a caller waits on finish within
-  // microseconds of the wait, and waking a thread blocked on a condition variable
-  // costs several microseconds of latency per operation. So first watch the flag
-  // for a short while, yielding the core between looks, then block.
-  const auto spin_until =
-      std::chrono::steady_clock::now() +
-      std::min<std::chrono::steady_clock::duration>(kSpinBeforeSleeping, timeout);
-  while (!done_.load(std::memory_order_acquire)) {
-    if (std::chrono::steady_clock::now() >= spin_until) break;
-    std::this_thread::yield();
-  }
   std::unique_lock lock(mutex_);
   return cv_.wait_for(lock, timeout, [&] { return done_.load(std::memory_order_relaxed); });
 }

@@ -62,7 +62,7 @@ class WorkState {
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
-  std::atomic<bool> done_{false};  // written under mutex_, read without it by the spin in wait_for
+  std::atomic<bool> done_{false};  // written under mutex_; done() reads it without the lock
   std::exception_ptr error_;
   std::chrono::steady_clock::time_point finished_{};
   std::function<void(const Stream&)> block_stream_;

@@ -1,17 +1,20 @@
 // all_reduce on the mpi backend.
 //
 // NOTE [all_reduce algorithm]
-// make_all_reduce() is the one place that picks how an all-reduce runs:
-//  - MPI_Iallreduce on the whole buffer (in pieces of at most INT_MAX
-//    elements) for small messages, or when the ranks span several nodes;
-//  - the shared-memory all-reduce (shm_all_reduce.hpp) from
-//    shm_all_reduce_min_bytes() (4 MiB by default) when every rank of the
-//    communicator is on this node. On the 2-core development machine raw
-//    MPI_Allreduce at 2 ranks falls from ~8 GB/s bus bandwidth at 4 MiB to
-//    ~2.3 GB/s at 64-256 MiB, where the shared-memory path keeps ~7 GB/s;
-//    below ~4 MiB MPI is as fast or faster (docs/comm.md has the table).
+// make_all_reduce() is the one place that picks how an all-reduce runs.
+//  - Ranks on several nodes: MPI_Iallreduce on the whole buffer (in pieces of
+//    at most INT_MAX elements). loom::init() asks Open MPI's libnbc for
+//    Rabenseifner's algorithm (NOTE [libnbc all-reduce] in context.cpp); its
+//    default choice is about 2x slower than blocking MPI_Allreduce.
+//  - Ranks on one node: the shared-memory all-reduce (shm_all_reduce.hpp)
+//    below 512 KiB, where it has less latency than MPI's non-blocking path,
+//    and from 8 MiB, where MPI's large-message transfers fall from ~8 to ~2.5
+//    GB/s bus bandwidth at 2 ranks while it keeps 5-7; MPI in between, where
+//    its single-copy transfers are as fast or faster. Measured at 2 ranks on
+//    the 2-core development machine; docs/comm.md has the table.
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "comm/host_reduce.hpp"
@@ -92,12 +95,18 @@ class ShmAllReduceOp final : public WorkOp {
 
 }  // namespace
 
-size_t shm_all_reduce_min_bytes() {
-  static const size_t threshold = [] {
+namespace {
+
+// LOOM_SHM_ALLREDUCE, read once: nullopt for "auto", else the threshold from
+// which the shared-memory path is used (SIZE_MAX: "off", 0: "on").
+std::optional<size_t> shm_setting() {
+  static const std::optional<size_t> setting = []() -> std::optional<size_t> {
     const char* text = std::getenv("LOOM_SHM_ALLREDUCE");
-    if (text == nullptr || *text == '\0') return size_t{4} << 20;
+    if (text == nullptr || *text == '\0') return std::nullopt;
     const std::string value(text);
+    if (value == "auto") return std::nullopt;
     if (value == "off") return std::numeric_limits<size_t>::max();
+    if (value == "on") return 0;
     size_t pos = 0;
     double number = -1;
     try {
@@ -107,15 +116,27 @@ size_t shm_all_reduce_min_bytes() {
     const std::string unit = value.substr(pos == 0 ? value.size() : pos);
     const double scale = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : -1;
     LOOM_CHECK(number >= 0 && scale > 0, "LOOM_SHM_ALLREDUCE='", value,
-               "' must be 'off' or a size in bytes, optionally with K or M (e.g. 4M)");
+               "' must be auto, on, off, or a size in bytes with an optional K or M (e.g. 4M)");
     return static_cast<size_t>(number * scale);
   }();
-  return threshold;
+  return setting;
+}
+
+}  // namespace
+
+bool shm_all_reduce_enabled() {
+  return shm_setting() != std::optional<size_t>(std::numeric_limits<size_t>::max());
+}
+
+bool use_shm_all_reduce(size_t bytes) {
+  if (const std::optional<size_t> threshold = shm_setting()) return bytes >= *threshold;
+  // NOTE [all_reduce algorithm]: measured at 2 ranks, docs/comm.md.
+  return bytes < (size_t{512} << 10) || bytes >= (size_t{8} << 20);
 }
 
 std::unique_ptr<MpiOp> make_all_reduce(const OpTarget& target, const Tensor& tensor, ReduceOp op,
                                        const detail::WorkPtr& work) {
-  if (target.shm != nullptr && tensor.nbytes() >= shm_all_reduce_min_bytes()) {
+  if (target.shm != nullptr && use_shm_all_reduce(tensor.nbytes())) {
     return std::make_unique<ShmAllReduceOp>(target, tensor, op, work);
   }
   return std::make_unique<IallreduceOp>(target, tensor, op, work);

@@ -37,10 +37,13 @@ struct OpTarget {
   detail::ShmAllReduce* shm = nullptr;
 };
 
-// All-reduces of at least this many bytes take the shared-memory path when
-// the ranks share a node: LOOM_SHM_ALLREDUCE = "off", or a size such as "4M"
-// (the default), "512K", "0" (always).
-size_t shm_all_reduce_min_bytes();  // SIZE_MAX when off
+// Whether an all-reduce of `bytes` takes the shared-memory path when the
+// ranks share a node (NOTE [all_reduce algorithm]). LOOM_SHM_ALLREDUCE:
+// "auto" (default: below 512 KiB and from 8 MiB), "on", "off", or a size
+// such as "4M" (from that size on).
+bool use_shm_all_reduce(size_t bytes);
+// False when LOOM_SHM_ALLREDUCE=off: communicators then skip the setup.
+bool shm_all_reduce_enabled();
 
 // Elements per MPI call: INT_MAX unless lowered for a test (0 restores the default).
 int64_t max_elements_per_call();

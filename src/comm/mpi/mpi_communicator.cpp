@@ -143,16 +143,15 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::create(std::shared_ptr<Progres
                                                     std::weak_ptr<ControlPeer>(comm));
   // NOTE [all_reduce algorithm]: set up the shared-memory path now, while every
   // rank is known to be here (creation is collective); the engine keeps it.
-  if (size > 1 && shm_all_reduce_min_bytes() != std::numeric_limits<size_t>::max() &&
-      detail::ShmAllReduce::all_ranks_share_memory(data)) {
+  if (size > 1 && shm_all_reduce_enabled() && detail::ShmAllReduce::all_ranks_share_memory(data)) {
     MPI_Comm node = MPI_COMM_NULL;
     LOOM_MPI_CHECK(MPI_Comm_split_type(data, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
     auto shm = std::make_unique<detail::ShmAllReduce>(node, kShmPieceBytes);
     MPI_Comm_free(&node);
     comm->shm_ = shm.get();
     engine->adopt(std::move(shm));
-    LOOM_LOG_DEBUG("group '", name, "': all-reduces from ", shm_all_reduce_min_bytes(),
-                   " bytes go through shared memory (its ", size, " ranks share this node)");
+    LOOM_LOG_DEBUG("group '", name, "': its ", size,
+                   " ranks share this node; all-reduces can use shared memory");
   }
   engine->post([e = engine.get(), channel = comm->channel_] { e->add_channel(channel); });
   return comm;
