@@ -1,5 +1,6 @@
 // loom::init() and loom::Context (see loom/comm/context.hpp).
 #include "loom/comm/context.hpp"
+#include "loom/comm/nccl.hpp"
 
 #include <mpi.h>
 
@@ -53,10 +54,11 @@ std::string backend_choice(const InitOptions& options) {
     const char* env = std::getenv("LOOM_COMM_BACKEND");
     backend = env && *env ? env : "mpi";
   }
-  LOOM_CHECK(backend == "mpi", "communication backend '", backend, "' is not available: ",
-             backend == "nccl" ? "the nccl backend is not implemented yet; 'mpi' also accepts "
-                                 "CUDA tensors (staged through host memory)"
-                               : "the backends are 'mpi' (and, later, 'nccl')");
+  LOOM_CHECK(backend == "mpi" || backend == "nccl", "communication backend '", backend,
+             "' is not available: the backends are 'mpi' and 'nccl'");
+  LOOM_CHECK(backend != "nccl" || built_with_nccl(),
+             "communication backend 'nccl': Loom was built without NCCL; use 'mpi' (it also "
+             "accepts CUDA tensors, staged through host memory)");
   return backend;
 }
 
@@ -180,6 +182,14 @@ Context init(const InitOptions& options) {
 
   state->engine = std::make_shared<comm::mpi::ProgressEngine>(progress_mode(state->owns_mpi));
   state->world = comm::mpi::MpiCommunicator::create(state->engine, data, control, "world");
+  if (state->backend == "nccl") {
+    // The mpi world bootstraps NCCL (the unique id) and stays alive inside it.
+    LOOM_CHECK(state->device.is_cuda(), "loom::init(): backend 'nccl' needs a CUDA device, but ",
+               mpi_view.describe(), " got ", state->device, " (",
+               cuda_device_count() == 0 ? cuda_unavailable_reason() : "InitOptions::device",
+               "); use backend 'mpi'");
+    state->world = comm::make_nccl_communicator(state->world, state->device, "world");
+  }
 
   if (options.abort_job_on_uncaught_exception) {
     state->previous_handler = std::set_terminate(&abort_job_on_uncaught_exception);

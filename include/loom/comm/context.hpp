@@ -70,8 +70,8 @@ LaunchInfo detect_launch();
 std::string launch_mismatch(const LaunchInfo& launched, const LaunchInfo& mpi);
 
 struct InitOptions {
-  // Communication backend of world(): "mpi" (the only one so far; "nccl" is
-  // planned). Empty: $LOOM_COMM_BACKEND, else "mpi".
+  // Communication backend of world(): "mpi" or "nccl" (CUDA tensors; needs a
+  // GPU per rank, and bootstraps over MPI). Empty: $LOOM_COMM_BACKEND, else "mpi".
   std::string backend = "";
   // The device to use instead of the one picked by local rank.
   std::optional<Device> device = std::nullopt;

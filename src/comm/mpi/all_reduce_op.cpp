@@ -2,16 +2,20 @@
 //
 // NOTE [all_reduce algorithm]
 // make_all_reduce() is the one place that picks how an all-reduce runs.
-//  - Ranks on several nodes: MPI_Iallreduce on the whole buffer (in pieces of
-//    at most INT_MAX elements). loom::init() asks Open MPI's libnbc for
-//    Rabenseifner's algorithm (NOTE [libnbc all-reduce] in context.cpp); its
-//    default choice is about 2x slower than blocking MPI_Allreduce.
-//  - Ranks on one node: the shared-memory all-reduce (shm_all_reduce.hpp)
-//    below 512 KiB, where it has less latency than MPI's non-blocking path,
-//    and from 8 MiB, where MPI's large-message transfers fall from ~8 to ~2.5
-//    GB/s bus bandwidth at 2 ranks while it keeps 5-7; MPI in between, where
-//    its single-copy transfers are as fast or faster. Measured at 2 ranks on
-//    the 2-core development machine; docs/comm.md has the table.
+//  - MPI_Iallreduce on the whole buffer (in pieces of at most INT_MAX
+//    elements). loom::init() asks Open MPI's libnbc for Rabenseifner's
+//    algorithm (NOTE [libnbc all-reduce] in context.cpp); its default choice is
+//    about 2x slower than blocking MPI_Allreduce on an idle machine.
+//  - The shared-memory all-reduce (shm_all_reduce.hpp), when every rank is on
+//    this node, below 512 KiB: it has less latency than MPI's non-blocking
+//    path, idle or loaded. Larger messages stay on MPI by default although the
+//    shared-memory path is 2.4-2.8x faster than raw MPI at 64-256 MiB on an
+//    idle machine: each of its pieces synchronises the ranks twice, and when
+//    the compute threads keep every core busy (backward running during a
+//    data-parallel all-reduce) each synchronisation waits for a scheduler
+//    slice, making a 16 MiB all-reduce ~11x slower than MPI's. Measured at 2
+//    ranks on the 2-core development machine; docs/comm.md has both tables.
+//    LOOM_SHM_ALLREDUCE=on selects it for every size.
 #include <cstdlib>
 #include <limits>
 #include <optional>
@@ -131,7 +135,7 @@ bool shm_all_reduce_enabled() {
 bool use_shm_all_reduce(size_t bytes) {
   if (const std::optional<size_t> threshold = shm_setting()) return bytes >= *threshold;
   // NOTE [all_reduce algorithm]: measured at 2 ranks, docs/comm.md.
-  return bytes < (size_t{512} << 10) || bytes >= (size_t{8} << 20);
+  return bytes < (size_t{512} << 10);
 }
 
 std::unique_ptr<MpiOp> make_all_reduce(const OpTarget& target, const Tensor& tensor, ReduceOp op,

@@ -39,8 +39,8 @@ struct OpTarget {
 
 // Whether an all-reduce of `bytes` takes the shared-memory path when the
 // ranks share a node (NOTE [all_reduce algorithm]). LOOM_SHM_ALLREDUCE:
-// "auto" (default: below 512 KiB and from 8 MiB), "on", "off", or a size
-// such as "4M" (from that size on).
+// "auto" (default: below 512 KiB), "on", "off", or a size such as "4M"
+// (from that size on).
 bool use_shm_all_reduce(size_t bytes);
 // False when LOOM_SHM_ALLREDUCE=off: communicators then skip the setup.
 bool shm_all_reduce_enabled();
