@@ -36,6 +36,7 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& 
 
 // flops = 2 * batch * m * n * k (+ 2 * batch * m * n when beta != 0);
 // bytes = A + B + C (C twice when beta != 0), with a shared matrix counted once.
-OpCost gemm_cost(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& options = {});
+OpCost gemm_cost(const Tensor& a, const Tensor& b, const Tensor& c,
+                 const GemmOptions& options = {});
 
 }  // namespace loom::kernels

@@ -26,10 +26,18 @@ void reduce(const Tensor& x, Reduction op, const Tensor& out);
 // The result on the host (synchronises with the device).
 double reduce(const Tensor& x, Reduction op);
 
-inline double sum(const Tensor& x) { return reduce(x, Reduction::sum); }
-inline double sum_squares(const Tensor& x) { return reduce(x, Reduction::sum_squares); }
-inline double max(const Tensor& x) { return reduce(x, Reduction::max); }
-inline double abs_max(const Tensor& x) { return reduce(x, Reduction::abs_max); }
+inline double sum(const Tensor& x) {
+  return reduce(x, Reduction::sum);
+}
+inline double sum_squares(const Tensor& x) {
+  return reduce(x, Reduction::sum_squares);
+}
+inline double max(const Tensor& x) {
+  return reduce(x, Reduction::max);
+}
+inline double abs_max(const Tensor& x) {
+  return reduce(x, Reduction::abs_max);
+}
 
 // flops: one per element (two for sum_squares); bytes: the input once.
 OpCost reduce_cost(const Tensor& x, Reduction op);
