@@ -17,6 +17,7 @@
 #include <thread>
 #include <tuple>
 
+#include "comm/chunk_offsets.hpp"
 #include "comm/host_reduce.hpp"
 #include "comm/work_state.hpp"
 #include "loom/comm/local.hpp"
@@ -99,12 +100,6 @@ void copy_elements(const Tensor& dst, int64_t dst_off, const Tensor& src, int64_
               static_cast<const char*>(src.data()) + src_off * es, static_cast<size_t>(count) * es);
 }
 
-std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
-  std::vector<int64_t> offsets(counts.size(), 0);
-  for (size_t i = 1; i < counts.size(); ++i) offsets[i] = offsets[i - 1] + counts[i - 1];
-  return offsets;
-}
-
 // Runs a collective whose every rank has arrived. Called with the group lock held.
 void execute(std::vector<std::optional<Arrival>>& ranks) {
   const int n = static_cast<int>(ranks.size());
@@ -135,7 +130,7 @@ void execute(std::vector<std::optional<Arrival>>& ranks) {
       const int64_t total = first.info.count;
       Tensor result = Tensor::empty({total}, dtype);
       detail::host_reduce_many(result.data(), ptrs.data(), n, dtype, total, first.op);
-      const auto offsets = offsets_of(first.counts);
+      const auto offsets = detail::chunk_offsets(first.counts);
       for (int r = 0; r < n; ++r) {
         copy_elements(ranks[static_cast<size_t>(r)]->output, 0, result,
                       offsets[static_cast<size_t>(r)], first.counts[static_cast<size_t>(r)]);
@@ -143,7 +138,7 @@ void execute(std::vector<std::optional<Arrival>>& ranks) {
       break;
     }
     case OpType::all_gather: {
-      const auto offsets = offsets_of(first.counts);
+      const auto offsets = detail::chunk_offsets(first.counts);
       for (auto& dst : ranks) {
         for (int r = 0; r < n; ++r) {
           copy_elements(dst->output, offsets[static_cast<size_t>(r)],
@@ -165,10 +160,10 @@ void execute(std::vector<std::optional<Arrival>>& ranks) {
       // Rank i's send chunk j goes to rank j's receive chunk i.
       for (int i = 0; i < n; ++i) {
         const Arrival& src = *ranks[static_cast<size_t>(i)];
-        const auto send_offsets = offsets_of(src.counts);
+        const auto send_offsets = detail::chunk_offsets(src.counts);
         for (int j = 0; j < n; ++j) {
           const Arrival& dst = *ranks[static_cast<size_t>(j)];
-          const auto recv_offsets = offsets_of(dst.recv_counts);
+          const auto recv_offsets = detail::chunk_offsets(dst.recv_counts);
           copy_elements(dst.output, recv_offsets[static_cast<size_t>(i)], src.input,
                         send_offsets[static_cast<size_t>(j)], src.counts[static_cast<size_t>(j)]);
         }

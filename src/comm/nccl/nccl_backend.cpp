@@ -17,6 +17,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/chunk_offsets.hpp"
 #include "comm/work_state.hpp"
 #include "core/cuda/check.hpp"
 #include "core/cuda/nvtx.hpp"
@@ -55,12 +56,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
       return ncclMin;
   }
   return ncclSum;
-}
-
-std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
-  std::vector<int64_t> offsets(counts.size(), 0);
-  for (size_t i = 1; i < counts.size(); ++i) offsets[i] = offsets[i - 1] + counts[i - 1];
-  return offsets;
 }
 
 // Polls the completion events of in-flight NCCL operations (one thread per process).
@@ -180,7 +175,7 @@ class NcclCommunicator final : public Communicator {
         return;
       }
       // Uneven chunks: one reduce per chunk, rooted at its owner, in one group.
-      const auto offsets = offsets_of(counts);
+      const auto offsets = detail::chunk_offsets(counts);
       const size_t es = in.element_size();
       LOOM_NCCL_CHECK(ncclGroupStart());
       for (int r = 0; r < size(); ++r) {
@@ -206,7 +201,7 @@ class NcclCommunicator final : public Communicator {
         return;
       }
       // Uneven chunks: every rank broadcasts its chunk into place, in one group.
-      const auto offsets = offsets_of(counts);
+      const auto offsets = detail::chunk_offsets(counts);
       const size_t es = out.element_size();
       LOOM_NCCL_CHECK(ncclGroupStart());
       for (int r = 0; r < size(); ++r) {
@@ -237,7 +232,7 @@ class NcclCommunicator final : public Communicator {
   void start_all_to_all(const Tensor& in, const Tensor& out, const std::vector<int64_t>& send,
                         const std::vector<int64_t>& recv, const detail::WorkPtr& work) override {
     run(work, {in, out}, [&](cudaStream_t s) {
-      const auto send_off = offsets_of(send), recv_off = offsets_of(recv);
+      const auto send_off = detail::chunk_offsets(send), recv_off = detail::chunk_offsets(recv);
       const size_t es = in.element_size();
       const ncclDataType_t type = nccl_type(in.dtype());
       const auto me = static_cast<size_t>(rank());
