@@ -2,6 +2,7 @@
 # with loom_configure_target(<target>) so that third-party code is unaffected.
 
 set(_loom_sanitizers "")
+set(LOOM_SANITIZER_ENV "")
 if(LOOM_SANITIZE)
   string(REPLACE "," ";" _loom_san_list "${LOOM_SANITIZE}")
   foreach(s IN LISTS _loom_san_list)
@@ -14,6 +15,10 @@ if(LOOM_SANITIZE)
   endif()
   # -fno-sanitize-recover: undefined behaviour aborts, so a test that hits it fails.
   set(_loom_sanitizers "-fsanitize=${LOOM_SANITIZE}" "-fno-sanitize-recover=all")
+  # For tests and benchmark smoke tests: Open MPI keeps MPI_Init's allocations
+  # until exit on purpose; its components are dlopen'd, so unwind fully.
+  set(LOOM_SANITIZER_ENV
+      "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/sanitizers/lsan.supp:fast_unwind_on_malloc=0")
 endif()
 
 function(loom_configure_target target)

@@ -1,6 +1,7 @@
 #include "comm/mpi/shm_all_reduce.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "comm/host_reduce.hpp"
@@ -9,6 +10,7 @@
 namespace loom::comm::detail {
 namespace {
 constexpr size_t kHeaderBytes = 4096;  // the counter, on its own page
+constexpr size_t kAlignment = 64;      // of each rank's counter and slots
 }  // namespace
 
 bool ShmAllReduce::all_ranks_share_memory(MPI_Comm comm) {
@@ -28,7 +30,11 @@ ShmAllReduce::ShmAllReduce(MPI_Comm node_comm, size_t piece_bytes)
     : piece_bytes_(std::max<size_t>(4096, (piece_bytes + 4095) / 4096 * 4096)) {
   MPI_Comm_rank(node_comm, &rank_);
   MPI_Comm_size(node_comm, &size_);
-  const size_t segment = kHeaderBytes + 2 * piece_bytes_;
+  // MPI only promises byte alignment for each rank's part of the window (Open
+  // MPI's start at 8-byte offsets): over-allocate and align to a cache line.
+  // The window is mapped page-aligned in every process, so every rank rounds a
+  // peer's address to the same place in the shared memory.
+  const size_t segment = kAlignment + kHeaderBytes + 2 * piece_bytes_;
   void* base = nullptr;
   LOOM_MPI_CHECK(MPI_Win_allocate_shared(static_cast<MPI_Aint>(segment), 1, MPI_INFO_NULL,
                                          node_comm, &base, &window_));
@@ -37,8 +43,10 @@ ShmAllReduce::ShmAllReduce(MPI_Comm node_comm, size_t piece_bytes)
     int unit = 0;
     void* peer = nullptr;
     LOOM_MPI_CHECK(MPI_Win_shared_query(window_, r, &bytes, &unit, &peer));
-    counters_.push_back(static_cast<Counter*>(peer));
-    slots_.push_back(static_cast<char*>(peer) + kHeaderBytes);
+    auto* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(peer) + kAlignment - 1) /
+                                            kAlignment * kAlignment);
+    counters_.push_back(reinterpret_cast<Counter*>(aligned));
+    slots_.push_back(aligned + kHeaderBytes);
   }
   new (counters_[static_cast<size_t>(rank_)]) Counter{};
   counters_[static_cast<size_t>(rank_)]->value.store(0, std::memory_order_release);
