@@ -109,6 +109,15 @@ void Communicator::check_peer(int peer, const char* what) const {
              peer, " must be another rank of the group, in [0, ", size_, ") and not ", rank_);
 }
 
+void Communicator::check_point_to_point(const Tensor& tensor, int peer, int tag,
+                                        const char* what) const {
+  LOOM_CHECK(tensor.defined(), what, " on group '", name_, "': tensor is undefined");
+  check_tensor_support(tensor, what);
+  check_peer(peer, what);
+  LOOM_CHECK(tag >= 0 && tag < (1 << 15), what, " on group '", name_, "': tag ", tag,
+             " must be in [0, 32768)");
+}
+
 void Communicator::check_root(int root, const char* what) const {
   LOOM_CHECK(root >= 0 && root < size_, what, " on group '", name_, "': root ", root,
              " is not a rank of the group [0, ", size_, ")");
@@ -228,22 +237,14 @@ Work Communicator::barrier(const BarrierOptions& options) {
 }
 
 Work Communicator::send(const Tensor& tensor, int peer, const SendOptions& options) {
-  LOOM_CHECK(tensor.defined(), "send on group '", name_, "': tensor is undefined");
-  check_tensor_support(tensor, "send");
-  check_peer(peer, "send");
-  LOOM_CHECK(options.tag >= 0 && options.tag < (1 << 15), "send on group '", name_, "': tag ",
-             options.tag, " must be in [0, 32768)");
+  check_point_to_point(tensor, peer, options.tag, "send");
   auto work = begin(collective_info(OpType::send, &tensor, peer), options.timeout);
   start_send(tensor, peer, options.tag, work);
   return Work(work);
 }
 
 Work Communicator::recv(const Tensor& tensor, int peer, const RecvOptions& options) {
-  LOOM_CHECK(tensor.defined(), "recv on group '", name_, "': tensor is undefined");
-  check_tensor_support(tensor, "recv");
-  check_peer(peer, "recv");
-  LOOM_CHECK(options.tag >= 0 && options.tag < (1 << 15), "recv on group '", name_, "': tag ",
-             options.tag, " must be in [0, 32768)");
+  check_point_to_point(tensor, peer, options.tag, "recv");
   auto work = begin(collective_info(OpType::recv, &tensor, peer), options.timeout);
   start_recv(tensor, peer, options.tag, work);
   return Work(work);

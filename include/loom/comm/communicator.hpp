@@ -153,6 +153,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<int64_t> resolve_counts(const std::vector<int64_t>& counts, int64_t total,
                                       const char* what, const char* total_name) const;
   void check_peer(int peer, const char* what) const;
+  void check_point_to_point(const Tensor& tensor, int peer, int tag, const char* what) const;
   void check_root(int root, const char* what) const;
   void fail_pending(const CommError& error);
 

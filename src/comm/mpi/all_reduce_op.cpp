@@ -48,13 +48,7 @@ class IallreduceOp final : public WorkOp {
   }
 
  protected:
-  void finish() override {
-    const Tensor& host = buffer_.host();
-    if (op_ == ReduceOp::avg) {
-      detail::host_scale_for_avg(host.data(), host.dtype(), host.numel(), target_.size);
-    }
-    buffer_.stage_out();
-  }
+  void finish() override { finish_reduction(buffer_, op_); }
 
  private:
   StagedTensor buffer_;

@@ -57,11 +57,7 @@ class RootReduceOp final : public WorkOp {
  protected:
   void finish() override {
     if (target_.rank != root_) return;  // the other ranks' tensors are unchanged
-    const Tensor& host = buffer_.host();
-    if (op_ == ReduceOp::avg) {
-      detail::host_scale_for_avg(host.data(), host.dtype(), host.numel(), target_.size);
-    }
-    buffer_.stage_out();
+    finish_reduction(buffer_, op_);
   }
 
  private:
@@ -86,13 +82,7 @@ class ReduceScatterOp final : public WorkOp {
   }
 
  protected:
-  void finish() override {
-    const Tensor& host = output_.host();
-    if (op_ == ReduceOp::avg) {
-      detail::host_scale_for_avg(host.data(), host.dtype(), host.numel(), target_.size);
-    }
-    output_.stage_out();
-  }
+  void finish() override { finish_reduction(output_, op_); }
 
  private:
   StagedTensor input_, output_;
@@ -281,6 +271,14 @@ WorkOp::WorkOp(const OpTarget& target, detail::WorkPtr work)
 void WorkOp::succeed() {
   finish();
   work_->complete();
+}
+
+void WorkOp::finish_reduction(StagedTensor& result, ReduceOp op) {
+  if (op == ReduceOp::avg) {
+    const Tensor& host = result.host();
+    detail::host_scale_for_avg(host.data(), host.dtype(), host.numel(), target_.size);
+  }
+  result.stage_out();
 }
 
 void WorkOp::fail(std::exception_ptr error) {

@@ -61,6 +61,8 @@ class WorkOp : public MpiOp {
  protected:
   // After every request has completed, before the Work completes (scale, copy back).
   virtual void finish() {}
+  // finish() of a reduction into `result`: divide by the group size for avg, copy back.
+  void finish_reduction(StagedTensor& result, ReduceOp op);
   // Calls post(offset, count) for consecutive pieces of at most max_elements_per_call().
   template <typename Post>
   static void for_each_chunk(int64_t total, Post post) {

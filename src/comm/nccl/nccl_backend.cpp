@@ -97,9 +97,9 @@ class Watchdog {
           ncclResult_t async = ncclSuccess;
           ncclCommGetAsyncError(it->comm, &async);
           if (async != ncclSuccess && async != ncclInProgress) {
-            it->work->fail(
-                CommError(CommError::Kind::backend,
-                          str_cat(it->work->describe(), " failed in NCCL: ", detail_text(async))));
+            it->work->fail(CommError(CommError::Kind::backend,
+                                     str_cat(it->work->describe(), " failed in NCCL: ",
+                                             loom::detail::nccl_error_text(async))));
             it = pending_.erase(it);
             continue;
           }
@@ -116,10 +116,6 @@ class Watchdog {
         lock.lock();
       }
     }
-  }
-
-  static std::string detail_text(ncclResult_t status) {
-    return loom::detail::nccl_error_text(status);
   }
 
   std::mutex mutex_;
