@@ -22,4 +22,8 @@
 #include "loom/kernels/elementwise.hpp"
 #include "loom/kernels/gemm.hpp"
 #include "loom/kernels/reduce.hpp"
+#include "loom/nn/context.hpp"
+#include "loom/nn/module.hpp"
+#include "loom/nn/parameter.hpp"
 #include "loom/parallel/layout.hpp"
+#include "loom/trace/op_scope.hpp"

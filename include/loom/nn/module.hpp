@@ -1,0 +1,75 @@
+// Module: a layer with an explicit forward and a split backward
+// (DESIGN.md decision 1).
+//
+//   y  = m.forward(x, ctx);          // saves what backward needs in ctx
+//   dx = m.backward_input(dy, ctx);  // dL/dx; keeps dy in ctx if it has weights
+//   m.backward_weight(ctx);          // accumulates dL/dW, fires ready hooks,
+//                                    // releases ctx's state for m
+//   dx = m.backward(dy, ctx);        // both, in that order
+//
+// backward_input must run before backward_weight for the same ctx. A module
+// whose input is not differentiable (Embedding's token ids) returns an
+// undefined tensor from backward_input.
+//
+// Every module has a dotted name ("h.3.attn.qkv"); its parameters are named
+// name + "." + local name ("h.3.attn.qkv.weight"). Parameter initialisation
+// draws from RandomKey{seed, random_stream_id(parameter name)}, so a value
+// depends only on the seed and the name, not on construction order or layout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/core/device.hpp"
+#include "loom/core/dtype.hpp"
+#include "loom/core/tensor.hpp"
+#include "loom/nn/context.hpp"
+#include "loom/nn/parameter.hpp"
+
+namespace loom::nn {
+
+// Where and how a module creates its parameters.
+struct ModuleOptions {
+  Device device = Device::cpu();
+  DType dtype = DType::f32;
+  uint64_t seed = 0;
+};
+
+class Module {
+ public:
+  explicit Module(std::string name) : name_(std::move(name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  const std::string& name() const { return name_; }
+
+  virtual Tensor forward(const Tensor& x, Context& ctx) = 0;
+  virtual Tensor backward_input(const Tensor& dy, Context& ctx) = 0;
+  // Modules without parameters have nothing to do here.
+  virtual void backward_weight(Context& ctx) { (void)ctx; }
+  virtual Tensor backward(const Tensor& dy, Context& ctx) {
+    Tensor dx = backward_input(dy, ctx);
+    backward_weight(ctx);
+    return dx;
+  }
+
+  // This module's parameters, then its children's, in registration order.
+  std::vector<Parameter*> parameters();
+  virtual void collect_parameters(std::vector<Parameter*>& out) { (void)out; }
+  // Training mode (Dropout drops, BatchNorm uses batch statistics); on by default.
+  virtual void set_training(bool training) { training_ = training; }
+  bool training() const { return training_; }
+  void zero_grad();
+
+ protected:
+  // name() + "." + local (or just local for an unnamed module).
+  std::string child_name(const std::string& local) const;
+
+ private:
+  std::string name_;
+  bool training_ = true;
+};
+
+}  // namespace loom::nn

@@ -1,0 +1,5 @@
+# nn/: modules with explicit forward/backward (DESIGN.md decision 1).
+target_sources(loom PRIVATE
+  nn/module.cpp
+  nn/parameter.cpp
+)
