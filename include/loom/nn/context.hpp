@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <typeinfo>
@@ -56,6 +57,12 @@ class Context {
     return *state;
   }
 
+  // Seed for random ops in this micro-batch (Dropout): a module derives its key
+  // from this and its name, so activation checkpointing's recompute, which
+  // copies the seed into a fresh context, draws the same mask.
+  void set_random_seed(uint64_t seed) { random_seed_ = seed; }
+  uint64_t random_seed() const { return random_seed_; }
+
   bool has(const Module& module) const { return states_.count(&module) != 0; }
   void release(const Module& module) { states_.erase(&module); }
   void clear() { states_.clear(); }
@@ -68,6 +75,7 @@ class Context {
   [[noreturn]] static void throw_wrong_type(const Module& module, const char* type);
 
   std::unordered_map<const Module*, std::unique_ptr<SavedState>> states_;
+  uint64_t random_seed_ = 0;
 };
 
 }  // namespace loom::nn
