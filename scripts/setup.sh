@@ -3,6 +3,8 @@
 # (Debian 12 / Ubuntu 22.04). Installs only what is missing; asks nothing.
 # Uses sudo when not run as root. The CUDA toolkit is not installed here: when
 # it is present (e.g. /usr/local/cuda) the build picks it up by itself.
+# With --peers it also installs the PyTorch peer the model benchmark compares
+# with (Debian's python3-torch, CPU; run through /usr/bin/python3).
 set -euo pipefail
 
 packages=(
@@ -11,8 +13,11 @@ packages=(
   libeigen3-dev                     # host kernels
   catch2                            # test framework (2.x)
   nlohmann-json3-dev libcli11-dev   # JSON output, command-line flags
-  libopenblas0-pthread              # peer SGEMM in the kernel benchmark
+  libopenblas0-pthread              # peer SGEMM in the kernel benchmark; PyTorch's BLAS
 )
+if [ "${1:-}" = "--peers" ]; then
+  packages+=(python3-torch)         # bench/peers: PyTorch 1.13 CPU
+fi
 
 missing=()
 for p in "${packages[@]}"; do
