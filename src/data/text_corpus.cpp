@@ -82,8 +82,7 @@ std::vector<std::string> text_corpus_files(const TextCorpusOptions& options) {
   std::sort(files.begin(), files.end());
   std::string where;
   for (const std::string& s : searched) where += (where.empty() ? "" : ", ") + s;
-  LOOM_CHECK(!files.empty(), "text corpus: no text files found under ",
-             where.empty() ? std::string("/usr/lib/python3.N") : where);
+  LOOM_CHECK(!files.empty(), "text corpus: no text files found under ", where);
   return files;
 }
 
