@@ -1,0 +1,48 @@
+// CausalSelfAttention: multi-head scaled dot-product attention with a causal
+// mask, without projections (a GPT block puts Linear(C, 3C) before it and
+// Linear(C, C) after it).
+//
+//   input  qkv [B, T, 3C]: q | k | v along the last dimension; head h of q is
+//          qkv[..., h*d : (h+1)*d] with d = C / heads (likewise k at C + h*d,
+//          v at 2C + h*d)
+//   output y [B, T, C]:   y[b, t, h*d : (h+1)*d] = sum_{s <= t} P[b, h, t, s] v[b, s, h]
+//          P = causal_softmax(q k^T / sqrt(d))
+//
+// Token t's output depends on tokens 0 .. t only. No parameters; forward
+// saves q, k, v (head-major) and P in the context, backward_input releases
+// them. Runs wherever the kernels do: host f32; CUDA f32, bf16 and f16.
+// FLOP counting: see NOTE [causal FLOPs] in src/nn/attention.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "loom/kernels/cost.hpp"
+#include "loom/nn/module.hpp"
+
+namespace loom::nn {
+
+class CausalSelfAttention : public Module {
+ public:
+  // heads >= 1; the width C of each input must be divisible by it.
+  CausalSelfAttention(std::string name, int64_t heads);
+
+  int64_t heads() const { return heads_; }
+
+  Tensor forward(const Tensor& qkv, Context& ctx) override;
+  Tensor backward_input(const Tensor& dy, Context& ctx) override;
+
+  // The work forward and backward_input count for a [batch, tokens, 3C] input.
+  kernels::OpCost forward_cost(int64_t batch, int64_t tokens, int64_t channels,
+                               DType dtype = DType::f32) const;
+  kernels::OpCost backward_cost(int64_t batch, int64_t tokens, int64_t channels,
+                                DType dtype = DType::f32) const;
+
+ private:
+  // C from a [B, T, 3C] input; throws naming the module and the shape.
+  int64_t channels_of(const Tensor& qkv) const;
+
+  int64_t heads_;
+};
+
+}  // namespace loom::nn

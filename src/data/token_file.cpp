@@ -1,0 +1,223 @@
+// Token files: the atomic build, the validating memory map, the splits.
+#include "loom/data/token_file.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <vector>
+
+#include "loom/core/error.hpp"
+
+namespace loom::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::array<char, 8> kMagic = {'L', 'O', 'O', 'M', 'T', 'O', 'K', '\0'};
+
+struct Header {
+  std::array<char, 8> magic = kMagic;
+  uint32_t version = kTokenFileVersion;
+  uint32_t vocab_size = kByteVocabSize;
+  uint64_t token_count = 0;
+  uint32_t dtype = kTokenDTypeU16;
+  uint32_t reserved = 0;
+};
+static_assert(sizeof(Header) == kTokenFileHeaderBytes, "the header is 32 bytes, no padding");
+static_assert(std::endian::native == std::endian::little, "token files are little-endian");
+
+std::string errno_text() {
+  return std::strerror(errno);
+}
+
+// Closes a file descriptor on scope exit.
+struct FileDescriptor {
+  int fd = -1;
+  ~FileDescriptor() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+void write_all(int fd, const void* data, size_t bytes, const std::string& path) {
+  const auto* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t written = ::write(fd, p, bytes);
+    if (written < 0 && errno == EINTR) continue;
+    LOOM_CHECK(written > 0, "token file ", path, ": write failed: ", errno_text());
+    p += written;
+    bytes -= static_cast<size_t>(written);
+  }
+}
+
+// Reads the corpus, one document per file, up to the byte cap.
+std::vector<uint16_t> tokenize_corpus(const TextCorpusOptions& options, TokenFileSummary& summary) {
+  std::vector<uint16_t> tokens;
+  for (const std::string& file : text_corpus_files(options)) {
+    if (summary.corpus_bytes >= options.max_bytes) break;
+    std::ifstream in(file, std::ios::binary);
+    if (!in) continue;  // unreadable (permissions): not part of the corpus
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const uint64_t room = options.max_bytes - summary.corpus_bytes;
+    if (text.size() > room) text.resize(static_cast<size_t>(room));
+    append_byte_tokens(text, tokens);
+    tokens.push_back(static_cast<uint16_t>(kEndOfDocument));
+    summary.corpus_bytes += text.size();
+    summary.documents += 1;
+  }
+  summary.tokens = tokens.size();
+  return tokens;
+}
+
+// Writes header + tokens to a fresh temporary file beside `path`, fsyncs it
+// and renames it over `path`. On any failure the temporary file is removed.
+void write_atomically(const std::string& path, const std::vector<uint16_t>& tokens) {
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::random_device entropy;
+  const std::string temp = (dir / (target.filename().string() + ".tmp." +
+                                   std::to_string(::getpid()) + "." + std::to_string(entropy())))
+                               .string();
+  FileDescriptor file{::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)};
+  LOOM_CHECK(file.fd >= 0, "token file ", path, ": cannot create temporary file ", temp, ": ",
+             errno_text());
+  try {
+    Header header;
+    header.token_count = tokens.size();
+    write_all(file.fd, &header, sizeof(header), temp);
+    write_all(file.fd, tokens.data(), tokens.size() * sizeof(uint16_t), temp);
+    LOOM_CHECK(::fsync(file.fd) == 0, "token file ", path, ": fsync of ", temp,
+               " failed: ", errno_text());
+    LOOM_CHECK(::close(file.fd) == 0, "token file ", path, ": close of ", temp,
+               " failed: ", errno_text());
+    file.fd = -1;
+    LOOM_CHECK(::rename(temp.c_str(), path.c_str()) == 0, "token file ", path, ": rename from ",
+               temp, " failed: ", errno_text());
+  } catch (...) {
+    ::unlink(temp.c_str());
+    throw;
+  }
+  // Make the rename itself durable.
+  FileDescriptor directory{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (directory.fd >= 0) ::fsync(directory.fd);
+}
+
+}  // namespace
+
+TokenFileSummary build_token_file(const std::string& output_path, const TokenFileOptions& options) {
+  TokenFileSummary summary;
+  const std::vector<uint16_t> tokens = tokenize_corpus(options.corpus, summary);
+  LOOM_CHECK(!tokens.empty(), "token file ", output_path,
+             ": the corpus is empty (max_bytes = ", options.corpus.max_bytes, ")");
+  write_atomically(output_path, tokens);
+  return summary;
+}
+
+bool ensure_token_file(const std::string& path, const TokenFileOptions& options) {
+  std::error_code error;
+  if (fs::exists(path, error)) {
+    const TokenFile existing(path);  // throws if it is not a valid token file
+    return false;
+  }
+  build_token_file(path, options);
+  return true;
+}
+
+TokenFile::TokenFile(const std::string& path) : path_(path) {
+  FileDescriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  LOOM_CHECK(file.fd >= 0, "token file ", path, ": cannot open: ", errno_text());
+  struct stat info {};
+  LOOM_CHECK(::fstat(file.fd, &info) == 0, "token file ", path, ": cannot stat: ", errno_text());
+  const auto file_bytes = static_cast<uint64_t>(info.st_size);
+  LOOM_CHECK(file_bytes >= kTokenFileHeaderBytes, "token file ", path, ": ", file_bytes,
+             " bytes is shorter than the ", kTokenFileHeaderBytes,
+             "-byte header (truncated, or not a token file)");
+
+  mapping_bytes_ = static_cast<size_t>(file_bytes);
+  void* map = ::mmap(nullptr, mapping_bytes_, PROT_READ, MAP_SHARED, file.fd, 0);
+  LOOM_CHECK(map != MAP_FAILED, "token file ", path, ": mmap of ", file_bytes,
+             " bytes failed: ", errno_text());
+  mapping_ = map;
+  try {
+    Header header;
+    std::memcpy(&header, mapping_, sizeof(header));
+    LOOM_CHECK(header.magic == kMagic, "token file ", path,
+               ": wrong magic (expected \"LOOMTOK\"): not a Loom token file");
+    LOOM_CHECK(header.version == kTokenFileVersion, "token file ", path, ": version ",
+               header.version, " is not the supported version ", kTokenFileVersion);
+    LOOM_CHECK(header.dtype == kTokenDTypeU16, "token file ", path, ": token dtype code ",
+               header.dtype, " is not ", kTokenDTypeU16, " (uint16)");
+    LOOM_CHECK(header.vocab_size >= 1 && header.vocab_size <= 65536, "token file ", path,
+               ": vocab size ", header.vocab_size, " does not fit uint16 tokens");
+    const uint64_t expected = kTokenFileHeaderBytes + header.token_count * sizeof(uint16_t);
+    LOOM_CHECK(header.token_count <= file_bytes / sizeof(uint16_t) && expected == file_bytes,
+               "token file ", path, ": the header says ", header.token_count, " tokens (", expected,
+               " bytes with the header) but the file has ", file_bytes,
+               " bytes (truncated or corrupt)");
+    vocab_size_ = header.vocab_size;
+    tokens_ =
+        std::span<const uint16_t>(reinterpret_cast<const uint16_t*>(
+                                      static_cast<const char*>(mapping_) + kTokenFileHeaderBytes),
+                                  static_cast<size_t>(header.token_count));
+    // One pass over the tokens (milliseconds for the default 16 MiB corpus) so a
+    // corrupt body fails here, not as an out-of-range embedding row mid-training.
+    const auto bad =
+        std::find_if(tokens_.begin(), tokens_.end(), [&](uint16_t t) { return t >= vocab_size_; });
+    LOOM_CHECK(bad == tokens_.end(), "token file ", path, ": token ", bad - tokens_.begin(), " is ",
+               bad == tokens_.end() ? 0 : *bad, ", not below the vocab size ", vocab_size_,
+               " (corrupt)");
+  } catch (...) {
+    ::munmap(mapping_, mapping_bytes_);
+    mapping_ = nullptr;
+    throw;
+  }
+}
+
+TokenFile::~TokenFile() {
+  if (mapping_ != nullptr) ::munmap(mapping_, mapping_bytes_);
+}
+
+std::span<const uint16_t> TokenFile::tokens(TokenRange range) const {
+  LOOM_CHECK(range.begin >= 0 && range.begin <= range.end && range.end <= size(), "token file ",
+             path_, ": range [", range.begin, ", ", range.end, ") is outside its ", size(),
+             " tokens");
+  return tokens_.subspan(static_cast<size_t>(range.begin), static_cast<size_t>(range.size()));
+}
+
+TokenRange TokenFile::train_range(double validation_fraction) const {
+  return TokenRange{0, validation_range(validation_fraction).begin};
+}
+
+TokenRange TokenFile::validation_range(double validation_fraction) const {
+  LOOM_CHECK(validation_fraction >= 0.0 && validation_fraction < 1.0, "token file ", path_,
+             ": validation fraction ", validation_fraction, " must be in [0, 1)");
+  const auto count = static_cast<int64_t>(std::floor(validation_fraction * double(size())));
+  return TokenRange{size() - count, size()};
+}
+
+double unigram_entropy(std::span<const uint16_t> tokens) {
+  if (tokens.empty()) return 0.0;
+  std::vector<uint64_t> counts(65536, 0);
+  for (const uint16_t t : tokens) counts[t] += 1;
+  const double n = static_cast<double>(tokens.size());
+  double entropy = 0.0;
+  for (const uint64_t c : counts) {
+    if (c == 0) continue;
+    const double p = static_cast<double>(c) / n;
+    entropy -= p * std::log(p);
+  }
+  return entropy;
+}
+
+}  // namespace loom::data

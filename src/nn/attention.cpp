@@ -1,0 +1,168 @@
+// CausalSelfAttention: head split, two batched GEMMs around a causal softmax,
+// head merge; the backward in the same terms.
+//
+// Layout: q, k, v live head-major in one [3, B, H, T, d] buffer, so each
+// (b, h) is a dense [T, d] matrix and every attention product is one batched
+// GEMM over the [B, H] batch dimensions (transposes are GEMM flags, never
+// copies). The only copies are the two head permutations at the ends, O(B T C)
+// next to the GEMMs' O(B T^2 C).
+//
+// NOTE [causal FLOPs] The GEMMs compute every score of each T x T matrix, but
+// the softmax zeroes the masked half and ignores what was there. Counted work
+// is the useful half only: each attention GEMM counts 2 d flops per unmasked
+// (query, key) pair, T (T + 1) / 2 pairs per matrix, so MFU is not inflated
+// by masked work. (Counting the full square would add a factor 2T / (T + 1).)
+// Bytes are what the kernels move, full matrices included.
+#include "loom/nn/attention.hpp"
+
+#include <cmath>
+
+#include "loom/kernels/causal_softmax.hpp"
+#include "loom/kernels/gemm.hpp"
+#include "loom/kernels/heads.hpp"
+#include "loom/trace/op_scope.hpp"
+
+namespace loom::nn {
+namespace {
+
+struct AttentionState : SavedState {
+  Tensor qkv_heads;  // [3, B, H, T, d]: q, k, v
+  Tensor probs;      // [B, H, T, T]
+  Shape input_shape;
+};
+
+struct Dims {
+  int64_t batch, tokens, channels, heads, head_dim;
+
+  double matrices() const { return static_cast<double>(batch * heads); }
+  double causal_pairs() const {
+    return matrices() * static_cast<double>(tokens) * static_cast<double>(tokens + 1) / 2.0;
+  }
+  // One attention GEMM over the unmasked pairs (NOTE [causal FLOPs]).
+  double gemm_flops() const { return 2.0 * causal_pairs() * static_cast<double>(head_dim); }
+  double head_bytes(size_t element) const {  // one [B, H, T, d] tensor
+    return matrices() * static_cast<double>(tokens * head_dim) * static_cast<double>(element);
+  }
+  double score_bytes(size_t element) const {  // one [B, H, T, T] tensor
+    return matrices() * static_cast<double>(tokens * tokens) * static_cast<double>(element);
+  }
+  // Softmax work as the kernels count it: 5 flops per unmasked element.
+  double softmax_flops() const { return 5.0 * causal_pairs(); }
+};
+
+Dims dims_of(int64_t batch, int64_t tokens, int64_t channels, int64_t heads) {
+  return Dims{batch, tokens, channels, heads, channels / heads};
+}
+
+}  // namespace
+
+CausalSelfAttention::CausalSelfAttention(std::string name, int64_t heads)
+    : Module(std::move(name)), heads_(heads) {
+  LOOM_CHECK(heads >= 1, "attention '", this->name(), "': needs at least one head; got ", heads);
+}
+
+int64_t CausalSelfAttention::channels_of(const Tensor& qkv) const {
+  LOOM_CHECK(qkv.defined(), "attention '", name(), "': the input is undefined");
+  LOOM_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, "attention '", name(),
+             "': the input must be [B, T, 3C] (q, k and v side by side); got ", qkv);
+  const int64_t channels = qkv.size(2) / 3;
+  LOOM_CHECK(channels % heads_ == 0, "attention '", name(), "': model width C = ", channels,
+             " is not divisible by ", heads_, " heads (input ", qkv, ")");
+  return channels;
+}
+
+kernels::OpCost CausalSelfAttention::forward_cost(int64_t batch, int64_t tokens, int64_t channels,
+                                                  DType dtype) const {
+  const Dims d = dims_of(batch, tokens, channels, heads_);
+  const size_t e = dtype_size(dtype);
+  kernels::OpCost cost;
+  cost.flops = 2.0 * d.gemm_flops() + d.softmax_flops();
+  // split (qkv in, q k v out), S = Q K^T, softmax in place, O = P V, merge (O in, y out).
+  cost.bytes = 6.0 * d.head_bytes(e)                       // split
+               + 2.0 * d.head_bytes(e) + d.score_bytes(e)  // Q K^T
+               + 2.0 * d.score_bytes(e)                    // softmax
+               + d.score_bytes(e) + 2.0 * d.head_bytes(e)  // P V
+               + 2.0 * d.head_bytes(e);                    // merge
+  return cost;
+}
+
+kernels::OpCost CausalSelfAttention::backward_cost(int64_t batch, int64_t tokens, int64_t channels,
+                                                   DType dtype) const {
+  const Dims d = dims_of(batch, tokens, channels, heads_);
+  const size_t e = dtype_size(dtype);
+  kernels::OpCost cost;
+  // dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q: four GEMMs over the unmasked pairs.
+  cost.flops = 4.0 * d.gemm_flops() + d.softmax_flops();
+  cost.bytes = 2.0 * d.head_bytes(e)                               // split dO
+               + d.score_bytes(e) + 2.0 * d.head_bytes(e)          // dV
+               + d.score_bytes(e) + 2.0 * d.head_bytes(e)          // dP
+               + 3.0 * d.score_bytes(e)                            // softmax backward
+               + 2.0 * (d.score_bytes(e) + 2.0 * d.head_bytes(e))  // dQ, dK
+               + 6.0 * d.head_bytes(e);                            // merge dq, dk, dv
+  return cost;
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& qkv, Context& ctx) {
+  const int64_t channels = channels_of(qkv);
+  const int64_t batch = qkv.size(0), tokens = qkv.size(1), head_dim = channels / heads_;
+  const Device device = qkv.device();
+  const DType dtype = qkv.dtype();
+  trace::OpScope scope("attention.forward", forward_cost(batch, tokens, channels, dtype), device,
+                       name());
+
+  AttentionState& state = ctx.emplace<AttentionState>(*this);
+  state.input_shape = qkv.shape();
+  state.qkv_heads = Tensor::empty({3, batch, heads_, tokens, head_dim}, dtype, device);
+  const Tensor q = state.qkv_heads.select(0), k = state.qkv_heads.select(1),
+               v = state.qkv_heads.select(2);
+  kernels::split_heads(qkv, {q, k, v});
+
+  state.probs = Tensor::empty({batch, heads_, tokens, tokens}, dtype, device);
+  kernels::gemm(q, k, state.probs, {.trans_b = true});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  kernels::causal_softmax(state.probs, scale, state.probs);
+
+  const Tensor out_heads = Tensor::empty({batch, heads_, tokens, head_dim}, dtype, device);
+  kernels::gemm(state.probs, v, out_heads);
+  const Tensor y = Tensor::empty({batch, tokens, channels}, dtype, device);
+  kernels::merge_heads({out_heads}, y);
+  return y;
+}
+
+Tensor CausalSelfAttention::backward_input(const Tensor& dy, Context& ctx) {
+  AttentionState& state = ctx.get<AttentionState>(*this);
+  const Shape& in = state.input_shape;
+  const int64_t batch = in[0], tokens = in[1], channels = in[2] / 3, head_dim = channels / heads_;
+  LOOM_CHECK(dy.defined() && dy.shape() == Shape({batch, tokens, channels}) &&
+                 dy.dtype() == state.probs.dtype() && dy.device() == state.probs.device(),
+             "attention '", name(), "': the output gradient must be ",
+             shape_str({batch, tokens, channels}), " ", state.probs.dtype(), " on ",
+             state.probs.device(), " like the forward output; got ", dy);
+  const Device device = dy.device();
+  const DType dtype = dy.dtype();
+  trace::OpScope scope("attention.backward_input", backward_cost(batch, tokens, channels, dtype),
+                       device, name());
+
+  const Tensor q = state.qkv_heads.select(0), k = state.qkv_heads.select(1),
+               v = state.qkv_heads.select(2);
+  const Tensor& probs = state.probs;
+  const Tensor d_out = Tensor::empty({batch, heads_, tokens, head_dim}, dtype, device);
+  kernels::split_heads(dy, {d_out});
+
+  const Tensor grads = Tensor::empty({3, batch, heads_, tokens, head_dim}, dtype, device);
+  const Tensor dq = grads.select(0), dk = grads.select(1), dv = grads.select(2);
+  kernels::gemm(probs, d_out, dv, {.trans_a = true});  // dV = P^T dO
+  const Tensor d_scores = Tensor::empty(probs.shape(), dtype, device);
+  kernels::gemm(d_out, v, d_scores, {.trans_b = true});  // dP = dO V^T
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  kernels::causal_softmax_backward(probs, d_scores, scale, d_scores);  // dS, in place
+  kernels::gemm(d_scores, k, dq);                                      // dQ = dS K
+  kernels::gemm(d_scores, q, dk, {.trans_a = true});                   // dK = dS^T Q
+
+  const Tensor dqkv = Tensor::empty(in, dtype, device);
+  kernels::merge_heads({dq, dk, dv}, dqkv);
+  ctx.release(*this);
+  return dqkv;
+}
+
+}  // namespace loom::nn

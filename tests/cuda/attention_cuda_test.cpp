@@ -1,0 +1,110 @@
+// Attention on CUDA against the host: the head-layout copies bit for bit
+// (every copy unit width), the causal softmax and its backward to a few ulps
+// (expf vs Eigen's exp) with exact zeros in the masked half, and the
+// CausalSelfAttention module forward and backward to 1e-5.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "../kernels/kernel_test_util.hpp"
+#include "loom/kernels/causal_softmax.hpp"
+#include "loom/kernels/heads.hpp"
+#include "loom/nn/attention.hpp"
+
+using loom::Device;
+using loom::DType;
+using loom::Tensor;
+namespace k = loom::kernels;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+void require_close(const std::vector<float>& got, const std::vector<float>& want, double atol,
+                   double rtol) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i << ": device " << got[i] << ", host " << want[i]);
+    REQUIRE(std::abs(double(got[i]) - want[i]) <= atol + rtol * std::abs(want[i]));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("CUDA split_heads and merge_heads equal the host's bits") {
+  // head_dim 5 (f32: 4-byte units), 2 (8-byte units), 8 (16-byte units); bf16 with 3 (2-byte
+  // units).
+  struct Case {
+    DType dtype;
+    int64_t groups, heads, head_dim;
+  };
+  for (const Case& c : {Case{DType::f32, 3, 2, 5}, Case{DType::f32, 1, 3, 2},
+                        Case{DType::f32, 3, 4, 8}, Case{DType::bf16, 3, 2, 3}}) {
+    const Tensor packed =
+        loom::test::random_tensor({2, 7, c.groups * c.heads * c.head_dim}, c.dtype, 31);
+    std::vector<Tensor> host, device;
+    for (int64_t g = 0; g < c.groups; ++g) {
+      host.push_back(Tensor::empty({2, c.heads, 7, c.head_dim}, c.dtype));
+      device.push_back(Tensor::empty({2, c.heads, 7, c.head_dim}, c.dtype, kGpu));
+    }
+    k::split_heads(packed, host);
+    k::split_heads(packed.to(kGpu), device);
+    INFO("dtype " << c.dtype << ", groups " << c.groups << ", head_dim " << c.head_dim);
+    for (size_t g = 0; g < host.size(); ++g) {
+      CHECK(loom::test::first_difference(device[g].to_vector<float>(),
+                                         host[g].to_vector<float>()) == -1);
+    }
+    const Tensor back = Tensor::zeros(packed.shape(), c.dtype, kGpu);
+    k::merge_heads(device, back);
+    CHECK(loom::test::first_difference(back.to_vector<float>(), packed.to_vector<float>()) == -1);
+  }
+}
+
+TEST_CASE("CUDA causal_softmax and its backward match the host") {
+  for (int64_t n : {1, 7, 33, 130}) {
+    const Tensor scores = loom::test::random_tensor({3, n, n}, DType::f32, 41, -8.0f, 8.0f);
+    const Tensor dprobs = loom::test::random_tensor({3, n, n}, DType::f32, 42);
+    const Tensor host_p = Tensor::empty(scores.shape());
+    k::causal_softmax(scores, 0.25f, host_p);
+    const Tensor host_ds = Tensor::empty(scores.shape());
+    k::causal_softmax_backward(host_p, dprobs, 0.25f, host_ds);
+
+    const Tensor dev_p = scores.to(kGpu);
+    k::causal_softmax(dev_p, 0.25f, dev_p);  // in place
+    const Tensor dev_ds = dprobs.to(kGpu);
+    k::causal_softmax_backward(host_p.to(kGpu), dev_ds, 0.25f, dev_ds);
+    INFO("T = " << n);
+    const std::vector<float> p = dev_p.to_vector<float>(), ds = dev_ds.to_vector<float>();
+    for (size_t e = 0; e < p.size(); ++e) {
+      if (static_cast<int64_t>(e % n) > static_cast<int64_t>(e / n) % n) {
+        REQUIRE(p[e] == 0.0f);
+        REQUIRE(ds[e] == 0.0f);
+      }
+    }
+    require_close(p, host_p.to_vector<float>(), 1e-7, 1e-5);
+    require_close(ds, host_ds.to_vector<float>(), 1e-6, 1e-5);
+
+    // bf16 on the device: the f32 result rounded, within bf16's precision.
+    const Tensor dev_bf16 = scores.to(DType::bf16).to(kGpu);
+    k::causal_softmax(dev_bf16, 0.25f, dev_bf16);
+    const Tensor host_from_bf16 = Tensor::empty(scores.shape());
+    k::causal_softmax(scores.to(DType::bf16).to(DType::f32), 0.25f, host_from_bf16);
+    require_close(dev_bf16.to_vector<float>(), host_from_bf16.to_vector<float>(), 1e-6, 0x1p-7);
+  }
+}
+
+TEST_CASE("CUDA CausalSelfAttention matches the host forward and backward") {
+  const int64_t B = 2, T = 37, C = 48, H = 4;
+  loom::nn::CausalSelfAttention attention("attn", H);
+  const Tensor qkv = loom::test::random_tensor({B, T, 3 * C}, DType::f32, 51, -2.0f, 2.0f);
+  const Tensor dy = loom::test::random_tensor({B, T, C}, DType::f32, 52);
+  loom::nn::Context host_ctx, dev_ctx;
+  const Tensor host_y = attention.forward(qkv, host_ctx);
+  const Tensor host_dx = attention.backward(dy, host_ctx);
+  const Tensor dev_y = attention.forward(qkv.to(kGpu), dev_ctx);
+  const Tensor dev_dx = attention.backward(dy.to(kGpu), dev_ctx);
+  CHECK(dev_ctx.empty());
+  require_close(dev_y.to_vector<float>(), host_y.to_vector<float>(), 1e-5, 1e-4);
+  require_close(dev_dx.to_vector<float>(), host_dx.to_vector<float>(), 1e-5, 1e-4);
+}

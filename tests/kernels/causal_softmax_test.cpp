@@ -1,0 +1,151 @@
+// causal_softmax and its backward against a double-precision reference,
+// the exact zeros of the masked half, in-place use, and the argument checks.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernel_test_util.hpp"
+#include "loom/kernels/causal_softmax.hpp"
+
+using Catch::Matchers::Contains;
+using loom::DType;
+using loom::Tensor;
+namespace k = loom::kernels;
+
+namespace {
+
+// probs of one [n, n] matrix stack, in double.
+std::vector<double> reference_softmax(const std::vector<float>& s, int64_t n, double scale) {
+  std::vector<double> p(s.size(), 0.0);
+  for (size_t r = 0; r < s.size() / static_cast<size_t>(n); ++r) {
+    const int64_t i = static_cast<int64_t>(r) % n;
+    const size_t base = r * static_cast<size_t>(n);
+    double max = -INFINITY;
+    for (int64_t j = 0; j <= i; ++j) max = std::max(max, scale * s[base + j]);
+    double sum = 0;
+    for (int64_t j = 0; j <= i; ++j) sum += std::exp(scale * s[base + j] - max);
+    for (int64_t j = 0; j <= i; ++j) p[base + j] = std::exp(scale * s[base + j] - max) / sum;
+  }
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("causal_softmax matches a double reference and zeroes the masked half",
+          "[causal_softmax][attn]") {
+  const int64_t n = 37;  // not a multiple of any vector width
+  const float scale = 0.125f;
+  const Tensor scores = loom::test::random_tensor({2, 3, n, n}, DType::f32, 21, -20.0f, 20.0f);
+  // The masked half is never read: NaN there must not leak into the result.
+  std::vector<float> s = scores.to_vector<float>();
+  for (size_t r = 0; r < s.size() / n; ++r)
+    for (int64_t j = static_cast<int64_t>(r) % n + 1; j < n; ++j) s[r * n + j] = NAN;
+  const Tensor poisoned = Tensor::from_vector(s, scores.shape());
+  const Tensor probs = Tensor::empty(scores.shape());
+  k::causal_softmax(poisoned, scale, probs);
+
+  const std::vector<double> want = reference_softmax(s, n, scale);
+  const std::vector<float> got = probs.to_vector<float>();
+  for (size_t e = 0; e < got.size(); ++e) {
+    const int64_t i = static_cast<int64_t>(e / n) % n, j = static_cast<int64_t>(e % n);
+    INFO("element " << e << " (row " << i << ", column " << j << ")");
+    if (j > i) {
+      REQUIRE(got[e] == 0.0f);
+      REQUIRE(!std::signbit(got[e]));
+    } else {
+      REQUIRE(std::abs(got[e] - want[e]) <= 1e-6 + 1e-5 * want[e]);
+    }
+  }
+  // In place gives the same bits.
+  k::causal_softmax(poisoned, scale, poisoned);
+  CHECK(loom::test::first_difference(poisoned.to_vector<float>(), got) == -1);
+}
+
+TEST_CASE("causal_softmax_backward matches the closed form in double", "[causal_softmax][attn]") {
+  const int64_t n = 19;
+  const float scale = 0.3f;
+  const Tensor scores = loom::test::random_tensor({4, n, n}, DType::f32, 8, -3.0f, 3.0f);
+  const Tensor probs = Tensor::empty(scores.shape());
+  k::causal_softmax(scores, scale, probs);
+  const Tensor dprobs = loom::test::random_tensor(scores.shape(), DType::f32, 9);
+  const Tensor dscores = Tensor::empty(scores.shape());
+  k::causal_softmax_backward(probs, dprobs, scale, dscores);
+
+  const std::vector<float> p = probs.to_vector<float>(), dp = dprobs.to_vector<float>();
+  const std::vector<float> got = dscores.to_vector<float>();
+  for (size_t r = 0; r < p.size() / n; ++r) {
+    const int64_t i = static_cast<int64_t>(r) % n;
+    double dot = 0;
+    for (int64_t j = 0; j <= i; ++j) dot += double(p[r * n + j]) * dp[r * n + j];
+    for (int64_t j = 0; j < n; ++j) {
+      const size_t e = r * n + static_cast<size_t>(j);
+      const double want = j <= i ? scale * double(p[e]) * (dp[e] - dot) : 0.0;
+      INFO("row " << r << ", column " << j);
+      if (j > i) {
+        REQUIRE(got[e] == 0.0f);
+      } else {
+        REQUIRE(std::abs(got[e] - want) <= 1e-6);
+      }
+    }
+  }
+  k::causal_softmax_backward(probs, dprobs, scale, dprobs);  // in place into dprobs
+  CHECK(loom::test::first_difference(dprobs.to_vector<float>(), got) == -1);
+}
+
+TEST_CASE("causal_softmax_backward is the gradient of causal_softmax", "[causal_softmax][attn]") {
+  // L = sum(probs * w): compare dL/ds with central differences in f32 on a small stack.
+  const int64_t n = 6;
+  const float scale = 0.7f;
+  const Tensor scores = loom::test::random_tensor({2, n, n}, DType::f32, 1, -2.0f, 2.0f);
+  const Tensor w = loom::test::random_tensor(scores.shape(), DType::f32, 2);
+  const std::vector<float> wv = w.to_vector<float>();
+  auto loss = [&] {
+    const Tensor p = Tensor::empty(scores.shape());
+    k::causal_softmax(scores, scale, p);
+    const std::vector<float> pv = p.to_vector<float>();
+    double l = 0;
+    for (size_t e = 0; e < pv.size(); ++e) l += double(pv[e]) * wv[e];
+    return l;
+  };
+  const Tensor probs = Tensor::empty(scores.shape());
+  k::causal_softmax(scores, scale, probs);
+  const Tensor ds = Tensor::empty(scores.shape());
+  k::causal_softmax_backward(probs, w, scale, ds);
+  const std::vector<float> analytic = ds.to_vector<float>();
+  float* s = scores.data<float>();
+  for (int64_t e = 0; e < scores.numel(); ++e) {
+    const float saved = s[e];
+    s[e] = saved + 1e-2f;
+    const double plus = loss();
+    s[e] = saved - 1e-2f;
+    const double minus = loss();
+    s[e] = saved;
+    const double numeric = (plus - minus) / 2e-2;
+    INFO("element " << e << ": analytic " << analytic[e] << ", numeric " << numeric);
+    CHECK(std::abs(analytic[e] - numeric) <= 1e-3 + 1e-2 * std::abs(numeric));
+  }
+}
+
+TEST_CASE("causal_softmax counts the unmasked elements and checks its arguments",
+          "[causal_softmax][attn]") {
+  const Tensor s = Tensor::zeros({3, 4, 4});
+  CHECK(k::causal_softmax_cost(s).flops == 5.0 * 3 * 10);
+  CHECK(k::causal_softmax_cost(s).bytes == 2.0 * s.nbytes());
+  CHECK(k::causal_softmax_backward_cost(s).flops == 5.0 * 3 * 10);
+
+  CHECK_THROWS_WITH(k::causal_softmax(Tensor::zeros({3, 4, 5}), 1.0f, Tensor::zeros({3, 4, 5})),
+                    Contains("square [..., T, T]"));
+  CHECK_THROWS_WITH(k::causal_softmax(s, 1.0f, Tensor::zeros({3, 4, 4}, DType::bf16)),
+                    Contains("must match scores"));
+  CHECK_THROWS_WITH(k::causal_softmax(s.to(DType::bf16), 1.0f, s.to(DType::bf16)),
+                    Contains("host kernel supports f32 only"));
+  const Tensor big = Tensor::zeros({2, 4, 4});
+  CHECK_THROWS_WITH(
+      k::causal_softmax(big.view({2, 4, 4}).slice(0, 1), 1.0f, big.flat_view(4, {1, 4, 4})),
+      Contains("overlaps scores other than exactly"));
+  CHECK_THROWS_WITH(k::causal_softmax_backward(s, s.clone(), 1.0f, s),
+                    Contains("dscores overlaps probs"));
+  k::causal_softmax(Tensor::zeros({0, 4, 4}), 1.0f, Tensor::zeros({0, 4, 4}));  // empty: no-op
+}

@@ -1,0 +1,149 @@
+// CausalSelfAttention: finite-difference gradients, causality, a naive
+// double-precision reference, the saved-state contract, counted FLOPs and
+// the shape errors.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "../kernels/kernel_test_util.hpp"
+#include "gradcheck.hpp"
+#include "loom/nn/attention.hpp"
+#include "loom/trace/op_scope.hpp"
+
+using Catch::Matchers::Contains;
+using loom::DType;
+using loom::Tensor;
+using loom::nn::CausalSelfAttention;
+using loom::nn::Context;
+
+namespace {
+
+// y[b, t, h*d + i] from qkv [B, T, 3C] by the textbook formula, in double.
+std::vector<double> naive_attention(const std::vector<float>& qkv, int64_t B, int64_t T, int64_t C,
+                                    int64_t H) {
+  const int64_t d = C / H;
+  auto at = [&](int64_t b, int64_t t, int64_t index) {
+    return double(qkv[static_cast<size_t>((b * T + t) * 3 * C + index)]);
+  };
+  std::vector<double> y(static_cast<size_t>(B * T * C), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<double> w(static_cast<size_t>(t + 1));
+        double max = -INFINITY;
+        for (int64_t s = 0; s <= t; ++s) {
+          double dot = 0;
+          for (int64_t i = 0; i < d; ++i) dot += at(b, t, h * d + i) * at(b, s, C + h * d + i);
+          w[static_cast<size_t>(s)] = dot / std::sqrt(double(d));
+          max = std::max(max, w[static_cast<size_t>(s)]);
+        }
+        double sum = 0;
+        for (double& x : w) sum += (x = std::exp(x - max));
+        for (int64_t i = 0; i < d; ++i) {
+          double acc = 0;
+          for (int64_t s = 0; s <= t; ++s)
+            acc += w[static_cast<size_t>(s)] * at(b, s, 2 * C + h * d + i);
+          y[static_cast<size_t>((b * T + t) * C + h * d + i)] = acc / sum;
+        }
+      }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("attention matches a naive double-precision reference", "[attention][attn]") {
+  const int64_t B = 2, T = 13, C = 24, H = 3;
+  const Tensor qkv = loom::test::random_tensor({B, T, 3 * C}, DType::f32, 17, -2.0f, 2.0f);
+  CausalSelfAttention attention("attn", H);
+  Context ctx;
+  const Tensor y = attention.forward(qkv, ctx);
+  REQUIRE(y.shape() == loom::Shape{B, T, C});
+  const std::vector<double> want = naive_attention(qkv.to_vector<float>(), B, T, C, H);
+  const std::vector<float> got = y.to_vector<float>();
+  for (size_t e = 0; e < got.size(); ++e) {
+    INFO("element " << e << ": got " << got[e] << ", want " << want[e]);
+    REQUIRE(std::abs(got[e] - want[e]) <= 2e-6 + 2e-5 * std::abs(want[e]));
+  }
+}
+
+TEST_CASE("attention passes the finite-difference gradient check", "[attention][attn]") {
+  for (int64_t heads : {1, 2}) {
+    CausalSelfAttention attention("h.0.attn", heads);
+    const Tensor qkv = loom::test::random_tensor({2, 5, 3 * 4}, DType::f32, 3, -1.0f, 1.0f);
+    loom::nn::testing::GradCheckOptions options;
+    options.samples = 120;  // every element of the input
+    INFO("heads " << heads);
+    loom::nn::testing::check_module_gradients(attention, qkv, options);
+  }
+}
+
+TEST_CASE("attention is causal: token t's input changes outputs from t on only",
+          "[attention][attn]") {
+  const int64_t B = 2, T = 9, C = 8, H = 2;
+  CausalSelfAttention attention("attn", H);
+  const Tensor qkv = loom::test::random_tensor({B, T, 3 * C}, DType::f32, 4);
+  Context ctx;
+  const std::vector<float> base = attention.forward(qkv, ctx).to_vector<float>();
+  for (int64_t t : {int64_t{0}, int64_t{4}, T - 1}) {
+    const Tensor changed = qkv.clone();
+    float* data = changed.data<float>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < 3 * C; ++i) data[(b * T + t) * 3 * C + i] += 0.5f;
+    Context fresh;
+    const std::vector<float> y = attention.forward(changed, fresh).to_vector<float>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < T; ++s) {
+        bool same = true;
+        for (int64_t i = 0; i < C; ++i) {
+          const size_t e = static_cast<size_t>((b * T + s) * C + i);
+          same = same && y[e] == base[e];
+        }
+        INFO("changed token " << t << ", output token " << s);
+        CHECK(same == (s < t));  // bit-identical before t, different from t on
+      }
+  }
+}
+
+TEST_CASE("attention backward consumes its state and checks the gradient shape",
+          "[attention][attn]") {
+  CausalSelfAttention attention("blk.attn", 2);
+  const Tensor qkv = loom::test::random_tensor({1, 4, 12}, DType::f32, 5);
+  Context ctx;
+  const Tensor y = attention.forward(qkv, ctx);
+  CHECK_THROWS_WITH(attention.backward_input(Tensor::zeros({1, 4, 12}), ctx),
+                    Contains("gradient must be [1, 4, 4]"));
+  const Tensor dx = attention.backward(Tensor::zeros(y.shape()), ctx);
+  CHECK(dx.shape() == qkv.shape());
+  CHECK(ctx.empty());
+  CHECK(attention.parameters().empty());
+  CHECK_THROWS_WITH(attention.backward_input(Tensor::zeros(y.shape()), ctx),
+                    Contains("no saved state"));
+}
+
+TEST_CASE("attention rejects widths its heads do not divide", "[attention][attn]") {
+  CausalSelfAttention attention("blk.attn", 4);
+  Context ctx;
+  CHECK_THROWS_WITH(attention.forward(Tensor::zeros({2, 3, 3 * 10}), ctx),
+                    Contains("model width C = 10 is not divisible by 4 heads"));
+  CHECK_THROWS_WITH(attention.forward(Tensor::zeros({2, 3, 10}), ctx),
+                    Contains("must be [B, T, 3C]"));
+  CHECK_THROWS_WITH(CausalSelfAttention("a", 0), Contains("at least one head"));
+}
+
+TEST_CASE("attention counts the causal half of its GEMM work", "[attention][attn]") {
+  const int64_t B = 2, T = 8, C = 16, H = 2, d = C / H;
+  CausalSelfAttention attention("attn", H);
+  const Tensor qkv = loom::test::random_tensor({B, T, 3 * C}, DType::f32, 6);
+  const double pairs = double(B * H) * T * (T + 1) / 2.0;
+  const auto before = loom::trace::thread_counted_cost();
+  Context ctx;
+  const Tensor y = attention.forward(qkv, ctx);
+  const auto after_forward = loom::trace::thread_counted_cost();
+  attention.backward(Tensor::zeros(y.shape()), ctx);
+  const auto after_backward = loom::trace::thread_counted_cost();
+  // Two GEMMs forward, four backward, 2 d flops per unmasked pair each, plus 5 per pair of softmax.
+  CHECK(after_forward.flops - before.flops == Approx(2 * 2.0 * d * pairs + 5 * pairs));
+  CHECK(after_backward.flops - after_forward.flops == Approx(4 * 2.0 * d * pairs + 5 * pairs));
+  CHECK(after_forward.bytes > before.bytes);
+}
