@@ -33,4 +33,7 @@
 #include "loom/optim/param_slot.hpp"
 #include "loom/optim/sgd.hpp"
 #include "loom/parallel/layout.hpp"
+#include "loom/trace/chrome_trace.hpp"
 #include "loom/trace/op_scope.hpp"
+#include "loom/trace/profiler.hpp"
+#include "loom/trace/roofline.hpp"

@@ -155,9 +155,8 @@ class Profiler {
   // Used by record_span().
   void add_span(SpanRecord span);
 
-  struct State;
-
  private:
+  struct State;
   Profiler();
   std::unique_ptr<State> state_;
 };
