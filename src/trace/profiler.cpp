@@ -108,7 +108,7 @@ struct Profiler::State {
   bool has_origin = false;
   bool saw_cuda = false;
   ClockOrigin origin;
-  int rank = 0;
+  int rank = -1;  // -1: not set; read from the launcher's environment on first use
 
   // Host time of a recorded CUDA event (NOTE [device clock]); waits for it.
   int64_t host_time(const Event& event) {
@@ -164,9 +164,7 @@ Profiler& Profiler::instance() {
   return profiler;
 }
 
-Profiler::Profiler() : state_(std::make_unique<State>()) {
-  state_->rank = rank_from_environment();
-}
+Profiler::Profiler() : state_(std::make_unique<State>()) {}
 
 void Profiler::enable() {
   std::lock_guard lock(state_->mutex);
@@ -199,6 +197,9 @@ void Profiler::set_rank(int rank) {
 
 int Profiler::rank() const {
   std::lock_guard lock(state_->mutex);
+  // Resolved lazily: LOOM_PROFILE may enable the profiler during static
+  // initialisation, before the launcher detection's own statics exist.
+  if (state_->rank < 0) state_->rank = rank_from_environment();
   return state_->rank;
 }
 

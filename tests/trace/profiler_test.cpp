@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -231,4 +232,16 @@ TEST_CASE("the Chrome trace is valid JSON with ops, steps, lanes and spans", "[t
 TEST_CASE("step_end without step_begin is an error while profiling", "[trace]") {
   ProfilingOn on;
   CHECK_THROWS_WITH(Profiler::instance().step_end(), Contains("no step is open"));
+}
+
+// Hidden from the normal run; ctest runs it as trace.loom_profile_env with LOOM_PROFILE=1.
+TEST_CASE("LOOM_PROFILE=1 turns the profiler on when the library loads", "[.][profile_env]") {
+  const char* value = std::getenv("LOOM_PROFILE");
+  REQUIRE(value != nullptr);
+  REQUIRE(std::string(value) == "1");
+  CHECK(Profiler::instance().enabled());
+  {
+    trace::OpScope scope("env.op", OpCost{1, 1}, Device::cpu());
+  }
+  CHECK(Profiler::instance().records().size() == 1);
 }
