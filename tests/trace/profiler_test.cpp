@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -240,8 +240,6 @@ TEST_CASE("LOOM_PROFILE=1 turns the profiler on when the library loads", "[.][pr
   REQUIRE(value != nullptr);
   REQUIRE(std::string(value) == "1");
   CHECK(Profiler::instance().enabled());
-  {
-    trace::OpScope scope("env.op", OpCost{1, 1}, Device::cpu());
-  }
+  { trace::OpScope scope("env.op", OpCost{1, 1}, Device::cpu()); }
   CHECK(Profiler::instance().records().size() == 1);
 }
