@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernel_test_util.hpp"
+#include "loom/core/philox.hpp"
 #include "loom/kernels/dropout.hpp"
 
 using Catch::Matchers::Contains;
@@ -70,4 +71,27 @@ TEST_CASE("dropout names bad probabilities and operands", "[kernels][dropout]") 
   REQUIRE_THROWS_WITH(k::dropout_forward(x, 0.5f, RandomKey{}, Tensor::zeros({5})),
                       Contains("element count"));
   REQUIRE(k::dropout_cost(x).flops == 4);
+}
+
+TEST_CASE("dropout's mask is the documented Philox function of the element index",
+          "[kernels][dropout]") {
+  // Independent of the batched host loop: element i keeps iff word i % 4 of
+  // philox4x32({i / 4, stream}, seed) gives a unit float >= p.
+  const int64_t n = 1000;  // many whole batches of groups plus a partial group
+  const uint64_t seed = 0x123456789abcdefull, stream = 0xfedcba9876543210ull;
+  const float p = 0.5f;
+  const Tensor ones = Tensor::full({n + 3}, 1.0);
+  const Tensor y = Tensor::empty({n + 3});
+  k::dropout_forward(ones, p, RandomKey{seed, stream}, y);
+  const std::vector<float> v = y.to_vector<float>();
+  for (int64_t i = 0; i < n + 3; ++i) {
+    const uint64_t g = static_cast<uint64_t>(i) / 4;
+    const loom::Philox4x32Result w =
+        loom::philox4x32(static_cast<uint32_t>(g), static_cast<uint32_t>(g >> 32),
+                         static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32),
+                         static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+    const bool keep = loom::uint32_to_unit_float(w.v[i % 4]) >= p;
+    INFO("element " << i);
+    REQUIRE((v[i] != 0.0f) == keep);
+  }
 }
