@@ -1,6 +1,16 @@
 # nn/: modules with explicit forward/backward (DESIGN.md decision 1).
 target_sources(loom PRIVATE
   nn/attention.cpp
+  nn/activation.cpp
+  nn/checkpoint.cpp
+  nn/cross_entropy_loss.cpp
+  nn/dropout.cpp
+  nn/embedding.cpp
+  nn/layer_norm.cpp
+  nn/linear.cpp
+  nn/mlp.cpp
   nn/module.cpp
   nn/parameter.cpp
+  nn/residual.cpp
+  nn/sequential.cpp
 )

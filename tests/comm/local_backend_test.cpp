@@ -188,10 +188,12 @@ TEST_CASE("local: the flight recorder keeps the last operations with their state
 
 TEST_CASE("LOOM_COMM_TIMEOUT accepts seconds with units and rejects anything else") {
   auto with = [](const char* value) {
+    // Unset even when parsing throws: later tests in this process read the variable too.
+    struct Unset {
+      ~Unset() { unsetenv("LOOM_COMM_TIMEOUT"); }
+    } unset;
     setenv("LOOM_COMM_TIMEOUT", value, 1);
-    const Milliseconds t = default_comm_timeout();
-    unsetenv("LOOM_COMM_TIMEOUT");
-    return t.count();
+    return default_comm_timeout().count();
   };
   CHECK(with("90") == 90000);
   CHECK(with("1.5s") == 1500);

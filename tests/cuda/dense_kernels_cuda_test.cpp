@@ -1,0 +1,183 @@
+// CUDA dense-layer kernels against their host twins: bias (f32 exact
+// add, sums to 1e-5; bf16 to its rounding), activations (1e-6 relative),
+// layer norm (1e-5), embedding (gather exact, scatter-add to 1e-6 and
+// deterministic across runs), cross-entropy (1e-5), dropout (bit for bit,
+// the same mask on both backends).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "../kernels/kernel_test_util.hpp"
+#include "loom/kernels/activation.hpp"
+#include "loom/kernels/bias.hpp"
+#include "loom/kernels/cross_entropy.hpp"
+#include "loom/kernels/dropout.hpp"
+#include "loom/kernels/embedding.hpp"
+#include "loom/kernels/layer_norm.hpp"
+
+using loom::Device;
+using loom::DType;
+using loom::RandomKey;
+using loom::Tensor;
+using loom::kernels::Activation;
+namespace k = loom::kernels;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+void require_close(const Tensor& device, const Tensor& host, double rtol, double atol) {
+  const std::vector<float> got = device.to_vector<float>(), want = host.to_vector<float>();
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(std::abs(double(got[i]) - want[i]) <= atol + rtol * std::abs(double(want[i])))) {
+      INFO("element " << i << ": device " << got[i] << ", host " << want[i]);
+      REQUIRE(false);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("CUDA bias_add and bias_grad match the host", "[cuda][bias]") {
+  for (const int64_t rows : {1, 37, 1000}) {
+    const int64_t cols = 77;
+    const Tensor y = loom::test::random_tensor({rows, cols}, DType::f32, 1);
+    const Tensor b = loom::test::random_tensor({cols}, DType::f32, 2);
+    const Tensor dy_gpu = y.to(kGpu);
+    k::bias_add(dy_gpu, b.to(kGpu));
+    const Tensor host = y.clone();
+    k::bias_add(host, b);
+    require_close(dy_gpu, host, 0, 0);
+
+    const Tensor db = Tensor::empty({cols}), db_gpu = Tensor::empty({cols}, DType::f32, kGpu);
+    k::bias_grad(y, db, false);
+    k::bias_grad(y.to(kGpu), db_gpu, false);
+    require_close(db_gpu, db, 1e-5, 1e-5);
+    k::bias_grad(y, db, true);
+    k::bias_grad(y.to(kGpu), db_gpu, true);
+    require_close(db_gpu, db, 1e-5, 1e-5);
+
+    // bf16 on the device against the host on the same rounded values.
+    const Tensor y16 = y.to(DType::bf16);
+    const Tensor db16 = Tensor::empty({cols}, DType::bf16, kGpu);
+    k::bias_grad(y16.to(kGpu), db16, false);
+    const Tensor ref = Tensor::empty({cols});
+    k::bias_grad(y16.to(DType::f32), ref, false);
+    require_close(db16.to(DType::f32), ref, 1.0 / 128, 1e-3);
+  }
+}
+
+TEST_CASE("CUDA activations match the host", "[cuda][activation]") {
+  for (const Activation f : {Activation::relu, Activation::gelu}) {
+    const int64_t n = 100001;
+    const Tensor x = loom::test::random_tensor({n}, DType::f32, 3, -6.0f, 6.0f);
+    const Tensor dy = loom::test::random_tensor({n}, DType::f32, 4);
+    const Tensor y = Tensor::empty({n}), dx = Tensor::empty({n});
+    k::activation_forward(f, x, y);
+    k::activation_backward(f, x, dy, dx);
+    const Tensor y_gpu = Tensor::empty({n}, DType::f32, kGpu), dx_gpu = y_gpu.clone();
+    k::activation_forward(f, x.to(kGpu), y_gpu);
+    k::activation_backward(f, x.to(kGpu), dy.to(kGpu), dx_gpu);
+    require_close(y_gpu, y, 1e-6, 1e-6);
+    require_close(dx_gpu, dx, 1e-6, 1e-6);
+
+    const Tensor y16 = Tensor::empty({n}, DType::bf16, kGpu);
+    k::activation_forward(f, x.to(DType::bf16).to(kGpu), y16);
+    const Tensor ref = Tensor::empty({n});
+    k::activation_forward(f, x.to(DType::bf16).to(DType::f32), ref);
+    require_close(y16.to(DType::f32), ref, 1.0 / 128, 1e-6);
+  }
+}
+
+TEST_CASE("CUDA layer_norm matches the host", "[cuda][layer_norm]") {
+  for (const int64_t cols : {1, 31, 256, 1000}) {
+    const int64_t rows = 19;
+    const Tensor x = loom::test::random_tensor({rows, cols}, DType::f32, 5, -3.0f, 5.0f);
+    const Tensor w = loom::test::random_tensor({cols}, DType::f32, 6);
+    const Tensor b = loom::test::random_tensor({cols}, DType::f32, 7);
+    const Tensor dy = loom::test::random_tensor({rows, cols}, DType::f32, 8);
+    const Tensor y = Tensor::empty({rows, cols}), mean = Tensor::empty({rows}),
+                 rstd = Tensor::empty({rows}), dx = Tensor::empty({rows, cols}),
+                 dw = Tensor::empty({cols}), db = Tensor::empty({cols});
+    k::layer_norm_forward(x, w, b, 1e-5f, y, mean, rstd);
+    k::layer_norm_backward_input(dy, x, w, mean, rstd, dx);
+    k::layer_norm_backward_weight(dy, x, mean, rstd, dw, db, false);
+
+    const Tensor xg = x.to(kGpu), dyg = dy.to(kGpu), wg = w.to(kGpu);
+    const Tensor yg = y.to(kGpu), meang = mean.to(kGpu), rstdg = rstd.to(kGpu), dxg = dx.to(kGpu),
+                 dwg = dw.to(kGpu), dbg = db.to(kGpu);
+    k::layer_norm_forward(xg, wg, b.to(kGpu), 1e-5f, yg, meang, rstdg);
+    k::layer_norm_backward_input(dyg, xg, wg, meang, rstdg, dxg);
+    k::layer_norm_backward_weight(dyg, xg, meang, rstdg, dwg, dbg, false);
+    INFO("cols " << cols);
+    require_close(yg, y, 1e-5, 1e-5);
+    require_close(meang, mean, 1e-5, 1e-6);
+    require_close(rstdg, rstd, 1e-5, 1e-6);
+    require_close(dxg, dx, 1e-4, 1e-4);
+    require_close(dwg, dw, 1e-5, 1e-5);
+    require_close(dbg, db, 1e-5, 1e-5);
+  }
+}
+
+TEST_CASE("CUDA embedding matches the host and its backward is deterministic",
+          "[cuda][embedding]") {
+  const int64_t vocab = 3000, dim = 96, count = 5000;
+  const Tensor table = loom::test::random_tensor({vocab, dim}, DType::f32, 9);
+  std::vector<int64_t> ids(count);
+  for (int64_t i = 0; i < count; ++i) ids[i] = (i * 7919) % 97;  // many repeats
+  for (const DType id_dtype : {DType::i32, DType::i64}) {
+    const Tensor id_tensor = Tensor::from_vector(ids, {count}).to(id_dtype);
+    const Tensor out = Tensor::empty({count, dim});
+    k::embedding_forward(table, id_tensor, out);
+    const Tensor out_gpu = Tensor::empty({count, dim}, DType::f32, kGpu);
+    k::embedding_forward(table.to(kGpu), id_tensor.to(kGpu), out_gpu);
+    require_close(out_gpu, out, 0, 0);
+
+    const Tensor dy = loom::test::random_tensor({count, dim}, DType::f32, 10);
+    const Tensor dtable = Tensor::empty({vocab, dim});
+    k::embedding_backward(dy, id_tensor, dtable, false);
+    const Tensor first = Tensor::empty({vocab, dim}, DType::f32, kGpu), second = first.clone();
+    k::embedding_backward(dy.to(kGpu), id_tensor.to(kGpu), first, false);
+    k::embedding_backward(dy.to(kGpu), id_tensor.to(kGpu), second, false);
+    // Same order of additions as the host: equal bits.
+    require_close(first, dtable, 0, 0);
+    require_close(second, first, 0, 0);
+  }
+}
+
+TEST_CASE("CUDA cross_entropy matches the host", "[cuda][cross_entropy]") {
+  const int64_t rows = 67, classes = 5003;
+  const Tensor logits = loom::test::random_tensor({rows, classes}, DType::f32, 11, -8.0f, 8.0f);
+  std::vector<int32_t> targets(rows);
+  for (int64_t r = 0; r < rows; ++r) targets[r] = r % 5 == 2 ? -1 : int32_t((r * 131) % classes);
+  const Tensor t = Tensor::from_vector(targets, {rows});
+  const Tensor loss = Tensor::empty({1}), lse = Tensor::empty({rows}), count = Tensor::empty({1});
+  k::cross_entropy_forward(logits, t, loss, lse, count);
+  const Tensor lg = logits.to(kGpu), tg = t.to(kGpu);
+  const Tensor loss_g = loss.to(kGpu), lse_g = lse.to(kGpu), count_g = count.to(kGpu);
+  k::cross_entropy_forward(lg, tg, loss_g, lse_g, count_g);
+  require_close(loss_g, loss, 1e-5, 0);
+  require_close(lse_g, lse, 1e-6, 1e-6);
+  require_close(count_g, count, 0, 0);
+
+  const Tensor d = Tensor::empty({rows, classes});
+  k::cross_entropy_backward(logits, t, lse, count, 2.0f, d);
+  const Tensor dg = Tensor::empty({rows, classes}, DType::f32, kGpu);
+  k::cross_entropy_backward(lg, tg, lse_g, count_g, 2.0f, dg);
+  require_close(dg, d, 1e-5, 1e-9);
+}
+
+TEST_CASE("CUDA dropout draws the host's mask, bit for bit", "[cuda][dropout]") {
+  for (const int64_t n : {1, 5, 100003}) {
+    const Tensor x = loom::test::random_tensor({n}, DType::f32, 12);
+    const Tensor y = Tensor::empty({n}), y_gpu = Tensor::empty({n}, DType::f32, kGpu);
+    k::dropout_forward(x, 0.37f, RandomKey{3, 4}, y);
+    k::dropout_forward(x.to(kGpu), 0.37f, RandomKey{3, 4}, y_gpu);
+    REQUIRE(loom::test::first_difference(y_gpu.to_vector<float>(), y.to_vector<float>()) == -1);
+    const Tensor dx_gpu = Tensor::empty({n}, DType::f32, kGpu);
+    k::dropout_backward(x.to(kGpu), 0.37f, RandomKey{3, 4}, dx_gpu);
+    REQUIRE(loom::test::first_difference(dx_gpu.to_vector<float>(), y.to_vector<float>()) == -1);
+  }
+}
