@@ -12,6 +12,7 @@ packages=(
   catch2                            # test framework (2.x)
   nlohmann-json3-dev libcli11-dev   # JSON output, command-line flags
   libopenblas0-pthread              # peer SGEMM in the kernel benchmark
+  zlib1g-dev                        # reading the digits dataset (.csv.gz)
 )
 
 missing=()

@@ -50,9 +50,11 @@ void check_input(const char* op, const Tensor& x) {
   LOOM_CHECK(x.dtype() == DType::f32, op, ": input ", x, " must be f32");
 }
 
+#if !LOOM_HAS_CUDA
 [[noreturn]] void no_cuda() {
   throw InternalError("unreachable: CUDA tensor in a build without CUDA");
 }
+#endif
 
 }  // namespace
 

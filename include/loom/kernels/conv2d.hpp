@@ -15,8 +15,8 @@
 //
 // dtypes: one floating dtype for all tensors. Host: f32 (im2col + Eigen GEMM,
 // the images grouped so every GEMM has at least ~2k columns; 1x1 stride-1
-// convolutions use the input as it is). CUDA: f32 and bf16 through cuDNN
-// (f32 accumulation; f32 without TF32). Outputs must not overlap inputs.
+// convolutions use the input as it is). CUDA: f32, bf16 and f16 through
+// cuDNN (f32 accumulation; f32 without TF32). Outputs must not overlap inputs.
 // C_in must be at least 1. Shape or dtype mismatches throw loom::Error naming the shapes and the
 // rule. Work on CUDA is queued on the device's current stream.
 #pragma once

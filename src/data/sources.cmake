@@ -1,0 +1,12 @@
+# data/: datasets for the examples and tests (digits) and synthetic batches.
+target_sources(loom PRIVATE
+  data/dataset.cpp
+  data/digits.cpp
+  data/synthetic.cpp
+)
+# zlib reads the compressed digits file; without it the loader takes a plain .csv.
+find_package(ZLIB)
+if(ZLIB_FOUND)
+  target_link_libraries(loom PRIVATE ZLIB::ZLIB)
+  set_source_files_properties(data/digits.cpp PROPERTIES COMPILE_DEFINITIONS LOOM_HAS_ZLIB=1)
+endif()
