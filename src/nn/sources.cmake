@@ -1,8 +1,18 @@
 # nn/: modules with explicit forward/backward (DESIGN.md decision 1).
 target_sources(loom PRIVATE
+  nn/activation.cpp
   nn/batch_norm.cpp
+  nn/checkpoint.cpp
   nn/conv2d.cpp
+  nn/cross_entropy_loss.cpp
+  nn/dropout.cpp
+  nn/embedding.cpp
+  nn/layer_norm.cpp
+  nn/linear.cpp
+  nn/mlp.cpp
   nn/module.cpp
   nn/parameter.cpp
   nn/pool.cpp
+  nn/residual.cpp
+  nn/sequential.cpp
 )

@@ -1,0 +1,40 @@
+// Cross-entropy of a softmax: the fused, numerically stable loss of a
+// classifier's logits against integer targets, and its gradient.
+//
+// For logits [N, V] (f32) and targets [N] (i32 or i64):
+//   lse[r]  = m + log(sum_c exp(logits[r, c] - m)),  m = max_c logits[r, c]
+//   loss    = sum over counted rows of (lse[r] - logits[r, targets[r]]) / count
+// where a row is counted unless targets[r] == ignore_index, and count is the
+// number of counted rows (loss = 0 when count is 0, not NaN).
+// Forward writes loss and count (1-element f32 tensors) and lse ([N] f32),
+// which is all backward needs besides the logits:
+//   dlogits[r, c] = (exp(logits[r, c] - lse[r]) - [c == targets[r]]) * dloss / count
+// and 0 on ignored rows. dlogits may be the logits tensor itself (in place), so
+// a caller can turn the logits into their gradient without a second [N, V] buffer.
+//
+// The loss is summed in a fixed order (host: in double, by row; CUDA: in f32
+// by a fixed tree): deterministic. Targets must lie in [0, V) or equal
+// ignore_index: the host throws loom::Error naming the row, the target and V;
+// CUDA cannot throw from a kernel, so there such a row's loss is NaN (and so is
+// the mean), which shows up in the loss curve rather than passing silently.
+#pragma once
+
+#include <cstdint>
+
+#include "loom/core/tensor.hpp"
+#include "loom/kernels/cost.hpp"
+
+namespace loom::kernels {
+
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& loss,
+                           const Tensor& lse, const Tensor& count, int64_t ignore_index = -1);
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                            const Tensor& count, float dloss, const Tensor& dlogits,
+                            int64_t ignore_index = -1);
+
+// Forward: 4 flops per logit (max, subtract, exp, add); reads the logits and targets.
+OpCost cross_entropy_forward_cost(const Tensor& logits);
+// Backward: 4 flops per logit; reads the logits, writes dlogits.
+OpCost cross_entropy_backward_cost(const Tensor& logits);
+
+}  // namespace loom::kernels

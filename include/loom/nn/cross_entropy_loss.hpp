@@ -1,0 +1,47 @@
+// CrossEntropyLoss: the mean negative log-likelihood of softmax(logits) at
+// the targets (kernels/cross_entropy.hpp), fused and numerically stable.
+//
+//   Tensor loss = ce.forward(logits [..., V] f32, targets [...] i32/i64, ctx);
+//   Tensor dlogits = ce.backward(ctx, dloss = 1);   // logits' shape
+//
+// Leading dimensions are flattened into rows. Rows whose target equals
+// ignore_index (-1 by default) are left out of the mean and get a zero
+// gradient. loss is a scalar (shape {}) f32 tensor on the logits' device.
+// forward keeps the logits, targets and one logsumexp per row in ctx (not the
+// probabilities); backward releases them. Not a Module (it takes two inputs
+// and has no input gradient to pass on besides dlogits).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "loom/nn/context.hpp"
+#include "loom/nn/module.hpp"
+
+namespace loom::nn {
+
+class CrossEntropyLoss {
+ public:
+  explicit CrossEntropyLoss(std::string name = "loss", int64_t ignore_index = -1);
+
+  Tensor forward(const Tensor& logits, const Tensor& targets, Context& ctx);
+  Tensor backward(Context& ctx, float dloss = 1.0f);
+
+  const std::string& name() const { return slot_.name(); }
+  int64_t ignore_index() const { return ignore_index_; }
+
+ private:
+  struct State;
+  // Context files state under a Module; this placeholder names the loss's slot.
+  class Slot final : public Module {
+   public:
+    using Module::Module;
+    Tensor forward(const Tensor& x, Context& ctx) override;
+    Tensor backward_input(const Tensor& dy, Context& ctx) override;
+  };
+
+  Slot slot_;
+  int64_t ignore_index_;
+};
+
+}  // namespace loom::nn

@@ -1,0 +1,61 @@
+// Linear: y = x @ weight^T + bias, over the last dimension of x.
+//
+//   weight [out, in], bias [out]; x [..., in] -> y [..., out]
+//   backward_input:  dx = dy @ weight
+//   backward_weight: dweight (+)= dy^T @ x over all leading dimensions,
+//                    dbias (+)= column sums of dy; each followed by end_grad_write()
+//
+// Initialisation (deterministic, RandomKey{module.seed, random_stream_id(name)}):
+// init_std == 0 gives PyTorch's default, weight and bias uniform in
+// [-1/sqrt(in), 1/sqrt(in)]; init_std > 0 gives weight normal(0, init_std)
+// and a zero bias.
+//
+// A tied Linear (GPT's output head reusing the token embedding [V, D] as its
+// [out = V, in = D] weight) is built from the existing Parameter: it has no
+// bias, does not own the weight (parameters() leaves it out, the owner lists
+// it), and raises the parameter's uses_per_backward by one, so the ready hook
+// fires once per backward, after both contributions have been written.
+//
+// dtypes: f32 on the host; f32 or bf16 on CUDA (the weight's dtype; x must match).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "loom/nn/module.hpp"
+
+namespace loom::nn {
+
+struct LinearOptions {
+  bool bias = true;
+  float init_std = 0.0f;  // 0: PyTorch-like uniform(+-1/sqrt(in)); > 0: normal(0, init_std)
+  ModuleOptions module = {};
+};
+
+class Linear : public Module {
+ public:
+  Linear(std::string name, int64_t in_features, int64_t out_features, LinearOptions options = {});
+  // A bias-free Linear whose weight is `shared` (a [out, in] matrix owned elsewhere).
+  Linear(std::string name, Parameter& shared_weight);
+
+  Tensor forward(const Tensor& x, Context& ctx) override;
+  Tensor backward_input(const Tensor& dy, Context& ctx) override;
+  void backward_weight(Context& ctx) override;
+  void collect_parameters(std::vector<Parameter*>& out) override;
+
+  int64_t in_features() const { return in_features_; }
+  int64_t out_features() const { return out_features_; }
+  Parameter& weight() { return *weight_; }
+  Parameter* bias() { return bias_.get(); }  // null without a bias
+  bool ties_weight() const { return owned_weight_ == nullptr; }
+
+ private:
+  struct State;
+  int64_t in_features_ = 0, out_features_ = 0;
+  std::unique_ptr<Parameter> owned_weight_;
+  Parameter* weight_ = nullptr;
+  std::unique_ptr<Parameter> bias_;
+};
+
+}  // namespace loom::nn

@@ -1,0 +1,38 @@
+// Residual: y = inner(x) + (shortcut ? shortcut(x) : x).
+//
+// inner's output must have x's shape (or the shortcut's output's). Backward
+// sends dy to both branches and adds their input gradients. backward runs the
+// branches' full backwards (inner first), so their gradients become ready as
+// soon as each is done. The container saves no state of its own.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "loom/nn/module.hpp"
+
+namespace loom::nn {
+
+class Residual : public Module {
+ public:
+  Residual(std::string name, std::unique_ptr<Module> inner,
+           std::unique_ptr<Module> shortcut = nullptr);
+
+  Tensor forward(const Tensor& x, Context& ctx) override;
+  Tensor backward_input(const Tensor& dy, Context& ctx) override;
+  void backward_weight(Context& ctx) override;
+  Tensor backward(const Tensor& dy, Context& ctx) override;
+  void collect_parameters(std::vector<Parameter*>& out) override;
+  void set_training(bool training) override;
+
+  Module& inner() { return *inner_; }
+  Module* shortcut() { return shortcut_.get(); }
+
+ private:
+  Tensor sum(const char* op, const Tensor& a, const Tensor& b) const;
+
+  std::unique_ptr<Module> inner_;
+  std::unique_ptr<Module> shortcut_;
+};
+
+}  // namespace loom::nn

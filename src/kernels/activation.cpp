@@ -1,0 +1,91 @@
+// Activations: argument checks, then dispatch by device.
+#include "loom/kernels/activation.hpp"
+
+#include "kernels/cpu/activation.hpp"
+#include "kernels/operand_checks.hpp"
+#include "kernels/tensor_checks.hpp"
+#include "loom/config.hpp"
+#include "loom/core/stream.hpp"
+
+#if LOOM_HAS_CUDA
+#include "kernels/cuda/activation.cuh"
+#endif
+
+namespace loom::kernels {
+namespace {
+
+// `t` pairs up element by element with `out`: same count, dtype, device; it may
+// be `out` itself but not overlap it partly.
+void check_pair(const char* op, const char* name, const Tensor& t, const char* out_name,
+                const Tensor& out) {
+  detail::check_float(op, name, t, true);
+  detail::check_same_dtype(op, name, t, out);
+  detail::check_same_device(op, name, t, out);
+  LOOM_CHECK(t.numel() == out.numel(), op, ": ", name, " ", t, " has ", t.numel(), " elements but ",
+             out_name, " ", out, " has ", out.numel(), "; they must have the same element count");
+  LOOM_CHECK(detail::same_elements(t, out) || !detail::overlaps(t, out), op, ": ", out_name,
+             " partly overlaps ", name, "; it may be the same tensor (in place) but not overlap");
+}
+
+double forward_flops(Activation f) {
+  return f == Activation::relu ? 1.0 : 5.0;
+}
+
+double backward_flops(Activation f) {
+  return f == Activation::relu ? 1.0 : 10.0;
+}
+
+}  // namespace
+
+const char* activation_name(Activation f) {
+  return f == Activation::relu ? "relu" : "gelu";
+}
+
+void activation_forward(Activation f, const Tensor& x, const Tensor& y) {
+  const char* op = f == Activation::relu ? "relu forward" : "gelu forward";
+  detail::check_float(op, "y", y, true);
+  check_pair(op, "x", x, "y", y);
+  if (y.numel() == 0) return;
+  if (y.device().is_cpu()) {
+    cpu::activation_forward(f, x.data<float>(), y.data<float>(), y.numel());
+    return;
+  }
+#if LOOM_HAS_CUDA
+  DeviceGuard guard(y.device());
+  cuda::activation_forward(f, x.data(), y.data(), y.dtype(), y.numel(),
+                           current_stream(y.device()).native_handle());
+#else
+  throw InternalError("unreachable: CUDA tensor in a build without CUDA");
+#endif
+}
+
+void activation_backward(Activation f, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  const char* op = f == Activation::relu ? "relu backward" : "gelu backward";
+  detail::check_float(op, "dx", dx, true);
+  check_pair(op, "dy", dy, "dx", dx);
+  check_pair(op, "x", x, "dx", dx);
+  if (dx.numel() == 0) return;
+  if (dx.device().is_cpu()) {
+    cpu::activation_backward(f, x.data<float>(), dy.data<float>(), dx.data<float>(), dx.numel());
+    return;
+  }
+#if LOOM_HAS_CUDA
+  DeviceGuard guard(dx.device());
+  cuda::activation_backward(f, x.data(), dy.data(), dx.data(), dx.dtype(), dx.numel(),
+                            current_stream(dx.device()).native_handle());
+#else
+  throw InternalError("unreachable: CUDA tensor in a build without CUDA");
+#endif
+}
+
+OpCost activation_forward_cost(Activation f, const Tensor& x) {
+  const auto n = static_cast<double>(x.numel());
+  return OpCost{forward_flops(f) * n, 2.0 * n * static_cast<double>(x.element_size())};
+}
+
+OpCost activation_backward_cost(Activation f, const Tensor& x) {
+  const auto n = static_cast<double>(x.numel());
+  return OpCost{backward_flops(f) * n, 3.0 * n * static_cast<double>(x.element_size())};
+}
+
+}  // namespace loom::kernels

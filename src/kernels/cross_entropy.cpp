@@ -1,0 +1,133 @@
+// Cross-entropy: argument checks (and the host's target range check), then
+// dispatch by device.
+#include "loom/kernels/cross_entropy.hpp"
+
+#include "kernels/cpu/cross_entropy.hpp"
+#include "kernels/operand_checks.hpp"
+#include "kernels/tensor_checks.hpp"
+#include "loom/config.hpp"
+#include "loom/core/stream.hpp"
+
+#if LOOM_HAS_CUDA
+#include "kernels/cuda/cross_entropy.cuh"
+#endif
+
+namespace loom::kernels {
+namespace {
+
+struct Dims {
+  int64_t rows = 0, classes = 0;
+};
+
+Dims check_inputs(const char* op, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                  const Tensor& count) {
+  detail::check_float(op, "logits", logits);
+  detail::check_index(op, "targets", targets);
+  detail::check_float(op, "lse", lse);
+  detail::check_float(op, "count", count);
+  LOOM_CHECK(logits.dim() == 2, op, ": logits ", logits,
+             " must be [rows, classes] (flatten leading dimensions first)");
+  const Dims d{logits.size(0), logits.size(1)};
+  LOOM_CHECK(d.classes >= 1, op, ": logits ", logits, " have no classes");
+  detail::check_shape(op, "targets", targets, {d.rows});
+  detail::check_shape(op, "lse", lse, {d.rows});
+  LOOM_CHECK(count.numel() == 1, op, ": count ", count, " must hold one element");
+  for (const Tensor* t : {&targets, &lse, &count}) {
+    detail::check_same_device(op, "every operand", *t, logits);
+  }
+  return d;
+}
+
+void check_targets(const char* op, const Tensor& targets, Dims d, int64_t ignore_index) {
+  const int64_t bad =
+      cpu::first_bad_target(targets.data(), targets.dtype(), d.rows, d.classes, ignore_index);
+  if (bad < 0) return;
+  const int64_t t =
+      targets.dtype() == DType::i32 ? targets.data<int32_t>()[bad] : targets.data<int64_t>()[bad];
+  throw Error(str_cat(op, ": target ", t, " of row ", bad, " is out of range for ", d.classes,
+                      " classes (targets must lie in [0, ", d.classes, ") or equal ignore_index ",
+                      ignore_index, ")"));
+}
+
+}  // namespace
+
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& loss,
+                           const Tensor& lse, const Tensor& count, int64_t ignore_index) {
+  const char* op = "cross_entropy forward";
+  const Dims d = check_inputs(op, logits, targets, lse, count);
+  detail::check_float(op, "loss", loss);
+  LOOM_CHECK(loss.numel() == 1, op, ": loss ", loss, " must hold one element");
+  detail::check_same_device(op, "loss", loss, logits);
+  if (d.rows == 0) {
+    loss.zero();
+    count.zero();
+    return;
+  }
+  if (logits.device().is_cpu()) {
+    check_targets(op, targets, d, ignore_index);
+    int64_t counted = 0;
+    const double total =
+        cpu::cross_entropy_forward(logits.data<float>(), targets.data(), targets.dtype(), d.rows,
+                                   d.classes, ignore_index, lse.data<float>(), &counted);
+    *loss.data<float>() =
+        counted > 0 ? static_cast<float>(total / static_cast<double>(counted)) : 0;
+    *count.data<float>() = static_cast<float>(counted);
+    return;
+  }
+#if LOOM_HAS_CUDA
+  DeviceGuard guard(logits.device());
+  const Tensor row_loss = Tensor::empty({d.rows}, DType::f32, logits.device());
+  cuda::cross_entropy_forward(logits.data<float>(), targets.data(), targets.dtype(), d.rows,
+                              d.classes, ignore_index, lse.data<float>(), row_loss.data<float>(),
+                              loss.data<float>(), count.data<float>(),
+                              current_stream(logits.device()).native_handle());
+#else
+  throw InternalError("unreachable: CUDA tensor in a build without CUDA");
+#endif
+}
+
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                            const Tensor& count, float dloss, const Tensor& dlogits,
+                            int64_t ignore_index) {
+  const char* op = "cross_entropy backward";
+  const Dims d = check_inputs(op, logits, targets, lse, count);
+  detail::check_float(op, "dlogits", dlogits);
+  detail::check_same_device(op, "dlogits", dlogits, logits);
+  detail::check_shape(op, "dlogits", dlogits, logits.shape());
+  LOOM_CHECK(
+      detail::same_elements(dlogits, logits) || !detail::overlaps(dlogits, logits), op,
+      ": dlogits partly overlaps logits; it may be logits itself (in place) but not overlap");
+  if (d.rows == 0) return;
+  if (logits.device().is_cpu()) {
+    check_targets(op, targets, d, ignore_index);
+    const float n = *count.data<float>();
+    const float scale = n > 0.0f ? dloss / n : 0.0f;
+    cpu::cross_entropy_backward(logits.data<float>(), targets.data(), targets.dtype(),
+                                lse.data<float>(), d.rows, d.classes, ignore_index, scale,
+                                dlogits.data<float>());
+    return;
+  }
+#if LOOM_HAS_CUDA
+  DeviceGuard guard(logits.device());
+  cuda::cross_entropy_backward(logits.data<float>(), targets.data(), targets.dtype(),
+                               lse.data<float>(), count.data<float>(), dloss, d.rows, d.classes,
+                               ignore_index, dlogits.data<float>(),
+                               current_stream(logits.device()).native_handle());
+#else
+  throw InternalError("unreachable: CUDA tensor in a build without CUDA");
+#endif
+}
+
+OpCost cross_entropy_forward_cost(const Tensor& logits) {
+  const auto n = static_cast<double>(logits.numel());
+  const double rows = logits.dim() == 2 ? static_cast<double>(logits.size(0)) : 0.0;
+  return OpCost{4.0 * n, 4.0 * n + 16.0 * rows};
+}
+
+OpCost cross_entropy_backward_cost(const Tensor& logits) {
+  const auto n = static_cast<double>(logits.numel());
+  const double rows = logits.dim() == 2 ? static_cast<double>(logits.size(0)) : 0.0;
+  return OpCost{4.0 * n, 8.0 * n + 16.0 * rows};
+}
+
+}  // namespace loom::kernels

@@ -1,0 +1,16 @@
+// Internal (CUDA): bias add and bias gradient. Declarations only, so
+// host-compiled dispatch code can include it.
+#pragma once
+
+#include <cstdint>
+
+#include "loom/core/dtype.hpp"
+
+namespace loom::kernels::cuda {
+
+// Queued on `stream` (a cudaStream_t); the device is current; dtype f32 or bf16.
+void bias_add(void* y, const void* b, DType dtype, int64_t rows, int64_t cols, void* stream);
+void bias_grad(const void* dy, void* db, DType dtype, int64_t rows, int64_t cols, bool accumulate,
+               void* stream);
+
+}  // namespace loom::kernels::cuda

@@ -1,0 +1,144 @@
+// CUDA layer norm. Forward and backward-input give each row to one warp: the
+// lanes stride over the row's columns and combine their partial sums with a
+// fixed xor-butterfly of shuffles (deterministic). Backward-weight gives each
+// block 32 adjacent columns and 8 row lanes, summed in a fixed order like
+// bias_grad (cuda/bias.cu): no atomics.
+#include <cstdint>
+
+#include "core/cuda/check.hpp"
+#include "core/cuda/nvtx.hpp"
+#include "kernels/cuda/layer_norm.cuh"
+
+namespace loom::kernels::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = 8;  // warps per block in the row kernels
+constexpr int kColumns = 32;
+constexpr int kLanes = 8;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__global__ void forward_kernel(const float* __restrict__ x, const float* __restrict__ weight,
+                               const float* __restrict__ bias, float eps, float* __restrict__ y,
+                               float* __restrict__ mean, float* __restrict__ rstd, int64_t rows,
+                               int64_t cols) {
+  const int64_t r = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.y;
+  if (r >= rows) return;
+  const float* xr = x + r * cols;
+  float* yr = y + r * cols;
+  const int lane = threadIdx.x;
+  float sum = 0.0f;
+  for (int64_t c = lane; c < cols; c += kWarp) sum += xr[c];
+  const float m = warp_sum(sum) / static_cast<float>(cols);
+  float squares = 0.0f;
+  for (int64_t c = lane; c < cols; c += kWarp) {
+    const float d = xr[c] - m;
+    squares += d * d;
+  }
+  const float s = rsqrtf(warp_sum(squares) / static_cast<float>(cols) + eps);
+  for (int64_t c = lane; c < cols; c += kWarp) yr[c] = (xr[c] - m) * s * weight[c] + bias[c];
+  if (lane == 0) {
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
+__global__ void backward_input_kernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                      const float* __restrict__ weight,
+                                      const float* __restrict__ mean,
+                                      const float* __restrict__ rstd, float* __restrict__ dx,
+                                      int64_t rows, int64_t cols) {
+  const int64_t r = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.y;
+  if (r >= rows) return;
+  const float* xr = x + r * cols;
+  const float* dyr = dy + r * cols;
+  float* dxr = dx + r * cols;
+  const int lane = threadIdx.x;
+  const float m = mean[r], s = rstd[r];
+  float sum_g = 0.0f, sum_gx = 0.0f;
+  for (int64_t c = lane; c < cols; c += kWarp) {
+    const float g = dyr[c] * weight[c];
+    sum_g += g;
+    sum_gx += g * (xr[c] - m) * s;
+  }
+  const float mean_g = warp_sum(sum_g) / static_cast<float>(cols);
+  const float mean_gx = warp_sum(sum_gx) / static_cast<float>(cols);
+  for (int64_t c = lane; c < cols; c += kWarp) {
+    const float g = dyr[c] * weight[c];
+    const float xhat = (xr[c] - m) * s;
+    dxr[c] = s * (g - mean_g - xhat * mean_gx);
+  }
+}
+
+__global__ void backward_weight_kernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                       const float* __restrict__ mean,
+                                       const float* __restrict__ rstd, float* __restrict__ dweight,
+                                       float* __restrict__ dbias, int64_t rows, int64_t cols,
+                                       bool accumulate) {
+  __shared__ float partial_w[kLanes][kColumns];
+  __shared__ float partial_b[kLanes][kColumns];
+  const int64_t c = blockIdx.x * int64_t{kColumns} + threadIdx.x;
+  float sum_w = 0.0f, sum_b = 0.0f;
+  if (c < cols) {
+    for (int64_t r = threadIdx.y; r < rows; r += kLanes) {
+      const float g = dy[r * cols + c];
+      sum_w += g * (x[r * cols + c] - mean[r]) * rstd[r];
+      sum_b += g;
+    }
+  }
+  partial_w[threadIdx.y][threadIdx.x] = sum_w;
+  partial_b[threadIdx.y][threadIdx.x] = sum_b;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total_w = partial_w[0][threadIdx.x], total_b = partial_b[0][threadIdx.x];
+    for (int l = 1; l < kLanes; ++l) {
+      total_w += partial_w[l][threadIdx.x];
+      total_b += partial_b[l][threadIdx.x];
+    }
+    dweight[c] = accumulate ? dweight[c] + total_w : total_w;
+    dbias[c] = accumulate ? dbias[c] + total_b : total_b;
+  }
+}
+
+unsigned row_blocks(int64_t rows) {
+  return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+
+}  // namespace
+
+void layer_norm_forward(const float* x, const float* weight, const float* bias, float eps, float* y,
+                        float* mean, float* rstd, int64_t rows, int64_t cols, void* stream) {
+  loom::detail::cuda::NvtxRange range("loom::layer_norm_forward");
+  forward_kernel<<<row_blocks(rows), dim3(kWarp, kRowsPerBlock), 0,
+                   static_cast<cudaStream_t>(stream)>>>(x, weight, bias, eps, y, mean, rstd, rows,
+                                                        cols);
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+void layer_norm_backward_input(const float* dy, const float* x, const float* weight,
+                               const float* mean, const float* rstd, float* dx, int64_t rows,
+                               int64_t cols, void* stream) {
+  loom::detail::cuda::NvtxRange range("loom::layer_norm_backward_input");
+  backward_input_kernel<<<row_blocks(rows), dim3(kWarp, kRowsPerBlock), 0,
+                          static_cast<cudaStream_t>(stream)>>>(dy, x, weight, mean, rstd, dx, rows,
+                                                               cols);
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+void layer_norm_backward_weight(const float* dy, const float* x, const float* mean,
+                                const float* rstd, float* dweight, float* dbias, int64_t rows,
+                                int64_t cols, bool accumulate, void* stream) {
+  loom::detail::cuda::NvtxRange range("loom::layer_norm_backward_weight");
+  const auto blocks = static_cast<unsigned>((cols + kColumns - 1) / kColumns);
+  backward_weight_kernel<<<blocks, dim3(kColumns, kLanes), 0, static_cast<cudaStream_t>(stream)>>>(
+      dy, x, mean, rstd, dweight, dbias, rows, cols, accumulate);
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace loom::kernels::cuda

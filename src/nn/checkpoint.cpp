@@ -1,0 +1,77 @@
+#include "loom/nn/checkpoint.hpp"
+
+namespace loom::nn {
+
+struct Checkpoint::State : SavedState {
+  Tensor x;
+  uint64_t seed = 0;
+  Context inner;  // the recomputed forward's state, between backward_input and backward_weight
+  bool recomputed = false;
+};
+
+Checkpoint::Checkpoint(std::string name, std::unique_ptr<Module> inner)
+    : Module(std::move(name)), inner_(std::move(inner)) {
+  LOOM_CHECK(inner_ != nullptr, "checkpoint '", this->name(), "': the inner module is null");
+}
+
+Tensor Checkpoint::forward(const Tensor& x, Context& ctx) {
+  Tensor y;
+  {
+    Context scratch;
+    scratch.set_random_seed(ctx.random_seed());
+    y = inner_->forward(x, scratch);
+  }  // everything inner saved is freed here
+  State& state = ctx.emplace<State>(*this);
+  state.x = x;
+  state.seed = ctx.random_seed();
+  return y;
+}
+
+Checkpoint::State& Checkpoint::recompute(Context& ctx) {
+  State& state = ctx.get<State>(*this);
+  LOOM_CHECK(!state.recomputed, "checkpoint '", name(),
+             "': backward_input already ran for this context");
+  state.inner.set_random_seed(state.seed);
+  inner_->forward(state.x, state.inner);
+  state.recomputed = true;
+  return state;
+}
+
+Tensor Checkpoint::backward_input(const Tensor& dy, Context& ctx) {
+  State& state = recompute(ctx);
+  Tensor dx = inner_->backward_input(dy, state.inner);
+  // Without parameters there is no backward_weight to wait for: release now,
+  // as every parameter-free module does (nn/context.hpp).
+  if (inner_->parameters().empty()) {
+    inner_->backward_weight(state.inner);
+    ctx.release(*this);
+  }
+  return dx;
+}
+
+void Checkpoint::backward_weight(Context& ctx) {
+  if (!ctx.has(*this) && inner_->parameters().empty()) return;  // released by backward_input
+  State& state = ctx.get<State>(*this);
+  LOOM_CHECK(state.recomputed, "checkpoint '", name(),
+             "': backward_weight needs backward_input first");
+  inner_->backward_weight(state.inner);
+  ctx.release(*this);
+}
+
+Tensor Checkpoint::backward(const Tensor& dy, Context& ctx) {
+  State& state = recompute(ctx);
+  Tensor dx = inner_->backward(dy, state.inner);
+  ctx.release(*this);
+  return dx;
+}
+
+void Checkpoint::collect_parameters(std::vector<Parameter*>& out) {
+  inner_->collect_parameters(out);
+}
+
+void Checkpoint::set_training(bool training) {
+  Module::set_training(training);
+  inner_->set_training(training);
+}
+
+}  // namespace loom::nn

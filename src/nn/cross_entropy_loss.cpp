@@ -1,0 +1,62 @@
+#include "loom/nn/cross_entropy_loss.hpp"
+
+#include "loom/kernels/cross_entropy.hpp"
+#include "loom/trace/op_scope.hpp"
+
+namespace loom::nn {
+
+struct CrossEntropyLoss::State : SavedState {
+  Tensor logits;   // [rows, V]
+  Tensor targets;  // [rows]
+  Tensor lse;      // [rows]
+  Tensor count;    // [1]: rows counted in the mean
+  Shape logits_shape;
+};
+
+Tensor CrossEntropyLoss::Slot::forward(const Tensor&, Context&) {
+  throw InternalError("CrossEntropyLoss's context slot is not a module to run");
+}
+
+Tensor CrossEntropyLoss::Slot::backward_input(const Tensor&, Context&) {
+  throw InternalError("CrossEntropyLoss's context slot is not a module to run");
+}
+
+CrossEntropyLoss::CrossEntropyLoss(std::string name, int64_t ignore_index)
+    : slot_(std::move(name)), ignore_index_(ignore_index) {}
+
+Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& targets, Context& ctx) {
+  LOOM_CHECK(logits.defined() && logits.dim() >= 1 && logits.dtype() == DType::f32,
+             "cross_entropy '", name(), "': logits ", logits,
+             " must be an f32 [..., classes] tensor");
+  const Shape leading(logits.shape().begin(), logits.shape().end() - 1);
+  LOOM_CHECK(targets.defined() && targets.shape() == leading, "cross_entropy '", name(),
+             "': targets ", targets, " must have the logits' leading shape ", shape_str(leading),
+             " (logits ", logits, ")");
+  const int64_t classes = logits.size(-1);
+  const int64_t rows = shape_numel(leading);
+  State& state = ctx.emplace<State>(slot_);
+  state.logits = logits.view({rows, classes});
+  state.targets = targets.view({rows});
+  state.lse = Tensor::empty({rows}, DType::f32, logits.device());
+  state.count = Tensor::empty({1}, DType::f32, logits.device());
+  state.logits_shape = logits.shape();
+  Tensor loss = Tensor::empty({}, DType::f32, logits.device());
+  trace::OpScope scope("cross_entropy.forward", kernels::cross_entropy_forward_cost(state.logits),
+                       logits.device(), name());
+  kernels::cross_entropy_forward(state.logits, state.targets, loss, state.lse, state.count,
+                                 ignore_index_);
+  return loss;
+}
+
+Tensor CrossEntropyLoss::backward(Context& ctx, float dloss) {
+  const State state = ctx.get<State>(slot_);
+  ctx.release(slot_);
+  Tensor dlogits = Tensor::empty(state.logits_shape, DType::f32, state.logits.device());
+  trace::OpScope scope("cross_entropy.backward", kernels::cross_entropy_backward_cost(state.logits),
+                       dlogits.device(), name());
+  kernels::cross_entropy_backward(state.logits, state.targets, state.lse, state.count, dloss,
+                                  dlogits.view(state.logits.shape()), ignore_index_);
+  return dlogits;
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,48 @@
+#include "loom/nn/dropout.hpp"
+
+#include "loom/kernels/dropout.hpp"
+#include "loom/trace/op_scope.hpp"
+
+namespace loom::nn {
+
+struct Dropout::State : SavedState {
+  bool active = false;  // false: forward was the identity
+  RandomKey key;
+  Shape shape;
+};
+
+Dropout::Dropout(std::string name, float p) : Module(std::move(name)), p_(p) {
+  LOOM_CHECK(p >= 0.0f && p <= 1.0f, "dropout '", this->name(), "': probability ", p,
+             " must lie in [0, 1]");
+}
+
+RandomKey Dropout::key(const Context& ctx) const {
+  return RandomKey{ctx.random_seed(), random_stream_id(name())};
+}
+
+Tensor Dropout::forward(const Tensor& x, Context& ctx) {
+  LOOM_CHECK(x.defined(), "dropout '", name(), "': the input is undefined");
+  State& state = ctx.emplace<State>(*this);
+  state.shape = x.shape();
+  state.active = training() && p_ > 0.0f;
+  if (!state.active) return x;
+  state.key = key(ctx);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  trace::OpScope scope("dropout.forward", kernels::dropout_cost(x), x.device(), name());
+  kernels::dropout_forward(x, p_, state.key, y);
+  return y;
+}
+
+Tensor Dropout::backward_input(const Tensor& dy, Context& ctx) {
+  const State state = ctx.get<State>(*this);
+  ctx.release(*this);
+  LOOM_CHECK(dy.defined() && dy.shape() == state.shape, "dropout '", name(), "': output gradient ",
+             dy, " must have the input's shape ", shape_str(state.shape));
+  if (!state.active) return dy;
+  Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+  trace::OpScope scope("dropout.backward_input", kernels::dropout_cost(dy), dy.device(), name());
+  kernels::dropout_backward(dy, p_, state.key, dx);
+  return dx;
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,129 @@
+#include "loom/nn/linear.hpp"
+
+#include <cmath>
+
+#include "loom/core/random.hpp"
+#include "loom/kernels/bias.hpp"
+#include "loom/kernels/gemm.hpp"
+#include "loom/trace/op_scope.hpp"
+
+namespace loom::nn {
+
+struct Linear::State : SavedState {
+  Tensor x;   // the input viewed as [rows, in]
+  Tensor dy;  // the output gradient viewed as [rows, out], kept for backward_weight
+  Shape x_shape;
+};
+
+Linear::Linear(std::string name, int64_t in_features, int64_t out_features, LinearOptions options)
+    : Module(std::move(name)), in_features_(in_features), out_features_(out_features) {
+  LOOM_CHECK(in_features >= 1 && out_features >= 1, "linear '", this->name(), "': in_features ",
+             in_features, " and out_features ", out_features, " must be at least 1");
+  LOOM_CHECK(options.init_std >= 0.0f, "linear '", this->name(), "': init_std ", options.init_std,
+             " must not be negative");
+  const ModuleOptions& m = options.module;
+  const std::string weight_name = child_name("weight");
+  Tensor w = Tensor::empty({out_features, in_features}, m.dtype, m.device);
+  const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
+  if (options.init_std > 0.0f) {
+    fill_normal(w, RandomKey{m.seed, random_stream_id(weight_name)}, 0.0f, options.init_std);
+  } else {
+    fill_uniform(w, RandomKey{m.seed, random_stream_id(weight_name)}, -bound, bound);
+  }
+  owned_weight_ = std::make_unique<Parameter>(weight_name, w);
+  weight_ = owned_weight_.get();
+  if (options.bias) {
+    const std::string bias_name = child_name("bias");
+    Tensor b = Tensor::zeros({out_features}, m.dtype, m.device);
+    if (options.init_std == 0.0f) {
+      fill_uniform(b, RandomKey{m.seed, random_stream_id(bias_name)}, -bound, bound);
+    }
+    bias_ = std::make_unique<Parameter>(bias_name, b);
+  }
+}
+
+Linear::Linear(std::string name, Parameter& shared_weight)
+    : Module(std::move(name)), weight_(&shared_weight) {
+  LOOM_CHECK(shared_weight.value().dim() == 2, "linear '", this->name(), "': shared weight '",
+             shared_weight.name(), "' ", shared_weight.value(), " must be a [out, in] matrix");
+  out_features_ = shared_weight.value().size(0);
+  in_features_ = shared_weight.value().size(1);
+  shared_weight.set_uses_per_backward(shared_weight.uses_per_backward() + 1);
+}
+
+void Linear::collect_parameters(std::vector<Parameter*>& out) {
+  if (owned_weight_) out.push_back(owned_weight_.get());
+  if (bias_) out.push_back(bias_.get());
+}
+
+Tensor Linear::forward(const Tensor& x, Context& ctx) {
+  const Tensor& w = weight_->value();
+  LOOM_CHECK(x.defined(), "linear '", name(), "': the input is undefined");
+  LOOM_CHECK(x.dim() >= 1 && x.size(-1) == in_features_, "linear '", name(), "': input ", x,
+             " must have last dimension ", in_features_, " (in_features)");
+  LOOM_CHECK(x.dtype() == w.dtype() && x.device() == w.device(), "linear '", name(), "': input ", x,
+             " must match the weight's dtype and device (", w, ")");
+  const int64_t rows = x.numel() / in_features_;
+  Shape y_shape = x.shape();
+  y_shape.back() = out_features_;
+  Tensor y = Tensor::empty(y_shape, w.dtype(), w.device());
+  const Tensor x2 = x.view({rows, in_features_});
+  const Tensor y2 = y.view({rows, out_features_});
+  const kernels::GemmOptions options{.trans_a = false, .trans_b = true};
+  {
+    kernels::OpCost cost = kernels::gemm_cost(x2, w, y2, options);
+    if (bias_) cost += kernels::bias_add_cost(y2);
+    trace::OpScope scope("linear.forward", cost, w.device(), name());
+    kernels::gemm(x2, w, y2, options);
+    if (bias_) kernels::bias_add(y2, bias_->value());
+  }
+  State& state = ctx.emplace<State>(*this);
+  state.x = x2;
+  state.x_shape = x.shape();
+  return y;
+}
+
+Tensor Linear::backward_input(const Tensor& dy, Context& ctx) {
+  State& state = ctx.get<State>(*this);
+  const Tensor& w = weight_->value();
+  Shape y_shape = state.x_shape;
+  y_shape.back() = out_features_;
+  LOOM_CHECK(dy.defined() && dy.shape() == y_shape && dy.dtype() == w.dtype(), "linear '", name(),
+             "': output gradient ", dy, " must have the output's shape ", shape_str(y_shape),
+             " and dtype ", w.dtype());
+  const int64_t rows = state.x.size(0);
+  const Tensor dy2 = dy.view({rows, out_features_});
+  Tensor dx = Tensor::empty(state.x_shape, w.dtype(), w.device());
+  const Tensor dx2 = dx.view({rows, in_features_});
+  {
+    trace::OpScope scope("linear.backward_input", kernels::gemm_cost(dy2, w, dx2), w.device(),
+                         name());
+    kernels::gemm(dy2, w, dx2);
+  }
+  state.dy = dy2;
+  return dx;
+}
+
+void Linear::backward_weight(Context& ctx) {
+  State& state = ctx.get<State>(*this);
+  LOOM_CHECK(state.dy.defined(), "linear '", name(),
+             "': backward_weight needs backward_input first (no output gradient saved)");
+  {
+    const Parameter::GradWrite dw = weight_->begin_grad_write();
+    const kernels::GemmOptions options{
+        .trans_a = true, .trans_b = false, .beta = dw.accumulate ? 1.0f : 0.0f};
+    kernels::OpCost cost = kernels::gemm_cost(state.dy, state.x, dw.grad, options);
+    if (bias_) cost += kernels::bias_grad_cost(state.dy, bias_->grad_written());
+    trace::OpScope scope("linear.backward_weight", cost, dw.grad.device(), name());
+    kernels::gemm(state.dy, state.x, dw.grad, options);
+    weight_->end_grad_write();
+    if (bias_) {
+      const Parameter::GradWrite db = bias_->begin_grad_write();
+      kernels::bias_grad(state.dy, db.grad, db.accumulate);
+      bias_->end_grad_write();
+    }
+  }
+  ctx.release(*this);
+}
+
+}  // namespace loom::nn

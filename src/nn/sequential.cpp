@@ -1,0 +1,44 @@
+#include "loom/nn/sequential.hpp"
+
+namespace loom::nn {
+
+Module& Sequential::add(std::unique_ptr<Module> child) {
+  LOOM_CHECK(child != nullptr, "sequential '", name(), "': cannot add a null child");
+  child->set_training(training());
+  children_.push_back(std::move(child));
+  return *children_.back();
+}
+
+Tensor Sequential::forward(const Tensor& x, Context& ctx) {
+  Tensor y = x;
+  for (auto& child : children_) y = child->forward(y, ctx);
+  return y;
+}
+
+Tensor Sequential::backward_input(const Tensor& dy, Context& ctx) {
+  Tensor g = dy;
+  for (auto it = children_.rbegin(); it != children_.rend(); ++it)
+    g = (*it)->backward_input(g, ctx);
+  return g;
+}
+
+void Sequential::backward_weight(Context& ctx) {
+  for (auto it = children_.rbegin(); it != children_.rend(); ++it) (*it)->backward_weight(ctx);
+}
+
+Tensor Sequential::backward(const Tensor& dy, Context& ctx) {
+  Tensor g = dy;
+  for (auto it = children_.rbegin(); it != children_.rend(); ++it) g = (*it)->backward(g, ctx);
+  return g;
+}
+
+void Sequential::collect_parameters(std::vector<Parameter*>& out) {
+  for (auto& child : children_) child->collect_parameters(out);
+}
+
+void Sequential::set_training(bool training) {
+  Module::set_training(training);
+  for (auto& child : children_) child->set_training(training);
+}
+
+}  // namespace loom::nn

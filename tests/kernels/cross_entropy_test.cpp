@@ -1,0 +1,111 @@
+// Host cross-entropy against a double-precision reference: loss, logsumexp,
+// gradient, ignore_index, huge logits (stability), in-place backward, the
+// out-of-range target error, and costs.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "kernel_test_util.hpp"
+#include "loom/kernels/cross_entropy.hpp"
+
+using Catch::Matchers::Contains;
+using loom::DType;
+using loom::Tensor;
+namespace k = loom::kernels;
+
+namespace {
+
+struct Reference {
+  double loss = 0;
+  std::vector<double> lse, dlogits;
+};
+
+Reference reference(const std::vector<float>& x, const std::vector<int64_t>& targets,
+                    int64_t classes, double dloss) {
+  Reference r;
+  const auto rows = static_cast<int64_t>(targets.size());
+  int64_t count = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    double m = x[i * classes];
+    for (int64_t c = 0; c < classes; ++c) m = std::max(m, double(x[i * classes + c]));
+    double sum = 0;
+    for (int64_t c = 0; c < classes; ++c) sum += std::exp(x[i * classes + c] - m);
+    r.lse.push_back(m + std::log(sum));
+    if (targets[i] == -1) continue;
+    r.loss += r.lse[i] - x[i * classes + targets[i]];
+    ++count;
+  }
+  r.loss /= count;
+  r.dlogits.assign(x.size(), 0.0);
+  for (int64_t i = 0; i < rows; ++i) {
+    if (targets[i] == -1) continue;
+    for (int64_t c = 0; c < classes; ++c) {
+      r.dlogits[i * classes + c] =
+          (std::exp(x[i * classes + c] - r.lse[i]) - (c == targets[i] ? 1 : 0)) * dloss / count;
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("cross_entropy matches a double reference, with ignored rows",
+          "[kernels][cross_entropy]") {
+  for (const float spread : {3.0f, 1e4f}) {  // 1e4: exp would overflow without the max shift
+    const int64_t rows = 9, classes = 37;
+    const std::vector<int64_t> targets = {0, 36, 5, -1, 12, 12, -1, 1, 30};
+    const Tensor logits =
+        loom::test::random_tensor({rows, classes}, DType::f32, 41, -spread, spread);
+    const Reference ref = reference(logits.to_vector<float>(), targets, classes, 0.5);
+    for (const DType t_dtype : {DType::i32, DType::i64}) {
+      INFO("spread " << spread << " targets " << t_dtype);
+      const Tensor t = Tensor::from_vector(targets, {rows}).to(t_dtype);
+      const Tensor loss = Tensor::empty({}), lse = Tensor::empty({rows}),
+                   count = Tensor::empty({1});
+      k::cross_entropy_forward(logits, t, loss, lse, count);
+      REQUIRE(count.item<float>() == 7.0f);
+      REQUIRE(loss.item<float>() == Approx(ref.loss).epsilon(1e-5));
+      const std::vector<float> l = lse.to_vector<float>();
+      for (int64_t i = 0; i < rows; ++i) REQUIRE(l[i] == Approx(ref.lse[i]).epsilon(1e-6));
+
+      const Tensor d = Tensor::full({rows, classes}, 3.0);
+      k::cross_entropy_backward(logits, t, lse, count, 0.5f, d);
+      const std::vector<float> dv = d.to_vector<float>();
+      for (size_t i = 0; i < dv.size(); ++i) {
+        INFO("element " << i);
+        REQUIRE(dv[i] == Approx(ref.dlogits[i]).margin(1e-6));
+      }
+      // In place: the logits become their gradient.
+      const Tensor in_place = logits.clone();
+      k::cross_entropy_backward(in_place, t, lse, count, 0.5f, in_place);
+      REQUIRE(loom::test::first_difference(in_place.to_vector<float>(), dv) == -1);
+    }
+  }
+}
+
+TEST_CASE("cross_entropy of only ignored rows is zero", "[kernels][cross_entropy]") {
+  const Tensor logits = loom::test::random_tensor({2, 3}, DType::f32, 42);
+  const Tensor t = Tensor::from_vector<int32_t>({-1, -1}, {2});
+  const Tensor loss = Tensor::empty({1}), lse = Tensor::empty({2}), count = Tensor::empty({1});
+  k::cross_entropy_forward(logits, t, loss, lse, count);
+  REQUIRE(loss.item<float>() == 0.0f);
+  const Tensor d = Tensor::empty({2, 3});
+  k::cross_entropy_backward(logits, t, lse, count, 1.0f, d);
+  REQUIRE(d.to_vector<float>() == std::vector<float>(6, 0.0f));
+}
+
+TEST_CASE("cross_entropy names bad targets and shapes", "[kernels][cross_entropy]") {
+  const Tensor logits = Tensor::zeros({3, 4});
+  const Tensor loss = Tensor::empty({1}), lse = Tensor::empty({3}), count = Tensor::empty({1});
+  REQUIRE_THROWS_WITH(k::cross_entropy_forward(logits, Tensor::from_vector<int64_t>({0, 4, 1}, {3}),
+                                               loss, lse, count),
+                      Contains("target 4 of row 1") && Contains("4 classes"));
+  REQUIRE_THROWS_WITH(
+      k::cross_entropy_forward(logits, Tensor::from_vector<int32_t>({0, 1}, {2}), loss, lse, count),
+      Contains("targets") && Contains("[3]"));
+  REQUIRE_THROWS_WITH(k::cross_entropy_forward(Tensor::zeros({2, 3, 4}),
+                                               Tensor::zeros({3}, DType::i32), loss, lse, count),
+                      Contains("[rows, classes]"));
+  REQUIRE(k::cross_entropy_forward_cost(logits).flops == 48);
+}

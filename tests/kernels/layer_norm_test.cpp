@@ -1,0 +1,124 @@
+// Host layer norm against a double-precision reference: forward values, mean
+// and rstd, the input gradient, the weight and bias gradients (overwrite and
+// accumulate), a large mean offset, errors and costs.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "kernel_test_util.hpp"
+#include "loom/kernels/layer_norm.hpp"
+
+using Catch::Matchers::Contains;
+using loom::DType;
+using loom::Tensor;
+namespace k = loom::kernels;
+
+namespace {
+
+struct Reference {
+  std::vector<double> y, mean, rstd, dx, dweight, dbias;
+};
+
+Reference reference(const std::vector<float>& x, const std::vector<float>& w,
+                    const std::vector<float>& b, const std::vector<float>& dy, int64_t rows,
+                    int64_t cols, double eps) {
+  Reference r;
+  r.y.resize(x.size());
+  r.dx.resize(x.size());
+  r.dweight.assign(cols, 0.0);
+  r.dbias.assign(cols, 0.0);
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* xr = &x[i * cols];
+    const float* gr = &dy[i * cols];
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < cols; ++c) mean += xr[c];
+    mean /= cols;
+    for (int64_t c = 0; c < cols; ++c) var += (xr[c] - mean) * (xr[c] - mean);
+    var /= cols;
+    const double rstd = 1 / std::sqrt(var + eps);
+    r.mean.push_back(mean);
+    r.rstd.push_back(rstd);
+    double mean_g = 0, mean_gx = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const double xhat = (xr[c] - mean) * rstd;
+      r.y[i * cols + c] = xhat * w[c] + b[c];
+      const double g = gr[c] * w[c];
+      mean_g += g / cols;
+      mean_gx += g * xhat / cols;
+      r.dweight[c] += gr[c] * xhat;
+      r.dbias[c] += gr[c];
+    }
+    for (int64_t c = 0; c < cols; ++c) {
+      const double xhat = (xr[c] - mean) * rstd;
+      r.dx[i * cols + c] = rstd * (gr[c] * w[c] - mean_g - xhat * mean_gx);
+    }
+  }
+  return r;
+}
+
+void require_close(const std::vector<float>& got, const std::vector<double>& want, double tol) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i);
+    REQUIRE(got[i] == Approx(want[i]).epsilon(tol).margin(tol));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("layer_norm forward and backward match a double reference", "[kernels][layer_norm]") {
+  for (const float offset : {0.0f, 100.0f}) {
+    const int64_t rows = 6, cols = 67;
+    INFO("offset " << offset);
+    const Tensor x =
+        loom::test::random_tensor({2, 3, cols}, DType::f32, 21, offset - 2, offset + 2);
+    const Tensor w = loom::test::random_tensor({cols}, DType::f32, 22, 0.5f, 1.5f);
+    const Tensor b = loom::test::random_tensor({cols}, DType::f32, 23);
+    const Tensor dy = loom::test::random_tensor({2, 3, cols}, DType::f32, 24);
+    const float eps = 1e-5f;
+    const Reference ref = reference(x.to_vector<float>(), w.to_vector<float>(),
+                                    b.to_vector<float>(), dy.to_vector<float>(), rows, cols, eps);
+
+    const Tensor y = Tensor::empty(x.shape()), mean = Tensor::empty({rows}),
+                 rstd = Tensor::empty({rows});
+    k::layer_norm_forward(x, w, b, eps, y, mean, rstd);
+    require_close(y.to_vector<float>(), ref.y, 1e-4);
+    require_close(mean.to_vector<float>(), ref.mean, 1e-5);
+    require_close(rstd.to_vector<float>(), ref.rstd, 1e-4);
+
+    const Tensor dx = Tensor::empty(x.shape());
+    k::layer_norm_backward_input(dy, x, w, mean, rstd, dx);
+    require_close(dx.to_vector<float>(), ref.dx, 2e-4);
+
+    const Tensor dw = Tensor::full({cols}, 7.0), db = Tensor::full({cols}, 7.0);
+    k::layer_norm_backward_weight(dy, x, mean, rstd, dw, db, false);
+    require_close(dw.to_vector<float>(), ref.dweight, 1e-4);
+    require_close(db.to_vector<float>(), ref.dbias, 1e-5);
+    k::layer_norm_backward_weight(dy, x, mean, rstd, dw, db, true);
+    std::vector<double> twice = ref.dbias;
+    for (double& v : twice) v *= 2;
+    require_close(db.to_vector<float>(), twice, 1e-5);
+  }
+}
+
+TEST_CASE("layer_norm names shape, dtype and eps errors", "[kernels][layer_norm]") {
+  const Tensor x = Tensor::zeros({4, 8}), w = Tensor::full({8}, 1.0), b = Tensor::zeros({8});
+  const Tensor y = Tensor::empty({4, 8}), stats = Tensor::empty({4});
+  REQUIRE_THROWS_WITH(k::layer_norm_forward(x, Tensor::zeros({7}), b, 1e-5f, y, stats, stats),
+                      Contains("weight") && Contains("[8]"));
+  REQUIRE_THROWS_WITH(k::layer_norm_forward(x, w, b, 1e-5f, y, Tensor::empty({3}), stats),
+                      Contains("mean") && Contains("one value per row"));
+  REQUIRE_THROWS_WITH(k::layer_norm_forward(x.to(DType::bf16), w, b, 1e-5f, y, stats, stats),
+                      Contains("bf16"));
+  REQUIRE_THROWS_WITH(k::layer_norm_forward(x, w, b, 0.0f, y, stats, stats), Contains("eps"));
+  REQUIRE_THROWS_WITH(k::layer_norm_backward_input(Tensor::zeros({4, 7}), x, w, stats, stats, y),
+                      Contains("dy"));
+}
+
+TEST_CASE("layer_norm costs scale with the elements", "[kernels][layer_norm]") {
+  const Tensor x = Tensor::zeros({4, 8});
+  REQUIRE(k::layer_norm_forward_cost(x).flops == 8 * 32);
+  REQUIRE(k::layer_norm_backward_input_cost(x).flops == 9 * 32);
+  REQUIRE(k::layer_norm_backward_weight_cost(x, false).flops == 4 * 32);
+}
