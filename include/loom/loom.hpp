@@ -34,6 +34,7 @@
 #include "loom/kernels/layer_norm.hpp"
 #include "loom/kernels/pool2d.hpp"
 #include "loom/kernels/reduce.hpp"
+#include "loom/models/resnet.hpp"
 #include "loom/nn/activation.hpp"
 #include "loom/nn/batch_norm.hpp"
 #include "loom/nn/checkpoint.hpp"
