@@ -14,6 +14,7 @@ packages=(
   catch2                            # test framework (2.x)
   nlohmann-json3-dev libcli11-dev   # JSON output, command-line flags
   libopenblas0-pthread              # peer SGEMM in the kernel benchmark; PyTorch's BLAS
+  zlib1g-dev                        # reading the digits dataset (.csv.gz)
 )
 if [ "${1:-}" = "--peers" ]; then
   packages+=(python3-torch)         # bench/peers: PyTorch 1.13 CPU

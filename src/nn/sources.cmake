@@ -2,7 +2,9 @@
 target_sources(loom PRIVATE
   nn/attention.cpp
   nn/activation.cpp
+  nn/batch_norm.cpp
   nn/checkpoint.cpp
+  nn/conv2d.cpp
   nn/cross_entropy_loss.cpp
   nn/dropout.cpp
   nn/embedding.cpp
@@ -11,6 +13,7 @@ target_sources(loom PRIVATE
   nn/mlp.cpp
   nn/module.cpp
   nn/parameter.cpp
+  nn/pool.cpp
   nn/residual.cpp
   nn/sequential.cpp
 )

@@ -1,0 +1,54 @@
+// 2-D convolution (cross-correlation, as in PyTorch), NCHW, groups = 1,
+// dilation 1, one stride and one padding for both spatial dimensions.
+//
+//   x:    [N, C_in, H, W]
+//   w:    [C_out, C_in, KH, KW]
+//   bias: [C_out] or undefined (no bias)
+//   y:    [N, C_out, OH, OW],  OH = (H + 2 padding - KH) / stride + 1 (likewise OW)
+//
+// Three passes, each writing its own outputs:
+//   conv2d_forward          y  = conv(x, w) + bias
+//   conv2d_backward_input   dx = the transposed convolution of dy with w
+//   conv2d_backward_weight  dw (+)= correlation of x with dy; db (+)= sum of dy over N, OH, OW
+// backward_weight overwrites dw/db unless `accumulate` is set (the Parameter
+// contract: the first contribution after zero_grad overwrites).
+//
+// dtypes: one floating dtype for all tensors. Host: f32 (im2col + Eigen GEMM,
+// the images grouped so every GEMM has at least ~2k columns; 1x1 stride-1
+// convolutions use the input as it is). CUDA: f32, bf16 and f16 through
+// cuDNN (f32 accumulation; f32 without TF32). Outputs must not overlap inputs.
+// C_in must be at least 1. Shape or dtype mismatches throw loom::Error naming the shapes and the
+// rule. Work on CUDA is queued on the device's current stream.
+#pragma once
+
+#include <cstdint>
+
+#include "loom/core/tensor.hpp"
+#include "loom/kernels/cost.hpp"
+
+namespace loom::kernels {
+
+struct Conv2dParams {
+  int64_t stride = 1;
+  int64_t padding = 0;
+};
+
+// The output shape for input shape x and weight shape w; throws if they do not fit.
+Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& params);
+
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                    const Conv2dParams& params);
+void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx,
+                           const Conv2dParams& params);
+// db may be undefined (no bias).
+void conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db,
+                            const Conv2dParams& params, bool accumulate);
+
+enum class Conv2dPass { forward, backward_input, backward_weight };
+
+// flops: 2 * N * C_out * OH * OW * C_in * KH * KW per pass (the bias and db
+// add N * C_out * OH * OW); bytes: each operand of the pass read or written once.
+OpCost conv2d_cost(Conv2dPass pass, const Shape& x, const Shape& w, bool bias,
+                   const Conv2dParams& params, DType dtype = DType::f32);
+
+}  // namespace loom::kernels

@@ -1,0 +1,194 @@
+// conv2d: argument checks, empty problems, dispatch by device.
+#include "loom/kernels/conv2d.hpp"
+
+#include <string>
+
+#include "kernels/conv2d_problem.hpp"
+#include "kernels/cpu/conv2d.hpp"
+#include "kernels/tensor_checks.hpp"
+#include "loom/config.hpp"
+#include "loom/core/stream.hpp"
+
+#if LOOM_HAS_CUDA
+#include "kernels/cuda/conv2d.cuh"
+#endif
+
+namespace loom::kernels {
+namespace {
+
+using detail::Conv2dProblem;
+
+Conv2dProblem make_problem(const Shape& x, const Shape& w, const Conv2dParams& params) {
+  LOOM_CHECK(x.size() == 4, "conv2d: input ", shape_str(x), " must be 4-D [N, C_in, H, W]");
+  LOOM_CHECK(w.size() == 4, "conv2d: weight ", shape_str(w), " must be 4-D [C_out, C_in, KH, KW]");
+  LOOM_CHECK(x[1] == w[1], "conv2d: input ", shape_str(x), " has ", x[1], " channels but weight ",
+             shape_str(w), " expects ", w[1], " (groups = 1)");
+  LOOM_CHECK(params.stride >= 1, "conv2d: stride ", params.stride, " must be at least 1");
+  LOOM_CHECK(params.padding >= 0, "conv2d: padding ", params.padding, " must not be negative");
+  LOOM_CHECK(w[1] >= 1, "conv2d: weight ", shape_str(w), " needs at least one input channel");
+  LOOM_CHECK(w[2] >= 1 && w[3] >= 1, "conv2d: kernel ", w[2], "x", w[3], " of weight ",
+             shape_str(w), " must be at least 1x1");
+  Conv2dProblem p;
+  p.n = x[0];
+  p.c_in = x[1];
+  p.h = x[2];
+  p.w = x[3];
+  p.c_out = w[0];
+  p.kh = w[2];
+  p.kw = w[3];
+  p.stride = params.stride;
+  p.padding = params.padding;
+  const int64_t padded_h = p.h + 2 * p.padding, padded_w = p.w + 2 * p.padding;
+  LOOM_CHECK(padded_h >= p.kh && padded_w >= p.kw, "conv2d: kernel ", p.kh, "x", p.kw,
+             " is larger than the padded input ", padded_h, "x", padded_w, " (input ", shape_str(x),
+             ", padding ", p.padding, ")");
+  p.oh = (padded_h - p.kh) / p.stride + 1;
+  p.ow = (padded_w - p.kw) / p.stride + 1;
+  return p;
+}
+
+Shape output_shape(const Conv2dProblem& p) {
+  return {p.n, p.c_out, p.oh, p.ow};
+}
+
+// Checks dtype and device agreement and the shapes the pass needs.
+void check_tensors(const char* pass, const Conv2dProblem& p, const Tensor& x, const Tensor& w,
+                   const Tensor& y, const Tensor& bias) {
+  const std::string what = str_cat("conv2d ", pass, ": input ", x, ", weight ", w, ", output ", y,
+                                   bias.defined() ? str_cat(", bias ", bias) : std::string());
+  LOOM_CHECK(x.dtype() == y.dtype() && w.dtype() == y.dtype() &&
+                 (!bias.defined() || bias.dtype() == y.dtype()),
+             what, ": all tensors must have one dtype");
+  LOOM_CHECK(is_floating(y.dtype()), what, ": dtype ", y.dtype(), " is not floating-point");
+  LOOM_CHECK(x.device() == y.device() && w.device() == y.device() &&
+                 (!bias.defined() || bias.device() == y.device()),
+             what, ": all tensors must be on one device");
+  LOOM_CHECK(y.device().is_cuda() || y.dtype() == DType::f32, what,
+             ": the host convolution supports f32 only");
+  LOOM_CHECK(y.shape() == output_shape(p), what, ": the output (gradient) must be ",
+             shape_str(output_shape(p)));
+  LOOM_CHECK(!bias.defined() || bias.shape() == Shape{p.c_out}, what, ": the bias must be [",
+             p.c_out, "]");
+}
+
+bool empty(const Conv2dProblem& p) {
+  return p.n == 0 || p.c_out == 0;
+}
+
+const float* host_data(const Tensor& t) {
+  return t.defined() ? t.data<float>() : nullptr;
+}
+float* host_mutable(const Tensor& t) {
+  return t.defined() ? t.data<float>() : nullptr;
+}
+
+}  // namespace
+
+Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& params) {
+  return output_shape(make_problem(x, w, params));
+}
+
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                    const Conv2dParams& params) {
+  LOOM_CHECK(x.defined() && w.defined() && y.defined(),
+             "conv2d forward: input, weight and output must be defined");
+  Conv2dProblem p = make_problem(x.shape(), w.shape(), params);
+  check_tensors("forward", p, x, w, y, bias);
+  LOOM_CHECK(!detail::overlaps(y, x) && !detail::overlaps(y, w),
+             "conv2d forward: the output must not overlap the input or weight");
+  p.dtype = y.dtype();
+  if (empty(p)) return;  // y has no elements
+  if (y.device().is_cpu()) {
+    cpu::conv2d_forward(p, x.data<float>(), w.data<float>(), host_data(bias), y.data<float>());
+    return;
+  }
+#if LOOM_HAS_CUDA
+  DeviceGuard guard(y.device());
+  cuda::conv2d_forward(p, x.data(), w.data(), bias.defined() ? bias.data() : nullptr, y.data(),
+                       current_stream(y.device()));
+#else
+  throw InternalError("unreachable: CUDA tensor in a build without CUDA");
+#endif
+}
+
+void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx,
+                           const Conv2dParams& params) {
+  LOOM_CHECK(dy.defined() && w.defined() && dx.defined(),
+             "conv2d backward_input: dy, weight and dx must be defined");
+  Conv2dProblem p = make_problem(dx.shape(), w.shape(), params);
+  check_tensors("backward_input", p, dx, w, dy, Tensor());
+  LOOM_CHECK(!detail::overlaps(dx, dy) && !detail::overlaps(dx, w),
+             "conv2d backward_input: dx must not overlap dy or the weight");
+  p.dtype = dx.dtype();
+  if (dx.numel() == 0) return;
+  if (empty(p)) {  // no output channels: nothing flows back
+    dx.zero();
+    return;
+  }
+  if (dx.device().is_cpu()) {
+    cpu::conv2d_backward_input(p, dy.data<float>(), w.data<float>(), dx.data<float>());
+    return;
+  }
+#if LOOM_HAS_CUDA
+  DeviceGuard guard(dx.device());
+  cuda::conv2d_backward_input(p, dy.data(), w.data(), dx.data(), current_stream(dx.device()));
+#else
+  throw InternalError("unreachable: CUDA tensor in a build without CUDA");
+#endif
+}
+
+void conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db,
+                            const Conv2dParams& params, bool accumulate) {
+  LOOM_CHECK(x.defined() && dy.defined() && dw.defined(),
+             "conv2d backward_weight: input, dy and dw must be defined");
+  Conv2dProblem p = make_problem(x.shape(), dw.shape(), params);
+  check_tensors("backward_weight", p, x, dw, dy, db);
+  LOOM_CHECK(!detail::overlaps(dw, x) && !detail::overlaps(dw, dy) &&
+                 (!db.defined() || (!detail::overlaps(db, x) && !detail::overlaps(db, dy))),
+             "conv2d backward_weight: dw and db must not overlap the input or dy");
+  p.dtype = dw.dtype();
+  if (empty(p)) {  // nothing contributes: the gradient of this pass is zero
+    if (!accumulate) {
+      dw.zero();
+      if (db.defined()) db.zero();
+    }
+    return;
+  }
+  if (dw.device().is_cpu()) {
+    cpu::conv2d_backward_weight(p, x.data<float>(), dy.data<float>(), dw.data<float>(),
+                                host_mutable(db), accumulate);
+    return;
+  }
+#if LOOM_HAS_CUDA
+  DeviceGuard guard(dw.device());
+  cuda::conv2d_backward_weight(p, x.data(), dy.data(), dw.data(),
+                               db.defined() ? db.data() : nullptr, accumulate,
+                               current_stream(dw.device()));
+#else
+  throw InternalError("unreachable: CUDA tensor in a build without CUDA");
+#endif
+}
+
+OpCost conv2d_cost(Conv2dPass pass, const Shape& x, const Shape& w, bool bias,
+                   const Conv2dParams& params, DType dtype) {
+  const Conv2dProblem p = make_problem(x, w, params);
+  const double outputs = static_cast<double>(p.n * p.c_out * p.out_plane());
+  const double macs = outputs * static_cast<double>(p.patch());
+  const auto element = static_cast<double>(dtype_size(dtype));
+  const double x_bytes = static_cast<double>(shape_numel(x)) * element;
+  const double w_bytes = static_cast<double>(shape_numel(w)) * element;
+  const double y_bytes = outputs * element;
+  const double bias_flops = bias ? outputs : 0.0;
+  const double bias_bytes = bias ? static_cast<double>(p.c_out) * element : 0.0;
+  switch (pass) {
+    case Conv2dPass::forward:
+      return OpCost{2.0 * macs + bias_flops, x_bytes + w_bytes + y_bytes + bias_bytes};
+    case Conv2dPass::backward_input:
+      return OpCost{2.0 * macs, x_bytes + w_bytes + y_bytes};
+    case Conv2dPass::backward_weight:
+      return OpCost{2.0 * macs + bias_flops, x_bytes + w_bytes + y_bytes + bias_bytes};
+  }
+  return {};
+}
+
+}  // namespace loom::kernels

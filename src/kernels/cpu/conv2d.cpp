@@ -1,0 +1,238 @@
+// Host 2-D convolution: im2col + one Eigen GEMM per group of images.
+//
+// The im2col matrix of a group of G images is [C_in * KH * KW, G * OH * OW]:
+// row (c, ki, kj) holds, for every output position of every image, the input
+// element that kernel tap multiplies. Then
+//   forward          Y'   = W [C_out, K] @ col [K, G P]
+//   backward_input   dcol = W^T @ dY',  scattered back (col2im) into dx
+//   backward_weight  dW  += dY' [C_out, G P] @ col^T
+// where Y' is [C_out, G P]: the output of the group with the channel first.
+// One image already has Y' in y's layout; several need a transpose of planes
+// (cheap next to the GEMM). Grouping images matters for the deep layers of a
+// ResNet, where a 4x4 output plane would make a 16-column GEMM that spends its
+// time packing W. A 1x1 stride-1 convolution's col is the input itself.
+//
+// Scratch buffers are per thread and grow to the largest problem seen, so a
+// training loop allocates (and page-faults) them once.
+#include "kernels/cpu/conv2d.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/gemm.hpp"
+#include "loom/core/error.hpp"
+
+namespace loom::kernels::cpu {
+namespace {
+
+using detail::Conv2dProblem;
+
+// Columns per GEMM we aim for, and the most scratch one im2col matrix may take.
+constexpr int64_t kTargetColumns = 2048;
+constexpr int64_t kMaxColumnElements = int64_t{16} << 20;  // 64 MiB of f32
+
+float* scratch(int slot, int64_t elements) {
+  thread_local std::vector<float> buffers[2];
+  std::vector<float>& buffer = buffers[slot];
+  if (static_cast<int64_t>(buffer.size()) < elements) buffer.resize(static_cast<size_t>(elements));
+  return buffer.data();
+}
+
+// Images per GEMM.
+int64_t group_size(const Conv2dProblem& p) {
+  const int64_t plane = p.out_plane();
+  int64_t g = (kTargetColumns + plane - 1) / plane;
+  g = std::min(g, std::max<int64_t>(1, kMaxColumnElements / (p.patch() * plane)));
+  return std::clamp<int64_t>(g, 1, p.n);
+}
+
+// Output columns [lo, hi) whose input column ow * stride + offset lies inside [0, size).
+struct ValidRange {
+  int64_t lo, hi;
+};
+ValidRange valid_range(int64_t offset, int64_t stride, int64_t size, int64_t out) {
+  const int64_t lo = offset >= 0 ? 0 : std::min(out, (-offset + stride - 1) / stride);
+  const int64_t hi = offset > size - 1 ? 0 : std::min(out, (size - 1 - offset) / stride + 1);
+  return {lo, std::max(lo, hi)};
+}
+
+// One image's im2col into `col`, whose rows are `ld` elements apart.
+void im2col(const Conv2dProblem& p, const float* x, float* col, int64_t ld) {
+  const int64_t s = p.stride;
+  for (int64_t c = 0; c < p.c_in; ++c) {
+    const float* plane = x + c * p.in_plane();
+    for (int64_t ki = 0; ki < p.kh; ++ki) {
+      for (int64_t kj = 0; kj < p.kw; ++kj) {
+        float* row = col + ((c * p.kh + ki) * p.kw + kj) * ld;
+        const ValidRange cols = valid_range(kj - p.padding, s, p.w, p.ow);
+        for (int64_t oh = 0; oh < p.oh; ++oh) {
+          float* out = row + oh * p.ow;
+          const int64_t ih = oh * s - p.padding + ki;
+          if (ih < 0 || ih >= p.h) {
+            std::fill(out, out + p.ow, 0.0f);
+            continue;
+          }
+          const float* in = plane + ih * p.w + (kj - p.padding);
+          std::fill(out, out + cols.lo, 0.0f);
+          if (s == 1) {
+            std::copy(in + cols.lo, in + cols.hi, out + cols.lo);
+          } else {
+            for (int64_t ow = cols.lo; ow < cols.hi; ++ow) out[ow] = in[ow * s];
+          }
+          std::fill(out + cols.hi, out + p.ow, 0.0f);
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: adds every col entry to the input element it came
+// from. dx must be zeroed (or hold what should be added to).
+void col2im(const Conv2dProblem& p, const float* col, int64_t ld, float* dx) {
+  const int64_t s = p.stride;
+  for (int64_t c = 0; c < p.c_in; ++c) {
+    float* plane = dx + c * p.in_plane();
+    for (int64_t ki = 0; ki < p.kh; ++ki) {
+      for (int64_t kj = 0; kj < p.kw; ++kj) {
+        const float* row = col + ((c * p.kh + ki) * p.kw + kj) * ld;
+        const ValidRange cols = valid_range(kj - p.padding, s, p.w, p.ow);
+        for (int64_t oh = 0; oh < p.oh; ++oh) {
+          const int64_t ih = oh * s - p.padding + ki;
+          if (ih < 0 || ih >= p.h) continue;
+          const float* in = row + oh * p.ow;
+          float* out = plane + ih * p.w + (kj - p.padding);
+          if (s == 1) {
+            for (int64_t ow = cols.lo; ow < cols.hi; ++ow) out[ow] += in[ow];
+          } else {
+            for (int64_t ow = cols.lo; ow < cols.hi; ++ow) out[ow * s] += in[ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+// The group's im2col matrix [K, g P] for images [n0, n0 + g): the input itself
+// when that is already the matrix, else built in scratch slot 0.
+const float* group_columns(const Conv2dProblem& p, const float* x, int64_t n0, int64_t g) {
+  const float* first = x + n0 * p.c_in * p.in_plane();
+  if (g == 1 && p.pointwise()) return first;
+  const int64_t ld = g * p.out_plane();
+  float* col = scratch(0, p.patch() * ld);
+  for (int64_t i = 0; i < g; ++i) {
+    im2col(p, first + i * p.c_in * p.in_plane(), col + i * p.out_plane(), ld);
+  }
+  return col;
+}
+
+// Copies planes between the [g, C, P] layout of tensors and the [C, g P] layout of the GEMMs.
+void planes_to_channel_major(const float* src, int64_t g, int64_t channels, int64_t plane,
+                             float* dst) {
+  for (int64_t i = 0; i < g; ++i) {
+    for (int64_t c = 0; c < channels; ++c) {
+      std::memcpy(dst + (c * g + i) * plane, src + (i * channels + c) * plane,
+                  static_cast<size_t>(plane) * sizeof(float));
+    }
+  }
+}
+void channel_major_to_planes(const float* src, int64_t g, int64_t channels, int64_t plane,
+                             float* dst) {
+  for (int64_t i = 0; i < g; ++i) {
+    for (int64_t c = 0; c < channels; ++c) {
+      std::memcpy(dst + (i * channels + c) * plane, src + (c * g + i) * plane,
+                  static_cast<size_t>(plane) * sizeof(float));
+    }
+  }
+}
+
+// The group's dY' [C_out, g P]: dy itself for one image, else a copy in scratch slot 1.
+const float* group_output_grad(const Conv2dProblem& p, const float* dy, int64_t n0, int64_t g) {
+  const float* first = dy + n0 * p.c_out * p.out_plane();
+  if (g == 1) return first;
+  float* buffer = scratch(1, p.c_out * g * p.out_plane());
+  planes_to_channel_major(first, g, p.c_out, p.out_plane(), buffer);
+  return buffer;
+}
+
+void run_gemm(int64_t m, int64_t n, int64_t k, const float* a, bool trans_a, const float* b,
+              bool trans_b, float* c, float beta) {
+  detail::GemmProblem g;
+  g.dtype = DType::f32;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.a = a;
+  g.b = b;
+  g.c = c;
+  g.trans_a = trans_a;
+  g.trans_b = trans_b;
+  g.beta = beta;
+  gemm(g);
+}
+
+}  // namespace
+
+void conv2d_forward(const Conv2dProblem& p, const float* x, const float* w, const float* bias,
+                    float* y) {
+  const int64_t group = group_size(p), plane = p.out_plane();
+  for (int64_t n0 = 0; n0 < p.n; n0 += group) {
+    const int64_t g = std::min(group, p.n - n0);
+    const float* col = group_columns(p, x, n0, g);
+    float* out = y + n0 * p.c_out * plane;
+    float* product = g == 1 ? out : scratch(1, p.c_out * g * plane);
+    run_gemm(p.c_out, g * plane, p.patch(), w, false, col, false, product, 0.0f);
+    if (g > 1) channel_major_to_planes(product, g, p.c_out, plane, out);
+    if (bias == nullptr) continue;
+    for (int64_t i = 0; i < g * p.c_out; ++i) {
+      const float b = bias[i % p.c_out];
+      float* values = out + i * plane;
+      for (int64_t j = 0; j < plane; ++j) values[j] += b;
+    }
+  }
+}
+
+void conv2d_backward_input(const Conv2dProblem& p, const float* dy, const float* w, float* dx) {
+  const int64_t group = group_size(p), plane = p.out_plane();
+  for (int64_t n0 = 0; n0 < p.n; n0 += group) {
+    const int64_t g = std::min(group, p.n - n0);
+    const float* grad = group_output_grad(p, dy, n0, g);
+    float* dx_first = dx + n0 * p.c_in * p.in_plane();
+    if (g == 1 && p.pointwise()) {
+      run_gemm(p.c_in, plane, p.c_out, w, true, grad, false, dx_first, 0.0f);
+      continue;
+    }
+    const int64_t ld = g * plane;
+    float* dcol = scratch(0, p.patch() * ld);
+    run_gemm(p.patch(), ld, p.c_out, w, true, grad, false, dcol, 0.0f);
+    std::fill(dx_first, dx_first + g * p.c_in * p.in_plane(), 0.0f);
+    for (int64_t i = 0; i < g; ++i) {
+      col2im(p, dcol + i * plane, ld, dx_first + i * p.c_in * p.in_plane());
+    }
+  }
+}
+
+void conv2d_backward_weight(const Conv2dProblem& p, const float* x, const float* dy, float* dw,
+                            float* db, bool accumulate) {
+  const int64_t group = group_size(p), plane = p.out_plane();
+  for (int64_t n0 = 0; n0 < p.n; n0 += group) {
+    const int64_t g = std::min(group, p.n - n0);
+    const float* col = group_columns(p, x, n0, g);
+    const float* grad = group_output_grad(p, dy, n0, g);
+    const float beta = n0 == 0 && !accumulate ? 0.0f : 1.0f;
+    run_gemm(p.c_out, p.patch(), g * plane, grad, false, col, true, dw, beta);
+  }
+  if (db == nullptr) return;
+  for (int64_t c = 0; c < p.c_out; ++c) {
+    double sum = 0;
+    for (int64_t i = 0; i < p.n; ++i) {
+      const float* values = dy + (i * p.c_out + c) * plane;
+      float partial = 0;
+      for (int64_t j = 0; j < plane; ++j) partial += values[j];
+      sum += partial;
+    }
+    db[c] = static_cast<float>(accumulate ? db[c] + sum : sum);
+  }
+}
+
+}  // namespace loom::kernels::cpu

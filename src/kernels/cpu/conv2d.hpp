@@ -1,0 +1,17 @@
+// Internal: host 2-D convolution, f32 (im2col + Eigen GEMM). See kernels/conv2d_problem.hpp.
+#pragma once
+
+#include "kernels/conv2d_problem.hpp"
+
+namespace loom::kernels::cpu {
+
+// bias may be null.
+void conv2d_forward(const detail::Conv2dProblem& p, const float* x, const float* w,
+                    const float* bias, float* y);
+void conv2d_backward_input(const detail::Conv2dProblem& p, const float* dy, const float* w,
+                           float* dx);
+// db may be null. accumulate: add to dw/db instead of overwriting.
+void conv2d_backward_weight(const detail::Conv2dProblem& p, const float* x, const float* dy,
+                            float* dw, float* db, bool accumulate);
+
+}  // namespace loom::kernels::cpu

@@ -1,0 +1,239 @@
+// CUDA 2-D convolution through cuDNN's convolution API (cuDNN 9 keeps it
+// alongside the graph API; it is the shortest path to cuDNN's tuned kernels).
+//
+// Each pass builds its descriptors, picks an algorithm and runs. Algorithms
+// come from cuDNN's heuristics (the _v7 queries, best first; no timed search,
+// so a first call costs no benchmark runs); the choice is cached per thread
+// and problem. The first algorithm whose workspace the device's allocator can
+// provide is used: the workspace is a Tensor on the stream, so the caching
+// allocator serves it and a later pass reuses the memory.
+//
+// f32 runs in full FP32 (CUDNN_FMA_MATH: no TF32), like the host and like
+// gemm() without allow_tf32; bf16 uses tensor cores with f32 accumulation.
+#include <climits>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "core/cuda/check.hpp"
+#include "core/cuda/nvtx.hpp"
+#include "kernels/cuda/conv2d.cuh"
+#include "kernels/cuda/cudnn_handle.hpp"
+#include "loom/core/error.hpp"
+#include "loom/core/tensor.hpp"
+
+namespace loom::kernels::cuda {
+namespace {
+
+using detail::Conv2dProblem;
+
+cudnnDataType_t cudnn_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return CUDNN_DATA_FLOAT;
+    case DType::bf16:
+      return CUDNN_DATA_BFLOAT16;
+    case DType::f16:
+      return CUDNN_DATA_HALF;
+    default:
+      break;
+  }
+  throw Error(str_cat("conv2d on CUDA: dtype ", dtype, " is not supported (f32, bf16, f16)"));
+}
+
+int to_int(int64_t v, const char* what) {
+  LOOM_CHECK(v <= INT_MAX, "conv2d on CUDA: ", what, " ", v, " exceeds cuDNN's 32-bit sizes");
+  return static_cast<int>(v);
+}
+
+// The descriptors of one problem, destroyed with it.
+class Descriptors {
+ public:
+  explicit Descriptors(const Conv2dProblem& p) {
+    const cudnnDataType_t type = cudnn_type(p.dtype);
+    LOOM_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
+    LOOM_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
+    LOOM_CUDNN_CHECK(cudnnCreateTensorDescriptor(&bias));
+    LOOM_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
+    LOOM_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
+    LOOM_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, type, to_int(p.n, "batch"),
+                                                to_int(p.c_in, "channels"), to_int(p.h, "height"),
+                                                to_int(p.w, "width")));
+    LOOM_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, type, to_int(p.n, "batch"),
+                                                to_int(p.c_out, "channels"), to_int(p.oh, "height"),
+                                                to_int(p.ow, "width")));
+    LOOM_CUDNN_CHECK(cudnnSetTensor4dDescriptor(bias, CUDNN_TENSOR_NCHW, type, 1,
+                                                to_int(p.c_out, "channels"), 1, 1));
+    LOOM_CUDNN_CHECK(cudnnSetFilter4dDescriptor(
+        w, type, CUDNN_TENSOR_NCHW, to_int(p.c_out, "channels"), to_int(p.c_in, "channels"),
+        to_int(p.kh, "kernel"), to_int(p.kw, "kernel")));
+    const int pad = to_int(p.padding, "padding"), stride = to_int(p.stride, "stride");
+    LOOM_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, pad, pad, stride, stride, 1, 1,
+                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    LOOM_CUDNN_CHECK(cudnnSetConvolutionMathType(
+        conv, p.dtype == DType::f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  }
+  ~Descriptors() {
+    cudnnDestroyConvolutionDescriptor(conv);
+    cudnnDestroyFilterDescriptor(w);
+    cudnnDestroyTensorDescriptor(bias);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyTensorDescriptor(x);
+  }
+  Descriptors(const Descriptors&) = delete;
+  Descriptors& operator=(const Descriptors&) = delete;
+
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+};
+
+enum class Pass { forward, backward_data, backward_filter };
+
+// An algorithm and the workspace it needs.
+struct Choice {
+  int algo = 0;
+  size_t workspace = 0;
+};
+
+using ProblemKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                              int64_t, int64_t, int64_t, int>;
+
+ProblemKey key_of(const Conv2dProblem& p, Pass pass, int device) {
+  return {static_cast<int>(pass),
+          static_cast<int>(p.dtype),
+          p.n,
+          p.c_in,
+          p.h,
+          p.w,
+          p.c_out,
+          p.kh,
+          p.kw,
+          p.stride,
+          p.padding,
+          device};
+}
+
+// cuDNN's ranked candidates for the pass: (algorithm, workspace bytes), best first.
+template <typename Perf, typename Query>
+std::vector<Choice> candidates(Query query) {
+  Perf perf[16];
+  int returned = 0;
+  LOOM_CUDNN_CHECK(query(16, &returned, perf));
+  std::vector<Choice> out;
+  for (int i = 0; i < returned; ++i) {
+    if (perf[i].status == CUDNN_STATUS_SUCCESS) {
+      out.push_back(Choice{static_cast<int>(perf[i].algo), perf[i].memory});
+    }
+  }
+  return out;
+}
+
+std::vector<Choice> ranked(cudnnHandle_t handle, const Descriptors& d, Pass pass) {
+  switch (pass) {
+    case Pass::forward:
+      return candidates<cudnnConvolutionFwdAlgoPerf_t>(
+          [&](int n, int* returned, cudnnConvolutionFwdAlgoPerf_t* perf) {
+            return cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x, d.w, d.conv, d.y, n,
+                                                          returned, perf);
+          });
+    case Pass::backward_data:
+      return candidates<cudnnConvolutionBwdDataAlgoPerf_t>(
+          [&](int n, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
+            return cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w, d.y, d.conv, d.x, n,
+                                                               returned, perf);
+          });
+    case Pass::backward_filter:
+      return candidates<cudnnConvolutionBwdFilterAlgoPerf_t>(
+          [&](int n, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
+            return cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x, d.y, d.conv, d.w, n,
+                                                                 returned, perf);
+          });
+  }
+  return {};
+}
+
+// Runs `launch(choice, workspace pointer)` with the cached or the best
+// candidate whose workspace can be allocated.
+template <typename Launch>
+void run_pass(const Conv2dProblem& p, Pass pass, const Stream& stream, cudnnHandle_t handle,
+              const Descriptors& d, Launch launch) {
+  thread_local std::map<ProblemKey, Choice> cache;
+  const ProblemKey key = key_of(p, pass, stream.device().index);
+  auto hit = cache.find(key);
+  if (hit != cache.end()) {
+    const Tensor workspace =
+        hit->second.workspace == 0
+            ? Tensor()
+            : Tensor::empty({static_cast<int64_t>((hit->second.workspace + 3) / 4)}, DType::f32,
+                            stream.device());
+    launch(hit->second, workspace.defined() ? workspace.data() : nullptr);
+    return;
+  }
+  const std::vector<Choice> options = ranked(handle, d, pass);
+  LOOM_CHECK(!options.empty(), "conv2d on CUDA: cuDNN has no algorithm for this problem (batch ",
+             p.n, ", ", p.c_in, "->", p.c_out, " channels, ", p.h, "x", p.w, ", kernel ", p.kh, "x",
+             p.kw, ", stride ", p.stride, ", padding ", p.padding, ", ", p.dtype, ")");
+  for (size_t i = 0; i < options.size(); ++i) {
+    Tensor workspace;
+    try {
+      if (options[i].workspace > 0) {
+        workspace = Tensor::empty({static_cast<int64_t>((options[i].workspace + 3) / 4)},
+                                  DType::f32, stream.device());
+      }
+    } catch (const Error&) {
+      if (i + 1 == options.size()) throw;
+      continue;  // out of memory for this one: the next needs less or none
+    }
+    launch(options[i], workspace.defined() ? workspace.data() : nullptr);
+    cache.emplace(key, options[i]);
+    return;
+  }
+}
+
+}  // namespace
+
+void conv2d_forward(const Conv2dProblem& p, const void* x, const void* w, const void* bias, void* y,
+                    const Stream& stream) {
+  loom::detail::cuda::NvtxRange range("loom::conv2d_forward");
+  const Descriptors d(p);
+  cudnnHandle_t handle = cudnn_handle(stream);
+  const float one = 1.0f, zero = 0.0f;
+  run_pass(p, Pass::forward, stream, handle, d, [&](const Choice& c, void* workspace) {
+    LOOM_CUDNN_CHECK(cudnnConvolutionForward(handle, &one, d.x, x, d.w, w, d.conv,
+                                             static_cast<cudnnConvolutionFwdAlgo_t>(c.algo),
+                                             workspace, c.workspace, &zero, d.y, y));
+  });
+  if (bias != nullptr) LOOM_CUDNN_CHECK(cudnnAddTensor(handle, &one, d.bias, bias, &one, d.y, y));
+}
+
+void conv2d_backward_input(const Conv2dProblem& p, const void* dy, const void* w, void* dx,
+                           const Stream& stream) {
+  loom::detail::cuda::NvtxRange range("loom::conv2d_backward_input");
+  const Descriptors d(p);
+  cudnnHandle_t handle = cudnn_handle(stream);
+  const float one = 1.0f, zero = 0.0f;
+  run_pass(p, Pass::backward_data, stream, handle, d, [&](const Choice& c, void* workspace) {
+    LOOM_CUDNN_CHECK(cudnnConvolutionBackwardData(
+        handle, &one, d.w, w, d.y, dy, d.conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
+        workspace, c.workspace, &zero, d.x, dx));
+  });
+}
+
+void conv2d_backward_weight(const Conv2dProblem& p, const void* x, const void* dy, void* dw,
+                            void* db, bool accumulate, const Stream& stream) {
+  loom::detail::cuda::NvtxRange range("loom::conv2d_backward_weight");
+  const Descriptors d(p);
+  cudnnHandle_t handle = cudnn_handle(stream);
+  const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  run_pass(p, Pass::backward_filter, stream, handle, d, [&](const Choice& c, void* workspace) {
+    LOOM_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+        handle, &one, d.x, x, d.y, dy, d.conv, static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
+        workspace, c.workspace, &beta, d.w, dw));
+  });
+  if (db != nullptr) {
+    LOOM_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, d.y, dy, &beta, d.bias, db));
+  }
+}
+
+}  // namespace loom::kernels::cuda

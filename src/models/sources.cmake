@@ -1,0 +1,4 @@
+# models/: reference networks built from nn modules.
+target_sources(loom PRIVATE
+  models/resnet.cpp
+)

@@ -1,0 +1,206 @@
+// The convolution stack on CUDA against the host: conv2d through cuDNN (f32
+// to a tolerance relative to the dot-product length, bf16 looser), the
+// batch_norm steps (sums in double on both sides: to 1e-5), pooling (max
+// exactly, averages to 1e-6), and Conv2d + BatchNorm2d modules end to end.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "../kernels/kernel_test_util.hpp"
+#include "loom/kernels/batch_norm.hpp"
+#include "loom/kernels/conv2d.hpp"
+#include "loom/kernels/pool2d.hpp"
+#include "loom/nn/batch_norm.hpp"
+#include "loom/nn/conv2d.hpp"
+
+using loom::Device;
+using loom::DType;
+using loom::Shape;
+using loom::Tensor;
+namespace k = loom::kernels;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+void check_close(const char* what, const Tensor& device, const Tensor& host, double tol) {
+  const std::vector<float> got = device.to_vector<float>(), want = host.to_vector<float>();
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(std::abs(got[i] - want[i]) <= tol * (1.0 + std::abs(want[i])))) {
+      INFO(what << "[" << i << "]: device " << got[i] << ", host " << want[i] << ", tol " << tol);
+      REQUIRE(false);
+    }
+  }
+}
+
+Tensor empty_like(const Tensor& t, Device device) {
+  return Tensor::empty(t.shape(), t.dtype(), device);
+}
+
+}  // namespace
+
+TEST_CASE("cuDNN conv2d matches the host in every pass") {
+  struct Case {
+    Shape x, w;
+    k::Conv2dParams params;
+  };
+  const Case cases[] = {{{4, 16, 16, 16}, {32, 16, 3, 3}, {1, 1}},
+                        {{3, 8, 15, 13}, {16, 8, 3, 3}, {2, 1}},
+                        {{2, 3, 32, 32}, {8, 3, 7, 7}, {2, 3}},
+                        {{5, 32, 8, 8}, {16, 32, 1, 1}, {1, 0}},
+                        {{2, 16, 9, 9}, {8, 16, 1, 1}, {2, 0}}};
+  for (const Case& c : cases) {
+    INFO("x " << loom::shape_str(c.x) << " w " << loom::shape_str(c.w) << " stride "
+              << c.params.stride << " padding " << c.params.padding);
+    const Shape ys = k::conv2d_output_shape(c.x, c.w, c.params);
+    const Tensor x = loom::test::random_tensor(c.x, DType::f32, 1);
+    const Tensor w = loom::test::random_tensor(c.w, DType::f32, 2);
+    const Tensor bias = loom::test::random_tensor({c.w[0]}, DType::f32, 3);
+    const Tensor dy = loom::test::random_tensor(ys, DType::f32, 4);
+    const double depth = static_cast<double>(c.w[1] * c.w[2] * c.w[3] + ys[0] * ys[2] * ys[3]);
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      INFO("dtype " << dtype);
+      // f32: both sides accumulate in f32; bf16: inputs and outputs rounded to 8 bits.
+      const double tol = dtype == DType::f32 ? 4e-7 * depth : 2e-2 + 4e-3 * std::sqrt(depth);
+      const Tensor hx = x.to(dtype).to(DType::f32), hw = w.to(dtype).to(DType::f32);
+      const Tensor hb = bias.to(dtype).to(DType::f32), hdy = dy.to(dtype).to(DType::f32);
+      const Tensor y = Tensor::empty(ys), dx = empty_like(x, Device::cpu());
+      const Tensor dw = empty_like(w, Device::cpu()), db = Tensor::empty({c.w[0]});
+      k::conv2d_forward(hx, hw, hb, y, c.params);
+      k::conv2d_backward_input(hdy, hw, dx, c.params);
+      k::conv2d_backward_weight(hx, hdy, dw, db, c.params, false);
+
+      const Tensor gx = x.to(dtype).to(kGpu), gw = w.to(dtype).to(kGpu);
+      const Tensor gb = bias.to(dtype).to(kGpu), gdy = dy.to(dtype).to(kGpu);
+      const Tensor gy = Tensor::empty(ys, dtype, kGpu), gdx = empty_like(gx, kGpu);
+      const Tensor gdw = empty_like(gw, kGpu), gdb = Tensor::empty({c.w[0]}, dtype, kGpu);
+      k::conv2d_forward(gx, gw, gb, gy, c.params);
+      k::conv2d_backward_input(gdy, gw, gdx, c.params);
+      k::conv2d_backward_weight(gx, gdy, gdw, gdb, c.params, false);
+      check_close("y", gy.to(DType::f32), y, tol);
+      check_close("dx", gdx.to(DType::f32), dx, tol);
+      check_close("dw", gdw.to(DType::f32), dw, tol);
+      check_close("db", gdb.to(DType::f32), db, tol);
+
+      // accumulate adds on top.
+      k::conv2d_backward_weight(gx, gdy, gdw, gdb, c.params, true);
+      k::conv2d_backward_weight(hx, hdy, dw, db, c.params, true);
+      check_close("dw accumulated", gdw.to(DType::f32), dw, 2 * tol);
+      check_close("db accumulated", gdb.to(DType::f32), db, 2 * tol);
+    }
+  }
+}
+
+TEST_CASE("CUDA batch_norm steps match the host") {
+  const Shape shape{4, 6, 5, 7};
+  const Tensor x = loom::test::random_tensor(shape, DType::f32, 5, -1.0f, 2.0f);
+  const Tensor dy = loom::test::random_tensor(shape, DType::f32, 6);
+  const Tensor weight = loom::test::random_tensor({6}, DType::f32, 7, 0.5f, 1.5f);
+  const Tensor bias = loom::test::random_tensor({6}, DType::f32, 8);
+  struct Run {
+    Tensor sums, mean, invstd, rm, rv, y, grad_sums, dx, eval_mean, eval_invstd, eval_dx;
+  };
+  const auto run = [&](Device d) {
+    Run r;
+    const Tensor dx_in = x.to(d), ddy = dy.to(d), dw = weight.to(d), dbias = bias.to(d);
+    r.sums = Tensor::empty({2, 6}, DType::f32, d);
+    r.mean = Tensor::empty({6}, DType::f32, d);
+    r.invstd = Tensor::empty({6}, DType::f32, d);
+    r.rm = Tensor::full({6}, 0.5, DType::f32, d);
+    r.rv = Tensor::full({6}, 2.0, DType::f32, d);
+    r.y = Tensor::empty(shape, DType::f32, d);
+    r.grad_sums = Tensor::empty({2, 6}, DType::f32, d);
+    r.dx = Tensor::empty(shape, DType::f32, d);
+    k::batch_norm_stats(dx_in, r.sums);
+    k::batch_norm_finalize(r.sums, 140, 1e-5f, 0.1f, r.mean, r.invstd, r.rm, r.rv);
+    k::batch_norm_normalize(dx_in, r.mean, r.invstd, dw, dbias, r.y);
+    k::batch_norm_backward_sums(ddy, dx_in, r.mean, r.invstd, r.grad_sums);
+    k::batch_norm_backward_input(ddy, dx_in, r.mean, r.invstd, dw, r.grad_sums, 140, true, r.dx);
+    r.eval_mean = Tensor::empty({6}, DType::f32, d);
+    r.eval_invstd = Tensor::empty({6}, DType::f32, d);
+    r.eval_dx = Tensor::empty(shape, DType::f32, d);
+    k::batch_norm_eval_stats(r.rm, r.rv, 1e-5f, r.eval_mean, r.eval_invstd);
+    k::batch_norm_backward_input(ddy, dx_in, r.eval_mean, r.eval_invstd, dw, Tensor(), 0, false,
+                                 r.eval_dx);
+    return r;
+  };
+  const Run host = run(Device::cpu()), gpu = run(kGpu);
+  check_close("sums", gpu.sums, host.sums, 1e-5);
+  check_close("mean", gpu.mean, host.mean, 1e-5);
+  check_close("invstd", gpu.invstd, host.invstd, 1e-5);
+  check_close("running_mean", gpu.rm, host.rm, 1e-6);
+  check_close("running_var", gpu.rv, host.rv, 1e-6);
+  check_close("y", gpu.y, host.y, 1e-5);
+  check_close("grad_sums", gpu.grad_sums, host.grad_sums, 1e-5);
+  check_close("dx", gpu.dx, host.dx, 1e-5);
+  check_close("eval invstd", gpu.eval_invstd, host.eval_invstd, 1e-6);
+  check_close("eval dx", gpu.eval_dx, host.eval_dx, 1e-6);
+}
+
+TEST_CASE("CUDA pooling matches the host") {
+  const Shape xs{3, 4, 13, 11};
+  const Tensor x = loom::test::random_tensor(xs, DType::f32, 9);
+  for (const k::Pool2dParams& pp :
+       {k::Pool2dParams{3, 2, 1}, k::Pool2dParams{2, 2, 0}, k::Pool2dParams{3, 1, 1}}) {
+    INFO("kernel " << pp.kernel << " stride " << pp.stride << " padding " << pp.padding);
+    const Shape ys = k::pool2d_output_shape(xs, pp);
+    const Tensor dy = loom::test::random_tensor(ys, DType::f32, 10);
+    const Tensor y = Tensor::empty(ys), arg = Tensor::empty(ys, DType::i32);
+    const Tensor dx = Tensor::empty(xs);
+    const Tensor gy = Tensor::empty(ys, DType::f32, kGpu),
+                 garg = Tensor::empty(ys, DType::i32, kGpu);
+    const Tensor gdx = Tensor::empty(xs, DType::f32, kGpu);
+    k::max_pool2d_forward(x, y, arg, pp);
+    k::max_pool2d_forward(x.to(kGpu), gy, garg, pp);
+    CHECK(gy.to_vector<float>() == y.to_vector<float>());
+    CHECK(garg.to_vector<int32_t>() == arg.to_vector<int32_t>());
+    k::max_pool2d_backward(dy, arg, dx, pp);
+    k::max_pool2d_backward(dy.to(kGpu), garg, gdx, pp);
+    check_close("max dx", gdx, dx, 1e-6);
+    k::avg_pool2d_forward(x, y, pp);
+    k::avg_pool2d_forward(x.to(kGpu), gy, pp);
+    check_close("avg y", gy, y, 1e-6);
+    k::avg_pool2d_backward(dy, dx, pp);
+    k::avg_pool2d_backward(dy.to(kGpu), gdx, pp);
+    check_close("avg dx", gdx, dx, 1e-6);
+  }
+  const Tensor g = Tensor::empty({3, 4}), gg = Tensor::empty({3, 4}, DType::f32, kGpu);
+  k::global_avg_pool_forward(x, g);
+  k::global_avg_pool_forward(x.to(kGpu), gg);
+  check_close("global y", gg, g, 1e-6);
+  const Tensor dx = Tensor::empty(xs), gdx = Tensor::empty(xs, DType::f32, kGpu);
+  k::global_avg_pool_backward(g, dx);
+  k::global_avg_pool_backward(gg, gdx);
+  check_close("global dx", gdx, dx, 1e-6);
+}
+
+TEST_CASE("Conv2d and BatchNorm2d run on CUDA like on the host") {
+  loom::nn::Conv2dOptions on_gpu{.stride = 2, .padding = 1, .bias = true};
+  on_gpu.module.device = kGpu;
+  loom::nn::Conv2d host_conv("c", 3, 8, 3, {.stride = 2, .padding = 1, .bias = true});
+  loom::nn::Conv2d gpu_conv("c", 3, 8, 3, on_gpu);
+  CHECK(gpu_conv.weight().value().to_vector<float>() ==
+        host_conv.weight().value().to_vector<float>());
+  loom::nn::BatchNormOptions bn_gpu;
+  bn_gpu.module.device = kGpu;
+  loom::nn::BatchNorm2d host_bn("bn", 8), gpu_bn("bn", 8, bn_gpu);
+
+  const Tensor x = loom::test::random_tensor({4, 3, 12, 12}, DType::f32, 11);
+  const Tensor dy = loom::test::random_tensor({4, 8, 6, 6}, DType::f32, 12);
+  loom::nn::Context hctx, gctx;
+  const Tensor hy = host_bn.forward(host_conv.forward(x, hctx), hctx);
+  const Tensor gyv = gpu_bn.forward(gpu_conv.forward(x.to(kGpu), gctx), gctx);
+  check_close("y", gyv, hy, 1e-4);
+  host_conv.zero_grad();
+  host_bn.zero_grad();
+  gpu_conv.zero_grad();
+  gpu_bn.zero_grad();
+  const Tensor hdx = host_conv.backward(host_bn.backward(dy, hctx), hctx);
+  const Tensor gdx = gpu_conv.backward(gpu_bn.backward(dy.to(kGpu), gctx), gctx);
+  check_close("dx", gdx, hdx, 1e-4);
+  check_close("conv dw", gpu_conv.weight().grad(), host_conv.weight().grad(), 1e-4);
+  check_close("bn dw", gpu_bn.weight().grad(), host_bn.weight().grad(), 1e-4);
+  check_close("running_var", gpu_bn.running_var(), host_bn.running_var(), 1e-5);
+}
