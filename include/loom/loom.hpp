@@ -42,6 +42,7 @@
 #include "loom/nn/attention.hpp"
 #include "loom/kernels/layer_norm.hpp"
 #include "loom/kernels/pool2d.hpp"
+#include "loom/models/gpt.hpp"
 #include "loom/models/resnet.hpp"
 #include "loom/nn/activation.hpp"
 #include "loom/nn/batch_norm.hpp"

@@ -1,0 +1,125 @@
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "../nn/gradcheck.hpp"
+#include "loom/models/gpt.hpp"
+
+using loom::Tensor;
+using loom::models::GPT;
+using loom::models::GPTConfig;
+using loom::nn::Context;
+
+namespace {
+
+GPTConfig tiny_config() {
+  GPTConfig c;
+  c.vocab = 11;
+  c.layers = 2;
+  c.d_model = 8;
+  c.heads = 2;
+  c.seq_len = 6;
+  c.module.seed = 3;
+  return c;
+}
+
+Tensor tiny_ids() {
+  return Tensor::from_vector(std::vector<int32_t>{1, 4, 7, 10, 0, 3, 3, 9, 2, 5}, {2, 5});
+}
+
+}  // namespace
+
+TEST_CASE("GPT: parameter count follows the formula; GPT-2 124M is expressible", "[models][gpt]") {
+  GPT tiny("", tiny_config());
+  int64_t counted = 0;
+  for (auto* p : tiny.parameters()) counted += p->numel();
+  CHECK(counted == tiny_config().parameter_count());
+  CHECK(GPTConfig::gpt2_124m().parameter_count() == 124439808);
+  GPTConfig bench;  // issue 4's benchmark shape
+  CHECK(bench.parameter_count() == (8192 + 128) * 256 + 4 * (12 * 256 * 256 + 13 * 256) + 512);
+}
+
+TEST_CASE("GPT: parameter names follow GPT-2's; the head is tied to wte", "[models][gpt]") {
+  GPT gpt("", tiny_config());
+  std::vector<std::string> names;
+  for (auto* p : gpt.parameters()) names.push_back(p->name());
+  CHECK(names.front() == "wte.weight");
+  CHECK(names[1] == "wpe.weight");
+  CHECK(std::count(names.begin(), names.end(), "h.1.attn.c_attn.weight") == 1);
+  CHECK(std::count(names.begin(), names.end(), "h.0.mlp.c_proj.bias") == 1);
+  CHECK(names.back() == "ln_f.bias");
+  CHECK(gpt.parameters().front()->uses_per_backward() == 2);
+}
+
+TEST_CASE("GPT: finite-difference gradients of a tiny model", "[models][gpt]") {
+  GPT gpt("", tiny_config());
+  loom::nn::testing::GradCheckOptions options;
+  options.check_input = false;
+  options.samples = 12;
+  // The residual stream starts at std 0.02 (GPT-2 init), so LayerNorm sees a 0.01 step as a
+  // third of its spread: differences need a smaller step.
+  options.eps = 1e-3;
+  loom::nn::testing::check_module_gradients(gpt, tiny_ids(), options);
+}
+
+TEST_CASE("GPT: split backward equals backward; every gradient is ready once", "[models][gpt]") {
+  GPT a("", tiny_config());
+  GPT b("", tiny_config());
+  std::map<std::string, int> ready;
+  for (auto* p : a.parameters()) {
+    p->add_ready_hook([&](loom::nn::Parameter& q) { ++ready[q.name()]; });
+  }
+  Context ca, cb;
+  Tensor la = a.forward(tiny_ids(), ca);
+  Tensor lb = b.forward(tiny_ids(), cb);
+  CHECK(la.to_vector<float>() == lb.to_vector<float>());
+  Tensor dy = Tensor::full(la.shape(), 0.25);
+  a.backward(dy, ca);
+  CHECK_FALSE(b.backward_input(dy, cb).defined());
+  b.backward_weight(cb);
+  CHECK(ca.empty());
+  CHECK(cb.empty());
+  auto pa = a.parameters();
+  auto pb = b.parameters();
+  REQUIRE(pa.size() == pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    INFO(pa[i]->name());
+    CHECK(pa[i]->grad().to_vector<float>() == pb[i]->grad().to_vector<float>());
+    CHECK(ready[pa[i]->name()] == 1);
+  }
+}
+
+TEST_CASE("GPT: checkpointed blocks give the same gradients", "[models][gpt]") {
+  GPTConfig c = tiny_config();
+  GPT plain("", c);
+  c.checkpoint_blocks = true;
+  GPT checkpointed("", c);
+  Context c1, c2;
+  Tensor y1 = plain.forward(tiny_ids(), c1);
+  Tensor y2 = checkpointed.forward(tiny_ids(), c2);
+  CHECK(y1.to_vector<float>() == y2.to_vector<float>());
+  CHECK(c2.size() < c1.size());
+  Tensor dy = Tensor::full(y1.shape(), 0.5);
+  plain.backward(dy, c1);
+  checkpointed.backward(dy, c2);
+  auto p1 = plain.parameters();
+  auto p2 = checkpointed.parameters();
+  for (size_t i = 0; i < p1.size(); ++i) {
+    CHECK(p1[i]->grad().to_vector<float>() == p2[i]->grad().to_vector<float>());
+  }
+}
+
+TEST_CASE("GPT: bad configurations and inputs are named", "[models][gpt]") {
+  GPTConfig c = tiny_config();
+  c.heads = 3;
+  CHECK_THROWS_WITH(GPT("", c), Catch::Contains("d_model 8 is not divisible by 3 heads"));
+  c = tiny_config();
+  c.dropout = 1.0f;
+  CHECK_THROWS_WITH(c.validate(), Catch::Contains("dropout"));
+  GPT gpt("", tiny_config());
+  Context ctx;
+  CHECK_THROWS_WITH(gpt.forward(Tensor::zeros({1, 7}, loom::DType::i32), ctx),
+                    Catch::Contains("sequence length 7 exceeds seq_len 6"));
+}
