@@ -9,3 +9,9 @@ target_sources(loom PRIVATE
   data/token_loader.cpp
   data/token_prefetcher.cpp
 )
+# zlib reads the compressed digits file; without it the loader takes a plain .csv.
+find_package(ZLIB)
+if(ZLIB_FOUND)
+  target_link_libraries(loom PRIVATE ZLIB::ZLIB)
+  set_source_files_properties(data/digits.cpp PROPERTIES COMPILE_DEFINITIONS LOOM_HAS_ZLIB=1)
+endif()
