@@ -1,0 +1,222 @@
+// model_bench: one training step of Loom's GPT and ResNet-18 next to
+// PyTorch's (bench/peers/torch_models.py, Debian's python3-torch on CPU), in
+// the same invocation, one compute thread each. Rounds alternate Loom and the
+// peer so both see the same machine load; each round reports the median step
+// time of `--steps` steps after `--warmup`, and the table gives the median
+// over rounds and the ratio Loom / PyTorch (below 1: Loom is faster).
+//
+// Configurations (issue 4), identical on both sides:
+//   gpt:    vocab 8192, 4 layers, d_model 256, 4 heads, seq 128, micro-batch 8,
+//           AdamW(lr 3e-4, betas 0.9/0.95, wd 0.1 on every parameter), no dropout
+//   resnet: ResNet-18 CIFAR stem, 32x32, 10 classes, batch 32,
+//           SGD(lr 0.1, momentum 0.9, wd 5e-4)
+// Inputs are random (step time does not depend on the data).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "loom/loom.hpp"
+
+namespace {
+
+using loom::Tensor;
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// One model's training step, built once and run for every round.
+struct LoomModel {
+  std::unique_ptr<loom::nn::Module> model;
+  std::unique_ptr<loom::optim::Optimizer> optimizer;
+  Tensor inputs;
+  Tensor targets;
+  std::unique_ptr<loom::nn::CrossEntropyLoss> loss_fn =
+      std::make_unique<loom::nn::CrossEntropyLoss>();
+  double last_loss = 0;
+
+  void step() {
+    loom::nn::Context ctx, loss_ctx;
+    Tensor logits = model->forward(inputs, ctx);
+    last_loss = loss_fn->forward(logits, targets, loss_ctx).item<float>();
+    model->backward(loss_fn->backward(loss_ctx), ctx);
+    optimizer->step();
+    optimizer->zero_grad();
+  }
+};
+
+Tensor random_ids(int64_t n, int64_t classes, const loom::Shape& shape, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(classes - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& id : ids) id = pick(rng);
+  return Tensor::from_vector(ids, shape);
+}
+
+LoomModel make_gpt() {
+  LoomModel m;
+  loom::models::GPTConfig config;  // the benchmark shape is the default
+  m.model = std::make_unique<loom::models::GPT>("", config);
+  m.optimizer = std::make_unique<loom::optim::AdamW>(
+      loom::optim::param_slots(m.model->parameters()),
+      loom::optim::AdamWOptions{
+          .lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
+  m.inputs = random_ids(8 * 128, config.vocab, {8, 128}, 1);
+  m.targets = random_ids(8 * 128, config.vocab, {8, 128}, 2);
+  return m;
+}
+
+LoomModel make_resnet() {
+  LoomModel m;
+  loom::models::ResNetOptions options;
+  options.stem = loom::models::ResNetStem::cifar;
+  options.classes = 10;
+  m.model = loom::models::make_resnet("", loom::models::resnet18(options));
+  m.optimizer = std::make_unique<loom::optim::SGD>(
+      loom::optim::param_slots(m.model->parameters()),
+      loom::optim::SgdOptions{
+          .lr = 0.1, .momentum = 0.9, .dampening = 0.0, .weight_decay = 5e-4, .nesterov = false});
+  auto batch = loom::data::synthetic_image_batch(loom::data::kCifarShape, 32, 1, 0);
+  m.inputs = batch.images;
+  m.targets = batch.labels;
+  return m;
+}
+
+struct RoundResult {
+  double median_ms = 0;
+  double mfu = 0;
+};
+
+RoundResult time_loom(LoomModel& m, int warmup, int steps, const loom::trace::Roofline& peak) {
+  for (int i = 0; i < warmup; ++i) m.step();
+  std::vector<double> ms;
+  std::vector<double> flops;
+  for (int i = 0; i < steps; ++i) {
+    const double before = loom::trace::thread_counted_cost().flops;
+    const auto start = std::chrono::steady_clock::now();
+    m.step();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
+    flops.push_back(loom::trace::thread_counted_cost().flops - before);
+  }
+  const double t = median(ms);
+  return {t, loom::trace::mfu(median(flops), t / 1e3, peak, loom::trace::Precision::fp32)};
+}
+
+// Runs the peer script; returns its median step time, or a negative value (and
+// `why`) when it cannot run.
+double time_peer(const std::string& python, const std::string& script, const std::string& model,
+                 int warmup, int steps, std::string& why) {
+  const std::string command = python + " " + script + " --model " + model + " --steps " +
+                              std::to_string(steps) + " --warmup " + std::to_string(warmup) +
+                              " --threads 1 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    why = "cannot start '" + command + "'";
+    return -1;
+  }
+  std::string output;
+  std::array<char, 4096> chunk;
+  while (fgets(chunk.data(), chunk.size(), pipe) != nullptr) output += chunk.data();
+  const int status = pclose(pipe);
+  std::string last_line;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) last_line = line;
+  }
+  if (status != 0) {
+    why = "'" + command + "' failed: " + last_line +
+          " (install the peer with: bash scripts/setup.sh --peers)";
+    return -1;
+  }
+  return nlohmann::json::parse(last_line).at("median_ms").get<double>();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Loom vs PyTorch: single-rank training step time of GPT and ResNet-18"};
+  std::vector<std::string> models = {"gpt", "resnet"};
+  int steps = 10;
+  int warmup = 2;
+  int rounds = 3;
+  std::string python = "/usr/bin/python3";
+  std::string script = std::string(LOOM_SOURCE_DIR) + "/bench/peers/torch_models.py";
+  bool no_peer = false;
+  std::string json_path;
+  app.add_option("--models", models, "gpt and/or resnet");
+  app.add_option("--steps", steps, "timed steps per round");
+  app.add_option("--warmup", warmup, "untimed steps before each round");
+  app.add_option("--rounds", rounds, "alternating Loom/PyTorch rounds");
+  app.add_option("--python", python, "interpreter with torch (Debian's python3-torch)");
+  app.add_flag("--no-peer", no_peer, "time Loom only");
+  app.add_option("--json", json_path, "also write the results here");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const auto peak = loom::trace::Roofline::for_device(loom::Device::cpu());
+    std::printf("model_bench: %d round(s) x %d steps (+%d warm-up), 1 thread each; %s\n", rounds,
+                steps, warmup, peak.device_name.c_str());
+    loom::bench::Table table({"model", "Loom ms/step", "PyTorch ms/step", "Loom/PyTorch",
+                              "Loom MFU", "Loom loss", "rounds (Loom/PyTorch ms)"});
+    nlohmann::json results = nlohmann::json::array();
+    for (const auto& name : models) {
+      LOOM_CHECK(name == "gpt" || name == "resnet", "--models: '", name,
+                 "' is not one of gpt, resnet");
+      LoomModel m = name == "gpt" ? make_gpt() : make_resnet();
+      std::vector<double> loom_ms, peer_ms, mfus;
+      std::string why;
+      std::string per_round;
+      for (int r = 0; r < rounds; ++r) {
+        const RoundResult loom_round = time_loom(m, warmup, steps, peak);
+        loom_ms.push_back(loom_round.median_ms);
+        mfus.push_back(loom_round.mfu);
+        double peer = -1;
+        if (!no_peer && why.empty()) peer = time_peer(python, script, name, warmup, steps, why);
+        if (peer > 0) peer_ms.push_back(peer);
+        char cell[64];
+        std::snprintf(cell, sizeof(cell), "%s%.0f/%s", r ? " " : "", loom_round.median_ms,
+                      peer > 0 ? std::to_string(static_cast<int>(peer + 0.5)).c_str() : "-");
+        per_round += cell;
+      }
+      const double loom_median = median(loom_ms);
+      const double peer_median = peer_ms.empty() ? -1 : median(peer_ms);
+      char a[32], b[32], c[32], d[32], e[32];
+      std::snprintf(a, sizeof(a), "%.1f", loom_median);
+      std::snprintf(b, sizeof(b), peer_median > 0 ? "%.1f" : "-", peer_median);
+      std::snprintf(c, sizeof(c), peer_median > 0 ? "%.2f" : "-", loom_median / peer_median);
+      std::snprintf(d, sizeof(d), "%.1f%%", 100.0 * median(mfus));
+      std::snprintf(e, sizeof(e), "%.3f", m.last_loss);
+      table.add({name, a, b, c, d, e, per_round});
+      if (!why.empty()) std::printf("peer unavailable for %s: %s\n", name.c_str(), why.c_str());
+      results.push_back({{"model", name},
+                         {"loom_ms", loom_ms},
+                         {"peer_ms", peer_ms},
+                         {"loom_median_ms", loom_median},
+                         {"peer_median_ms", peer_median},
+                         {"ratio", peer_median > 0 ? loom_median / peer_median : -1.0},
+                         {"loom_mfu", median(mfus)}});
+    }
+    table.print();
+    if (!json_path.empty()) {
+      loom::bench::write_file_atomically(
+          json_path, nlohmann::json{{"peak_flops", peak.fp32_flops}, {"results", results}}.dump(2));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "model_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
