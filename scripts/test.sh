@@ -8,6 +8,8 @@ build_dir=${LOOM_BUILD_DIR:-$root/build}
 export LOOM_BUILD_DIR=$build_dir
 
 bash "$root/scripts/setup.sh"
+# The digits dataset (from Debian's scikit-learn package) for the ResNet example and its tests.
+bash "$root/scripts/fetch_digits.sh" || echo "warning: could not fetch the digits dataset; its tests will be skipped" >&2
 bash "$root/scripts/build.sh"
 
 "$build_dir/tools/loom-info" || true

@@ -45,6 +45,7 @@ struct Flags {
   std::string device = "cpu";
   bool profile = false;
   std::string trace_path;
+  double require_below_unigram = 0;  // > 0: fail unless validation loss < this x unigram
 };
 
 double evaluate(loom::models::GPT& model, loom::nn::CrossEntropyLoss& loss_fn,
@@ -157,6 +158,12 @@ int run(const Flags& f) {
               static_cast<long long>(step), train_seconds, tokens_per_step * step / train_seconds,
               last_val, unigram);
 
+  if (f.require_below_unigram > 0 && !(last_val < f.require_below_unigram * unigram)) {
+    std::fprintf(stderr,
+                 "train_gpt: validation loss %.4f is not below %.2f x the unigram baseline %.3f\n",
+                 last_val, f.require_below_unigram, unigram);
+    return 1;
+  }
   if (f.profile) {
     auto& profiler = trace::Profiler::instance();
     trace::ReportOptions report{
@@ -197,6 +204,9 @@ int main(int argc, char** argv) {
   app.add_option("--device", f.device, "cpu or cuda:N");
   app.add_flag("--profile", f.profile, "per-op table at the end (also LOOM_PROFILE=1)");
   app.add_option("--trace", f.trace_path, "with --profile: write a Chrome trace here");
+  app.add_option("--require-below-unigram", f.require_below_unigram,
+                 "exit 1 unless the final validation loss is below this fraction of the unigram "
+                 "baseline (a learning check for tests)");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(f);

@@ -44,6 +44,7 @@ struct Flags {
   bool forward_only = false;
   bool profile = false;
   std::string trace_path;
+  double require_accuracy = 0;  // digits: fail unless the final test accuracy reaches this
 };
 
 loom::models::ResNetConfig make_config(const Flags& f, int64_t in_channels, int64_t classes,
@@ -157,6 +158,7 @@ int run(const Flags& f) {
   std::vector<int64_t> order(static_cast<size_t>(digits ? split.train.size() : 0));
   std::iota(order.begin(), order.end(), 0);
   double seconds = 0;
+  double test_accuracy = 0;
   for (int64_t step = 0; step < total_steps; ++step) {
     const int64_t in_epoch = step % steps_per_epoch;
     if (digits && in_epoch == 0) std::shuffle(order.begin(), order.end(), shuffle);
@@ -182,19 +184,26 @@ int run(const Flags& f) {
     meter.end(static_cast<double>(f.batch));
     seconds += meter.seconds();
     if (step % f.log_every == 0 || step + 1 == total_steps) {
-      std::printf("step %5lld  loss %.4f  lr %.3f  %7.1f ms  %7.1f img/s  MFU %5.1f%%\n",
-                  static_cast<long long>(step), loss, schedule.lr_at(step), meter.seconds() * 1e3,
-                  meter.items_per_second(), 100.0 * meter.mfu());
+      char loss_text[32] = "-";
+      if (!f.forward_only) std::snprintf(loss_text, sizeof(loss_text), "%.4f", loss);
+      std::printf("step %5lld  loss %s  lr %.3f  %7.1f ms  %7.1f img/s  MFU %5.1f%%\n",
+                  static_cast<long long>(step), loss_text, schedule.lr_at(step),
+                  meter.seconds() * 1e3, meter.items_per_second(), 100.0 * meter.mfu());
     }
     if (digits && in_epoch + 1 == steps_per_epoch) {
+      test_accuracy = accuracy(*model, split.test, 128, device);
       std::printf("epoch %lld  test accuracy %.1f%%\n",
-                  static_cast<long long>(step / steps_per_epoch + 1),
-                  100.0 * accuracy(*model, split.test, 128, device));
+                  static_cast<long long>(step / steps_per_epoch + 1), 100.0 * test_accuracy);
     }
   }
   std::printf("done: %lld steps in %.1f s, %.1f images/s\n", static_cast<long long>(total_steps),
               seconds, static_cast<double>(f.batch * total_steps) / seconds);
 
+  if (f.require_accuracy > 0 && !(test_accuracy >= f.require_accuracy)) {
+    std::fprintf(stderr, "train_resnet: test accuracy %.1f%% is below the required %.1f%%\n",
+                 100.0 * test_accuracy, 100.0 * f.require_accuracy);
+    return 1;
+  }
   if (f.profile) {
     auto& profiler = trace::Profiler::instance();
     trace::ReportOptions report{
@@ -231,6 +240,8 @@ int main(int argc, char** argv) {
   app.add_flag("--forward-only", f.forward_only, "time forward passes only (eval mode)");
   app.add_flag("--profile", f.profile, "per-op table at the end (also LOOM_PROFILE=1)");
   app.add_option("--trace", f.trace_path, "with --profile: write a Chrome trace here");
+  app.add_option("--require-accuracy", f.require_accuracy,
+                 "digits: exit 1 unless the final test accuracy (0..1) reaches this");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(f);
