@@ -1,5 +1,8 @@
 #include "loom/trace/op_scope.hpp"
 
+#include "loom/trace/profiler.hpp"
+#include "trace/profiling_flag.hpp"
+
 namespace loom::trace {
 namespace {
 
@@ -13,12 +16,14 @@ kernels::OpCost thread_counted_cost() {
 
 OpScope::OpScope(const char* op, const kernels::OpCost& cost, Device device,
                  std::string_view detail) {
-  (void)op;
-  (void)device;
-  (void)detail;
   counted += cost;
+  if (detail::profiling_on()) {
+    record_ = Profiler::instance().open_op(op, cost.flops, cost.bytes, device, detail);
+  }
 }
 
-OpScope::~OpScope() = default;
+OpScope::~OpScope() {
+  if (record_ >= 0) Profiler::instance().close_op(record_);
+}
 
 }  // namespace loom::trace

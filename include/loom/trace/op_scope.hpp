@@ -13,6 +13,7 @@
 // `op` must outlive the program (a string literal).
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 #include "loom/core/device.hpp"
@@ -32,7 +33,7 @@ class OpScope {
   OpScope& operator=(const OpScope&) = delete;
 
  private:
-  void* record_ = nullptr;  // the profiler's open record, null while profiling is off
+  int64_t record_ = -1;  // the profiler's open record, -1 while profiling is off
 };
 
 }  // namespace loom::trace
