@@ -10,9 +10,10 @@ namespace loom::parallel {
 
 namespace {
 
-// Sums the per-channel sums and the counts over the group. The count travels
-// as an i64 tensor on the sums' device (the nccl backend moves device tensors).
-nn::BatchNorm2d::StatsReducer make_reducer(std::shared_ptr<comm::Communicator> dp) {
+// Forward: sums the per-channel sums and the element counts over the group.
+// The count travels as an i64 tensor on the sums' device (the nccl backend
+// moves device tensors only).
+nn::BatchNorm2d::StatsReducer make_forward_reducer(std::shared_ptr<comm::Communicator> dp) {
   return [dp = std::move(dp)](const Tensor& sums, int64_t& count) {
     Tensor total = Tensor::from_vector(std::vector<int64_t>{count}, {1}, sums.device());
     comm::Work a = dp->all_reduce(sums, {.op = comm::ReduceOp::sum});
@@ -20,6 +21,15 @@ nn::BatchNorm2d::StatsReducer make_reducer(std::shared_ptr<comm::Communicator> d
     a.wait();
     b.wait();
     count = total.item<int64_t>();
+  };
+}
+
+// Backward: sums the gradient sums only. The count BatchNorm passes here is
+// the one the forward hook already made the group's total.
+nn::BatchNorm2d::StatsReducer make_backward_reducer(std::shared_ptr<comm::Communicator> dp) {
+  return [dp = std::move(dp)](const Tensor& sums, int64_t& count) {
+    (void)count;
+    dp->all_reduce(sums, {.op = comm::ReduceOp::sum}).wait();
   };
 }
 
@@ -40,7 +50,7 @@ void collect(nn::Module& module, std::vector<nn::BatchNorm2d*>& out) {
 
 void sync_batch_norm(nn::BatchNorm2d& bn, comm::Communicator& dp) {
   std::shared_ptr<comm::Communicator> owner = dp.shared_from_this();
-  bn.set_stats_reducers(make_reducer(owner), make_reducer(owner));
+  bn.set_stats_reducers(make_forward_reducer(owner), make_backward_reducer(owner));
 }
 
 void unsync_batch_norm(nn::BatchNorm2d& bn) {

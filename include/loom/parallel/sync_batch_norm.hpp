@@ -6,13 +6,14 @@
 //   forward (training):  {sum x, sum x^2} and the count, so every rank
 //                        normalizes with the statistics of the global batch
 //                        (and updates its running statistics with them);
-//   backward:            {sum dy, sum dy * xhat}, so dx is the global batch's.
+//   backward:            {sum dy, sum dy * xhat}, so dx is the global batch's
+//                        (the count is already the group's since forward).
 // Then a data-parallel run with the GradReducer (which averages the local
 // weight/bias gradients) equals a single-rank run on the concatenated batch,
 // for equal per-rank batch sizes (the reducer's average over ranks matches
 // the loss's mean over the global batch).
 //
-// Cost: two all_reduces per BatchNorm in forward and two in backward, each
+// Cost: two all_reduces per BatchNorm in forward and one in backward, each
 // blocking (the next layer needs the result). They share `dp` with the
 // gradient buckets; ranks issue them in the same program order, so the
 // collective sequence matches across ranks. `dp` must outlive the modules'
