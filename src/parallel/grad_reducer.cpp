@@ -1,0 +1,356 @@
+#include "loom/parallel/grad_reducer.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <unordered_set>
+
+#include "loom/core/error.hpp"
+#include "loom/trace/profiler.hpp"
+#include "parallel/control.hpp"
+
+namespace loom::parallel {
+
+namespace {
+
+constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+// Gradient offsets inside a bucket start on 64-byte boundaries, so every
+// gradient view is as aligned as a fresh allocation for vectorised kernels.
+constexpr int64_t kAlignBytes = 64;
+
+int64_t align_up(int64_t elements, size_t element_size) {
+  const int64_t step = std::max<int64_t>(1, kAlignBytes / static_cast<int64_t>(element_size));
+  return (elements + step - 1) / step * step;
+}
+
+DType wire_dtype(GradCompression compression) {
+  return compression == GradCompression::bf16 ? DType::bf16 : DType::f16;
+}
+
+void validate(const std::vector<nn::Parameter*>& params, const ReducerOptions& options) {
+  LOOM_CHECK(options.first_bucket_bytes >= 1, "ReducerOptions.first_bucket_bytes is ",
+             options.first_bucket_bytes, "; it must be at least 1 (bytes of the first bucket)");
+  LOOM_CHECK(options.bucket_cap_bytes >= 1, "ReducerOptions.bucket_cap_bytes is ",
+             options.bucket_cap_bytes, "; it must be at least 1 (bytes per bucket)");
+  LOOM_CHECK(
+      options.unused == UnusedParameters::error || options.unused == UnusedParameters::zero_fill,
+      "ReducerOptions.unused is ", static_cast<int>(options.unused),
+      "; it must be UnusedParameters::error or ::zero_fill");
+  LOOM_CHECK(options.compression == GradCompression::none ||
+                 options.compression == GradCompression::bf16 ||
+                 options.compression == GradCompression::f16,
+             "ReducerOptions.compression is ", static_cast<int>(options.compression),
+             "; it must be GradCompression::none, ::bf16 or ::f16");
+  LOOM_CHECK(!params.empty(), "GradReducer: the parameter list is empty; pass model.parameters()");
+  std::unordered_set<const nn::Parameter*> seen;
+  for (size_t i = 0; i < params.size(); ++i) {
+    LOOM_CHECK(params[i] != nullptr, "GradReducer: parameter #", i, " is null");
+    LOOM_CHECK(seen.insert(params[i]).second, "GradReducer: parameter '", params[i]->name(), "' (#",
+               i, ") is listed twice; each parameter must appear once");
+    LOOM_CHECK(params[i]->value().device() == params[0]->value().device(),
+               "GradReducer: parameter '", params[i]->name(), "' is on ",
+               params[i]->value().device().str(), " but '", params[0]->name(), "' is on ",
+               params[0]->value().device().str(), "; a data-parallel replica lives on one device");
+  }
+}
+
+}  // namespace
+
+struct GradReducer::Bucket {
+  DType dtype = DType::f32;
+  Device device = Device::cpu();
+  std::vector<size_t> params;    // parameter indices, in bucket order
+  std::vector<int64_t> offsets;  // element offset of each parameter's gradient
+  int64_t numel = 0;
+  Tensor buffer;  // the flat gradients; each parameter's grad() is a view into it
+  Tensor wire;    // half-precision copy that is reduced instead, when compressing
+  int pending = 0;
+  bool launched = false;
+  comm::Work work;
+  int64_t launch_ns = 0;
+};
+
+GradReducer::GradReducer(std::vector<nn::Parameter*> params, comm::Communicator& dp,
+                         const ReducerOptions& options)
+    : params_(std::move(params)), comm_(dp), options_(options) {
+  validate(params_, options_);
+  control_device_ = params_[0]->value().device();
+
+  detail::check_parameter_agreement(comm_, params_, control_device_);
+  if (options_.broadcast_parameters && comm_.size() > 1) {
+    std::vector<comm::Work> works;
+    works.reserve(params_.size());
+    for (nn::Parameter* p : params_) works.push_back(comm_.broadcast(p->value(), {.root = 0}));
+    comm::wait_all(works);
+  }
+
+  // Backward produces gradients roughly from the last layer to the first.
+  std::vector<size_t> order(params_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
+  build_buckets(order);
+  ready_.assign(params_.size(), false);
+  observed_.assign(params_.size(), false);
+  install_hooks();
+  last_finish_end_ns_ = trace::now_ns();
+}
+
+GradReducer::~GradReducer() {
+  for (size_t i = 0; i < hook_ids_.size(); ++i) params_[i]->remove_ready_hook(hook_ids_[i]);
+  // The backend uses the bucket buffers until the collectives finish.
+  for (auto& bucket : buckets_) {
+    if (!bucket->launched) continue;
+    try {
+      bucket->work.wait();
+    } catch (const std::exception&) {
+      // Already reported to whoever called finish(); nothing to add while unwinding.
+    }
+  }
+}
+
+void GradReducer::install_hooks() {
+  hook_ids_.reserve(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    hook_ids_.push_back(params_[i]->add_ready_hook([this, i](nn::Parameter&) { on_ready(i); }));
+  }
+}
+
+void GradReducer::build_buckets(const std::vector<size_t>& order) {
+  std::vector<std::unique_ptr<Bucket>> built;
+  std::vector<size_t> open;  // indices into `built` still accepting parameters
+  for (const size_t index : order) {
+    const nn::Parameter& p = *params_[index];
+    const DType dtype = p.value().dtype();
+    const Device device = p.value().device();
+    const size_t element = dtype_size(dtype);
+    auto same_kind = [&](const Bucket& b) { return b.dtype == dtype && b.device == device; };
+
+    auto slot =
+        std::find_if(open.begin(), open.end(), [&](size_t b) { return same_kind(*built[b]); });
+    if (slot != open.end()) {
+      const Bucket& b = *built[*slot];
+      const bool first_of_kind = std::find_if(built.begin(), built.end(), [&](const auto& other) {
+                                   return same_kind(*other);
+                                 })->get() == &b;
+      const size_t cap = first_of_kind ? options_.first_bucket_bytes : options_.bucket_cap_bytes;
+      const size_t after = static_cast<size_t>(align_up(b.numel, element) + p.numel()) * element;
+      if (after > cap) {
+        open.erase(slot);
+        slot = open.end();
+      }
+    }
+    if (slot == open.end()) {
+      auto bucket = std::make_unique<Bucket>();
+      bucket->dtype = dtype;
+      bucket->device = device;
+      built.push_back(std::move(bucket));
+      open.push_back(built.size() - 1);
+      slot = open.end() - 1;
+    }
+    Bucket& b = *built[*slot];
+    const int64_t offset = align_up(b.numel, element);
+    b.params.push_back(index);
+    b.offsets.push_back(offset);
+    b.numel = offset + p.numel();
+  }
+
+  // Buckets are numbered by their first parameter's position in `order`
+  // (creation order), which is the order they are expected to fill.
+  bucket_of_.assign(params_.size(), 0);
+  for (size_t bi = 0; bi < built.size(); ++bi) {
+    Bucket& b = *built[bi];
+    b.buffer = Tensor::zeros({b.numel}, b.dtype, b.device);
+    if (options_.compression != GradCompression::none && b.dtype == DType::f32) {
+      b.wire = Tensor::zeros({b.numel}, wire_dtype(options_.compression), b.device);
+    }
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      nn::Parameter& p = *params_[b.params[k]];
+      // Copies a gradient already written (a rebuild after the first step).
+      p.set_grad_buffer(b.buffer.flat_view(b.offsets[k], p.shape()));
+      bucket_of_[b.params[k]] = bi;
+    }
+    b.pending = static_cast<int>(b.params.size());
+  }
+  buckets_ = std::move(built);
+  next_launch_ = 0;
+}
+
+void GradReducer::on_ready(size_t index) {
+  if (options_.rebuild_buckets && rebuilds_ == 0 && !observed_[index]) {
+    observed_[index] = true;
+    observed_order_.push_back(index);
+  }
+  if (!syncing_) return;  // no_sync: the gradient stays in the bucket and accumulates
+  mark_ready(index);
+}
+
+void GradReducer::mark_ready(size_t index) {
+  LOOM_CHECK(!ready_[index], "GradReducer: parameter '", params_[index]->name(),
+             "' became ready twice in one synchronized backward; call finish() after each "
+             "synchronized backward (and build a parameter used k times per backward with "
+             "uses_per_backward = k)");
+  if (first_ready_ns_ == 0) first_ready_ns_ = trace::now_ns();
+  ready_[index] = true;
+  Bucket& bucket = *buckets_[bucket_of_[index]];
+  if (--bucket.pending == 0) launch_ready_buckets();
+}
+
+void GradReducer::launch_ready_buckets() {
+  // Strictly in index order: a bucket that fills early waits for its predecessors.
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_]->pending == 0) {
+    launch(next_launch_++);
+  }
+}
+
+void GradReducer::launch(size_t index) {
+  Bucket& b = *buckets_[index];
+  b.launch_ns = trace::now_ns();
+  Tensor payload = b.buffer;
+  if (b.wire.defined()) {
+    b.wire.copy_from(b.buffer);  // rounds to bf16/f16 on the current stream
+    payload = b.wire;
+  }
+  b.work = comm_.all_reduce(payload, {.op = comm::ReduceOp::avg});
+  b.launched = true;
+}
+
+void GradReducer::finish() {
+  LOOM_CHECK(syncing_,
+             "GradReducer::finish() called inside no_sync(); end the no_sync scope and run the "
+             "last micro-batch's backward first");
+  const int64_t start_ns = trace::now_ns();
+
+  // Parameters that did not signal ready in this synchronized pass.
+  int64_t first_unused = kNone;
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    const std::vector<size_t> members = buckets_[bi]->params;
+    for (const size_t index : members) {
+      if (ready_[index]) continue;
+      nn::Parameter& p = *params_[index];
+      if (p.grad_written()) {
+        mark_ready(index);  // written during no_sync micro-steps only: already complete
+      } else if (options_.unused == UnusedParameters::zero_fill) {
+        // A real (zero) write, so grad() keeps the reduced value afterwards
+        // and other ready hooks see the parameter as every other.
+        nn::Parameter::GradWrite write = p.begin_grad_write();
+        if (!write.accumulate) write.grad.zero();
+        for (int use = 0; use < p.uses_per_backward() && !ready_[index]; ++use) p.end_grad_write();
+        if (!ready_[index]) mark_ready(index);
+      } else {
+        // Still reduce (zeros), so every rank issues the same collectives;
+        // the verdict below then fails all ranks together.
+        first_unused = std::min(first_unused, static_cast<int64_t>(index));
+        p.grad();
+        mark_ready(index);
+      }
+    }
+  }
+  LOOM_ASSERT(next_launch_ == buckets_.size(), "every bucket is launched by now");
+
+  for (auto& bucket : buckets_) {
+    bucket->work.block_stream(current_stream(bucket->device));
+    bucket->work.wait();
+    if (bucket->wire.defined()) bucket->buffer.copy_from(bucket->wire);
+  }
+  record_stats(start_ns, trace::now_ns());
+
+  for (auto& bucket : buckets_) {
+    bucket->pending = static_cast<int>(bucket->params.size());
+    bucket->launched = false;
+    bucket->work = comm::Work();
+  }
+  std::fill(ready_.begin(), ready_.end(), false);
+  next_launch_ = 0;
+  first_ready_ns_ = 0;
+
+  if (options_.unused == UnusedParameters::error) check_unused_across_ranks(first_unused);
+  if (options_.rebuild_buckets && rebuilds_ == 0) rebuild_from_observed_order();
+  last_finish_end_ns_ = trace::now_ns();
+}
+
+void GradReducer::check_unused_across_ranks(int64_t first_unused) {
+  const int64_t size = comm_.size();
+  const int64_t key = first_unused == kNone ? kNone : first_unused * size + comm_.rank();
+  const int64_t agreed = detail::all_reduce_min(comm_, key, control_device_);
+  if (agreed == kNone) return;
+  const auto index = static_cast<size_t>(agreed / size);
+  const int rank = static_cast<int>(agreed % size);
+  throw Error(str_cat(
+      "GradReducer: parameter '", params_[index]->name(), "' received no gradient on ",
+      comm_.describe_rank(rank),
+      " before finish() (it took no part in the loss); if some parameters are unused by design, "
+      "construct the reducer with ReducerOptions{.unused = UnusedParameters::zero_fill}, or "
+      "leave the parameter out of the list"));
+}
+
+void GradReducer::rebuild_from_observed_order() {
+  // Parameters never seen (unused ones under zero_fill are seen) go last, in
+  // the current bucket order.
+  for (const auto& bucket : buckets_) {
+    for (const size_t index : bucket->params) {
+      if (!observed_[index]) observed_order_.push_back(index);
+    }
+  }
+  std::vector<int64_t> mine(observed_order_.begin(), observed_order_.end());
+  const std::vector<int64_t> agreed =
+      detail::broadcast_indices(comm_, std::move(mine), 0, control_device_);
+  std::vector<size_t> order(agreed.begin(), agreed.end());
+  build_buckets(order);
+  rebuilds_ = 1;
+  observed_order_.clear();
+  observed_order_.shrink_to_fit();
+}
+
+std::vector<std::vector<std::string>> GradReducer::bucket_parameters() const {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& bucket : buckets_) {
+    auto& names = out.emplace_back();
+    for (const size_t index : bucket->params) names.push_back(params_[index]->name());
+  }
+  return out;
+}
+
+void GradReducer::record_stats(int64_t finish_start_ns, int64_t finish_end_ns) {
+  ReducerStats s;
+  s.step = stats_.step + 1;
+  std::vector<std::pair<int64_t, int64_t>> intervals;
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    const Bucket& b = *buckets_[i];
+    if (!b.launched) continue;
+    const size_t bytes = b.wire.defined() ? b.wire.nbytes() : b.buffer.nbytes();
+    const int64_t end_ns = b.launch_ns + static_cast<int64_t>(b.work.elapsed_seconds() * 1e9);
+    intervals.emplace_back(b.launch_ns, end_ns);
+    ++s.buckets;
+    s.wire_bytes += bytes;
+    trace::record_span("comm", "all_reduce bucket " + std::to_string(i), b.launch_ns, end_ns,
+                       {{"bytes", static_cast<int64_t>(bytes)},
+                        {"parameters", static_cast<int64_t>(b.params.size())},
+                        {"step", s.step}});
+  }
+  // Wall time with at least one bucket in flight: the union of the intervals.
+  std::sort(intervals.begin(), intervals.end());
+  int64_t covered = 0, reach = std::numeric_limits<int64_t>::min();
+  for (const auto& [begin, end] : intervals) {
+    const int64_t from = std::max(begin, reach);
+    if (end > from) covered += end - from;
+    reach = std::max(reach, end);
+  }
+  s.comm_s = static_cast<double>(covered) * 1e-9;
+  s.exposed_s = static_cast<double>(finish_end_ns - finish_start_ns) * 1e-9;
+  s.compute_s = static_cast<double>(finish_start_ns - last_finish_end_ns_) * 1e-9;
+  s.backward_s =
+      first_ready_ns_ == 0 ? 0.0 : static_cast<double>(finish_start_ns - first_ready_ns_) * 1e-9;
+  s.hidden_fraction =
+      s.comm_s > 0 ? std::clamp((s.comm_s - s.exposed_s) / s.comm_s, 0.0, 1.0) : 1.0;
+  trace::record_span("comm", "finish (exposed communication)", finish_start_ns, finish_end_ns,
+                     {{"step", s.step}, {"hidden_fraction", s.hidden_fraction}});
+  stats_ = s;
+}
+
+GradReducer::NoSync::NoSync(GradReducer& reducer) : reducer_(reducer), previous_(reducer.syncing_) {
+  reducer_.syncing_ = false;
+}
+
+GradReducer::NoSync::~NoSync() {
+  reducer_.syncing_ = previous_;
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,323 @@
+// GradReducer and synchronized BatchNorm on the local backend (ranks as
+// threads): data-parallel training equals single-rank training on the
+// concatenated batch; bucketing, no_sync, unused parameters, compression,
+// the one rebuild, and the failure messages.
+//
+// Tolerance (fp32): parameters and losses agree within 2e-5 absolute plus
+// 1e-4 relative after the steps run. The DP run sums per-rank partial sums
+// and averages, the reference sums the whole batch at once; both are fp32
+// with a different association, so they differ by rounding only.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <mutex>
+
+#include "ddp_harness.hpp"
+#include "loom/comm/local.hpp"
+#include "loom/core/random.hpp"
+#include "loom/nn/linear.hpp"
+#include "loom/parallel/grad_reducer.hpp"
+
+using Catch::Matchers::Contains;
+using namespace loom;
+using namespace loom::testing;
+using loom::parallel::GradCompression;
+using loom::parallel::GradReducer;
+using loom::parallel::ReducerOptions;
+using loom::parallel::UnusedParameters;
+
+namespace {
+
+constexpr double kAtol = 2e-5;
+constexpr double kRtol = 1e-4;
+
+// Runs `run` on `ranks` local ranks; returns each rank's result.
+std::vector<RunResult> run_ranks(const DdpRun& run, int ranks) {
+  std::vector<RunResult> results(static_cast<size_t>(ranks));
+  comm::run_local_ranks(comm::make_local_group(ranks, "dp"), [&](comm::Communicator& c) {
+    results[static_cast<size_t>(c.rank())] = run_data_parallel(run, c);
+  });
+  return results;
+}
+
+void check_equivalent(const DdpRun& run, int ranks, bool accumulate_per_rank = false) {
+  INFO("ranks " << ranks);
+  const std::vector<RunResult> dp = run_ranks(run, ranks);
+  const RunResult ref = run_single_rank(run, ranks, accumulate_per_rank);
+  for (int step = 0; step < run.steps; ++step) {
+    double mean = 0;
+    for (const RunResult& r : dp) mean += r.losses[static_cast<size_t>(step)] / ranks;
+    INFO("step " << step << " loss " << mean << " vs " << ref.losses[static_cast<size_t>(step)]);
+    CHECK(std::abs(mean - ref.losses[static_cast<size_t>(step)]) <=
+          kAtol + kRtol * std::abs(ref.losses[static_cast<size_t>(step)]));
+  }
+  for (int r = 0; r < ranks; ++r) {
+    INFO("rank " << r);
+    CHECK(worst_relative_error(dp[static_cast<size_t>(r)].params, ref.params, kAtol, kRtol) <= 1.0);
+    CHECK(dp[static_cast<size_t>(r)].buckets == dp[0].buckets);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ddp: MLP with SGD and AdamW equals one rank on the global batch", "[parallel][ddp]") {
+  for (const int ranks : {2, 4}) {
+    for (const OptimizerKind opt : {OptimizerKind::sgd, OptimizerKind::adamw}) {
+      check_equivalent(DdpRun{.model = ModelKind::mlp, .optimizer = opt}, ranks);
+    }
+  }
+}
+
+TEST_CASE("ddp: gradient accumulation under no_sync equals one rank", "[parallel][ddp]") {
+  for (const int ranks : {2, 4}) {
+    check_equivalent(DdpRun{.model = ModelKind::mlp, .per_rank_batch = 6, .micro_steps = 3}, ranks);
+  }
+}
+
+TEST_CASE("ddp: tiny buckets (one parameter each) and one huge bucket", "[parallel][ddp]") {
+  for (const int ranks : {2, 4}) {
+    const DdpRun tiny{.reducer = {.first_bucket_bytes = 1, .bucket_cap_bytes = 1}};
+    check_equivalent(tiny, ranks);
+    const DdpRun huge{
+        .optimizer = OptimizerKind::adamw,
+        .reducer = {.first_bucket_bytes = size_t{1} << 40, .bucket_cap_bytes = size_t{1} << 40}};
+    check_equivalent(huge, ranks);
+  }
+  const auto tiny =
+      run_ranks(DdpRun{.reducer = {.first_bucket_bytes = 1, .bucket_cap_bytes = 1}}, 2);
+  CHECK(tiny[0].buckets.size() == 6);  // fc1, ln, fc2: weight and bias each
+  for (const auto& bucket : tiny[0].buckets) CHECK(bucket.size() == 1);
+  const auto huge = run_ranks(DdpRun{.reducer = {.first_bucket_bytes = size_t{1} << 40,
+                                                 .bucket_cap_bytes = size_t{1} << 40}},
+                              2);
+  REQUIRE(huge[0].buckets.size() == 1);
+  CHECK(huge[0].buckets[0].size() == 6);
+  // Default caps: a 1 MiB first bucket holds this whole small model.
+  CHECK(run_ranks(DdpRun{}, 2)[0].buckets.size() == 1);
+}
+
+TEST_CASE("ddp: synchronized BatchNorm equals single-rank BatchNorm on the full batch",
+          "[parallel][ddp][sync_bn]") {
+  for (const int ranks : {2, 4}) {
+    for (const OptimizerKind opt : {OptimizerKind::sgd, OptimizerKind::adamw}) {
+      check_equivalent(DdpRun{.model = ModelKind::cnn, .optimizer = opt, .sync_bn = true}, ranks);
+    }
+  }
+}
+
+TEST_CASE("ddp: per-rank BatchNorm equals one rank accumulating over the per-rank sub-batches",
+          "[parallel][ddp][sync_bn]") {
+  for (const int ranks : {2, 4}) {
+    check_equivalent(DdpRun{.model = ModelKind::cnn}, ranks, /*accumulate_per_rank=*/true);
+  }
+  // And it differs from full-batch BatchNorm, so the comparison above can fail.
+  const auto dp = run_ranks(DdpRun{.model = ModelKind::cnn}, 2);
+  const RunResult full = run_single_rank(DdpRun{.model = ModelKind::cnn}, 2);
+  CHECK(worst_relative_error(dp[0].params, full.params, kAtol, kRtol) > 1.0);
+}
+
+TEST_CASE("ddp: mismatched parameter lists fail on every rank naming the first difference",
+          "[parallel][ddp]") {
+  for (const int ranks : {2, 4}) {
+    std::vector<std::string> errors(static_cast<size_t>(ranks));
+    comm::run_local_ranks(comm::make_local_group(ranks, "dp"), [&](comm::Communicator& c) {
+      nn::Linear a("a", 4, 3), b("b", 3, c.rank() == ranks - 1 ? 6 : 2);
+      std::vector<nn::Parameter*> params = a.parameters();
+      for (nn::Parameter* p : b.parameters()) params.push_back(p);
+      try {
+        GradReducer reducer(params, c);
+      } catch (const Error& e) {
+        errors[static_cast<size_t>(c.rank())] = e.what();
+      }
+    });
+    for (const std::string& error : errors) {
+      CHECK_THAT(error, Contains("disagree on the model's parameters at parameter #2") &&
+                            Contains("rank 0 has 'b.weight' f32[2, 3]") &&
+                            Contains("has 'b.weight' f32[6, 3]"));
+    }
+  }
+}
+
+TEST_CASE("ddp: an unused parameter is an error naming it on every rank, even if unused on one",
+          "[parallel][ddp][unused]") {
+  std::vector<std::string> errors(2);
+  comm::run_local_ranks(comm::make_local_group(2, "dp"), [&](comm::Communicator& c) {
+    nn::Linear used("used", 4, 3), extra("extra", 4, 3);
+    std::vector<nn::Parameter*> params = used.parameters();
+    for (nn::Parameter* p : extra.parameters()) params.push_back(p);
+    GradReducer reducer(params, c);
+    const Tensor x = Tensor::full({2, 4}, 1.0), dy = Tensor::full({2, 3}, 0.5);
+    nn::Context ctx;
+    used.forward(x, ctx);
+    used.backward(dy, ctx);
+    if (c.rank() == 0) {  // rank 1 leaves `extra` unused
+      extra.forward(x, ctx);
+      extra.backward(dy, ctx);
+    }
+    try {
+      reducer.finish();
+    } catch (const Error& e) {
+      errors[static_cast<size_t>(c.rank())] = e.what();
+    }
+  });
+  for (const std::string& error : errors) {
+    CHECK_THAT(error, Contains("'extra.weight' received no gradient on rank 1") &&
+                          Contains("UnusedParameters::zero_fill"));
+  }
+}
+
+TEST_CASE("ddp: zero_fill gives unused parameters a zero contribution", "[parallel][ddp][unused]") {
+  const Tensor x = Tensor::full({2, 4}, 1.0), dy = Tensor::full({2, 3}, 0.5);
+  // The gradient `extra` gets on the one rank that uses it.
+  nn::Linear lone("extra", 4, 3);
+  {
+    nn::Context ctx;
+    lone.forward(x, ctx);
+    lone.backward(dy, ctx);
+  }
+  const std::vector<float> local = lone.weight().grad().to_vector<float>();
+  for (const int ranks : {2, 4}) {
+    comm::run_local_ranks(comm::make_local_group(ranks, "dp"), [&](comm::Communicator& c) {
+      nn::Linear used("used", 4, 3), extra("extra", 4, 3), never("never", 4, 3);
+      std::vector<nn::Parameter*> params = used.parameters();
+      for (nn::Parameter* p : extra.parameters()) params.push_back(p);
+      for (nn::Parameter* p : never.parameters()) params.push_back(p);
+      GradReducer reducer(params, c, {.unused = UnusedParameters::zero_fill});
+      for (int step = 0; step < 2; ++step) {
+        for (nn::Parameter* p : params) p->zero_grad();
+        nn::Context ctx;
+        used.forward(x, ctx);
+        used.backward(dy, ctx);
+        if (c.rank() == 0) {
+          extra.forward(x, ctx);
+          extra.backward(dy, ctx);
+        }
+        REQUIRE_NOTHROW(reducer.finish());
+        const std::vector<float> got = extra.weight().grad().to_vector<float>();
+        for (size_t i = 0; i < got.size(); ++i) {
+          CHECK(got[i] == Approx(local[i] / static_cast<float>(ranks)).epsilon(1e-6));
+        }
+        for (const float v : never.weight().grad().to_vector<float>()) CHECK(v == 0.0f);
+        CHECK(never.weight().grad_written());
+      }
+    });
+  }
+}
+
+TEST_CASE("ddp: bf16/f16 compression stays within the rounding bound",
+          "[parallel][ddp][compress]") {
+  for (const GradCompression compression : {GradCompression::bf16, GradCompression::f16}) {
+    // Unit roundoff of the wire format; one rounding before and one after the reduction.
+    const double u =
+        compression == GradCompression::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    const int ranks = 4;
+    const int64_t n = 4096;
+    auto grad_of = [&](int rank) {
+      Tensor g = Tensor::empty({n});
+      fill_normal(g, RandomKey{123, static_cast<uint64_t>(rank)}, 0.0f, 1.0f);
+      return g.to_vector<float>();
+    };
+    std::vector<double> exact(n, 0.0), bound(n, 0.0);
+    for (int r = 0; r < ranks; ++r) {
+      const auto g = grad_of(r);
+      for (int64_t i = 0; i < n; ++i) {
+        exact[i] += g[i] / double(ranks);
+        bound[i] = std::max(bound[i], 2 * u * std::abs(double(g[i])));
+      }
+    }
+    std::mutex mutex;
+    double worst_ratio = 0, worst_error = 0;
+    comm::run_local_ranks(comm::make_local_group(ranks, "dp"), [&](comm::Communicator& c) {
+      nn::Parameter w("w", Tensor::zeros({n}));
+      GradReducer reducer({&w}, c, {.compression = compression});
+      auto write = w.begin_grad_write();
+      write.grad.copy_from(Tensor::from_vector(grad_of(c.rank()), {n}));
+      w.end_grad_write();
+      reducer.finish();
+      const auto got = w.grad().to_vector<float>();
+      std::lock_guard lock(mutex);
+      for (int64_t i = 0; i < n; ++i) {
+        const double err = std::abs(got[i] - exact[i]);
+        worst_error = std::max(worst_error, err);
+        worst_ratio = std::max(worst_ratio, err / (bound[i] + 1e-30));
+      }
+      CHECK(reducer.stats().wire_bytes == size_t(n) * 2);
+    });
+    INFO(parallel::grad_compression_name(compression)
+         << ": worst error " << worst_error << ", worst error / bound " << worst_ratio);
+    CHECK(worst_ratio <= 1.0);
+    CHECK(worst_error > 0.0);  // it did go through half precision
+  }
+}
+
+TEST_CASE("ddp: buckets are rebuilt once from rank 0's ready order, the same on every rank",
+          "[parallel][ddp][rebuild]") {
+  const int ranks = 3;
+  std::vector<std::vector<std::vector<std::string>>> before(ranks), after(ranks), later(ranks);
+  std::vector<int> rebuilds(ranks);
+  comm::run_local_ranks(comm::make_local_group(ranks, "dp"), [&](comm::Communicator& c) {
+    nn::Parameter a("a", Tensor::zeros({3})), b("b", Tensor::zeros({5})),
+        d("d", Tensor::zeros({2}));
+    std::vector<nn::Parameter*> params{&a, &b, &d};
+    GradReducer reducer(params, c, {.first_bucket_bytes = 1, .bucket_cap_bytes = 1});
+    const auto r = static_cast<size_t>(c.rank());
+    before[r] = reducer.bucket_parameters();
+    // Each rank produces gradients in its own order; rank 0's is b, a, d.
+    const std::vector<std::vector<nn::Parameter*>> orders{{&b, &a, &d}, {&d, &a, &b}, {&a, &d, &b}};
+    for (int step = 0; step < 2; ++step) {
+      for (nn::Parameter* p : orders[r % orders.size()]) {
+        auto w = p->begin_grad_write();
+        w.grad.fill(double(c.rank() + 1));
+        p->end_grad_write();
+      }
+      reducer.finish();
+      for (nn::Parameter* p : params) {
+        for (const float v : p->grad().to_vector<float>()) CHECK(v == Approx((1 + 2 + 3) / 3.0));
+        p->zero_grad();
+      }
+      (step == 0 ? after : later)[r] = reducer.bucket_parameters();
+    }
+    rebuilds[r] = reducer.rebuild_count();
+  });
+  using Buckets = std::vector<std::vector<std::string>>;
+  CHECK(before[0] == Buckets{{"d"}, {"b"}, {"a"}});  // reverse registration order
+  for (int r = 0; r < ranks; ++r) {
+    CHECK(after[r] == Buckets{{"b"}, {"a"}, {"d"}});
+    CHECK(later[r] == after[r]);
+    CHECK(rebuilds[r] == 1);
+  }
+}
+
+TEST_CASE("ddp: options are validated before any communication", "[parallel][ddp]") {
+  const auto comms = comm::make_local_group(1, "dp");
+  nn::Parameter w("w", Tensor::zeros({3}));
+  CHECK_THROWS_WITH(GradReducer({&w}, *comms[0], {.bucket_cap_bytes = 0}),
+                    Contains("bucket_cap_bytes is 0; it must be at least 1"));
+  CHECK_THROWS_WITH(GradReducer({&w}, *comms[0], {.first_bucket_bytes = 0}),
+                    Contains("first_bucket_bytes is 0; it must be at least 1"));
+  CHECK_THROWS_WITH(GradReducer({&w, &w}, *comms[0]), Contains("'w' (#1) is listed twice"));
+  CHECK_THROWS_WITH(GradReducer({}, *comms[0]), Contains("parameter list is empty"));
+  GradReducer reducer({&w}, *comms[0]);
+  {
+    auto guard = reducer.no_sync();
+    CHECK_THROWS_WITH(reducer.finish(), Contains("inside no_sync()"));
+  }
+  CHECK(reducer.syncing());
+}
+
+TEST_CASE("ddp: overlap metrics per step", "[parallel][ddp][stats]") {
+  const auto results =
+      run_ranks(DdpRun{.steps = 2, .reducer = {.first_bucket_bytes = 1, .bucket_cap_bytes = 1}}, 2);
+  for (const RunResult& r : results) {
+    const parallel::ReducerStats& s = r.stats;
+    CHECK(s.step == 2);
+    CHECK(s.buckets == 6);
+    CHECK(s.wire_bytes >= (8 * 16 + 16 + 16 + 16 + 16 * 5 + 5) * 4);
+    CHECK(s.comm_s > 0);
+    CHECK(s.compute_s >= s.backward_s);
+    CHECK(s.exposed_s >= 0);
+    CHECK(s.hidden_fraction >= 0.0);
+    CHECK(s.hidden_fraction <= 1.0);
+    CHECK_THAT(s.summary(), Contains("step 2: 6 buckets") && Contains("% hidden"));
+  }
+}
