@@ -1,13 +1,19 @@
 // train_gpt: trains Loom's GPT on byte-level tokens of the Python standard
-// library (built into a token file on first use), on one rank, CPU or CUDA.
+// library (built into a token file on first use), CPU or CUDA, on one rank or
+// data-parallel over every rank of the launch (mpirun/srun).
 //
 // Prints per-step loss, tokens/s and MFU, evaluates on the held-out split next
 // to the unigram baseline (the loss of a model that knows only token
-// frequencies), and with --profile prints the per-op table and writes a
-// Chrome trace.
+// frequencies); data-parallel runs add the gradient reducer's overlap summary
+// (communication time, exposed time, fraction hidden behind backward). With
+// --profile it prints the per-op table and --trace writes a Chrome trace of
+// every rank merged into one file.
 //
-//   build/examples/train_gpt --steps 300            # ~2 minutes on one CPU core
-//   build/examples/train_gpt --profile --steps 5 --trace out/gpt_trace.json
+//   build/examples/train_gpt --steps 300                      # one rank
+//   mpirun -np 4 build/examples/train_gpt --max-seconds 90 --profile --trace out/gpt_trace.json
+//
+// Every rank reads its own rows of the global batch (--batch rows per rank), so
+// a run on R ranks takes the same steps as one rank with --batch R x batch.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -19,6 +25,7 @@
 
 #include "../common/step_meter.hpp"
 #include "loom/loom.hpp"
+#include "loom/trace/chrome_trace.hpp"
 #include "loom/trace/profiler.hpp"
 
 namespace {
@@ -46,12 +53,23 @@ struct Flags {
   bool profile = false;
   std::string trace_path;
   double require_below_unigram = 0;  // > 0: fail unless validation loss < this x unigram
+  double first_bucket_mib = 1;
+  double bucket_cap_mib = 25;
 };
 
+// Mean of `value` over the ranks of `group`.
+double mean_over(loom::comm::Communicator& group, double value) {
+  if (group.size() == 1) return value;
+  loom::Tensor t = loom::Tensor::full({1}, value, loom::DType::f32);
+  group.all_reduce(t, {.op = loom::comm::ReduceOp::avg}).wait();
+  return t.item<float>();
+}
+
+// Validation loss over `max_batches` global batches, each rank taking its rows.
 double evaluate(loom::models::GPT& model, loom::nn::CrossEntropyLoss& loss_fn,
                 const std::shared_ptr<const loom::data::TokenFile>& file,
                 const loom::data::TokenLoaderOptions& options, int64_t max_batches,
-                loom::Device device) {
+                loom::Device device, loom::comm::Communicator& dp) {
   model.set_training(false);
   loom::data::TokenValidationBatches batches(file, options, max_batches);
   loom::data::TokenBatch batch;
@@ -64,18 +82,26 @@ double evaluate(loom::models::GPT& model, loom::nn::CrossEntropyLoss& loss_fn,
     ++count;
   }
   model.set_training(true);
-  return count > 0 ? total / static_cast<double>(count) : std::nan("");
+  return mean_over(dp, count > 0 ? total / static_cast<double>(count) : std::nan(""));
 }
 
 int run(const Flags& f) {
   using namespace loom;
-  const Device device = parse_device(f.device);
+  loom::Context launch = loom::init();
+  comm::Communicator& dp = *launch.world();
+  const bool lead = launch.rank() == 0;
+  const Device device = f.device == "auto" ? launch.device() : parse_device(f.device);
 
-  std::filesystem::create_directories(std::filesystem::path(f.token_file).parent_path());
-  if (data::ensure_token_file(f.token_file)) {
-    std::printf("built token file %s from the Python standard library sources\n",
-                f.token_file.c_str());
+  // Rank 0 builds the token file (atomically); the others wait for it.
+  if (lead) {
+    const auto dir = std::filesystem::path(f.token_file).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir);
+    if (data::ensure_token_file(f.token_file)) {
+      std::printf("built token file %s from the Python standard library sources\n",
+                  f.token_file.c_str());
+    }
   }
+  dp.barrier().wait();
   auto file = std::make_shared<const data::TokenFile>(f.token_file);
 
   models::GPTConfig config;
@@ -88,6 +114,15 @@ int run(const Flags& f) {
   LOOM_CHECK(config.vocab >= static_cast<int64_t>(file->vocab_size()), "--vocab ", config.vocab,
              " is smaller than the token file's vocabulary ", file->vocab_size());
   models::GPT model("", config);
+  // Data parallelism: parameters checked and broadcast from rank 0, gradients
+  // averaged bucket by bucket while backward runs.
+  std::unique_ptr<parallel::GradReducer> reducer;
+  if (dp.size() > 1) {
+    parallel::ReducerOptions options;
+    options.first_bucket_bytes = static_cast<size_t>(f.first_bucket_mib * (1 << 20));
+    options.bucket_cap_bytes = static_cast<size_t>(f.bucket_cap_mib * (1 << 20));
+    reducer = std::make_unique<parallel::GradReducer>(model.parameters(), dp, options);
+  }
 
   optim::WarmupCosine schedule{.peak = f.lr,
                                .min = f.min_lr,
@@ -99,25 +134,36 @@ int run(const Flags& f) {
       {.lr = f.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = f.weight_decay});
   nn::CrossEntropyLoss loss_fn;
 
-  data::TokenLoaderOptions loader_options{.batch = f.batch, .seq_len = f.seq, .seed = f.seed};
+  data::TokenLoaderOptions loader_options{.batch = f.batch,
+                                          .seq_len = f.seq,
+                                          .seed = f.seed,
+                                          .dp_rank = launch.rank(),
+                                          .dp_size = launch.world_size()};
   data::TokenLoader loader(file, loader_options);
   const auto train_tokens = file->tokens(file->train_range(loader_options.validation_fraction));
   const double unigram = data::unigram_entropy(train_tokens);
 
-  std::printf(
-      "GPT: %lld layers, d_model %lld, %lld heads, seq %lld, vocab %lld, %.2fM parameters\n",
+  auto say = [lead](const char* format, auto... args) {
+    if (lead) std::printf(format, args...);
+  };
+  say("GPT: %lld layers, d_model %lld, %lld heads, seq %lld, vocab %lld, %.2fM parameters\n",
       static_cast<long long>(config.layers), static_cast<long long>(config.d_model),
       static_cast<long long>(config.heads), static_cast<long long>(config.seq_len),
       static_cast<long long>(config.vocab), config.parameter_count() / 1e6);
-  std::printf("data: %s, %lld tokens (byte-level), train %lld, unigram baseline %.3f nats\n",
-              f.token_file.c_str(), static_cast<long long>(file->size()),
-              static_cast<long long>(train_tokens.size()), unigram);
+  say("data: %s, %lld tokens (byte-level), train %lld, unigram baseline %.3f nats\n",
+      f.token_file.c_str(), static_cast<long long>(file->size()),
+      static_cast<long long>(train_tokens.size()), unigram);
 
   examples::StepMeter meter(device);
-  std::printf("device: %s, %s\n", device.str().c_str(), meter.peak_description().c_str());
-  if (f.profile) trace::Profiler::instance().enable();
+  say("ranks: %d (data parallel), %lld sequences per rank per step; device %s, %s\n", dp.size(),
+      static_cast<long long>(f.batch), device.str().c_str(), meter.peak_description().c_str());
+  if (f.profile) {
+    trace::Profiler::instance().set_rank(launch.rank());
+    trace::Profiler::instance().enable();
+  }
 
-  const double tokens_per_step = static_cast<double>(f.batch * f.seq);
+  const double tokens_per_step = static_cast<double>(f.batch * f.seq * dp.size());
+  double comm_seconds = 0, exposed_seconds = 0;
   double train_seconds = 0;
   double last_val = std::nan("");
   int64_t step = 0;
@@ -130,6 +176,11 @@ int run(const Flags& f) {
     Tensor logits = model.forward(batch.inputs.to(device), ctx);
     const double loss = loss_fn.forward(logits, batch.targets.to(device), loss_ctx).item<float>();
     model.backward(loss_fn.backward(loss_ctx), ctx);
+    if (reducer) {
+      reducer->finish();
+      comm_seconds += reducer->stats().comm_s;
+      exposed_seconds += reducer->stats().exposed_s;
+    }
     const double norm = f.clip > 0 ? optim::clip_grad_norm(model.parameters(), f.clip) : 0.0;
     optimizer.set_lr(schedule.lr_at(step));
     if (std::isfinite(norm)) optimizer.step();
@@ -138,27 +189,43 @@ int run(const Flags& f) {
     train_seconds += meter.seconds();
 
     if (step % f.log_every == 0 || step + 1 == f.steps) {
-      std::printf("step %5lld  loss %.4f  lr %.2e  norm %.3f  %7.1f ms  %8.0f tok/s  MFU %5.1f%%\n",
-                  static_cast<long long>(step), loss, schedule.lr_at(step), norm,
-                  meter.seconds() * 1e3, meter.items_per_second(), 100.0 * meter.mfu());
+      const double global_loss = mean_over(dp, loss);
+      say("step %5lld  loss %.4f  lr %.2e  norm %.3f  %7.1f ms  %8.0f tok/s  MFU %5.1f%%\n",
+          static_cast<long long>(step), global_loss, schedule.lr_at(step), norm,
+          meter.seconds() * 1e3, meter.items_per_second(), 100.0 * meter.mfu());
+      if (reducer) say("           %s\n", reducer->stats().summary().c_str());
     }
-    const bool out_of_time = f.max_seconds > 0 && train_seconds >= f.max_seconds;
+    // Every rank must stop at the same step: rank 0's clock decides.
+    bool out_of_time = f.max_seconds > 0 && train_seconds >= f.max_seconds;
+    if (f.max_seconds > 0 && dp.size() > 1) {
+      Tensor flag = Tensor::full({1}, out_of_time ? 1.0 : 0.0, DType::i32);
+      dp.broadcast(flag, {.root = 0}).wait();
+      out_of_time = flag.item<int32_t>() != 0;
+    }
     if ((f.eval_every > 0 && (step + 1) % f.eval_every == 0) || step + 1 == f.steps ||
         out_of_time) {
-      last_val = evaluate(model, loss_fn, file, loader_options, f.eval_batches, device);
-      std::printf("step %5lld  validation loss %.4f nats (%.3f bits/byte; unigram baseline %.3f)\n",
-                  static_cast<long long>(step), last_val, last_val / std::log(2.0), unigram);
+      last_val = evaluate(model, loss_fn, file, loader_options, f.eval_batches, device, dp);
+      say("step %5lld  validation loss %.4f nats (%.3f bits/byte; unigram baseline %.3f)\n",
+          static_cast<long long>(step), last_val, last_val / std::log(2.0), unigram);
     }
     if (out_of_time) {
       ++step;
       break;
     }
   }
-  std::printf("done: %lld steps in %.1f s, %.0f tokens/s; validation loss %.4f vs unigram %.3f\n",
-              static_cast<long long>(step), train_seconds, tokens_per_step * step / train_seconds,
-              last_val, unigram);
+  say("done: %lld steps in %.1f s, %.0f tokens/s on %d rank(s); validation loss %.4f vs unigram "
+      "%.3f\n",
+      static_cast<long long>(step), train_seconds, tokens_per_step * step / train_seconds,
+      dp.size(), last_val, unigram);
+  if (reducer) {
+    const double hidden = comm_seconds > 0 ? 1.0 - exposed_seconds / comm_seconds : 1.0;
+    say("overlap: gradient all-reduce %.1f ms per step, %.1f ms exposed after backward; %.0f%% of "
+        "communication hidden behind backward (rank 0)\n",
+        1e3 * comm_seconds / step, 1e3 * exposed_seconds / step, 100.0 * std::max(0.0, hidden));
+  }
 
   if (f.require_below_unigram > 0 && !(last_val < f.require_below_unigram * unigram)) {
+    if (!lead) return 1;
     std::fprintf(stderr,
                  "train_gpt: validation loss %.4f is not below %.2f x the unigram baseline %.3f\n",
                  last_val, f.require_below_unigram, unigram);
@@ -168,11 +235,23 @@ int run(const Flags& f) {
     auto& profiler = trace::Profiler::instance();
     trace::ReportOptions report{
         .top_n = 15, .precision = trace::Precision::fp32, .roofline = &meter.roofline()};
-    std::printf("%s", profiler.report(report).c_str());
+    say("%s", profiler.report(report).c_str());
     if (!f.trace_path.empty()) {
-      profiler.write_chrome_trace(f.trace_path);
-      std::printf("Chrome trace written to %s (open in https://ui.perfetto.dev)\n",
-                  f.trace_path.c_str());
+      // Each rank writes its own file; rank 0 merges them into one timeline.
+      const auto trace_dir = std::filesystem::path(f.trace_path).parent_path();
+      if (!trace_dir.empty()) std::filesystem::create_directories(trace_dir);
+      const std::string mine = f.trace_path + ".rank" + std::to_string(launch.rank());
+      profiler.write_chrome_trace(mine);
+      dp.barrier().wait();
+      if (lead) {
+        std::vector<std::string> parts;
+        for (int r = 0; r < dp.size(); ++r)
+          parts.push_back(f.trace_path + ".rank" + std::to_string(r));
+        trace::merge_chrome_traces(f.trace_path, parts);
+        for (const auto& part : parts) std::filesystem::remove(part);
+        say("Chrome trace of %d rank(s) written to %s (open in https://ui.perfetto.dev)\n",
+            dp.size(), f.trace_path.c_str());
+      }
     }
   }
   return 0;
@@ -201,7 +280,9 @@ int main(int argc, char** argv) {
   app.add_option("--eval-every", f.eval_every);
   app.add_option("--eval-batches", f.eval_batches);
   app.add_option("--seed", f.seed);
-  app.add_option("--device", f.device, "cpu or cuda:N");
+  app.add_option("--device", f.device, "cpu, cuda:N, or auto (the launcher's local rank's GPU)");
+  app.add_option("--first-bucket-mib", f.first_bucket_mib, "data parallel: first bucket cap");
+  app.add_option("--bucket-cap-mib", f.bucket_cap_mib, "data parallel: later bucket cap");
   app.add_flag("--profile", f.profile, "per-op table at the end (also LOOM_PROFILE=1)");
   app.add_option("--trace", f.trace_path, "with --profile: write a Chrome trace here");
   app.add_option("--require-below-unigram", f.require_below_unigram,
