@@ -11,6 +11,9 @@
 #    4 launched by srun.
 # 2. A job whose rank 1 exits 1: `sbatch --wait` must return non-zero within
 #    LOOM_SLURM_FAIL_LIMIT seconds (default 30), not hang.
+# 3. A Loom program (LOOM_SLURM_INIT_PROGRAM, default ./loom_mpi_failure; left
+#    out when there is none) launched with `srun --mpi=pmi2`: the job must fail
+#    promptly, saying that the MPI needs PMIx.
 #
 # Exit status 0: passed; 1: failed; 77: skipped (no Slurm, or not root), with
 # the reason on stdout. Everything lives under WORK_DIR (configuration, state,
@@ -39,6 +42,9 @@ fi
 tasks_per_node=${LOOM_SLURM_TASKS_PER_NODE:-2}
 job_limit=${LOOM_SLURM_JOB_LIMIT:-120}
 fail_limit=${LOOM_SLURM_FAIL_LIMIT:-30}
+# Any Loom program shows loom::init()'s diagnosis without PMIx (job 3).
+failure_program=${LOOM_SLURM_INIT_PROGRAM-$(pwd)/loom_mpi_failure}
+[ -x "$failure_program" ] || failure_program=
 nodes=(loom-n1 loom-n2)
 ntasks=$((${#nodes[@]} * tasks_per_node))
 
@@ -66,32 +72,45 @@ if [[ "${program[0]}" == */* ]]; then
   program[0]=$(cd "$(dirname "${program[0]}")" && pwd)/$(basename "${program[0]}")
 fi
 
-# --- Leftovers of a killed run -----------------------------------------------------
-# Only processes whose command line names this work directory are ours.
-stop_daemons() {
-  local pidfile pid
-  for pidfile in "$work"/run/*.pid; do
-    [ -f "$pidfile" ] || continue
-    pid=$(cat "$pidfile" 2>/dev/null)
-    if [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$work/"; then
-      kill -TERM "$pid" 2>/dev/null
-      for _ in $(seq 50); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-      done
-      kill -KILL "$pid" 2>/dev/null
-    fi
-    rm -f "$pidfile"
-  done
+# --- Our processes, and leftovers of a killed run ---------------------------------
+# Ours are those whose command line names this run's slurm.conf (slurmctld,
+# slurmd) or whose working directory lies in WORK_DIR (the daemons work in
+# log/, slurmstepd too, job tasks in jobs/): nothing else on the machine is
+# touched, and a run that was SIGKILLed is cleaned up by the next one.
+our_pids() {
+  {
+    find /proc -mindepth 2 -maxdepth 2 -name cwd \( -lname "$work/*" -o -lname "$work" \) \
+      2>/dev/null | cut -d/ -f3
+    # A pattern that does not match itself: grep's own command line holds "[.]".
+    grep -l -- "$(printf '%s' "$work" | sed 's/[][\.*^$]/\\&/g')/etc/slurm[.]conf" \
+      /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3
+  } | sort -u | grep -vx -e "$$" -e "$BASHPID"
 }
-stop_daemons
+stop_ours() {
+  local pids
+  [ -n "${child:-}" ] && kill -TERM "$child" 2>/dev/null
+  pids=$(our_pids)
+  [ -n "$pids" ] || return 0
+  # shellcheck disable=SC2086  # a list of process ids
+  kill -TERM $pids 2>/dev/null
+  local until=$((SECONDS + 10))
+  while [ "$SECONDS" -lt "$until" ]; do
+    pids=$(our_pids)
+    [ -n "$pids" ] || return 0
+    sleep 0.2
+  done
+  echo "slurm test: killing what did not stop within 10 s: $pids"
+  # shellcheck disable=SC2086
+  kill -KILL $pids 2>/dev/null
+}
+stop_ours
 rm -rf "$work/etc" "$work/state" "$work/spool" "$work/tmp" "$work/log" "$work/jobs"
 mkdir -p "$work/etc" "$work/state" "$work/run" "$work/log" "$work/jobs"
 for n in "${nodes[@]}"; do mkdir -p "$work/spool/$n" "$work/tmp/$n"; done
 
 on_exit() {
   local status=$?
-  stop_daemons
+  stop_ours
   if [ "$status" -ne 0 ] && [ "$status" -ne 77 ]; then
     for log in "$work"/log/*.log; do
       [ -f "$log" ] || continue
@@ -201,10 +220,15 @@ submit() {
   shift 2
   job_out=$work/jobs/$name.out
   local start=$SECONDS
-  (cd "$work/jobs" && timeout --kill-after=5 "$limit" sbatch --wait --parsable \
+  # In the background, so that a signal to this script is handled at once
+  # (bash runs traps only between foreground commands).
+  (cd "$work/jobs" && exec timeout --kill-after=5 "$limit" sbatch --wait --parsable \
     -J "$name" -N "${#nodes[@]}" --ntasks-per-node="$tasks_per_node" --time=5 \
-    --output="$job_out" "$sbatch_template" "$@") >"$work/jobs/$name.sbatch" 2>&1
+    --output="$job_out" "$sbatch_template" "$@") >"$work/jobs/$name.sbatch" 2>&1 &
+  child=$!
+  wait "$child"
   job_status=$?
+  child=
   job_seconds=$((SECONDS - start))
   echo "---- job '$name' ($*): sbatch --wait exited $job_status after $job_seconds s"
   cat "$work/jobs/$name.sbatch"
@@ -239,6 +263,21 @@ echo "slurm test: job 'two_nodes' passed: $ntasks tasks on nodes $started_on"
 # --- 2. A rank that fails must end the job, promptly -------------------------------
 submit rank_fails "$fail_limit" bash -c 'if [ "$SLURM_PROCID" = 1 ]; then exit 1; fi; exec sleep 300'
 [ "$job_status" -ne 0 ] || fail "job 'rank_fails' exited 0 although rank 1 exited 1"
+grep -q "task 1: Exited with exit code 1" "$job_out" || fail "srun did not report task 1's exit code 1"
 echo "slurm test: job 'rank_fails' failed as it should, after $job_seconds s"
+
+# --- 3. Without PMIx the job fails at once, saying so -------------------------------
+# Debian's Open MPI stops in MPI_Init with its own message ("OMPI was not built
+# with SLURM's PMI support") before loom::init() can compare worlds; an MPI that
+# starts singletons instead reaches loom::init()'s "MPI sees a world of 1".
+if [ -n "$failure_program" ]; then
+  LOOM_SRUN_MPI=pmi2 submit no_pmix "$fail_limit" "$failure_program" exited-rank
+  [ "$job_status" -ne 0 ] || fail "job 'no_pmix' exited 0 although its MPI could not start"
+  grep -qE "OMPI was not built with SLURM's PMI support|MPI sees a world of 1: launch with .srun --mpi=pmix." \
+    "$job_out" || fail "job 'no_pmix' did not say that the MPI needs PMIx"
+  grep -qF "loom.sbatch: srun --mpi=pmi2 failed; Loom's Open MPI needs --mpi=pmix" "$job_out" ||
+    fail "loom.sbatch did not point at --mpi=pmix"
+  echo "slurm test: job 'no_pmix' failed as it should, saying why, after $job_seconds s"
+fi
 
 echo "PASS: slurm two_nodes"
