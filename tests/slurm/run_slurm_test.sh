@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts a private Slurm on this machine (one slurmctld, two slurmd playing the
-# nodes loom-n1 and loom-n2), submits jobs through scripts/slurm/loom.sbatch
-# with `sbatch --wait`, checks how they end, and stops the daemons again.
+# nodes loom-n1 and loom-n2), submits jobs with scripts/slurm/launch.sh --wait
+# (`sbatch --wait ... scripts/slurm/loom.sbatch PROGRAM`), checks how they
+# end, and stops the daemons again.
 #
 #   run_slurm_test.sh WORK_DIR [PROGRAM [ARGS...]]
 #
@@ -30,7 +31,7 @@ if [ $# -lt 1 ]; then
 fi
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-sbatch_template=$root/scripts/slurm/loom.sbatch
+launcher=$root/scripts/slurm/launch.sh
 work=$(mkdir -p "$1" && cd "$1" && pwd)
 shift
 if [ $# -gt 0 ]; then
@@ -222,9 +223,9 @@ submit() {
   local start=$SECONDS
   # In the background, so that a signal to this script is handled at once
   # (bash runs traps only between foreground commands).
-  (cd "$work/jobs" && exec timeout --kill-after=5 "$limit" sbatch --wait --parsable \
-    -J "$name" -N "${#nodes[@]}" --ntasks-per-node="$tasks_per_node" --time=5 \
-    --output="$job_out" "$sbatch_template" "$@") >"$work/jobs/$name.sbatch" 2>&1 &
+  (cd "$work/jobs" && exec timeout --kill-after=5 "$limit" bash "$launcher" --wait \
+    -J "$name" -N "${#nodes[@]}" -n "$tasks_per_node" -t 5 -o "$job_out" \
+    --sbatch-arg --parsable -- "$@") >"$work/jobs/$name.sbatch" 2>&1 &
   child=$!
   wait "$child"
   job_status=$?
