@@ -15,6 +15,7 @@
 # 3. A Loom program (LOOM_SLURM_INIT_PROGRAM, default ./loom_mpi_failure; left
 #    out when there is none) launched with `srun --mpi=pmi2`: the job must fail
 #    promptly, saying that the MPI needs PMIx.
+# 4. A job asking for more nodes than there are: refused by sbatch at once.
 #
 # Exit status 0: passed; 1: failed; 77: skipped (no Slurm, or not root), with
 # the reason on stdout. Everything lives under WORK_DIR (configuration, state,
@@ -280,5 +281,16 @@ if [ -n "$failure_program" ]; then
     fail "loom.sbatch did not point at --mpi=pmix"
   echo "slurm test: job 'no_pmix' failed as it should, saying why, after $job_seconds s"
 fi
+
+# --- 4. A request larger than the cluster is refused at submission ------------------
+# (EnforcePartLimits=ALL), instead of pending for ever.
+start=$SECONDS
+(cd "$work/jobs" && timeout 20 bash "$launcher" --wait -N $((${#nodes[@]} + 1)) -t 5 \
+  -o "$work/jobs/too_big.out" -- /bin/true) >"$work/jobs/too_big.sbatch" 2>&1
+status=$?
+cat "$work/jobs/too_big.sbatch"
+[ "$status" -ne 0 ] && [ "$status" -ne 124 ] ||
+  fail "a job asking for $((${#nodes[@]} + 1)) nodes was not refused at once (status $status)"
+echo "slurm test: a job asking for $((${#nodes[@]} + 1)) nodes was refused after $((SECONDS - start)) s"
 
 echo "PASS: slurm two_nodes"
