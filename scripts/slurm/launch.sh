@@ -36,12 +36,13 @@ die() {
   exit 2
 }
 positive() {  # NAME VALUE [MIN]
-  [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -ge "${3:-1}" ] ||
+  if ! [[ "$2" =~ ^[0-9]+$ ]] || [ "$2" -lt "${3:-1}" ]; then
     die "$1 must be an integer >= ${3:-1}, got '$2'"
+  fi
 }
 
-nodes=1 tasks_per_node= gpus=0 gpu_mode=per-task cpus= time=01:00:00
-partition= account= job_name= output= comm_timeout= wait=0 dry_run=0
+nodes=1 tasks_per_node='' gpus=0 gpu_mode=per-task cpus='' time=01:00:00
+partition='' account='' job_name='' output='' comm_timeout='' wait=0 dry_run=0
 extra=()
 while [ $# -gt 0 ]; do
   case $1 in
