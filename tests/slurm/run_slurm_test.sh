@@ -16,6 +16,9 @@
 #    out when there is none) launched with `srun --mpi=pmi2`: the job must fail
 #    promptly, saying that the MPI needs PMIx.
 # 4. A job asking for more nodes than there are: refused by sbatch at once.
+# 5. Jobs with a GPU per task (fake GPUs: /dev/null, /dev/zero, ... as gres),
+#    bound by Slurm (--gpus-per-task=1) and by loom.sbatch (--gpus-per-node):
+#    local task i of each node must see CUDA_VISIBLE_DEVICES=i.
 #
 # Exit status 0: passed; 1: failed; 77: skipped (no Slurm, or not root), with
 # the reason on stdout. Everything lives under WORK_DIR (configuration, state,
@@ -146,8 +149,17 @@ ctld_port=$base
 # would otherwise share them.
 host=$(hostname -s)
 conf=$work/etc/slurm.conf
+# Fake GPUs, one per task of a node: Slurm only needs device files to hand out
+# (character devices every machine has); it sets CUDA_VISIBLE_DEVICES from them.
+fake_gpus=(/dev/null /dev/zero /dev/full /dev/urandom)
+fake_gpus=("${fake_gpus[@]:0:$tasks_per_node}")
+{
+  echo "AutoDetect=off"
+  for f in "${fake_gpus[@]}"; do echo "Name=gpu File=$f"; done
+} >"$work/etc/gres.conf"
 {
   echo "ClusterName=loomtest"
+  echo "GresTypes=gpu"
   echo "SlurmctldHost=$host(127.0.0.1)"
   echo "SlurmctldPort=$ctld_port"
   echo "SlurmUser=root"
@@ -183,7 +195,8 @@ conf=$work/etc/slurm.conf
   echo "SlurmdTimeout=30"
   port=$((base + 1))
   for n in "${nodes[@]}"; do
-    echo "NodeName=$n NodeHostname=$host NodeAddr=127.0.0.1 Port=$port CPUs=$tasks_per_node State=UNKNOWN"
+    echo "NodeName=$n NodeHostname=$host NodeAddr=127.0.0.1 Port=$port CPUs=$tasks_per_node" \
+      "Gres=gpu:${#fake_gpus[@]} State=UNKNOWN"
     port=$((port + 1))
   done
   echo "PartitionName=loom Nodes=ALL Default=YES MaxTime=10 State=UP"
@@ -216,7 +229,8 @@ export OMPI_MCA_btl=self,tcp
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export LOOM_COMM_TIMEOUT=${LOOM_COMM_TIMEOUT:-60s}
 
-# submit NAME LIMIT PROGRAM [ARGS...]: runs one job to its end; sets job_status
+# submit NAME LIMIT [LAUNCH.SH OPTIONS] -- PROGRAM [ARGS...]: runs one job to
+# its end; sets job_status
 # (sbatch's exit status), job_out (its output file) and job_seconds.
 submit() {
   local name=$1 limit=$2
@@ -227,7 +241,7 @@ submit() {
   # (bash runs traps only between foreground commands).
   (cd "$work/jobs" && exec timeout --kill-after=5 "$limit" bash "$launcher" --wait \
     -J "$name" -N "${#nodes[@]}" -n "$tasks_per_node" -t 5 -o "$job_out" \
-    --sbatch-arg --parsable -- "$@") >"$work/jobs/$name.sbatch" 2>&1 &
+    --sbatch-arg --parsable "$@") >"$work/jobs/$name.sbatch" 2>&1 &
   child=$!
   wait "$child"
   job_status=$?
@@ -242,7 +256,7 @@ submit() {
 }
 
 # --- 1. The program on 2 nodes x N tasks -------------------------------------------
-submit two_nodes "$job_limit" "${program[@]}"
+submit two_nodes "$job_limit" -- "${program[@]}"
 [ "$job_status" -eq 0 ] || fail "job 'two_nodes' failed (sbatch exit status $job_status)"
 [ -f "$job_out" ] || fail "job 'two_nodes' wrote no output file"
 for ((r = 0; r < ntasks; ++r)); do
@@ -265,7 +279,7 @@ echo "slurm test: job 'two_nodes' passed: $ntasks tasks on nodes $started_on"
 
 # --- 2. A rank that fails must end the job, promptly -------------------------------
 # shellcheck disable=SC2016  # expanded by the task's shell
-submit rank_fails "$fail_limit" bash -c 'if [ "$SLURM_PROCID" = 1 ]; then exit 1; fi; exec sleep 300'
+submit rank_fails "$fail_limit" -- bash -c 'if [ "$SLURM_PROCID" = 1 ]; then exit 1; fi; exec sleep 300'
 [ "$job_status" -ne 0 ] || fail "job 'rank_fails' exited 0 although rank 1 exited 1"
 grep -q "task 1: Exited with exit code 1" "$job_out" || fail "srun did not report task 1's exit code 1"
 echo "slurm test: job 'rank_fails' failed as it should, after $job_seconds s"
@@ -275,7 +289,7 @@ echo "slurm test: job 'rank_fails' failed as it should, after $job_seconds s"
 # with SLURM's PMI support") before loom::init() can compare worlds; an MPI that
 # starts singletons instead reaches loom::init()'s "MPI sees a world of 1".
 if [ -n "$failure_program" ]; then
-  LOOM_SRUN_MPI=pmi2 submit no_pmix "$fail_limit" "$failure_program" exited-rank
+  LOOM_SRUN_MPI=pmi2 submit no_pmix "$fail_limit" -- "$failure_program" exited-rank
   [ "$job_status" -ne 0 ] || fail "job 'no_pmix' exited 0 although its MPI could not start"
   grep -qE "OMPI was not built with SLURM's PMI support|MPI sees a world of 1: launch with .srun --mpi=pmix." \
     "$job_out" || fail "job 'no_pmix' did not say that the MPI needs PMIx"
@@ -295,5 +309,21 @@ if [ "$status" -eq 0 ] || [ "$status" -eq 124 ]; then
   fail "a job asking for $((${#nodes[@]} + 1)) nodes was not refused at once (status $status)"
 fi
 echo "slurm test: a job asking for $((${#nodes[@]} + 1)) nodes was refused after $((SECONDS - start)) s"
+
+# --- 5. GPUs: each local task gets its own --------------------------------------
+# Per task (--gpus-per-task=1, Slurm binds) and per node (--gpus-per-node,
+# loom.sbatch binds GPU i to local task i): task l of a node must see GPU l only.
+if [ "$tasks_per_node" -le "${#fake_gpus[@]}" ]; then
+  for mode in per-task per-node; do
+    submit "gpus_$mode" "$fail_limit" --gpu-mode "$mode" -g "$tasks_per_node" -- /bin/true
+    [ "$job_status" -eq 0 ] || fail "job 'gpus_$mode' failed (sbatch exit status $job_status)"
+    for ((r = 0; r < ntasks; ++r)); do
+      l=$((r % tasks_per_node))
+      grep -q "loom.sbatch: task $r of $ntasks on node .* (local task $l), CUDA_VISIBLE_DEVICES=$l\$" \
+        "$job_out" || fail "job 'gpus_$mode': task $r (local task $l) does not see GPU $l alone"
+    done
+    echo "slurm test: job 'gpus_$mode' passed: local task i sees GPU i only"
+  done
+fi
 
 echo "PASS: slurm two_nodes"
