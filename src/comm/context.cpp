@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <mutex>
 
 #include "comm/mpi/mpi_communicator.hpp"
@@ -131,6 +132,19 @@ Context init(const InitOptions& options) {
              "loom::Context or by the program); MPI cannot be started twice");
   if (!initialized) {
 #ifdef OMPI_MAJOR_VERSION
+    // Open MPI aborts inside MPI_Init, with its own words, under srun without
+    // PMIx; say what to do before it gets there.
+    {
+      std::map<std::string, std::string> env;
+      for (const char* name :
+           {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NPROCS", "SLURM_STEP_NUM_TASKS",
+            "SLURM_TASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID", "PMIX_RANK",
+            "PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK"}) {
+        if (const char* value = std::getenv(name)) env.emplace(name, value);
+      }
+      const std::string problem = launch_problem_before_mpi(env, /*mpi_needs_pmix=*/true);
+      LOOM_CHECK(problem.empty(), "loom::init(): ", problem);
+    }
     setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
     // NOTE [libnbc all-reduce]: the progress thread uses non-blocking
     // collectives, and Open MPI 4.1's libnbc picks an MPI_Iallreduce algorithm

@@ -164,6 +164,22 @@ LaunchInfo detect_launch() {
   return detect_launch(env);
 }
 
+std::string launch_problem_before_mpi(const Env& env, bool mpi_needs_pmix) {
+  // SLURM_STEP_NUM_TASKS: only tasks of an srun step have it (a batch script
+  // running a program directly has SLURM_PROCID and SLURM_NTASKS too).
+  if (!mpi_needs_pmix || !find(env, "SLURM_STEP_NUM_TASKS") || find(env, "PMIX_RANK") ||
+      find(env, "OMPI_COMM_WORLD_RANK")) {
+    return "";
+  }
+  const LaunchInfo launched = detect_launch(env);
+  if (launched.launcher != LaunchInfo::Launcher::slurm || launched.world_size <= 1) return "";
+  return str_cat("srun started ", launched.world_size, " tasks without PMIx",
+                 find(env, "PMI_RANK") ? " (it speaks PMI-2 here)" : "",
+                 ", and this Open MPI can only join a job through PMIx: launch with "
+                 "`srun --mpi=pmix` (`srun --mpi=list` shows what this Slurm offers; "
+                 "scripts/slurm/loom.sbatch does it for you)");
+}
+
 std::string launch_mismatch(const LaunchInfo& launched, const LaunchInfo& mpi) {
   using L = LaunchInfo::Launcher;
   const int n = launched.world_size;

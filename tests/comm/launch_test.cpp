@@ -153,3 +153,30 @@ TEST_CASE("launch_mismatch: agreement, and what to do when MPI sees another worl
   CHECK(launch_mismatch(detect_launch(Env{{"PMIX_RANK", "3"}}), mpi_view(3, 6, 1, 2)).empty());
   CHECK(launch_mismatch(detect_launch(Env{}), mpi_view(0, 1, 0, 1)).empty());
 }
+
+TEST_CASE("launch_problem_before_mpi: srun without PMIx is named before MPI_Init") {
+  const std::map<std::string, std::string> pmi2{{"SLURM_PROCID", "1"},
+                                                {"SLURM_STEP_NUM_TASKS", "4"},
+                                                {"SLURM_LOCALID", "1"},
+                                                {"PMI_RANK", "1"},
+                                                {"PMI_SIZE", "4"}};
+  CHECK_THAT(loom::launch_problem_before_mpi(pmi2, true),
+             Catch::Contains("srun started 4 tasks without PMIx (it speaks PMI-2 here)") &&
+                 Catch::Contains("srun --mpi=pmix"));
+  auto none = pmi2;
+  none.erase("PMI_RANK");
+  none.erase("PMI_SIZE");
+  CHECK_THAT(loom::launch_problem_before_mpi(none, true), Catch::Contains("without PMIx,"));
+  CHECK(loom::launch_problem_before_mpi(none, false).empty());  // an MPI that speaks PMI-2
+  auto pmix = none;
+  pmix["PMIX_RANK"] = "1";
+  CHECK(loom::launch_problem_before_mpi(pmix, true).empty());
+  auto one_task = none;
+  one_task["SLURM_STEP_NUM_TASKS"] = "1";
+  one_task["SLURM_PROCID"] = "0";
+  CHECK(loom::launch_problem_before_mpi(one_task, true).empty());
+  // A batch script running the program directly: no step, nothing to say.
+  const std::map<std::string, std::string> batch{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}};
+  CHECK(loom::launch_problem_before_mpi(batch, true).empty());
+  CHECK(loom::launch_problem_before_mpi({}, true).empty());
+}

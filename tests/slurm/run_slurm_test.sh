@@ -285,13 +285,14 @@ grep -q "task 1: Exited with exit code 1" "$job_out" || fail "srun did not repor
 echo "slurm test: job 'rank_fails' failed as it should, after $job_seconds s"
 
 # --- 3. Without PMIx the job fails at once, saying so -------------------------------
-# Debian's Open MPI stops in MPI_Init with its own message ("OMPI was not built
-# with SLURM's PMI support") before loom::init() can compare worlds; an MPI that
-# starts singletons instead reaches loom::init()'s "MPI sees a world of 1".
+# loom::init() names the problem before MPI_Init when it was built with Open MPI
+# (which would otherwise stop inside MPI_Init with its own "OMPI was not built
+# with SLURM's PMI support"); an MPI that starts singletons instead reaches
+# loom::init()'s "MPI sees a world of 1".
 if [ -n "$failure_program" ]; then
   LOOM_SRUN_MPI=pmi2 submit no_pmix "$fail_limit" -- "$failure_program" exited-rank
   [ "$job_status" -ne 0 ] || fail "job 'no_pmix' exited 0 although its MPI could not start"
-  grep -qE "OMPI was not built with SLURM's PMI support|MPI sees a world of 1: launch with .srun --mpi=pmix." \
+  grep -qE "srun started [0-9]+ tasks without PMIx.*srun --mpi=pmix|MPI sees a world of 1: launch with .srun --mpi=pmix." \
     "$job_out" || fail "job 'no_pmix' did not say that the MPI needs PMIx"
   grep -qF "loom.sbatch: srun --mpi=pmi2 failed; Loom's Open MPI needs --mpi=pmix" "$job_out" ||
     fail "loom.sbatch did not point at --mpi=pmix"

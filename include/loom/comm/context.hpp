@@ -69,6 +69,14 @@ LaunchInfo detect_launch();
 // -1 in `launched` are not compared.
 std::string launch_mismatch(const LaunchInfo& launched, const LaunchInfo& mpi);
 
+// What can be told before MPI starts (a pure function of the environment):
+// srun started several tasks without PMIx ("--mpi=pmi2" or "none") and
+// `mpi_needs_pmix` (Open MPI, which speaks PMIx only and aborts inside
+// MPI_Init with its own message otherwise). Returns "" when nothing is wrong,
+// else what to do instead.
+std::string launch_problem_before_mpi(const std::map<std::string, std::string>& env,
+                                      bool mpi_needs_pmix);
+
 struct InitOptions {
   // Communication backend of world(): "mpi" or "nccl" (CUDA tensors; needs a
   // GPU per rank, and bootstraps over MPI). Empty: $LOOM_COMM_BACKEND, else "mpi".
