@@ -155,28 +155,24 @@ TEST_CASE("launch_mismatch: agreement, and what to do when MPI sees another worl
 }
 
 TEST_CASE("launch_problem_before_mpi: srun without PMIx is named before MPI_Init") {
-  const std::map<std::string, std::string> pmi2{{"SLURM_PROCID", "1"},
-                                                {"SLURM_STEP_NUM_TASKS", "4"},
-                                                {"SLURM_LOCALID", "1"},
-                                                {"PMI_RANK", "1"},
-                                                {"PMI_SIZE", "4"}};
-  CHECK_THAT(loom::launch_problem_before_mpi(pmi2, true),
-             Catch::Contains("srun started 4 tasks without PMIx (it speaks PMI-2 here)") &&
-                 Catch::Contains("srun --mpi=pmix"));
-  auto none = pmi2;
-  none.erase("PMI_RANK");
-  none.erase("PMI_SIZE");
-  CHECK_THAT(loom::launch_problem_before_mpi(none, true), Catch::Contains("without PMIx,"));
-  CHECK(loom::launch_problem_before_mpi(none, false).empty());  // an MPI that speaks PMI-2
-  auto pmix = none;
-  pmix["PMIX_RANK"] = "1";
-  CHECK(loom::launch_problem_before_mpi(pmix, true).empty());
-  auto one_task = none;
-  one_task["SLURM_STEP_NUM_TASKS"] = "1";
-  one_task["SLURM_PROCID"] = "0";
-  CHECK(loom::launch_problem_before_mpi(one_task, true).empty());
+  const Env srun{{"SLURM_PROCID", "1"}, {"SLURM_STEP_NUM_TASKS", "4"}, {"SLURM_LOCALID", "1"}};
+  auto with = [&](std::initializer_list<Env::value_type> extra) {
+    Env env = srun;
+    for (const auto& entry : extra) env.insert_or_assign(entry.first, entry.second);
+    return env;
+  };
+  CHECK_THAT(loom::launch_problem_before_mpi(with({{"PMI_RANK", "1"}, {"PMI_SIZE", "4"}}), true),
+             Contains("srun started 4 tasks without PMIx (it speaks PMI-2 here)") &&
+                 Contains("srun --mpi=pmix"));
+  CHECK_THAT(loom::launch_problem_before_mpi(srun, true), Contains("without PMIx,"));
+  CHECK(loom::launch_problem_before_mpi(srun, false).empty());  // an MPI that speaks PMI-2
+  CHECK(loom::launch_problem_before_mpi(with({{"PMIX_RANK", "1"}}), true).empty());
+  CHECK(loom::launch_problem_before_mpi(
+            with({{"SLURM_STEP_NUM_TASKS", "1"}, {"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}}),
+            true)
+            .empty());
   // A batch script running the program directly: no step, nothing to say.
-  const std::map<std::string, std::string> batch{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}};
-  CHECK(loom::launch_problem_before_mpi(batch, true).empty());
-  CHECK(loom::launch_problem_before_mpi({}, true).empty());
+  CHECK(loom::launch_problem_before_mpi(Env{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}}, true)
+            .empty());
+  CHECK(loom::launch_problem_before_mpi(Env{}, true).empty());
 }
