@@ -1,6 +1,7 @@
 // The packed AVX-512 host GEMM (kernels/cpu/packed_gemm.cpp) called directly,
 // against a double-precision triple loop, on shapes that cross its blocking:
-// partial 8-row strips and 48-column panels, more than one k block (256),
+// partial 8-row strips and 48-column panels (and the narrowed 16- and
+// 32-column last panels), more than one k block (256),
 // column block (384) and row block (1536), every transpose combination,
 // alpha/beta, and batches with shared and strided operands.
 #include <catch2/catch.hpp>
@@ -85,10 +86,12 @@ TEST_CASE("packed gemm matches a double reference across its block edges", "[ker
     WARN("this build has no AVX-512 packed gemm; Eigen serves host GEMMs");
     return;
   }
-  // Tile edges (1, 7, 9 rows; 1, 47, 49, 95 columns), k blocks (255..513), the
+  // Tile edges (1, 7, 9 rows; 1, 47, 49, 95 columns; 64 and 80 end in 16- and
+  // 32-column panels), k blocks (255..513), the
   // 384-column block edge (385, 433) and the 1536-row block edge (1543).
-  const Case cases[] = {{1, 1, 1},     {7, 47, 3},     {9, 49, 17},    {8, 48, 256}, {17, 95, 257},
-                        {13, 385, 31}, {33, 433, 513}, {1543, 19, 21}, {5, 31, 300}};
+  const Case cases[] = {{1, 1, 1},     {7, 47, 3},    {9, 49, 17},    {8, 48, 256},
+                        {17, 95, 257}, {13, 385, 31}, {33, 433, 513}, {1543, 19, 21},
+                        {5, 31, 300},  {9, 64, 20},   {15, 80, 260}};
   uint32_t seed = 1;
   for (const Case& s : cases) {
     for (const bool trans_a : {false, true}) {
