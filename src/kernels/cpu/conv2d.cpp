@@ -30,6 +30,8 @@ using detail::Conv2dProblem;
 
 // Columns per GEMM we aim for, and the most scratch one im2col matrix may take.
 constexpr int64_t kTargetColumns = 2048;
+// Rows of im2col at most this long are filled element by element.
+constexpr int64_t kShortRow = 16;
 constexpr int64_t kMaxColumnElements = int64_t{16} << 20;  // 64 MiB of f32
 
 float* scratch(int slot, int64_t elements) {
@@ -74,13 +76,17 @@ void im2col(const Conv2dProblem& p, const float* x, float* col, int64_t ld) {
             continue;
           }
           const float* in = plane + ih * p.w + (kj - p.padding);
-          std::fill(out, out + cols.lo, 0.0f);
-          if (s == 1) {
+          if (s == 1 && p.ow > kShortRow) {
+            std::fill(out, out + cols.lo, 0.0f);
             std::copy(in + cols.lo, in + cols.hi, out + cols.lo);
+            std::fill(out + cols.hi, out + p.ow, 0.0f);
           } else {
-            for (int64_t ow = cols.lo; ow < cols.hi; ++ow) out[ow] = in[ow * s];
+            // Short rows (deep layers) and strided ones: one select per element
+            // costs less than three library calls.
+            for (int64_t ow = 0; ow < p.ow; ++ow) {
+              out[ow] = ow >= cols.lo && ow < cols.hi ? in[ow * s] : 0.0f;
+            }
           }
-          std::fill(out + cols.hi, out + p.ow, 0.0f);
         }
       }
     }

@@ -1,4 +1,5 @@
-// Host GEMM on Eigen's blocked, vectorised kernels (single-threaded).
+// Host GEMM (single-threaded): our packed AVX-512 kernel where the build targets
+// AVX-512 (kernels/cpu/packed_gemm.cpp), else Eigen's blocked, vectorised kernels.
 //
 // Eigen is column-major by default; a row-major [r, c] buffer is the
 // column-major [c, r] matrix holding its transpose. So the row-major product
@@ -9,6 +10,7 @@
 
 #include <Eigen/Core>
 
+#include "kernels/cpu/packed_gemm.hpp"
 #include "loom/core/error.hpp"
 
 namespace loom::kernels::cpu {
@@ -52,6 +54,10 @@ void gemm_one(const detail::GemmProblem& p, const float* a, const float* b, floa
 void gemm(const detail::GemmProblem& p) {
   LOOM_ASSERT(p.dtype == DType::f32, "host gemm called with ", p.dtype);
   LOOM_ASSERT(p.m > 0 && p.n > 0 && p.k > 0 && p.batch > 0);
+  if (packed_gemm_available()) {
+    packed_gemm(p);
+    return;
+  }
   const auto* a = static_cast<const float*>(p.a);
   const auto* b = static_cast<const float*>(p.b);
   auto* c = static_cast<float*>(p.c);
