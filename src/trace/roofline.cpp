@@ -128,13 +128,15 @@ Roofline Roofline::measure_host() {
   Roofline r;
   r.device_name = "cpu (1 thread)";
   r.source = "measured";
-  // SGEMM on a 1024 cube: one warm-up, best of three.
-  const int64_t n = 1024;
+  // SGEMM on a 512 cube (~1 ms): one warm-up, best of 25. Short, many tries:
+  // on a shared machine some try runs with the core to itself, so the peak
+  // (MFU's denominator) does not sink with the load of the moment.
+  const int64_t n = 512;
   const Tensor a = Tensor::full({n, n}, 0.5), b = Tensor::full({n, n}, 0.25);
   const Tensor c = Tensor::zeros({n, n});
   kernels::gemm(a, b, c);
   double best = 1e30;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 25; ++i) {
     const auto start = std::chrono::steady_clock::now();
     kernels::gemm(a, b, c);
     best = std::min(best, seconds_since(start));

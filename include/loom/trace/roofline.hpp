@@ -2,7 +2,7 @@
 // judging an op compute- or memory-bound and for MFU.
 //
 // Host: measured once per process and cached: peak single-thread SGEMM
-// (kernels::gemm on a 1024 cube, best of a few runs) and memcpy bandwidth
+// (kernels::gemm on a 512 cube, best of 25 short runs) and memcpy bandwidth
 // (bytes read plus bytes written, best of a few 64 MiB copies). The host has
 // one rate for every precision (its GEMM computes in f32).
 // CUDA: data-sheet peaks by device name (dense, no sparsity): H100 SXM, H100
