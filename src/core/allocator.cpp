@@ -18,29 +18,67 @@ namespace loom {
 namespace {
 
 constexpr size_t kHostAlignment = 64;
+// Blocks from this size up are rounded to whole pages and kept for reuse.
+constexpr size_t kCachedMin = size_t{1} << 20;
+constexpr size_t kPage = 4096;
 
-// Host memory straight from aligned_alloc; glibc's allocator already caches.
+// The most bytes of freed large blocks kept for reuse: $LOOM_HOST_CACHE_MB, default 2048.
+size_t host_cache_limit() {
+  if (const char* text = std::getenv("LOOM_HOST_CACHE_MB")) {
+    char* end = nullptr;
+    const unsigned long long mb = std::strtoull(text, &end, 10);
+    LOOM_CHECK(end != text && *end == '\0', "LOOM_HOST_CACHE_MB is '", text,
+               "'; it must be a whole number of MiB (0 turns the cache off)");
+    return static_cast<size_t>(mb) << 20;
+  }
+  return size_t{2048} << 20;
+}
+
+// Host memory from aligned_alloc. Large blocks (activations, gradient
+// buckets) are cached by exact size when freed: a training step allocates the
+// same sizes every step, and handing such blocks back to the system costs a
+// munmap now and a page fault per 4 KiB on the next step (about 5% of a
+// ResNet step measured). Small blocks go straight to glibc, which caches them.
 class HostAllocator final : public Allocator {
  public:
+  HostAllocator() : cache_limit_(host_cache_limit()) {}
+
   Device device() const override { return Device::cpu(); }
 
   void* allocate(size_t bytes, const Stream&) override {
     if (bytes == 0) return nullptr;
-    const size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-    void* ptr = std::aligned_alloc(kHostAlignment, rounded);
-    std::lock_guard lock(mutex_);
-    if (ptr == nullptr) {
-      throw Error(
-          str_cat("out of host memory: could not allocate ", bytes, " bytes (", stats_, ")"));
+    size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+    if (rounded >= kCachedMin) rounded = (rounded + kPage - 1) / kPage * kPage;
+    std::unique_lock lock(mutex_);
+    void* ptr = nullptr;
+    if (auto it = cache_.find(rounded); it != cache_.end()) {
+      ptr = it->second;
+      cache_.erase(it);
+      cached_bytes_ -= rounded;
+    } else {
+      lock.unlock();
+      ptr = std::aligned_alloc(kHostAlignment, rounded);
+      lock.lock();
+      if (ptr == nullptr && !cache_.empty()) {  // give the cache back and try once more
+        release_cache_locked();
+        ++stats_.num_oom_retries;
+        lock.unlock();
+        ptr = std::aligned_alloc(kHostAlignment, rounded);
+        lock.lock();
+      }
+      if (ptr == nullptr) {
+        throw Error(
+            str_cat("out of host memory: could not allocate ", bytes, " bytes (", stats_, ")"));
+      }
+      stats_.reserved_bytes += rounded;
+      stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+      ++stats_.num_system_allocs;
     }
     sizes_[ptr] = {rounded, bytes};
     stats_.allocated_bytes += rounded;
     stats_.requested_bytes += bytes;
-    stats_.reserved_bytes += rounded;
     stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
-    stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
     ++stats_.num_allocs;
-    ++stats_.num_system_allocs;
     return ptr;
   }
 
@@ -50,12 +88,18 @@ class HostAllocator final : public Allocator {
       std::lock_guard lock(mutex_);
       const auto it = sizes_.find(ptr);
       LOOM_ASSERT(it != sizes_.end(), "host pointer ", ptr, " was not allocated by Loom");
-      stats_.allocated_bytes -= it->second.rounded;
+      const size_t rounded = it->second.rounded;
+      stats_.allocated_bytes -= rounded;
       stats_.requested_bytes -= it->second.requested;
-      stats_.reserved_bytes -= it->second.rounded;
       ++stats_.num_frees;
-      ++stats_.num_system_frees;
       sizes_.erase(it);
+      if (rounded >= kCachedMin && cached_bytes_ + rounded <= cache_limit_) {
+        cache_.emplace(rounded, ptr);
+        cached_bytes_ += rounded;
+        return;
+      }
+      stats_.reserved_bytes -= rounded;
+      ++stats_.num_system_frees;
     }
     std::free(ptr);
   }
@@ -71,14 +115,32 @@ class HostAllocator final : public Allocator {
     stats_.peak_reserved_bytes = stats_.reserved_bytes;
   }
 
+  void empty_cache() override {
+    std::lock_guard lock(mutex_);
+    release_cache_locked();
+  }
+
  private:
+  void release_cache_locked() {
+    for (const auto& [size, block] : cache_) {
+      std::free(block);
+      stats_.reserved_bytes -= size;
+      ++stats_.num_system_frees;
+    }
+    cache_.clear();
+    cached_bytes_ = 0;
+  }
+
   struct Sizes {
     size_t rounded;
     size_t requested;
   };
+  const size_t cache_limit_;
   mutable std::mutex mutex_;
   AllocatorStats stats_;
   std::unordered_map<void*, Sizes> sizes_;
+  std::unordered_multimap<size_t, void*> cache_;  // freed large blocks by rounded size
+  size_t cached_bytes_ = 0;
 };
 
 }  // namespace
