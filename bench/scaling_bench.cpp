@@ -24,6 +24,7 @@
 //              communication is exposed (the same reducer, no special path).
 // One rank trains without a reducer (as train_gpt does), and the peer's one
 // process without DDP: the baseline both scale from.
+#include <time.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
@@ -59,6 +60,14 @@ double median(std::vector<double> values) {
 }
 
 // ---------------------------------------------------------------- worker ---
+
+// CPU seconds of the calling thread or of the whole process (all threads,
+// the communication progress thread included).
+double cpu_seconds(clockid_t clock) {
+  timespec t{};
+  clock_gettime(clock, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 struct Replica {
   std::unique_ptr<loom::nn::Module> model;
@@ -128,11 +137,17 @@ int run_worker(const WorkerFlags& f) {
     reducer = std::make_unique<loom::parallel::GradReducer>(m.model->parameters(), dp, options);
   }
   loom::nn::CrossEntropyLoss loss_fn;
-  // Per timed step: wall ms, exposed ms, comm ms (reduced to the slowest rank below).
+  // Per timed step: wall ms, exposed ms, comm ms, CPU ms of the compute thread,
+  // CPU ms of the other threads (reduced to the slowest rank below). CPU time
+  // tells lost compute (the same work got slower) from waiting (a rank was
+  // descheduled or blocked on its peer), which wall time alone cannot.
+  constexpr size_t kFields = 5;
   std::vector<float> record;
   int64_t buckets = 0;
   for (int step = 0; step < f.warmup + f.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
+    const double thread_start = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
+    const double process_start = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
     m.optimizer->zero_grad();
     loom::nn::Context ctx, loss_ctx;
     Tensor logits = m.model->forward(m.inputs, ctx);
@@ -142,21 +157,27 @@ int run_worker(const WorkerFlags& f) {
     m.optimizer->step();
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double thread_ms = 1e3 * (cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - thread_start);
+    const double process_ms = 1e3 * (cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - process_start);
     if (step < f.warmup) continue;
     record.push_back(static_cast<float>(ms));
     record.push_back(reducer ? static_cast<float>(1e3 * reducer->stats().exposed_s) : 0.0f);
     record.push_back(reducer ? static_cast<float>(1e3 * reducer->stats().comm_s) : 0.0f);
+    record.push_back(static_cast<float>(thread_ms));
+    record.push_back(static_cast<float>(process_ms - thread_ms));
     if (reducer) buckets = reducer->stats().buckets;
   }
   Tensor slowest = Tensor::from_vector(record, {static_cast<int64_t>(record.size())});
   if (dp.size() > 1) dp.all_reduce(slowest, {.op = loom::comm::ReduceOp::max}).wait();
   if (launch.rank() != 0) return 0;
   const std::vector<float> all = slowest.to_vector<float>();
-  std::vector<double> step_ms, exposed_ms, comm_ms;
-  for (size_t i = 0; i + 2 < all.size(); i += 3) {
+  std::vector<double> step_ms, exposed_ms, comm_ms, compute_cpu_ms, other_cpu_ms;
+  for (size_t i = 0; i + kFields <= all.size(); i += kFields) {
     step_ms.push_back(all[i]);
     exposed_ms.push_back(all[i + 1]);
     comm_ms.push_back(all[i + 2]);
+    compute_cpu_ms.push_back(all[i + 3]);
+    other_cpu_ms.push_back(all[i + 4]);
   }
   json out{{"model", f.model},
            {"ranks", dp.size()},
@@ -165,6 +186,8 @@ int run_worker(const WorkerFlags& f) {
            {"median_ms", median(step_ms)},
            {"exposed_ms", median(exposed_ms)},
            {"comm_ms", median(comm_ms)},
+           {"compute_cpu_ms", median(compute_cpu_ms)},
+           {"other_cpu_ms", median(other_cpu_ms)},
            {"buckets", buckets}};
   std::printf("%s\n", out.dump().c_str());
   return 0;
@@ -217,7 +240,7 @@ struct DriverFlags {
 
 // Per model, rank count and overlap setting: what every round measured.
 struct Series {
-  std::vector<double> step_ms, exposed_ms, comm_ms, efficiency;
+  std::vector<double> step_ms, exposed_ms, comm_ms, efficiency, compute_cpu_ms, other_cpu_ms;
   int64_t buckets = 0;
 };
 
@@ -273,6 +296,8 @@ int run_driver(const DriverFlags& f) {
           s.step_ms.push_back(t);
           s.exposed_ms.push_back(out->at("exposed_ms").get<double>());
           s.comm_ms.push_back(out->at("comm_ms").get<double>());
+          s.compute_cpu_ms.push_back(out->at("compute_cpu_ms").get<double>());
+          s.other_cpu_ms.push_back(out->at("other_cpu_ms").get<double>());
           s.efficiency.push_back(loom_one / t);
           s.buckets = out->at("buckets").get<int64_t>();
           per_round[{n, overlap}] += (r ? " " : "") + loom::bench::fixed(t, 0);
@@ -311,8 +336,9 @@ int run_driver(const DriverFlags& f) {
         const std::string overlap_name = n == 1 ? "-" : overlap ? "on" : "off";
         table.add({model, std::to_string(n), overlap_name, cell(median(s.step_ms), 1),
                    cell(median(s.efficiency), 3), n == 1 ? "-" : cell(median(s.exposed_ms), 1),
-                   n == 1 ? "-" : cell(median(s.comm_ms), 1), show_peer ? cell(peer_ms, 1) : "",
-                   show_peer ? cell(peer_eff, 3) : "",
+                   n == 1 ? "-" : cell(median(s.comm_ms), 1),
+                   cell(median(s.compute_cpu_ms), 0) + "+" + cell(median(s.other_cpu_ms), 0),
+                   show_peer ? cell(peer_ms, 1) : "", show_peer ? cell(peer_eff, 3) : "",
                    per_round[{n, overlap}] + (show_peer ? "" : " (Loom)")});
         results.push_back({{"model", model},
                            {"ranks", n},
@@ -322,6 +348,8 @@ int run_driver(const DriverFlags& f) {
                            {"exposed_comm_ms", median(s.exposed_ms)},
                            {"comm_ms", median(s.comm_ms)},
                            {"buckets", s.buckets},
+                           {"compute_cpu_ms", median(s.compute_cpu_ms)},
+                           {"other_threads_cpu_ms", median(s.other_cpu_ms)},
                            {"rounds_step_ms", s.step_ms},
                            {"rounds_efficiency", s.efficiency},
                            {"peer_step_ms", peer_ms},
