@@ -270,7 +270,8 @@ int run_driver(const DriverFlags& f) {
   std::fflush(stdout);
 
   loom::bench::Table table({"model", "ranks", "overlap", "Loom ms/step", "Loom eff", "exposed ms",
-                            "comm ms", "PyTorch ms/step", "PyTorch eff", "rounds Loom/PyTorch ms"});
+                            "comm ms", "CPU ms main+other", "PyTorch ms/step", "PyTorch eff",
+                            "rounds Loom/PyTorch ms"});
   json results = json::array();
   std::string peer_why;
   for (const auto& model : f.models) {
