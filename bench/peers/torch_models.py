@@ -107,19 +107,24 @@ class ResNet18Cifar(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-def make(model_name):
+def make(model_name, wrap=None):
+    """Model, optimizer and a closure computing the loss of one step. `wrap`
+    (e.g. DistributedDataParallel) wraps the model for the forward pass; the
+    optimizer holds the unwrapped model's parameters."""
     if model_name == "gpt":
         model = GPT(vocab=8192, layers=4, d=256, heads=4, seq=128)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
         x = torch.randint(0, 8192, (8, 128))
         y = torch.randint(0, 8192, (8, 128))
-        loss_fn = lambda: F.cross_entropy(model(x).view(-1, 8192), y.view(-1))
+        forward = wrap(model) if wrap else model
+        loss_fn = lambda: F.cross_entropy(forward(x).view(-1, 8192), y.view(-1))
     else:
         model = ResNet18Cifar()
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
         x = torch.randn(32, 3, 32, 32)
         y = torch.randint(0, 10, (32,))
-        loss_fn = lambda: F.cross_entropy(model(x), y)
+        forward = wrap(model) if wrap else model
+        loss_fn = lambda: F.cross_entropy(forward(x), y)
     return model, opt, loss_fn
 
 

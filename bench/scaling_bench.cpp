@@ -1,0 +1,409 @@
+// scaling_bench: weak scaling of data-parallel training (issue 5). The GPT
+// and ResNet-18 steps of model_bench (same models, optimizers and per-rank
+// batch: GPT 8 x 128 tokens, ResNet 32 images) on 1 and 2 ranks, one compute
+// thread each, next to PyTorch DDP (bench/peers/torch_ddp.py, gloo) measured
+// in the same invocation.
+//
+//   scaling_bench --drive [--models gpt,resnet] [--ranks 1,2[,4]] [--rounds 3]
+//                 [--steps 5] [--warmup 2] [--no-peer] [--json FILE]
+//
+// The driver runs, per model and round, for each rank count: the worker
+// (this binary without --drive) under `mpirun -np N --oversubscribe` with
+// overlap, again without overlap (N > 1), then the peer; Loom and PyTorch
+// alternate so both see the same machine load. Per run, a step's time is the
+// slowest rank's (zero_grad, forward, loss, backward, gradient reduction,
+// optimizer step, as the peer times it) and the run reports the median over its timed
+// steps. The table gives the median over rounds; weak-scaling efficiency is
+// T(1 rank) / T(N ranks) with the same per-rank batch, computed per round (1
+// and N ranks measured back to back) and reported as the median over rounds.
+//
+// Overlap on:  GradReducer with its default caps (1 MiB first bucket, 25 MiB
+//              later): buckets all-reduce while backward runs.
+// Overlap off: one bucket holding every gradient; it launches when the last
+//              gradient is ready, i.e. after backward's compute, so all the
+//              communication is exposed (the same reducer, no special path).
+// One rank trains without a reducer (as train_gpt does), and the peer's one
+// process without DDP: the baseline both scale from.
+#include <time.h>
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "loom/loom.hpp"
+
+namespace {
+
+using loom::Tensor;
+using nlohmann::json;
+
+double median(std::vector<double> values) {
+  if (values.empty()) return -1;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// ---------------------------------------------------------------- worker ---
+
+// CPU seconds of the calling thread or of the whole process (all threads,
+// the communication progress thread included).
+double cpu_seconds(clockid_t clock) {
+  timespec t{};
+  clock_gettime(clock, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+struct Replica {
+  std::unique_ptr<loom::nn::Module> model;
+  std::unique_ptr<loom::optim::Optimizer> optimizer;
+  Tensor inputs;
+  Tensor targets;
+};
+
+Tensor random_ids(int64_t n, int64_t classes, const loom::Shape& shape, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(classes - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& id : ids) id = pick(rng);
+  return Tensor::from_vector(ids, shape);
+}
+
+// model_bench's configurations; each rank gets its own random batch.
+Replica make_replica(const std::string& name, int rank) {
+  Replica m;
+  const auto seed = static_cast<uint64_t>(rank);
+  if (name == "gpt") {
+    loom::models::GPTConfig config;  // the benchmark shape is the default
+    m.model = std::make_unique<loom::models::GPT>("", config);
+    m.optimizer = std::make_unique<loom::optim::AdamW>(
+        loom::optim::param_slots(m.model->parameters()),
+        loom::optim::AdamWOptions{
+            .lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
+    m.inputs = random_ids(8 * 128, config.vocab, {8, 128}, 2 * seed + 1);
+    m.targets = random_ids(8 * 128, config.vocab, {8, 128}, 2 * seed + 2);
+    return m;
+  }
+  LOOM_CHECK(name == "resnet", "--model '", name, "' is not one of gpt, resnet");
+  loom::models::ResNetOptions options;
+  options.stem = loom::models::ResNetStem::cifar;
+  options.classes = 10;
+  m.model = loom::models::make_resnet("", loom::models::resnet18(options));
+  m.optimizer = std::make_unique<loom::optim::SGD>(
+      loom::optim::param_slots(m.model->parameters()),
+      loom::optim::SgdOptions{
+          .lr = 0.1, .momentum = 0.9, .dampening = 0.0, .weight_decay = 5e-4, .nesterov = false});
+  auto batch = loom::data::synthetic_image_batch(loom::data::kCifarShape, 32, 1, rank);
+  m.inputs = batch.images;
+  m.targets = batch.labels;
+  return m;
+}
+
+struct WorkerFlags {
+  std::string model = "gpt";
+  int steps = 5;
+  int warmup = 2;
+  bool no_overlap = false;
+};
+
+// One rank of a run; rank 0 prints the run's JSON on its last line.
+int run_worker(const WorkerFlags& f) {
+  loom::Context launch = loom::init();
+  loom::comm::Communicator& dp = *launch.world();
+  Replica m = make_replica(f.model, launch.rank());
+  std::unique_ptr<loom::parallel::GradReducer> reducer;
+  if (dp.size() > 1) {
+    loom::parallel::ReducerOptions options;  // default caps: overlap
+    if (f.no_overlap) {
+      // One bucket for everything: it can start only when backward is done.
+      options.first_bucket_bytes = size_t{1} << 60;
+      options.bucket_cap_bytes = size_t{1} << 60;
+    }
+    reducer = std::make_unique<loom::parallel::GradReducer>(m.model->parameters(), dp, options);
+  }
+  loom::nn::CrossEntropyLoss loss_fn;
+  // Per timed step: wall ms, exposed ms, comm ms, CPU ms of the compute thread,
+  // CPU ms of the other threads (reduced to the slowest rank below). CPU time
+  // tells lost compute (the same work got slower) from waiting (a rank was
+  // descheduled or blocked on its peer), which wall time alone cannot.
+  constexpr size_t kFields = 5;
+  std::vector<float> record;
+  int64_t buckets = 0;
+  for (int step = 0; step < f.warmup + f.steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    const double thread_start = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
+    const double process_start = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
+    m.optimizer->zero_grad();
+    loom::nn::Context ctx, loss_ctx;
+    Tensor logits = m.model->forward(m.inputs, ctx);
+    loss_fn.forward(logits, m.targets, loss_ctx);
+    m.model->backward(loss_fn.backward(loss_ctx), ctx);
+    if (reducer) reducer->finish();
+    m.optimizer->step();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double thread_ms = 1e3 * (cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - thread_start);
+    const double process_ms = 1e3 * (cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - process_start);
+    if (step < f.warmup) continue;
+    record.push_back(static_cast<float>(ms));
+    record.push_back(reducer ? static_cast<float>(1e3 * reducer->stats().exposed_s) : 0.0f);
+    record.push_back(reducer ? static_cast<float>(1e3 * reducer->stats().comm_s) : 0.0f);
+    record.push_back(static_cast<float>(thread_ms));
+    record.push_back(static_cast<float>(process_ms - thread_ms));
+    if (reducer) buckets = reducer->stats().buckets;
+  }
+  Tensor slowest = Tensor::from_vector(record, {static_cast<int64_t>(record.size())});
+  if (dp.size() > 1) dp.all_reduce(slowest, {.op = loom::comm::ReduceOp::max}).wait();
+  if (launch.rank() != 0) return 0;
+  const std::vector<float> all = slowest.to_vector<float>();
+  std::vector<double> step_ms, exposed_ms, comm_ms, compute_cpu_ms, other_cpu_ms;
+  for (size_t i = 0; i + kFields <= all.size(); i += kFields) {
+    step_ms.push_back(all[i]);
+    exposed_ms.push_back(all[i + 1]);
+    comm_ms.push_back(all[i + 2]);
+    compute_cpu_ms.push_back(all[i + 3]);
+    other_cpu_ms.push_back(all[i + 4]);
+  }
+  json out{{"model", f.model},
+           {"ranks", dp.size()},
+           {"overlap", !f.no_overlap},
+           {"step_ms", step_ms},
+           {"median_ms", median(step_ms)},
+           {"exposed_ms", median(exposed_ms)},
+           {"comm_ms", median(comm_ms)},
+           {"compute_cpu_ms", median(compute_cpu_ms)},
+           {"other_cpu_ms", median(other_cpu_ms)},
+           {"buckets", buckets}};
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+// ---------------------------------------------------------------- driver ---
+
+// Runs `command`; returns the JSON object on its last non-empty output line,
+// or nullopt with `why` set.
+std::optional<json> run_json(const std::string& command, std::string& why) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) {
+    why = "cannot start '" + command + "'";
+    return std::nullopt;
+  }
+  std::string output;
+  std::array<char, 4096> chunk;
+  while (fgets(chunk.data(), chunk.size(), pipe) != nullptr) output += chunk.data();
+  const int status = pclose(pipe);
+  std::string last_line;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) last_line = line;
+  }
+  if (status != 0) {
+    why = "'" + command + "' failed:\n" + output;
+    return std::nullopt;
+  }
+  try {
+    return json::parse(last_line);
+  } catch (const json::exception&) {
+    why = "'" + command + "' did not end with a JSON line:\n" + output;
+    return std::nullopt;
+  }
+}
+
+struct DriverFlags {
+  std::vector<std::string> models = {"gpt", "resnet"};
+  std::vector<int> ranks = {1, 2};
+  int rounds = 3;
+  int steps = 5;
+  int warmup = 2;
+  bool no_peer = false;
+  std::string python = "/usr/bin/python3";
+  std::string peer_script = std::string(LOOM_SOURCE_DIR) + "/bench/peers/torch_ddp.py";
+  std::string mpirun = LOOM_MPIEXEC;
+  std::string mpirun_args = "";
+  std::string json_path;
+};
+
+// Per model, rank count and overlap setting: what every round measured.
+struct Series {
+  std::vector<double> step_ms, exposed_ms, comm_ms, efficiency, compute_cpu_ms, other_cpu_ms;
+  int64_t buckets = 0;
+};
+
+std::string cell(double value, int digits) {
+  return value >= 0 ? loom::bench::fixed(value, digits) : "-";
+}
+
+int run_driver(const DriverFlags& f) {
+  LOOM_CHECK(std::find(f.ranks.begin(), f.ranks.end(), 1) != f.ranks.end(),
+             "--ranks must include 1: efficiency is measured against one rank");
+  for (int n : f.ranks) LOOM_CHECK(n >= 1, "--ranks: ", n, " is not a rank count");
+  for (const auto& name : f.models) {
+    LOOM_CHECK(name == "gpt" || name == "resnet", "--models: '", name,
+               "' is not one of gpt, resnet");
+  }
+  // Open MPI refuses to start as root without these.
+  if (geteuid() == 0) {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::printf(
+      "scaling_bench: %d round(s) x %d steps (+%d warm-up) per run, 1 compute thread per rank, "
+      "%u cores; Loom under %s, peer %s\n",
+      f.rounds, f.steps, f.warmup, std::thread::hardware_concurrency(), f.mpirun.c_str(),
+      f.no_peer ? "off" : "PyTorch DDP (gloo)");
+  std::fflush(stdout);
+
+  loom::bench::Table table({"model", "ranks", "overlap", "Loom ms/step", "Loom eff", "exposed ms",
+                            "comm ms", "CPU ms main+other", "PyTorch ms/step", "PyTorch eff",
+                            "rounds Loom/PyTorch ms"});
+  json results = json::array();
+  std::string peer_why;
+  for (const auto& model : f.models) {
+    // key: (ranks, overlap); the peer is keyed by ranks.
+    std::map<std::pair<int, bool>, Series> loom;
+    std::map<int, Series> peer;
+    std::map<std::pair<int, bool>, std::string> per_round;
+    for (int r = 0; r < f.rounds; ++r) {
+      double loom_one = -1, peer_one = -1;
+      for (int n : f.ranks) {
+        for (bool overlap : {true, false}) {
+          if (n == 1 && !overlap) continue;
+          const std::string command = f.mpirun + " -np " + std::to_string(n) + " --oversubscribe " +
+                                      f.mpirun_args + " " + self + " --model " + model +
+                                      " --steps " + std::to_string(f.steps) + " --warmup " +
+                                      std::to_string(f.warmup) + (overlap ? "" : " --no-overlap");
+          std::string why;
+          const auto out = run_json(command, why);
+          LOOM_CHECK(out.has_value(), why);
+          Series& s = loom[{n, overlap}];
+          const double t = out->at("median_ms").get<double>();
+          if (n == 1) loom_one = t;
+          s.step_ms.push_back(t);
+          s.exposed_ms.push_back(out->at("exposed_ms").get<double>());
+          s.comm_ms.push_back(out->at("comm_ms").get<double>());
+          s.compute_cpu_ms.push_back(out->at("compute_cpu_ms").get<double>());
+          s.other_cpu_ms.push_back(out->at("other_cpu_ms").get<double>());
+          s.efficiency.push_back(loom_one / t);
+          s.buckets = out->at("buckets").get<int64_t>();
+          per_round[{n, overlap}] += (r ? " " : "") + loom::bench::fixed(t, 0);
+        }
+        std::string& rounds_cell = per_round[{n, true}];
+        if (f.no_peer || !peer_why.empty()) {
+          rounds_cell += "/-";
+          continue;
+        }
+        const auto out =
+            run_json(f.python + " " + f.peer_script + " --model " + model + " --ranks " +
+                         std::to_string(n) + " --steps " + std::to_string(f.steps) + " --warmup " +
+                         std::to_string(f.warmup) + " --threads 1",
+                     peer_why);
+        if (!out) {
+          rounds_cell += "/-";
+          continue;
+        }
+        const double t = out->at("median_ms").get<double>();
+        if (n == 1) peer_one = t;
+        peer[n].step_ms.push_back(t);
+        peer[n].efficiency.push_back(peer_one / t);
+        rounds_cell += "/" + loom::bench::fixed(t, 0);
+      }
+      std::printf("  %s round %d/%d done\n", model.c_str(), r + 1, f.rounds);
+      std::fflush(stdout);
+    }
+    for (int n : f.ranks) {
+      for (bool overlap : {true, false}) {
+        if (n == 1 && !overlap) continue;
+        const Series& s = loom[{n, overlap}];
+        const Series* p = peer.count(n) ? &peer.at(n) : nullptr;
+        const double peer_ms = p ? median(p->step_ms) : -1;
+        const double peer_eff = p ? median(p->efficiency) : -1;
+        const bool show_peer = overlap;  // the peer is DDP with its default (overlapping) buckets
+        const std::string overlap_name = n == 1 ? "-" : overlap ? "on" : "off";
+        table.add({model, std::to_string(n), overlap_name, cell(median(s.step_ms), 1),
+                   cell(median(s.efficiency), 3), n == 1 ? "-" : cell(median(s.exposed_ms), 1),
+                   n == 1 ? "-" : cell(median(s.comm_ms), 1),
+                   cell(median(s.compute_cpu_ms), 0) + "+" + cell(median(s.other_cpu_ms), 0),
+                   show_peer ? cell(peer_ms, 1) : "", show_peer ? cell(peer_eff, 3) : "",
+                   per_round[{n, overlap}] + (show_peer ? "" : " (Loom)")});
+        results.push_back({{"model", model},
+                           {"ranks", n},
+                           {"overlap", n > 1 && overlap},
+                           {"step_ms", median(s.step_ms)},
+                           {"efficiency", median(s.efficiency)},
+                           {"exposed_comm_ms", median(s.exposed_ms)},
+                           {"comm_ms", median(s.comm_ms)},
+                           {"buckets", s.buckets},
+                           {"compute_cpu_ms", median(s.compute_cpu_ms)},
+                           {"other_threads_cpu_ms", median(s.other_cpu_ms)},
+                           {"rounds_step_ms", s.step_ms},
+                           {"rounds_efficiency", s.efficiency},
+                           {"peer_step_ms", peer_ms},
+                           {"peer_efficiency", peer_eff},
+                           {"peer_rounds_step_ms", p ? p->step_ms : std::vector<double>{}}});
+      }
+    }
+  }
+  table.print();
+  if (!peer_why.empty()) std::printf("peer unavailable: %s\n", peer_why.c_str());
+  if (!f.json_path.empty()) {
+    loom::bench::write_file_atomically(f.json_path,
+                                       json{{"rounds", f.rounds},
+                                            {"steps", f.steps},
+                                            {"warmup", f.warmup},
+                                            {"cores", std::thread::hardware_concurrency()},
+                                            {"results", results}}
+                                           .dump(2));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Weak scaling of data-parallel GPT and ResNet-18 training, Loom vs PyTorch DDP"};
+  bool drive = false;
+  WorkerFlags w;
+  DriverFlags d;
+  app.add_flag("--drive", drive, "launch the runs (mpirun + peer) and print the table");
+  app.add_option("--model", w.model, "worker: gpt or resnet");
+  app.add_flag("--no-overlap", w.no_overlap, "worker: one bucket, reduced after backward");
+  app.add_option("--steps", w.steps, "timed steps per run");
+  app.add_option("--warmup", w.warmup, "untimed steps before each run's timed steps");
+  app.add_option("--models", d.models, "driver: gpt and/or resnet")->delimiter(',');
+  app.add_option("--ranks", d.ranks, "driver: rank counts (must include 1), e.g. 1,2,4")
+      ->delimiter(',');
+  app.add_option("--rounds", d.rounds, "driver: rounds alternating Loom and the peer");
+  app.add_flag("--no-peer", d.no_peer, "driver: time Loom only");
+  app.add_option("--python", d.python, "driver: interpreter with torch (Debian's python3-torch)");
+  app.add_option("--mpirun", d.mpirun, "driver: MPI launcher");
+  app.add_option("--mpirun-args", d.mpirun_args,
+                 "driver: extra launcher flags (e.g. --bind-to none)");
+  app.add_option("--json", d.json_path, "driver: also write the results here");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (!drive) return run_worker(w);
+    std::sort(d.ranks.begin(), d.ranks.end());  // one rank first: efficiency needs it
+    d.steps = w.steps;
+    d.warmup = w.warmup;
+    return run_driver(d);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "scaling_bench: %s\n", e.what());
+    return 1;
+  }
+}
