@@ -2,8 +2,12 @@
 //
 // NOTE [all_reduce algorithm]
 // make_all_reduce() is the one place that picks how an all-reduce runs.
-//  - MPI_Iallreduce on the whole buffer (in pieces of at most INT_MAX
-//    elements). loom::init() asks Open MPI's libnbc for Rabenseifner's
+//  - MPI_Iallreduce, in chunks of at most 8 MiB posted together
+//    (LOOM_MPI_ALLREDUCE_CHUNK). One MPI all-reduce of 64-256 MiB runs at less
+//    than half the bus bandwidth of a 4-16 MiB one through Open MPI's
+//    shared-memory transport (2.6-2.8 vs 5.5-6 GB/s at 2 ranks); chunks keep
+//    every message in the fast range: 2.0-2.3x raw MPI at 64-256 MiB, equal
+//    below (docs/comm.md). loom::init() asks libnbc for Rabenseifner's
 //    algorithm (NOTE [libnbc all-reduce] in context.cpp); its default choice is
 //    about 2x slower than blocking MPI_Allreduce on an idle machine.
 //  - The shared-memory all-reduce (shm_all_reduce.hpp), when every rank is on
@@ -41,10 +45,13 @@ class IallreduceOp final : public WorkOp {
     const MPI_Datatype type = target_.types->datatype(host.dtype());
     const MPI_Op mpi_op = target_.types->op(host.dtype(), op_);
     const size_t element = host.element_size();
-    for_each_chunk(host.numel(), [&](int64_t offset, int count) {
-      LOOM_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buffer_.bytes() + offset * element, count, type,
-                                    mpi_op, target_.comm, new_request()));
-    });
+    for_each_chunk(
+        host.numel(),
+        [&](int64_t offset, int count) {
+          LOOM_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buffer_.bytes() + offset * element, count,
+                                        type, mpi_op, target_.comm, new_request()));
+        },
+        static_cast<int64_t>(all_reduce_chunk_bytes() / element));
   }
 
  protected:
@@ -94,6 +101,21 @@ class ShmAllReduceOp final : public WorkOp {
 }  // namespace
 
 namespace {
+// Parses "4M", "512K", "1048576" (bytes); nullopt when malformed.
+std::optional<size_t> parse_size(const std::string& value) {
+  size_t pos = 0;
+  double number = -1;
+  try {
+    number = std::stod(value, &pos);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  const std::string unit = value.substr(pos);
+  const double scale = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : -1;
+  if (number < 0 || scale < 0) return std::nullopt;
+  return static_cast<size_t>(number * scale);
+}
+
 
 // LOOM_SHM_ALLREDUCE, read once: nullopt for "auto", else the threshold from
 // which the shared-memory path is used (SIZE_MAX: "off", 0: "on").
@@ -105,22 +127,27 @@ std::optional<size_t> shm_setting() {
     if (value == "auto") return std::nullopt;
     if (value == "off") return std::numeric_limits<size_t>::max();
     if (value == "on") return 0;
-    size_t pos = 0;
-    double number = -1;
-    try {
-      number = std::stod(value, &pos);
-    } catch (const std::exception&) {
-    }
-    const std::string unit = value.substr(pos == 0 ? value.size() : pos);
-    const double scale = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : -1;
-    LOOM_CHECK(number >= 0 && scale > 0, "LOOM_SHM_ALLREDUCE='", value,
+    const std::optional<size_t> size = parse_size(value);
+    LOOM_CHECK(size.has_value(), "LOOM_SHM_ALLREDUCE='", value,
                "' must be auto, on, off, or a size in bytes with an optional K or M (e.g. 4M)");
-    return static_cast<size_t>(number * scale);
+    return *size;
   }();
   return setting;
 }
 
 }  // namespace
+
+size_t all_reduce_chunk_bytes() {
+  static const size_t chunk = []() -> size_t {
+    const char* text = std::getenv("LOOM_MPI_ALLREDUCE_CHUNK");
+    if (text == nullptr || *text == '\0') return size_t{8} << 20;
+    const std::optional<size_t> size = parse_size(text);
+    LOOM_CHECK(size.has_value() && *size > 0, "LOOM_MPI_ALLREDUCE_CHUNK='", text,
+               "' must be a positive size in bytes with an optional K or M (e.g. 8M)");
+    return *size;
+  }();
+  return chunk;
+}
 
 bool shm_all_reduce_enabled() {
   return shm_setting() != std::optional<size_t>(std::numeric_limits<size_t>::max());

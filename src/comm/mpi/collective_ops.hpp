@@ -11,6 +11,9 @@
 // throws loom::Error.
 #pragma once
 
+#include <algorithm>
+#include <limits>
+
 #include <mpi.h>
 
 #include <algorithm>
@@ -44,6 +47,9 @@ struct OpTarget {
 bool use_shm_all_reduce(size_t bytes);
 // False when LOOM_SHM_ALLREDUCE=off: communicators then skip the setup.
 bool shm_all_reduce_enabled();
+// Largest MPI_Iallreduce of one all_reduce (LOOM_MPI_ALLREDUCE_CHUNK, default 8 MiB;
+// NOTE [all_reduce algorithm] in all_reduce_op.cpp).
+size_t all_reduce_chunk_bytes();
 
 // Elements per MPI call: INT_MAX unless lowered for a test (0 restores the default).
 int64_t max_elements_per_call();
@@ -63,10 +69,12 @@ class WorkOp : public MpiOp {
   virtual void finish() {}
   // finish() of a reduction into `result`: divide by the group size for avg, copy back.
   void finish_reduction(StagedTensor& result, ReduceOp op);
-  // Calls post(offset, count) for consecutive pieces of at most max_elements_per_call().
+  // Calls post(offset, count) for consecutive pieces of at most
+  // min(max_elements_per_call(), limit) elements.
   template <typename Post>
-  static void for_each_chunk(int64_t total, Post post) {
-    const int64_t chunk = max_elements_per_call();
+  static void for_each_chunk(int64_t total, Post post,
+                             int64_t limit = std::numeric_limits<int64_t>::max()) {
+    const int64_t chunk = std::max<int64_t>(1, std::min(max_elements_per_call(), limit));
     for (int64_t offset = 0; offset < total; offset += chunk) {
       post(offset, static_cast<int>(std::min(chunk, total - offset)));
     }
