@@ -9,10 +9,22 @@ namespace loom::nn {
 Parameter::Parameter(std::string name, Tensor value, int uses_per_backward)
     : name_(std::move(name)), value_(std::move(value)) {
   LOOM_CHECK(value_.defined(), "parameter '", name_, "' has no value");
+  shape_ = value_.shape();
+  numel_ = value_.numel();
+  dtype_ = value_.dtype();
+  device_ = value_.device();
   set_uses_per_backward(uses_per_backward);
 }
 
+void Parameter::throw_released() const {
+  throw Error(str_cat("parameter '", name_, "' ", dtype_name(dtype_), shape_str(shape_),
+                      " is sharded and not gathered now (ZeRO stage 3): read it inside its "
+                      "ShardedModule's forward/backward, or gather it first"));
+}
+
 void Parameter::set_value_buffer(const Tensor& buffer) {
+  LOOM_CHECK(value_.defined(), "parameter '", name_,
+             "': set_value_buffer() needs a value to copy; use bind_value() on a released one");
   LOOM_CHECK(buffer.numel() == value_.numel() && buffer.dtype() == value_.dtype() &&
                  buffer.device() == value_.device(),
              "parameter '", name_, "': value buffer ", buffer.str(), " does not match the value ",
@@ -24,9 +36,40 @@ void Parameter::set_value_buffer(const Tensor& buffer) {
   value_ = target;
 }
 
+void Parameter::bind_value(const Tensor& buffer) {
+  LOOM_CHECK(buffer.numel() == numel_ && buffer.dtype() == dtype_ && buffer.device() == device_,
+             "parameter '", name_, "': value buffer ", buffer.str(), " does not match ",
+             dtype_name(dtype_), shape_str(shape_), " on ", device_.str(),
+             " (element count, dtype and device must agree)");
+  value_ = buffer.view(shape_);
+}
+
+void Parameter::release_value() {
+  value_ = Tensor();
+}
+
+Tensor Parameter::fresh_grad(bool zero) {
+  if (grad_provider_) {
+    Tensor buffer = grad_provider_(*this);
+    LOOM_CHECK(buffer.numel() == numel_ && buffer.dtype() == dtype_ && buffer.device() == device_,
+               "parameter '", name_, "': the grad provider returned ", buffer.str(),
+               " (element count, dtype and device must match the value)");
+    Tensor view = buffer.view(shape_);
+    if (zero) view.zero();
+    return view;
+  }
+  return zero ? Tensor::zeros(shape_, dtype_, device_) : Tensor::empty(shape_, dtype_, device_);
+}
+
+void Parameter::release_grad() {
+  grad_ = Tensor();
+  grad_written_ = false;
+  pending_uses_ = 0;
+}
+
 const Tensor& Parameter::grad() {
   if (!grad_.defined()) {
-    grad_ = Tensor::zeros(value_.shape(), value_.dtype(), value_.device());
+    grad_ = fresh_grad(true);
   } else if (!grad_written_) {
     grad_.zero();
   }
@@ -38,12 +81,11 @@ void Parameter::zero_grad() {
 }
 
 void Parameter::set_grad_buffer(const Tensor& buffer) {
-  LOOM_CHECK(buffer.numel() == value_.numel() && buffer.dtype() == value_.dtype() &&
-                 buffer.device() == value_.device(),
-             "parameter '", name_, "': gradient buffer ", buffer.str(),
-             " does not match the value ", value_.str(),
+  LOOM_CHECK(buffer.numel() == numel_ && buffer.dtype() == dtype_ && buffer.device() == device_,
+             "parameter '", name_, "': gradient buffer ", buffer.str(), " does not match ",
+             dtype_name(dtype_), shape_str(shape_),
              " (element count, dtype and device must agree)");
-  Tensor target = buffer.view(value_.shape());
+  Tensor target = buffer.view(shape_);
   if (grad_written_ && grad_.defined() &&
       !(target.shares_storage(grad_) && target.storage_offset() == grad_.storage_offset())) {
     target.copy_from(grad_);
@@ -52,7 +94,7 @@ void Parameter::set_grad_buffer(const Tensor& buffer) {
 }
 
 Parameter::GradWrite Parameter::begin_grad_write() {
-  if (!grad_.defined()) grad_ = Tensor::empty(value_.shape(), value_.dtype(), value_.device());
+  if (!grad_.defined()) grad_ = fresh_grad(false);
   return GradWrite{grad_, grad_written_};
 }
 

@@ -9,6 +9,14 @@ Module& Sequential::add(std::unique_ptr<Module> child) {
   return *children_.back();
 }
 
+std::unique_ptr<Module> Sequential::replace(size_t i, std::unique_ptr<Module> child) {
+  LOOM_CHECK(i < children_.size(), "sequential '", name(), "': child ", i, " out of range (",
+             children_.size(), " children)");
+  if (child) child->set_training(training());
+  std::swap(children_[i], child);
+  return child;
+}
+
 Tensor Sequential::forward(const Tensor& x, Context& ctx) {
   Tensor y = x;
   for (auto& child : children_) y = child->forward(y, ctx);

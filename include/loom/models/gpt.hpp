@@ -62,6 +62,8 @@ class GPT : public nn::Module {
   void set_training(bool training) override;
 
   const GPTConfig& config() const { return config_; }
+  // The transformer blocks h.0 .. h.{L-1} (e.g. to wrap each in a parallel::ShardedModule).
+  nn::Sequential& blocks() { return blocks_; }
 
  private:
   // Position ids [B, T] (cached per shape) for the wpe lookup.

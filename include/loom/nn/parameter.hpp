@@ -12,6 +12,13 @@
 //
 // A reducer may move the gradient into its own flat buffer with
 // set_grad_buffer(): the gradient then is a view of the bucket (no copy).
+//
+// Sharded data parallelism (ZeRO, parallel/zero.hpp) manages storage without
+// copies: bind_value() points the value at a gathered buffer, release_value()
+// drops it between uses (value() then throws naming the parameter; shape,
+// dtype and device stay known), release_grad() drops the gradient after it
+// was reduce-scattered, and a grad provider hands out the view the next
+// gradient write goes to (a transient bucket) instead of a private allocation.
 #pragma once
 
 #include <cstdint>
@@ -32,12 +39,24 @@ class Parameter {
   Parameter& operator=(const Parameter&) = delete;
 
   const std::string& name() const { return name_; }
-  const Tensor& value() const { return value_; }
-  const Shape& shape() const { return value_.shape(); }
-  int64_t numel() const { return value_.numel(); }
+  // Throws when the value is released (a ZeRO stage 3 shard not gathered now).
+  const Tensor& value() const {
+    if (!value_.defined()) throw_released();
+    return value_;
+  }
+  const Shape& shape() const { return shape_; }
+  int64_t numel() const { return numel_; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
   // Replaces the value's storage (e.g. a view into a flat parameter buffer);
   // shape, dtype and device must match. The current elements are copied over.
   void set_value_buffer(const Tensor& buffer);
+  // Points the value at `buffer` (same element count, dtype and device)
+  // without copying: the caller has filled it.
+  void bind_value(const Tensor& buffer);
+  // Drops the value's storage; value() throws until bind_value().
+  void release_value();
+  bool value_bound() const { return value_.defined(); }
 
   // The gradient (same shape, dtype and device as the value). If nothing has
   // been written since zero_grad(), it is zero-filled first: an unused
@@ -50,6 +69,13 @@ class Parameter {
   // Moves the gradient into `buffer` (a view the caller owns, e.g. a bucket),
   // copying any contribution already written.
   void set_grad_buffer(const Tensor& buffer);
+  // Drops the gradient's storage and marks it stale (the next write
+  // overwrites, into the provider's buffer or a fresh allocation).
+  void release_grad();
+  // Called when a gradient write or grad() finds no gradient storage: returns
+  // the buffer (element count, dtype, device of the value) to write into.
+  using GradProvider = std::function<Tensor(Parameter&)>;
+  void set_grad_provider(GradProvider provider) { grad_provider_ = std::move(provider); }
 
   // See NOTE [gradient contributions].
   struct GradWrite {
@@ -69,8 +95,16 @@ class Parameter {
   void mark_ready();
 
  private:
+  [[noreturn]] void throw_released() const;
+  Tensor fresh_grad(bool zero);
+
   std::string name_;
   Tensor value_;
+  Shape shape_;
+  int64_t numel_ = 0;
+  DType dtype_ = DType::f32;
+  Device device_ = Device::cpu();
+  GradProvider grad_provider_;
   Tensor grad_;
   bool grad_written_ = false;
   int uses_per_backward_ = 1;

@@ -34,6 +34,9 @@ class Sequential : public Module {
     return ref;
   }
   Module& add(std::unique_ptr<Module> child);
+  // Swaps child i for `child` and returns the old one (wrapping a child, e.g.
+  // parallel::shard_children); `child` may be null only until it is swapped back.
+  std::unique_ptr<Module> replace(size_t i, std::unique_ptr<Module> child);
 
   Tensor forward(const Tensor& x, Context& ctx) override;
   Tensor backward_input(const Tensor& dy, Context& ctx) override;

@@ -1,0 +1,67 @@
+// ShardedModule: the unit ZeRO stage 3 gathers and frees parameters by.
+//
+//   auto block = std::make_unique<parallel::ShardedModule>(std::move(inner));
+//
+// A transparent wrapper around one module (a GPT block, a ResNet stage, or
+// the whole model as the outermost unit): forward and backward run the inner
+// module's. With a ZeroOptimizer at stage 3 attached, the wrapper's own
+// parameters (those of the inner module not inside a nested ShardedModule)
+// are all-gathered just before its forward and before its backward (the
+// optimizer prefetches the next unit's while this one computes) and freed
+// right after: after forward, and after backward_weight (backward_input keeps
+// them for backward_weight). Wrappers nest: an outer wrapper's parameters stay
+// gathered while its inner modules run. At stages 0 to 2 nothing is attached
+// and the wrapper only forwards calls.
+//
+// shard_children(seq) wraps every child of a Sequential that has parameters
+// (e.g. GPT::blocks(), or a ResNet's stem, blocks and head) in place.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "loom/nn/module.hpp"
+#include "loom/nn/sequential.hpp"
+
+namespace loom::parallel {
+
+class ShardedModule;
+
+// Implemented by ZeroOptimizer at stage 3.
+class ParameterGatherer {
+ public:
+  enum class Phase { forward, backward };
+  virtual ~ParameterGatherer() = default;
+  // The module's own parameters are gathered when this returns.
+  virtual void before_use(ShardedModule& module, Phase phase) = 0;
+  // The module is done with them for now.
+  virtual void after_use(ShardedModule& module, Phase phase) = 0;
+};
+
+class ShardedModule : public nn::Module {
+ public:
+  // Takes the inner module's name.
+  explicit ShardedModule(std::unique_ptr<nn::Module> inner);
+
+  Tensor forward(const Tensor& x, nn::Context& ctx) override;
+  Tensor backward_input(const Tensor& dy, nn::Context& ctx) override;
+  void backward_weight(nn::Context& ctx) override;
+  Tensor backward(const Tensor& dy, nn::Context& ctx) override;
+  void collect_parameters(std::vector<nn::Parameter*>& out) override;
+  void set_training(bool training) override;
+
+  nn::Module& inner() { return *inner_; }
+  // Set (and cleared) by ZeroOptimizer; at most one at a time.
+  void attach(ParameterGatherer* gatherer);
+  bool attached() const { return gatherer_ != nullptr; }
+
+ private:
+  std::unique_ptr<nn::Module> inner_;
+  ParameterGatherer* gatherer_ = nullptr;
+};
+
+// Replaces every child of `seq` that has parameters by a ShardedModule around
+// it; returns the wrappers in child order.
+std::vector<ShardedModule*> shard_children(nn::Sequential& seq);
+
+}  // namespace loom::parallel

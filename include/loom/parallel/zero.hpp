@@ -1,0 +1,144 @@
+// ZeroOptimizer: sharded data parallelism (ZeRO stages 0 to 3) wrapping the
+// model's parameters and an optimizer. See docs/zero.md.
+//
+//   parallel::ZeroOptimizer zero(model.parameters(), *dp, optim::AdamWOptions{...},
+//                                {.stage = 2});
+//   for (step ...) {
+//     zero.zero_grad();                 // also waits for the last step's parameter all-gather
+//     loss.backward(...); model.backward(...);   // buckets launch as gradients get ready
+//     zero.finish();                    // launch the rest, wait
+//     zero.clip_grad_norm(1.0);         // optional: the true global norm
+//     zero.step();                      // this rank's shard, then (stages 1, 2) all-gather
+//   }
+//
+// Stages (N ranks in the data-parallel group):
+//   0  plain data parallelism: GradReducer (all-reduce) + the full optimizer.
+//   1  optimizer state sharded: the parameters become views into one flat
+//      padded buffer; gradients are all-reduced bucket by bucket; each rank
+//      steps its shard [rank * S, (rank + 1) * S) of the buffer and the shards
+//      are all-gathered back (asynchronously, waited in zero_grad()).
+//   2  stage 1 + gradients sharded: each bucket is reduce-scattered as soon as
+//      its gradients are ready (in bucket order on every rank); the full-size
+//      bucket buffers are transient (allocated at the bucket's first gradient
+//      write, freed once their reduce-scatter has completed; at most two in flight).
+//   3  stage 2 + parameters sharded: at rest each rank holds only its shard;
+//      every ShardedModule's parameters are gathered around its forward and
+//      its backward (the next module's prefetched) and freed after use.
+//
+// Guarantees:
+//  - Construction validates everything before communicating: the stage, the
+//    options, the parameter list (no nulls or duplicates, one dtype, one
+//    device), and at stage 3 that every parameter lies inside one of
+//    options.modules. Then every rank checks that all ranks have the same
+//    parameters (names, shapes) and the same shard layout (a hash, then the
+//    first differing line on every rank), and rank 0's values are broadcast.
+//  - A data-parallel group of one rank with stage > 0 runs stage 0 (logged):
+//    there is nothing to shard.
+//  - Every rank must call finish() after each synchronized backward, and
+//    no_sync() works as GradReducer's (gradients accumulate in the buckets,
+//    which then stay allocated until the synchronized backward's finish()).
+//  - Parameters that received no gradient count as zero gradients.
+//  - Stage 2 and 3: after finish() the model's Parameter::grad() no longer
+//    holds the gradient (it was reduce-scattered); use grad_shards().
+//  - memory(): bytes this object keeps per rank for parameters, gradients
+//    and optimizer state now, and the peak of their sum since construction.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "loom/comm/communicator.hpp"
+#include "loom/nn/parameter.hpp"
+#include "loom/optim/adamw.hpp"
+#include "loom/optim/optimizer.hpp"
+#include "loom/optim/param_slot.hpp"
+#include "loom/optim/sgd.hpp"
+#include "loom/parallel/sharded_module.hpp"
+
+namespace loom::parallel {
+
+struct ZeroOptions {
+  int stage = 1;  // 0 .. 3
+  size_t first_bucket_bytes = size_t{1} << 20;
+  size_t bucket_cap_bytes = size_t{25} << 20;
+  optim::DecayPolicy decay = optim::DecayPolicy::all;
+  // Stage 3: the wrappers that gather parameters (every parameter inside one).
+  std::vector<ShardedModule*> modules = {};
+  bool broadcast_parameters = true;
+};
+
+using OptimizerOptions = std::variant<optim::SgdOptions, optim::AdamWOptions>;
+
+struct MemoryStats {
+  size_t param_bytes = 0;      // parameter storage this rank holds now
+  size_t grad_bytes = 0;       // gradient storage this rank holds now
+  size_t optimizer_bytes = 0;  // optimizer state
+  size_t peak_bytes = 0;       // the largest sum of the three so far
+  size_t peak_param_bytes =
+      0;  // the largest parameter bytes so far (stage 3: shard + gathered units)
+  size_t peak_grad_bytes =
+      0;  // the largest gradient bytes so far (stage 2, 3: shard + live buckets)
+  size_t total() const { return param_bytes + grad_bytes + optimizer_bytes; }
+  std::string summary() const;
+};
+
+class ZeroOptimizer {
+ public:
+  ZeroOptimizer(std::vector<nn::Parameter*> params, comm::Communicator& dp,
+                const OptimizerOptions& optimizer, const ZeroOptions& options = {});
+  ~ZeroOptimizer();
+  ZeroOptimizer(const ZeroOptimizer&) = delete;
+  ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
+
+  // Waits for the previous step's parameter all-gather, then marks every
+  // gradient stale. Call before the forward pass.
+  void zero_grad();
+  // Launches the buckets not yet launched, waits for all of them.
+  void finish();
+  // After finish(): the global L2 norm of the gradients (squares summed over
+  // this rank's shard, all-reduced); scales them when it exceeds max_norm.
+  // Returns the norm before clipping.
+  double clip_grad_norm(double max_norm);
+  // Steps this rank's shard (every slot at stage 0) and starts the all-gather (stages 1, 2).
+  void step();
+  // Waits for the all-gather step() started (zero_grad() calls it).
+  void wait_parameters();
+  // Stage 3: gathers every parameter (for evaluation outside the wrappers or a
+  // full checkpoint) until release_parameters(); other stages: waits only.
+  void gather_parameters();
+  void release_parameters();
+
+  class NoSync {
+   public:
+    explicit NoSync(ZeroOptimizer& zero);
+    ~NoSync();
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    ZeroOptimizer& zero_;
+    bool previous_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+
+  // The stage in effect (0 when the group has one rank).
+  int stage() const;
+  int requested_stage() const { return options_.stage; }
+  optim::Optimizer& optimizer();
+  // After finish(): this rank's gradient pieces, one per optimizer slot.
+  std::vector<Tensor> grad_shards() const;
+  MemoryStats memory() const;
+  // Elements per rank of the flat buffers (0 at stage 0).
+  int64_t shard_numel() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  ZeroOptions options_;
+};
+
+}  // namespace loom::parallel

@@ -1,0 +1,610 @@
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "loom/core/error.hpp"
+#include "loom/core/logging.hpp"
+#include "loom/core/stream.hpp"
+#include "loom/optim/grad_clip.hpp"
+#include "loom/parallel/grad_reducer.hpp"
+#include "loom/parallel/zero.hpp"
+#include "parallel/control.hpp"
+#include "parallel/zero_layout.hpp"
+
+namespace loom::parallel {
+
+namespace {
+
+using detail::Range;
+
+Tensor flat_range(const Tensor& flat, Range range) {
+  return flat.slice(range.begin, range.end);
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<optim::ParamSlot> slots,
+                                                 const OptimizerOptions& options) {
+  if (const auto* sgd = std::get_if<optim::SgdOptions>(&options)) {
+    return std::make_unique<optim::SGD>(std::move(slots), *sgd);
+  }
+  return std::make_unique<optim::AdamW>(std::move(slots), std::get<optim::AdamWOptions>(options));
+}
+
+void validate(const std::vector<nn::Parameter*>& params, const ZeroOptions& options) {
+  LOOM_CHECK(options.stage >= 0 && options.stage <= 3, "ZeroOptions.stage is ", options.stage,
+             "; it must be 0 (plain data parallelism), 1 (optimizer state sharded), 2 (+ "
+             "gradients) or 3 (+ parameters)");
+  LOOM_CHECK(options.first_bucket_bytes >= 1 && options.bucket_cap_bytes >= 1,
+             "ZeroOptions bucket caps are ", options.first_bucket_bytes, " and ",
+             options.bucket_cap_bytes, " bytes; both must be at least 1");
+  LOOM_CHECK(!params.empty(),
+             "ZeroOptimizer: the parameter list is empty; pass model.parameters()");
+  std::unordered_set<const nn::Parameter*> seen;
+  for (size_t i = 0; i < params.size(); ++i) {
+    LOOM_CHECK(params[i] != nullptr, "ZeroOptimizer: parameter #", i, " is null");
+    LOOM_CHECK(seen.insert(params[i]).second, "ZeroOptimizer: parameter '", params[i]->name(),
+               "' (#", i, ") is listed twice; each parameter must appear once");
+    LOOM_CHECK(params[i]->device() == params[0]->device(), "ZeroOptimizer: parameter '",
+               params[i]->name(), "' is on ", params[i]->device().str(), " but '",
+               params[0]->name(), "' is on ", params[0]->device().str(),
+               "; a data-parallel replica lives on one device");
+    LOOM_CHECK(options.stage == 0 || params[i]->dtype() == DType::f32, "ZeroOptimizer: parameter '",
+               params[i]->name(), "' is ", dtype_name(params[i]->dtype()),
+               "; stages 1 to 3 shard f32 parameters only (fp32 "
+               "master copies of bf16/f16 parameters are not implemented)");
+  }
+  if (options.stage == 3) {
+    LOOM_CHECK(!options.modules.empty(),
+               "ZeroOptimizer: stage 3 needs ZeroOptions.modules, the parallel::ShardedModule "
+               "wrappers that gather parameters around their forward and backward (e.g. "
+               "shard_children(gpt.blocks()) plus a ShardedModule around the whole model)");
+    for (size_t j = 0; j < options.modules.size(); ++j) {
+      LOOM_CHECK(options.modules[j] != nullptr, "ZeroOptimizer: ZeroOptions.modules[", j,
+                 "] is null");
+    }
+  }
+}
+
+}  // namespace
+
+std::string MemoryStats::summary() const {
+  auto mib = [](size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
+  return str_cat("params ", mib(param_bytes), " MiB, grads ", mib(grad_bytes), " MiB, optimizer ",
+                 mib(optimizer_bytes), " MiB, peak ", mib(peak_bytes), " MiB");
+}
+
+struct ZeroOptimizer::Impl final : ParameterGatherer {
+  struct Bucket {
+    Tensor buffer;  // stage 1: a view of the full gradient; stages 2, 3: transient
+    int pending = 0;
+    bool launched = false;
+    comm::Work work;
+  };
+  enum class UnitState { released, gathering, gathered };
+  struct Unit {
+    Tensor buffer;
+    comm::Work work;
+    UnitState state = UnitState::released;
+    int uses = 0;
+  };
+
+  std::vector<nn::Parameter*> params;
+  comm::Communicator& comm;
+  ZeroOptions options;
+  int stage = 0;
+  Device device = Device::cpu();
+  size_t element = 4;
+
+  std::unique_ptr<GradReducer> reducer;  // stage 0
+  std::optional<GradReducer::NoSync> reducer_no_sync;
+  std::unique_ptr<optim::Optimizer> opt;
+
+  detail::ZeroLayout layout;
+  Range mine;
+  Tensor flat_value;   // stages 1, 2: every parameter is a view of it
+  Tensor shard_value;  // stage 3: this rank's shard only
+  Tensor flat_grad;    // stage 1
+  Tensor shard_grad;   // stages 2, 3
+  std::vector<Bucket> buckets;
+  std::vector<size_t> bucket_of;
+  std::vector<bool> ready;
+  size_t next_launch = 0;
+  std::vector<int> hook_ids;
+  bool syncing = true;
+
+  Tensor gather_send;  // stages 1, 2: a copy of the stepped shard while the all-gather runs
+  comm::Work gather_work;
+  bool gather_pending = false;
+
+  // Stage 3.
+  std::vector<Unit> units;                                        // layout order
+  std::unordered_map<const ShardedModule*, long> unit_of_module;  // -1: no own parameters
+  std::vector<size_t> order[2];  // units by first use per phase, recorded in the first step
+  bool recording = true;
+
+  int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
+  int64_t peak = 0, peak_params = 0, peak_grads = 0;
+
+  Impl(std::vector<nn::Parameter*> list, comm::Communicator& dp, const OptimizerOptions& optimizer,
+       const ZeroOptions& zero)
+      : params(std::move(list)), comm(dp), options(zero) {
+    validate(params, options);
+    device = params[0]->device();
+    element = dtype_size(params[0]->dtype());
+    stage = options.stage;
+    if (stage > 0 && comm.size() == 1) {
+      LOOM_LOG_INFO("ZeroOptimizer: the data-parallel group has one rank; stage ", stage,
+                    " shards nothing and runs as stage 0");
+      stage = 0;
+    }
+    std::vector<size_t> unit_of(params.size(), 0);
+    if (stage == 3) unit_of = assign_units();
+
+    std::vector<optim::ParamSlot> decay = optim::param_slots(params, options.decay);
+    if (stage == 0) {
+      reducer = std::make_unique<GradReducer>(
+          params, comm,
+          ReducerOptions{.first_bucket_bytes = options.first_bucket_bytes,
+                         .bucket_cap_bytes = options.bucket_cap_bytes,
+                         .unused = UnusedParameters::zero_fill,
+                         .broadcast_parameters = options.broadcast_parameters});
+      opt = make_optimizer(std::move(decay), optimizer);
+      for (const nn::Parameter* p : params) {
+        param_bytes += static_cast<int64_t>(p->numel() * element);
+      }
+      grad_bytes = param_bytes;  // the reducer's buckets (without their alignment padding)
+      optimizer_bytes = static_cast<int64_t>(opt->state_bytes());
+      track(0, 0);
+      return;
+    }
+
+    detail::check_parameter_agreement(comm, params, device);
+    layout = detail::build_zero_layout(params, unit_of, comm.size(), element,
+                                       options.first_bucket_bytes, options.bucket_cap_bytes);
+    detail::check_layout_agreement(comm, layout.describe(params), device);
+    if (options.broadcast_parameters) {
+      std::vector<comm::Work> works;
+      for (nn::Parameter* p : params) works.push_back(comm.broadcast(p->value(), {.root = 0}));
+      comm::wait_all(works);
+    }
+    mine = layout.shard_of(comm.rank());
+    const auto shard_bytes = static_cast<int64_t>(layout.shard * element);
+
+    if (stage < 3) {
+      flat_value = Tensor::zeros({layout.total}, DType::f32, device);
+      for (const auto& e : layout.entries) {
+        params[e.param]->set_value_buffer(flat_value.flat_view(e.offset, params[e.param]->shape()));
+      }
+      track(static_cast<int64_t>(flat_value.nbytes()), 0);
+    } else {
+      shard_value = Tensor::zeros({layout.shard}, DType::f32, device);
+      for (const auto& e : layout.entries) {
+        const Range piece = detail::intersect(e.range(), mine);
+        if (piece.size() == 0) continue;
+        flat_range(shard_value, {piece.begin - mine.begin, piece.end - mine.begin})
+            .copy_from(flat_range(params[e.param]->value().flatten(),
+                                  {piece.begin - e.offset, piece.end - e.offset}));
+      }
+      for (nn::Parameter* p : params) p->release_value();
+      track(shard_bytes, 0);
+      units.resize(layout.units.size());
+      for (size_t j = 0; j < options.modules.size(); ++j) unit_of_module[options.modules[j]] = -1;
+      for (size_t i = 0; i < params.size(); ++i) {
+        unit_of_module[options.modules[unit_of[i]]] =
+            static_cast<long>(layout.entries[layout.entry_of[i]].unit);
+      }
+      for (ShardedModule* m : options.modules) m->attach(this);
+    }
+
+    if (stage == 1) {
+      flat_grad = Tensor::zeros({layout.total}, DType::f32, device);
+      for (const auto& e : layout.entries) {
+        params[e.param]->set_grad_buffer(flat_grad.flat_view(e.offset, params[e.param]->shape()));
+      }
+      track(0, static_cast<int64_t>(flat_grad.nbytes()));
+    } else {
+      shard_grad = Tensor::zeros({layout.shard}, DType::f32, device);
+      track(0, shard_bytes);
+    }
+
+    buckets.resize(layout.buckets.size());
+    bucket_of.assign(params.size(), 0);
+    for (size_t b = 0; b < layout.buckets.size(); ++b) {
+      for (const size_t i : layout.buckets[b].params) bucket_of[i] = b;
+      buckets[b].pending = static_cast<int>(layout.buckets[b].params.size());
+      if (stage == 1) buckets[b].buffer = flat_range(flat_grad, layout.buckets[b].range);
+    }
+    if (stage >= 2) {
+      for (size_t i = 0; i < params.size(); ++i) {
+        params[i]->release_grad();
+        params[i]->set_grad_provider([this, i](nn::Parameter&) { return grad_view(i); });
+      }
+    }
+    ready.assign(params.size(), false);
+    for (size_t i = 0; i < params.size(); ++i) {
+      hook_ids.push_back(params[i]->add_ready_hook([this, i](nn::Parameter&) { on_ready(i); }));
+    }
+
+    // Optimizer slots: the pieces of this rank's shard, one per parameter it touches.
+    std::vector<optim::ParamSlot> slots;
+    for (const auto& e : layout.entries) {
+      const Range piece = detail::intersect(e.range(), mine);
+      if (piece.size() == 0) continue;
+      const Range local{piece.begin - mine.begin, piece.end - mine.begin};
+      Tensor value = stage == 3 ? flat_range(shard_value, local) : flat_range(flat_value, piece);
+      Tensor grad = stage == 1 ? flat_range(flat_grad, piece) : flat_range(shard_grad, local);
+      slots.push_back(
+          optim::ParamSlot::buffer(str_cat(params[e.param]->name(), "[", piece.begin - e.offset,
+                                           ":", piece.end - e.offset, "]"),
+                                   value, grad, decay[e.param].weight_decay));
+    }
+    opt = make_optimizer(std::move(slots), optimizer);
+    optimizer_bytes = static_cast<int64_t>(opt->state_bytes());
+    track(0, 0);
+  }
+
+  ~Impl() override {
+    for (size_t i = 0; i < hook_ids.size(); ++i) params[i]->remove_ready_hook(hook_ids[i]);
+    if (stage >= 2) {
+      for (nn::Parameter* p : params) p->set_grad_provider({});
+    }
+    for (ShardedModule* m : options.modules) m->attach(nullptr);
+    // The backend uses these buffers until the operations finish.
+    auto quiet_wait = [](const comm::Work& work) {
+      try {
+        work.wait();
+      } catch (const std::exception&) {
+        // Already reported to whoever waited first; nothing to add while unwinding.
+      }
+    };
+    for (const Bucket& b : buckets) quiet_wait(b.work);
+    for (const Unit& u : units) quiet_wait(u.work);
+    quiet_wait(gather_work);
+  }
+
+  // Each parameter goes to the innermost module that contains it (the one with fewest parameters).
+  std::vector<size_t> assign_units() {
+    std::unordered_map<const nn::Parameter*, size_t> index;
+    for (size_t i = 0; i < params.size(); ++i) index[params[i]] = i;
+    constexpr size_t kUnassigned = std::numeric_limits<size_t>::max();
+    std::vector<size_t> unit_of(params.size(), kUnassigned), best(params.size(), kUnassigned);
+    for (size_t j = 0; j < options.modules.size(); ++j) {
+      const std::vector<nn::Parameter*> own = options.modules[j]->parameters();
+      for (const nn::Parameter* p : own) {
+        const auto it = index.find(p);
+        LOOM_CHECK(it != index.end(), "ZeroOptimizer: parameter '", p->name(),
+                   "' of ShardedModule '", options.modules[j]->name(),
+                   "' is not in the parameter list");
+        if (own.size() < best[it->second]) {
+          best[it->second] = own.size();
+          unit_of[it->second] = j;
+        }
+      }
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      LOOM_CHECK(unit_of[i] != kUnassigned, "ZeroOptimizer: stage 3 parameter '", params[i]->name(),
+                 "' is inside none of ZeroOptions.modules; wrap the whole model in a "
+                 "ShardedModule too (its own parameters are those no inner wrapper holds)");
+    }
+    return unit_of;
+  }
+
+  long unit_of(const ShardedModule& module) const {
+    const auto it = unit_of_module.find(&module);
+    return it == unit_of_module.end() ? -1 : it->second;
+  }
+
+  const ShardedModule* owner_of_unit(size_t unit) const {
+    for (const auto& [module, u] : unit_of_module) {
+      if (u == static_cast<long>(unit)) return module;
+    }
+    return nullptr;
+  }
+
+  // The part of `range` this rank owns, as positions in its shard (empty: 0..0).
+  Range local_piece(Range range) const {
+    const Range piece = detail::intersect(range, mine);
+    if (piece.size() == 0) return {0, 0};
+    return {piece.begin - mine.begin, piece.end - mine.begin};
+  }
+
+  void track(int64_t param_delta, int64_t grad_delta) {
+    param_bytes += param_delta;
+    grad_bytes += grad_delta;
+    peak_params = std::max(peak_params, param_bytes);
+    peak_grads = std::max(peak_grads, grad_bytes);
+    peak = std::max(peak, param_bytes + grad_bytes + optimizer_bytes);
+  }
+
+  // ---- gradients (stages 1 to 3) ----------------------------------------------------------
+
+  // Stages 2, 3: where parameter i's next gradient goes (its bucket, allocated on first use).
+  Tensor grad_view(size_t i) {
+    const auto& e = layout.entries[layout.entry_of[i]];
+    const auto& range = layout.buckets[bucket_of[i]].range;
+    Bucket& b = buckets[bucket_of[i]];
+    if (!b.buffer.defined()) {
+      b.buffer = Tensor::zeros({range.size()}, DType::f32, device);
+      track(0, static_cast<int64_t>(b.buffer.nbytes()));
+    }
+    return b.buffer.flat_view(e.offset - range.begin, params[i]->shape());
+  }
+
+  void on_ready(size_t i) {
+    if (syncing) mark_ready(i);
+  }
+
+  void mark_ready(size_t i) {
+    LOOM_CHECK(!ready[i], "ZeroOptimizer: parameter '", params[i]->name(),
+               "' became ready twice in one synchronized backward; call finish() after each "
+               "synchronized backward");
+    ready[i] = true;
+    if (--buckets[bucket_of[i]].pending == 0) {
+      while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
+        launch(next_launch++);
+      }
+    }
+  }
+
+  void launch(size_t index) {
+    Bucket& b = buckets[index];
+    const Range range = layout.buckets[index].range;
+    if (stage == 1) {
+      b.work = comm.all_reduce(b.buffer, {.op = comm::ReduceOp::avg});
+    } else {
+      // Keep at most two full-size buckets in flight: free the older ones first.
+      for (size_t k = 0; k + 1 < index; ++k) release_bucket(k);
+      if (!b.buffer.defined()) (void)grad_view(layout.buckets[index].params.front());
+      b.work = comm.reduce_scatter(b.buffer, flat_range(shard_grad, local_piece(range)),
+                                   {.op = comm::ReduceOp::avg, .counts = layout.counts(range)});
+    }
+    b.launched = true;
+  }
+
+  // Stages 2, 3: waits for a launched bucket and frees its full-size buffer.
+  void release_bucket(size_t index) {
+    Bucket& b = buckets[index];
+    if (!b.launched || !b.buffer.defined()) return;
+    b.work.block_stream(current_stream(device));
+    b.work.wait();
+    for (const size_t i : layout.buckets[index].params) params[i]->release_grad();
+    track(0, -static_cast<int64_t>(b.buffer.nbytes()));
+    b.buffer = Tensor();
+  }
+
+  void finish() {
+    LOOM_CHECK(syncing,
+               "ZeroOptimizer::finish() called inside no_sync(); end the no_sync scope "
+               "and run the last micro-batch's backward first");
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      const std::vector<size_t> members = layout.buckets[b].params;
+      for (const size_t i : members) {
+        if (ready[i]) continue;
+        // Unused in this pass (or written under no_sync only): its gradient as it stands.
+        if (!params[i]->grad_written()) (void)params[i]->grad();
+        mark_ready(i);
+      }
+    }
+    LOOM_ASSERT(next_launch == buckets.size(), "every bucket is launched by now");
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      if (stage == 1) {
+        buckets[b].work.block_stream(current_stream(device));
+        buckets[b].work.wait();
+      } else {
+        release_bucket(b);
+      }
+      buckets[b].pending = static_cast<int>(layout.buckets[b].params.size());
+      buckets[b].launched = false;
+      buckets[b].work = comm::Work();
+    }
+    std::fill(ready.begin(), ready.end(), false);
+    next_launch = 0;
+    if (stage == 3) {
+      for (size_t u = 0; u < units.size(); ++u) {
+        LOOM_CHECK(units[u].uses == 0, "ZeroOptimizer: ShardedModule '",
+                   owner_of_unit(u) ? owner_of_unit(u)->name() : std::string("?"),
+                   "' still holds its gathered parameters at finish(): a backward_input without "
+                   "its backward_weight");
+        if (units[u].state != UnitState::released) release_unit(u);  // an unused prefetch
+      }
+      recording = false;
+    }
+  }
+
+  // ---- parameters ---------------------------------------------------------------------------
+
+  void step() {
+    wait_parameters();
+    opt->step();
+    if (stage == 1 || stage == 2) {
+      gather_send = flat_range(flat_value, mine).clone();
+      track(static_cast<int64_t>(gather_send.nbytes()), 0);
+      gather_work = comm.all_gather(gather_send, flat_value);
+      gather_pending = true;
+    }
+  }
+
+  void wait_parameters() {
+    if (!gather_pending) return;
+    gather_work.block_stream(current_stream(device));
+    gather_work.wait();
+    gather_pending = false;
+    track(-static_cast<int64_t>(gather_send.nbytes()), 0);
+    gather_send = Tensor();
+  }
+
+  // ---- stage 3: ParameterGatherer --------------------------------------------------------------
+
+  void start_gather(size_t u) {
+    Unit& unit = units[u];
+    if (unit.state != UnitState::released) return;
+    const Range range = layout.units[u].range;
+    unit.buffer = Tensor::empty({range.size()}, DType::f32, device);
+    track(static_cast<int64_t>(unit.buffer.nbytes()), 0);
+    unit.work = comm.all_gather(flat_range(shard_value, local_piece(range)), unit.buffer,
+                                {.counts = layout.counts(range)});
+    unit.state = UnitState::gathering;
+  }
+
+  void complete_gather(size_t u) {
+    Unit& unit = units[u];
+    if (unit.state == UnitState::gathered) return;
+    start_gather(u);
+    unit.work.block_stream(current_stream(device));
+    unit.work.wait();
+    unit.work = comm::Work();
+    const Range range = layout.units[u].range;
+    for (const size_t i : layout.units[u].params) {
+      const auto& e = layout.entries[layout.entry_of[i]];
+      params[i]->bind_value(unit.buffer.flat_view(e.offset - range.begin, params[i]->shape()));
+    }
+    unit.state = UnitState::gathered;
+  }
+
+  void release_unit(size_t u) {
+    Unit& unit = units[u];
+    if (unit.state == UnitState::gathering) {
+      unit.work.wait();
+      unit.work = comm::Work();
+    }
+    for (const size_t i : layout.units[u].params) params[i]->release_value();
+    track(-static_cast<int64_t>(unit.buffer.nbytes()), 0);
+    unit.buffer = Tensor();
+    unit.state = UnitState::released;
+  }
+
+  void before_use(ShardedModule& module, Phase phase) override {
+    const long found = unit_of(module);
+    if (found < 0) return;
+    const auto u = static_cast<size_t>(found);
+    std::vector<size_t>& seen = order[static_cast<int>(phase)];
+    if (recording && std::find(seen.begin(), seen.end(), u) == seen.end()) seen.push_back(u);
+    complete_gather(u);
+    ++units[u].uses;
+    if (!recording) {
+      // Prefetch the unit that comes next in this phase while this one computes.
+      const auto it = std::find(seen.begin(), seen.end(), u);
+      if (it != seen.end() && it + 1 != seen.end()) start_gather(*(it + 1));
+    }
+  }
+
+  void after_use(ShardedModule& module, Phase) override {
+    const long found = unit_of(module);
+    if (found < 0) return;
+    const auto u = static_cast<size_t>(found);
+    LOOM_CHECK(units[u].uses > 0, "ShardedModule '", module.name(),
+               "': after_use without before_use");
+    if (--units[u].uses == 0) release_unit(u);
+  }
+};
+
+ZeroOptimizer::ZeroOptimizer(std::vector<nn::Parameter*> params, comm::Communicator& dp,
+                             const OptimizerOptions& optimizer, const ZeroOptions& options)
+    : impl_(std::make_unique<Impl>(std::move(params), dp, optimizer, options)), options_(options) {}
+
+ZeroOptimizer::~ZeroOptimizer() = default;
+
+void ZeroOptimizer::zero_grad() {
+  wait_parameters();
+  if (impl_->stage == 0) {
+    impl_->opt->zero_grad();
+    return;
+  }
+  for (nn::Parameter* p : impl_->params) p->zero_grad();
+}
+
+void ZeroOptimizer::finish() {
+  if (impl_->stage == 0) {
+    impl_->reducer->finish();
+  } else {
+    impl_->finish();
+  }
+}
+
+double ZeroOptimizer::clip_grad_norm(double max_norm) {
+  if (impl_->stage == 0) return optim::clip_grad_norm(impl_->params, max_norm);
+  LOOM_CHECK(max_norm > 0 && std::isfinite(max_norm), "ZeroOptimizer::clip_grad_norm: max_norm is ",
+             max_norm, "; it must be positive and finite");
+  const std::vector<Tensor> pieces = grad_shards();
+  const double local = optim::grad_sum_squares(pieces);
+  // Two f32 words (value and remainder) carry the double sum nearly exactly.
+  const auto hi = static_cast<float>(local);
+  const auto lo = static_cast<float>(local - static_cast<double>(hi));
+  Tensor sums = Tensor::from_vector(std::vector<float>{hi, lo}, {2}, impl_->device);
+  impl_->comm.all_reduce(sums, {.op = comm::ReduceOp::sum}).wait();
+  const std::vector<float> total = sums.to_vector<float>();
+  const double norm = std::sqrt(static_cast<double>(total[0]) + static_cast<double>(total[1]));
+  if (std::isfinite(norm) && norm > max_norm) {
+    optim::scale_grads(pieces, optim::clip_coefficient(norm, max_norm));
+  }
+  return norm;
+}
+
+void ZeroOptimizer::step() {
+  if (impl_->stage == 0) {
+    impl_->opt->step();
+  } else {
+    impl_->step();
+  }
+}
+
+void ZeroOptimizer::wait_parameters() {
+  impl_->wait_parameters();
+}
+
+void ZeroOptimizer::gather_parameters() {
+  wait_parameters();
+  for (size_t u = 0; u < impl_->units.size(); ++u) {
+    impl_->complete_gather(u);
+    ++impl_->units[u].uses;
+  }
+}
+
+void ZeroOptimizer::release_parameters() {
+  for (size_t u = 0; u < impl_->units.size(); ++u) {
+    LOOM_CHECK(impl_->units[u].uses > 0,
+               "ZeroOptimizer::release_parameters() without gather_parameters()");
+    if (--impl_->units[u].uses == 0) impl_->release_unit(u);
+  }
+}
+
+ZeroOptimizer::NoSync::NoSync(ZeroOptimizer& zero) : zero_(zero), previous_(zero.impl_->syncing) {
+  zero_.impl_->syncing = false;
+  if (zero_.impl_->reducer && !zero_.impl_->reducer_no_sync) {
+    zero_.impl_->reducer_no_sync.emplace(*zero_.impl_->reducer);
+  }
+}
+
+ZeroOptimizer::NoSync::~NoSync() {
+  zero_.impl_->syncing = previous_;
+  if (previous_) zero_.impl_->reducer_no_sync.reset();
+}
+
+int ZeroOptimizer::stage() const {
+  return impl_->stage;
+}
+
+optim::Optimizer& ZeroOptimizer::optimizer() {
+  return *impl_->opt;
+}
+
+std::vector<Tensor> ZeroOptimizer::grad_shards() const {
+  return impl_->opt->grads();
+}
+
+MemoryStats ZeroOptimizer::memory() const {
+  return {.param_bytes = static_cast<size_t>(impl_->param_bytes),
+          .grad_bytes = static_cast<size_t>(impl_->grad_bytes),
+          .optimizer_bytes = static_cast<size_t>(impl_->optimizer_bytes),
+          .peak_bytes = static_cast<size_t>(impl_->peak),
+          .peak_param_bytes = static_cast<size_t>(impl_->peak_params),
+          .peak_grad_bytes = static_cast<size_t>(impl_->peak_grads)};
+}
+
+int64_t ZeroOptimizer::shard_numel() const {
+  return impl_->stage == 0 ? 0 : impl_->layout.shard;
+}
+
+}  // namespace loom::parallel

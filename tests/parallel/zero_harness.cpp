@@ -1,0 +1,198 @@
+#include "zero_harness.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "loom/core/error.hpp"
+#include "loom/core/random.hpp"
+#include "loom/models/gpt.hpp"
+#include "loom/models/resnet.hpp"
+#include "loom/nn/cross_entropy_loss.hpp"
+#include "loom/parallel/sharded_module.hpp"
+
+namespace loom::testing {
+
+namespace {
+
+constexpr uint64_t kModelSeed = 1234;
+constexpr uint64_t kDataSeed = 4321;
+constexpr int64_t kVocab = 64;
+constexpr int64_t kSeq = 16;
+constexpr int64_t kImage = 16;
+constexpr int64_t kClasses = 10;
+
+uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+struct Batch {
+  Tensor x, y;
+};
+
+Batch make_batch(ZeroModel model, int64_t first, int64_t n) {
+  if (model == ZeroModel::gpt) {
+    std::vector<int32_t> ids, targets;
+    for (int64_t row = first; row < first + n; ++row) {
+      std::vector<int32_t> window;
+      for (int64_t t = 0; t <= kSeq; ++t) {
+        window.push_back(static_cast<int32_t>(
+            mix(kDataSeed ^ (static_cast<uint64_t>(row) << 20) ^ static_cast<uint64_t>(t)) %
+            kVocab));
+      }
+      ids.insert(ids.end(), window.begin(), window.end() - 1);
+      targets.insert(targets.end(), window.begin() + 1, window.end());
+    }
+    return {Tensor::from_vector(ids, {n, kSeq}), Tensor::from_vector(targets, {n, kSeq})};
+  }
+  std::vector<float> pixels;
+  std::vector<int32_t> labels;
+  for (int64_t row = first; row < first + n; ++row) {
+    Tensor image = Tensor::empty({3, kImage, kImage});
+    fill_normal(image, RandomKey{kDataSeed, static_cast<uint64_t>(row)}, 0.0f, 1.0f);
+    const std::vector<float> values = image.to_vector<float>();
+    pixels.insert(pixels.end(), values.begin(), values.end());
+    labels.push_back(static_cast<int32_t>(mix(kDataSeed + static_cast<uint64_t>(row)) % kClasses));
+  }
+  return {Tensor::from_vector(pixels, {n, 3, kImage, kImage}), Tensor::from_vector(labels, {n})};
+}
+
+// The model, wrapped for stage 3: each GPT block / ResNet child in a
+// ShardedModule, and the whole model in one more (embeddings, head).
+struct Built {
+  std::unique_ptr<nn::Module> model;
+  std::vector<parallel::ShardedModule*> modules;
+};
+
+Built build(ZeroModel kind, bool wrap) {
+  const nn::ModuleOptions m{.seed = kModelSeed};
+  Built out;
+  if (kind == ZeroModel::gpt) {
+    auto gpt = std::make_unique<models::GPT>(
+        "gpt",
+        models::GPTConfig{
+            .vocab = kVocab, .layers = 2, .d_model = 32, .heads = 4, .seq_len = kSeq, .module = m});
+    if (wrap) out.modules = parallel::shard_children(gpt->blocks());
+    out.model = std::move(gpt);
+  } else {
+    auto net = models::make_resnet("resnet", models::resnet18({.stem = models::ResNetStem::cifar,
+                                                               .in_channels = 3,
+                                                               .classes = kClasses,
+                                                               .width = 8,
+                                                               .module = m}));
+    if (wrap) out.modules = parallel::shard_children(*net);
+    out.model = std::move(net);
+  }
+  if (wrap) {
+    auto root = std::make_unique<parallel::ShardedModule>(std::move(out.model));
+    out.modules.insert(out.modules.begin(), root.get());
+    out.model = std::move(root);
+  }
+  return out;
+}
+
+parallel::OptimizerOptions optimizer_options(ZeroOptim kind) {
+  if (kind == ZeroOptim::sgd) {
+    return optim::SgdOptions{.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4};
+  }
+  return optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.1};
+}
+
+}  // namespace
+
+std::string describe(const ZeroRun& run) {
+  return str_cat(run.model == ZeroModel::gpt ? "gpt" : "resnet", " ",
+                 run.optimizer == ZeroOptim::sgd ? "sgd" : "adamw", " stage ", run.stage,
+                 run.micro_steps > 1 ? str_cat(", ", run.micro_steps, " micro-steps") : "",
+                 run.clip > 0 ? str_cat(", clip ", run.clip) : "");
+}
+
+ZeroResult run_zero(const ZeroRun& run, comm::Communicator& dp) {
+  Built built = build(run.model, run.stage == 3);
+  nn::Module& model = *built.model;
+  ZeroResult result;
+  for (const nn::Parameter* p : model.parameters()) {
+    result.total_param_bytes += p->numel() * sizeof(float);
+  }
+  for (parallel::ShardedModule* module : built.modules) {
+    // A unit's own bytes: its parameters minus those of wrappers nested inside it.
+    size_t bytes = 0;
+    for (const nn::Parameter* p : module->parameters()) bytes += p->numel() * sizeof(float);
+    for (parallel::ShardedModule* other : built.modules) {
+      if (other == module || other->parameters().size() >= module->parameters().size()) continue;
+      const auto own = module->parameters();
+      const auto inner = other->parameters();
+      if (std::find(own.begin(), own.end(), inner.front()) == own.end()) continue;
+      for (const nn::Parameter* p : inner) bytes -= p->numel() * sizeof(float);
+    }
+    if (module == built.modules.front()) {
+      result.root_module_bytes = bytes;
+    } else if (bytes > result.largest_module_bytes[0]) {
+      result.largest_module_bytes[1] = result.largest_module_bytes[0];
+      result.largest_module_bytes[0] = bytes;
+    } else if (bytes > result.largest_module_bytes[1]) {
+      result.largest_module_bytes[1] = bytes;
+    }
+  }
+
+  parallel::ZeroOptimizer zero(model.parameters(), dp, optimizer_options(run.optimizer),
+                               {.stage = run.stage,
+                                .first_bucket_bytes = run.bucket_bytes,
+                                .bucket_cap_bytes = run.bucket_bytes,
+                                .modules = built.modules});
+  result.effective_stage = zero.stage();
+  const float scale = 1.0f / static_cast<float>(run.micro_steps);
+  const int64_t micro = run.per_rank_batch / run.micro_steps;
+  nn::CrossEntropyLoss ce;
+  for (int step = 0; step < run.steps; ++step) {
+    zero.zero_grad();
+    double loss = 0;
+    for (int m = 0; m < run.micro_steps; ++m) {
+      std::optional<parallel::ZeroOptimizer::NoSync> guard;
+      if (m + 1 < run.micro_steps) guard.emplace(zero);
+      const int64_t first = (step * dp.size() + dp.rank()) * run.per_rank_batch + m * micro;
+      const Batch batch = make_batch(run.model, first, micro);
+      nn::Context ctx;
+      const Tensor logits = model.forward(batch.x, ctx);
+      loss += ce.forward(logits, batch.y, ctx).item<float>() * scale;
+      model.backward(ce.backward(ctx, scale), ctx);
+    }
+    zero.finish();
+    if (run.clip > 0) result.norms.push_back(zero.clip_grad_norm(run.clip));
+    zero.step();
+    result.losses.push_back(loss);
+  }
+  result.memory = zero.memory();
+  zero.gather_parameters();
+  for (nn::Parameter* p : model.parameters())
+    result.params.push_back(p->value().to_vector<float>());
+  zero.release_parameters();
+  return result;
+}
+
+std::vector<double> mean_over_ranks(comm::Communicator& comm, const std::vector<double>& values) {
+  std::vector<float> v(values.begin(), values.end());
+  Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())});
+  comm.all_reduce(t, {.op = comm::ReduceOp::avg}).wait();
+  const std::vector<float> mean = t.to_vector<float>();
+  return {mean.begin(), mean.end()};
+}
+
+double worst_ratio(const std::vector<std::vector<float>>& a,
+                   const std::vector<std::vector<float>>& b, double atol, double rtol) {
+  LOOM_CHECK(a.size() == b.size(), "worst_ratio: ", a.size(), " vs ", b.size(), " tensors");
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    LOOM_CHECK(a[i].size() == b[i].size(), "worst_ratio: tensor ", i, " sizes differ");
+    for (size_t k = 0; k < a[i].size(); ++k) {
+      const double ref = b[i][k];
+      worst = std::max(worst, std::abs(a[i][k] - ref) / (atol + rtol * std::abs(ref)));
+    }
+  }
+  return worst;
+}
+
+}  // namespace loom::testing

@@ -1,0 +1,166 @@
+// ZeRO on the local backend (ranks as threads): each stage reproduces the
+// plain data-parallel run (stage 0) step by step; the memory figures shrink
+// by the group size; bad configurations fail clearly on every rank.
+// Tolerance as for data parallelism: |stage k - stage 0| <= 1e-5 + 1e-4 |stage 0|
+// per loss and per final parameter element (the stages reduce the same
+// per-rank gradients, only the clipping norm is summed in another order).
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <mutex>
+
+#include "loom/comm/local.hpp"
+#include "loom/nn/linear.hpp"
+#include "loom/parallel/zero.hpp"
+#include "zero_harness.hpp"
+
+using namespace loom;
+using namespace loom::testing;
+
+namespace {
+
+constexpr double kAtol = 1e-5;
+constexpr double kRtol = 1e-4;
+
+std::vector<ZeroResult> run_ranks(const ZeroRun& run, int ranks) {
+  std::vector<ZeroResult> out(static_cast<size_t>(ranks));
+  comm::run_local_ranks(comm::make_local_group(ranks, "dp"), [&](comm::Communicator& c) {
+    out[static_cast<size_t>(c.rank())] = run_zero(run, c);
+  });
+  return out;
+}
+
+void check_matches_stage0(ZeroRun run, int ranks) {
+  const int stage = run.stage;
+  run.stage = 0;
+  const auto ref = run_ranks(run, ranks);
+  run.stage = stage;
+  const auto got = run_ranks(run, ranks);
+  for (int r = 0; r < ranks; ++r) {
+    INFO(describe(run) << " rank " << r);
+    CHECK(got[r].effective_stage == stage);
+    for (size_t s = 0; s < ref[r].losses.size(); ++s) {
+      CHECK(std::abs(got[r].losses[s] - ref[r].losses[s]) <=
+            kAtol + kRtol * std::abs(ref[r].losses[s]));
+    }
+    for (size_t s = 0; s < ref[r].norms.size(); ++s) {
+      CHECK(std::abs(got[r].norms[s] - ref[r].norms[s]) <= 1e-6 + 1e-5 * ref[r].norms[s]);
+    }
+    CHECK(worst_ratio(got[r].params, ref[r].params, kAtol, kRtol) <= 1.0);
+    CHECK(got[r].params == got[0].params);  // replicas identical
+  }
+  CHECK(std::abs(ref[0].losses.back() - ref[0].losses.front()) > 1e-3);  // training moves
+}
+
+}  // namespace
+
+TEST_CASE("zero: GPT stages 1-3 match stage 0 (AdamW, accumulation, clipping)", "[zero]") {
+  for (int stage : {1, 2, 3}) {
+    check_matches_stage0({.stage = stage, .steps = 3}, 2);
+    check_matches_stage0({.stage = stage, .steps = 3, .micro_steps = 2, .clip = 0.05}, 2);
+  }
+  check_matches_stage0({.optimizer = ZeroOptim::sgd, .stage = 3, .steps = 3, .clip = 0.05}, 3);
+}
+
+TEST_CASE("zero: ResNet stage 3 matches stage 0 (SGD)", "[zero]") {
+  check_matches_stage0(
+      {.model = ZeroModel::resnet, .optimizer = ZeroOptim::sgd, .stage = 3, .steps = 2}, 2);
+}
+
+TEST_CASE("zero: memory per rank shrinks by the group size", "[zero]") {
+  constexpr int kRanks = 4;
+  const size_t padding = 64 * 200;  // 64 bytes per parameter at most, ample
+  std::vector<ZeroResult> runs[4];
+  for (int stage = 0; stage <= 3; ++stage)
+    runs[stage] = run_ranks({.stage = stage, .steps = 2}, kRanks);
+  const ZeroResult& full = runs[0][0];
+  const size_t total = full.total_param_bytes;
+  for (int r = 0; r < kRanks; ++r) {
+    for (int stage = 1; stage <= 3; ++stage) {
+      const parallel::MemoryStats& m = runs[stage][r].memory;
+      INFO("stage " << stage << " rank " << r << ": " << m.summary());
+      // AdamW: two f32 moments per element.
+      CHECK(m.optimizer_bytes * kRanks >= 2 * total - padding);
+      CHECK(m.optimizer_bytes * kRanks <= 2 * total + padding);
+      if (stage >= 2) CHECK(m.grad_bytes <= total / kRanks + padding / kRanks + 64);
+      if (stage == 3) {
+        CHECK(m.param_bytes <= total / kRanks + padding / kRanks + 64);
+        // The shard, the outermost unit (held through forward and backward) and
+        // the two largest inner units (the current one and the prefetched next).
+        const ZeroResult& s3 = runs[3][r];
+        CHECK(m.peak_param_bytes <= m.param_bytes + s3.root_module_bytes +
+                                        s3.largest_module_bytes[0] + s3.largest_module_bytes[1] +
+                                        padding);
+      } else {
+        CHECK(m.param_bytes >= total);
+      }
+    }
+    CHECK(runs[0][r].memory.optimizer_bytes == 2 * total);
+  }
+}
+
+TEST_CASE("zero: bad configurations fail clearly", "[zero]") {
+  nn::Linear fc("fc", 4, 3);
+  auto dp = comm::make_local_group(1, "dp");
+  CHECK_THROWS_WITH(
+      parallel::ZeroOptimizer(fc.parameters(), *dp[0], optim::SgdOptions{}, {.stage = 4}),
+      Catch::Contains("ZeroOptions.stage is 4"));
+  CHECK_THROWS_WITH(
+      parallel::ZeroOptimizer(fc.parameters(), *dp[0], optim::SgdOptions{}, {.stage = 3}),
+      Catch::Contains("stage 3 needs ZeroOptions.modules"));
+  {
+    // One rank: stage 2 runs as stage 0.
+    parallel::ZeroOptimizer zero(fc.parameters(), *dp[0], optim::SgdOptions{}, {.stage = 2});
+    CHECK(zero.stage() == 0);
+    CHECK(zero.requested_stage() == 2);
+  }
+
+  // Ranks passing different bucket caps get different layouts: every rank throws.
+  std::atomic<int> failures{0};
+  std::mutex mutex;
+  std::string message;
+  comm::run_local_ranks(comm::make_local_group(2, "dp"), [&](comm::Communicator& c) {
+    nn::Linear a("a", 8, 8), b("b", 8, 8);
+    std::vector<nn::Parameter*> params = a.parameters();
+    for (nn::Parameter* p : b.parameters()) params.push_back(p);
+    try {
+      parallel::ZeroOptimizer zero(params, c, optim::SgdOptions{},
+                                   {.stage = 1,
+                                    .first_bucket_bytes = c.rank() == 0 ? size_t{64} : size_t{1024},
+                                    .bucket_cap_bytes = c.rank() == 0 ? size_t{64} : size_t{1024}});
+    } catch (const Error& e) {
+      ++failures;
+      std::lock_guard lock(mutex);
+      message = e.what();
+    }
+  });
+  CHECK(failures == 2);
+  CHECK_THAT(message, Catch::Contains("disagree on the shard layout at line 0"));
+
+  // Stage 3 without a wrapper around some parameter.
+  comm::run_local_ranks(comm::make_local_group(2, "dp"), [&](comm::Communicator& c) {
+    auto inner = std::make_unique<nn::Linear>("inner", 4, 4);
+    nn::Linear outside("outside", 4, 4);
+    parallel::ShardedModule wrapped(std::move(inner));
+    std::vector<nn::Parameter*> params = wrapped.parameters();
+    params.push_back(outside.parameters()[0]);
+    CHECK_THROWS_WITH(parallel::ZeroOptimizer(params, c, optim::SgdOptions{},
+                                              {.stage = 3, .modules = {&wrapped}}),
+                      Catch::Contains("'outside.weight' is inside none of ZeroOptions.modules"));
+  });
+}
+
+TEST_CASE("zero: stage 3 parameters are released at rest", "[zero]") {
+  comm::run_local_ranks(comm::make_local_group(2, "dp"), [&](comm::Communicator& c) {
+    parallel::ShardedModule wrapped(std::make_unique<nn::Linear>("fc", 4, 4));
+    parallel::ZeroOptimizer zero(wrapped.parameters(), c, optim::SgdOptions{},
+                                 {.stage = 3, .modules = {&wrapped}});
+    nn::Parameter& w = *wrapped.parameters()[0];
+    CHECK(!w.value_bound());
+    CHECK_THROWS_WITH(w.value(), Catch::Contains("'fc.weight' f32[4, 4] is sharded"));
+    zero.gather_parameters();
+    CHECK(w.value().numel() == 16);
+    zero.release_parameters();
+    CHECK(!w.value_bound());
+  });
+}
