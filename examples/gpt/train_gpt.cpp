@@ -55,6 +55,7 @@ struct Flags {
   double require_below_unigram = 0;  // > 0: fail unless validation loss < this x unigram
   double first_bucket_mib = 1;
   double bucket_cap_mib = 25;
+  int zero_stage = 0;  // 0: plain data parallelism; 1-3: ZeRO (docs/zero.md)
 };
 
 // Mean of `value` over the ranks of `group`.
@@ -66,7 +67,7 @@ double mean_over(loom::comm::Communicator& group, double value) {
 }
 
 // Validation loss over `max_batches` global batches, each rank taking its rows.
-double evaluate(loom::models::GPT& model, loom::nn::CrossEntropyLoss& loss_fn,
+double evaluate(loom::nn::Module& model, loom::nn::CrossEntropyLoss& loss_fn,
                 const std::shared_ptr<const loom::data::TokenFile>& file,
                 const loom::data::TokenLoaderOptions& options, int64_t max_batches,
                 loom::Device device, loom::comm::Communicator& dp) {
@@ -113,25 +114,52 @@ int run(const Flags& f) {
   config.module = {.device = device, .dtype = DType::f32, .seed = f.seed};
   LOOM_CHECK(config.vocab >= static_cast<int64_t>(file->vocab_size()), "--vocab ", config.vocab,
              " is smaller than the token file's vocabulary ", file->vocab_size());
-  models::GPT model("", config);
-  // Data parallelism: parameters checked and broadcast from rank 0, gradients
-  // averaged bucket by bucket while backward runs.
-  std::unique_ptr<parallel::GradReducer> reducer;
-  if (dp.size() > 1) {
-    parallel::ReducerOptions options;
-    options.first_bucket_bytes = static_cast<size_t>(f.first_bucket_mib * (1 << 20));
-    options.bucket_cap_bytes = static_cast<size_t>(f.bucket_cap_mib * (1 << 20));
-    reducer = std::make_unique<parallel::GradReducer>(model.parameters(), dp, options);
+  std::unique_ptr<nn::Module> model_owner = std::make_unique<models::GPT>("", config);
+  // ZeRO stage 3 gathers each block's parameters around its use: every block is
+  // one unit, the rest of the GPT (embeddings, final LayerNorm) the outer one.
+  std::vector<parallel::ShardedModule*> units;
+  if (f.zero_stage == 3) {
+    units = parallel::shard_children(static_cast<models::GPT&>(*model_owner).blocks());
+    auto root = std::make_unique<parallel::ShardedModule>(std::move(model_owner));
+    units.insert(units.begin(), root.get());
+    model_owner = std::move(root);
   }
+  nn::Module& model = *model_owner;
 
   optim::WarmupCosine schedule{.peak = f.lr,
                                .min = f.min_lr,
                                .warmup_steps = std::min(f.warmup, f.steps),
                                .total_steps = f.steps};
   schedule.validate();
-  optim::AdamW optimizer(
-      optim::param_slots(model.parameters(), optim::DecayPolicy::matrices_only),
-      {.lr = f.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = f.weight_decay});
+  const optim::AdamWOptions adamw{
+      .lr = f.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = f.weight_decay};
+  // Data parallelism: parameters checked and broadcast from rank 0, gradients
+  // averaged bucket by bucket while backward runs (stage 0), or reduce-scattered
+  // with sharded optimizer state, gradients and parameters (ZeRO stages 1-3).
+  std::unique_ptr<parallel::GradReducer> reducer;
+  std::unique_ptr<optim::AdamW> optimizer;
+  std::unique_ptr<parallel::ZeroOptimizer> zero;
+  const size_t first_bucket = static_cast<size_t>(f.first_bucket_mib * (1 << 20));
+  const size_t bucket_cap = static_cast<size_t>(f.bucket_cap_mib * (1 << 20));
+  if (f.zero_stage > 0) {
+    zero = std::make_unique<parallel::ZeroOptimizer>(
+        model.parameters(), dp, adamw,
+        parallel::ZeroOptions{.stage = f.zero_stage,
+                              .first_bucket_bytes = first_bucket,
+                              .bucket_cap_bytes = bucket_cap,
+                              .decay = optim::DecayPolicy::matrices_only,
+                              .modules = units,
+                              .broadcast_parameters = true});
+  } else {
+    if (dp.size() > 1) {
+      parallel::ReducerOptions options;
+      options.first_bucket_bytes = first_bucket;
+      options.bucket_cap_bytes = bucket_cap;
+      reducer = std::make_unique<parallel::GradReducer>(model.parameters(), dp, options);
+    }
+    optimizer = std::make_unique<optim::AdamW>(
+        optim::param_slots(model.parameters(), optim::DecayPolicy::matrices_only), adamw);
+  }
   nn::CrossEntropyLoss loss_fn;
 
   data::TokenLoaderOptions loader_options{.batch = f.batch,
@@ -181,10 +209,19 @@ int run(const Flags& f) {
       comm_seconds += reducer->stats().comm_s;
       exposed_seconds += reducer->stats().exposed_s;
     }
-    const double norm = f.clip > 0 ? optim::clip_grad_norm(model.parameters(), f.clip) : 0.0;
-    optimizer.set_lr(schedule.lr_at(step));
-    if (std::isfinite(norm)) optimizer.step();
-    optimizer.zero_grad();
+    double norm = 0;
+    if (zero) {
+      zero->finish();
+      norm = f.clip > 0 ? zero->clip_grad_norm(f.clip) : 0.0;
+      zero->optimizer().set_lr(schedule.lr_at(step));
+      if (std::isfinite(norm)) zero->step();
+      zero->zero_grad();
+    } else {
+      norm = f.clip > 0 ? optim::clip_grad_norm(model.parameters(), f.clip) : 0.0;
+      optimizer->set_lr(schedule.lr_at(step));
+      if (std::isfinite(norm)) optimizer->step();
+      optimizer->zero_grad();
+    }
     meter.end(tokens_per_step);
     train_seconds += meter.seconds();
 
@@ -194,6 +231,8 @@ int run(const Flags& f) {
           static_cast<long long>(step), global_loss, schedule.lr_at(step), norm,
           meter.seconds() * 1e3, meter.items_per_second(), 100.0 * meter.mfu());
       if (reducer) say("           %s\n", reducer->stats().summary().c_str());
+      if (zero)
+        say("           ZeRO stage %d: %s\n", zero->stage(), zero->memory().summary().c_str());
     }
     // Every rank must stop at the same step: rank 0's clock decides.
     bool out_of_time = f.max_seconds > 0 && train_seconds >= f.max_seconds;
@@ -204,7 +243,9 @@ int run(const Flags& f) {
     }
     if ((f.eval_every > 0 && (step + 1) % f.eval_every == 0) || step + 1 == f.steps ||
         out_of_time) {
+      if (zero && zero->stage() == 3) zero->gather_parameters();
       last_val = evaluate(model, loss_fn, file, loader_options, f.eval_batches, device, dp);
+      if (zero && zero->stage() == 3) zero->release_parameters();
       say("step %5lld  validation loss %.4f nats (%.3f bits/byte; unigram baseline %.3f)\n",
           static_cast<long long>(step), last_val, last_val / std::log(2.0), unigram);
     }
@@ -283,6 +324,9 @@ int main(int argc, char** argv) {
   app.add_option("--device", f.device, "cpu, cuda:N, or auto (the launcher's local rank's GPU)");
   app.add_option("--first-bucket-mib", f.first_bucket_mib, "data parallel: first bucket cap");
   app.add_option("--bucket-cap-mib", f.bucket_cap_mib, "data parallel: later bucket cap");
+  app.add_option("--zero-stage", f.zero_stage,
+                 "0: plain data parallelism; 1, 2, 3: shard optimizer state, + gradients, "
+                 "+ parameters (docs/zero.md)");
   app.add_flag("--profile", f.profile, "per-op table at the end (also LOOM_PROFILE=1)");
   app.add_option("--trace", f.trace_path, "with --profile: write a Chrome trace here");
   app.add_option("--require-below-unigram", f.require_below_unigram,

@@ -11,6 +11,8 @@
 #include "loom/optim/grad_clip.hpp"
 #include "loom/parallel/grad_reducer.hpp"
 #include "loom/parallel/zero.hpp"
+
+#include <cstdio>
 #include "parallel/control.hpp"
 #include "parallel/zero_layout.hpp"
 
@@ -70,9 +72,13 @@ void validate(const std::vector<nn::Parameter*>& params, const ZeroOptions& opti
 }  // namespace
 
 std::string MemoryStats::summary() const {
-  auto mib = [](size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
-  return str_cat("params ", mib(param_bytes), " MiB, grads ", mib(grad_bytes), " MiB, optimizer ",
-                 mib(optimizer_bytes), " MiB, peak ", mib(peak_bytes), " MiB");
+  auto mib = [](size_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+    return std::string(text);
+  };
+  return str_cat("params ", mib(param_bytes), ", grads ", mib(grad_bytes), ", optimizer ",
+                 mib(optimizer_bytes), ", peak ", mib(peak_bytes));
 }
 
 struct ZeroOptimizer::Impl final : ParameterGatherer {
