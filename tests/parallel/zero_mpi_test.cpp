@@ -1,5 +1,5 @@
 // ZeRO under mpirun (2 and 4 ranks, mpi backend): for the small GPT (AdamW)
-// and ResNet-18 (SGD with momentum and weight decay, per-rank BatchNorm), each
+// and ResNet-18 (SGD with momentum and weight decay, and AdamW; per-rank BatchNorm), each
 // stage 1..3 reproduces the plain data-parallel run (stage 0) on the same
 // ranks: every step's loss (mean over ranks) and every final parameter within
 // 1e-5 + 1e-4 |stage 0| (the data-parallel tests' tolerance), with and without
@@ -85,4 +85,10 @@ TEST_CASE("zero models: ResNet-18 with SGD", "[zero_mpi]") {
   check_stages({.model = ZeroModel::resnet, .optimizer = ZeroOptim::sgd});
   check_stages(
       {.model = ZeroModel::resnet, .optimizer = ZeroOptim::sgd, .micro_steps = 2, .clip = 0.5});
+}
+
+TEST_CASE("zero models: ResNet-18 with AdamW", "[zero_mpi]") {
+  check_stages({.model = ZeroModel::resnet, .optimizer = ZeroOptim::adamw});
+  check_stages(
+      {.model = ZeroModel::resnet, .optimizer = ZeroOptim::adamw, .micro_steps = 2, .clip = 0.5});
 }
