@@ -103,7 +103,8 @@ Batch make_batch(const std::string& name, int rank) {
 // model_bench's configurations; at stage 3 every GPT block / ResNet child is
 // a ShardedModule and one more wraps the whole model (embeddings, head), as
 // docs/zero.md shows.
-Replica make_replica(const std::string& name, int stage, loom::comm::Communicator& dp) {
+Replica make_replica(const std::string& name, int stage, double bucket_cap_mib,
+                     loom::comm::Communicator& dp) {
   namespace parallel = loom::parallel;
   Replica r;
   r.stage = stage;
@@ -132,12 +133,17 @@ Replica make_replica(const std::string& name, int stage, loom::comm::Communicato
     r.model = std::move(root);
   }
   // The default bucket caps (1 MiB first, 25 MiB later) are GradReducer's, so
-  // stage 0 is scaling_bench's overlapping data parallelism.
-  r.zero = std::make_unique<parallel::ZeroOptimizer>(r.model->parameters(), dp, optimizer,
-                                                     parallel::ZeroOptions{
-                                                         .stage = stage,
-                                                         .modules = units,
-                                                     });
+  // stage 0 is scaling_bench's overlapping data parallelism. --bucket-cap-mib
+  // replaces the later cap (every stage): smaller buckets lower the stage 2/3
+  // gradient peak (at most two full-size buckets live at once).
+  parallel::ZeroOptions zero_options{.stage = stage, .modules = units};
+  if (bucket_cap_mib > 0) {
+    zero_options.bucket_cap_bytes = static_cast<size_t>(bucket_cap_mib * 1024 * 1024);
+    zero_options.first_bucket_bytes =
+        std::min(zero_options.first_bucket_bytes, zero_options.bucket_cap_bytes);
+  }
+  r.zero =
+      std::make_unique<parallel::ZeroOptimizer>(r.model->parameters(), dp, optimizer, zero_options);
   return r;
 }
 
@@ -146,6 +152,7 @@ struct WorkerFlags {
   std::vector<int> stages = {0, 1, 2, 3};
   int steps = 5;
   int warmup = 2;
+  double bucket_cap_mib = 0;  // 0: the default caps
 };
 
 // Per timed step and stage: wall ms, then the phases (zero_grad, forward +
@@ -204,7 +211,7 @@ int run_worker(const WorkerFlags& f) {
   loom::comm::Communicator& dp = *launch.world();
   const Batch batch = make_batch(f.model, launch.rank());
   std::vector<Replica> replicas;
-  for (int stage : f.stages) replicas.push_back(make_replica(f.model, stage, dp));
+  for (int stage : f.stages) replicas.push_back(make_replica(f.model, stage, f.bucket_cap_mib, dp));
   const size_t n = replicas.size();
   // record[s]: kFields floats per timed step of replica s.
   std::vector<std::vector<float>> record(n);
@@ -334,10 +341,11 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
     std::map<int, std::string> per_round;
     std::string peer_rounds;
     auto run_loom = [&] {
-      const std::string command = f.mpirun + " -np " + std::to_string(f.ranks) +
-                                  " --oversubscribe " + f.mpirun_args + " " + self + " --model " +
-                                  model + " --stages " + stage_list + " --steps " +
-                                  std::to_string(w.steps) + " --warmup " + std::to_string(w.warmup);
+      const std::string command =
+          f.mpirun + " -np " + std::to_string(f.ranks) + " --oversubscribe " + f.mpirun_args + " " +
+          self + " --model " + model + " --stages " + stage_list + " --steps " +
+          std::to_string(w.steps) + " --warmup " + std::to_string(w.warmup) +
+          (w.bucket_cap_mib > 0 ? " --bucket-cap-mib " + std::to_string(w.bucket_cap_mib) : "");
       std::string why;
       const auto out = run_json(command, why);
       LOOM_CHECK(out.has_value(), why);
@@ -434,6 +442,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
                                             {"rounds", f.rounds},
                                             {"steps", w.steps},
                                             {"warmup", w.warmup},
+                                            {"bucket_cap_mib", w.bucket_cap_mib},
                                             {"cores", std::thread::hardware_concurrency()},
                                             {"results", results}}
                                            .dump(2));
@@ -454,6 +463,8 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--steps", w.steps, "timed steps per run (per stage)");
   app.add_option("--warmup", w.warmup, "untimed steps before each run's timed steps");
+  app.add_option("--bucket-cap-mib", w.bucket_cap_mib,
+                 "bucket cap after the first bucket, MiB (default: ZeroOptions' 25)");
   app.add_option("--models", d.models, "driver: gpt and/or resnet")->delimiter(',');
   app.add_option("--ranks", d.ranks, "driver: ranks (and peer processes)");
   app.add_option("--rounds", d.rounds, "driver: rounds alternating Loom and the peer");
