@@ -132,10 +132,10 @@ Replica make_replica(const std::string& name, int stage, double bucket_cap_mib,
     units.insert(units.begin(), root.get());
     r.model = std::move(root);
   }
-  // The default bucket caps (1 MiB first, 25 MiB later) are GradReducer's, so
-  // stage 0 is scaling_bench's overlapping data parallelism. --bucket-cap-mib
-  // replaces the later cap (every stage): smaller buckets lower the stage 2/3
-  // gradient peak (at most two full-size buckets live at once).
+  // The default bucket caps are ZeroOptions' (1 MiB first, 4 MiB later), for
+  // every stage including 0. --bucket-cap-mib replaces the later cap (every
+  // stage; 25 gives GradReducer's DDP-sized buckets): smaller buckets lower the
+  // stage 2/3 gradient peak (at most two full-size buckets live at once).
   parallel::ZeroOptions zero_options{.stage = stage, .modules = units};
   if (bucket_cap_mib > 0) {
     zero_options.bucket_cap_bytes = static_cast<size_t>(bucket_cap_mib * 1024 * 1024);
@@ -464,7 +464,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", w.steps, "timed steps per run (per stage)");
   app.add_option("--warmup", w.warmup, "untimed steps before each run's timed steps");
   app.add_option("--bucket-cap-mib", w.bucket_cap_mib,
-                 "bucket cap after the first bucket, MiB (default: ZeroOptions' 25)");
+                 "bucket cap after the first bucket, MiB (default: ZeroOptions' 4)");
   app.add_option("--models", d.models, "driver: gpt and/or resnet")->delimiter(',');
   app.add_option("--ranks", d.ranks, "driver: ranks (and peer processes)");
   app.add_option("--rounds", d.rounds, "driver: rounds alternating Loom and the peer");

@@ -63,7 +63,12 @@ namespace loom::parallel {
 struct ZeroOptions {
   int stage = 1;  // 0 .. 3
   size_t first_bucket_bytes = size_t{1} << 20;
-  size_t bucket_cap_bytes = size_t{25} << 20;
+  // 4 MiB, not DDP's 25 MiB: with the 25 MiB default, stage 2's reduce-scatters
+  // (Open MPI reduces to one rank, then scatters) ended 3-4% later than stage 0's
+  // all-reduces on the benchmark models; 4 MiB buckets overlap them with backward
+  // (stages 1-3 within 0.5-2% of stage 0, docs/benchmarks.md "ZeRO") and cut the
+  // stage-2 peak. Stage 0 inside ZeroOptimizer uses the same caps.
+  size_t bucket_cap_bytes = size_t{4} << 20;
   optim::DecayPolicy decay = optim::DecayPolicy::all;
   // Stage 3: the wrappers that gather parameters (every parameter inside one).
   std::vector<ShardedModule*> modules = {};
