@@ -26,6 +26,7 @@
 
 #include "bench_util.hpp"
 #include "loom/loom.hpp"
+#include "run_json.hpp"
 
 namespace {
 
@@ -121,27 +122,13 @@ double time_peer(const std::string& python, const std::string& script, const std
                  int warmup, int steps, std::string& why) {
   const std::string command = python + " " + script + " --model " + model + " --steps " +
                               std::to_string(steps) + " --warmup " + std::to_string(warmup) +
-                              " --threads 1 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    why = "cannot start '" + command + "'";
+                              " --threads 1";
+  const std::optional<nlohmann::json> result = loom::bench::run_json(command, why);
+  if (!result) {
+    why += " (install the peer with: bash scripts/setup.sh --peers)";
     return -1;
   }
-  std::string output;
-  std::array<char, 4096> chunk;
-  while (fgets(chunk.data(), chunk.size(), pipe) != nullptr) output += chunk.data();
-  const int status = pclose(pipe);
-  std::string last_line;
-  std::istringstream lines(output);
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty()) last_line = line;
-  }
-  if (status != 0) {
-    why = "'" + command + "' failed: " + last_line +
-          " (install the peer with: bash scripts/setup.sh --peers)";
-    return -1;
-  }
-  return nlohmann::json::parse(last_line).at("median_ms").get<double>();
+  return result->at("median_ms").get<double>();
 }
 
 }  // namespace

@@ -46,6 +46,7 @@
 
 #include "bench_util.hpp"
 #include "loom/loom.hpp"
+#include "run_json.hpp"
 
 namespace {
 
@@ -195,34 +196,7 @@ int run_worker(const WorkerFlags& f) {
 
 // ---------------------------------------------------------------- driver ---
 
-// Runs `command`; returns the JSON object on its last non-empty output line,
-// or nullopt with `why` set.
-std::optional<json> run_json(const std::string& command, std::string& why) {
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) {
-    why = "cannot start '" + command + "'";
-    return std::nullopt;
-  }
-  std::string output;
-  std::array<char, 4096> chunk;
-  while (fgets(chunk.data(), chunk.size(), pipe) != nullptr) output += chunk.data();
-  const int status = pclose(pipe);
-  std::string last_line;
-  std::istringstream lines(output);
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty()) last_line = line;
-  }
-  if (status != 0) {
-    why = "'" + command + "' failed:\n" + output;
-    return std::nullopt;
-  }
-  try {
-    return json::parse(last_line);
-  } catch (const json::exception&) {
-    why = "'" + command + "' did not end with a JSON line:\n" + output;
-    return std::nullopt;
-  }
-}
+using loom::bench::run_json;
 
 struct DriverFlags {
   std::vector<std::string> models = {"gpt", "resnet"};
