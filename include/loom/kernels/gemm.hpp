@@ -9,7 +9,8 @@
 // case one matrix is shared by every batch entry (e.g. a Linear layer's
 // weight applied to [batch, seq, features] input viewed as 3-D).
 //
-// dtypes: A, B and C share one dtype. Host: f32 (Eigen). CUDA: f32, bf16 and
+// dtypes: A, B and C share one dtype. Host: f32 (Loom's packed AVX-512 GEMM where the
+// CPU has AVX-512, else Eigen). CUDA: f32, bf16 and
 // f16 through cuBLAS; bf16/f16 accumulate in f32 on tensor cores; f32 uses
 // full-precision FP32 unless allow_tf32 is set.
 //
