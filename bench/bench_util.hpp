@@ -2,6 +2,8 @@
 // repeat long enough to swamp timer noise) and a plain-text table printer.
 #pragma once
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +15,22 @@
 #include "loom/core/error.hpp"
 
 namespace loom::bench {
+
+// Median of `values` (the mean of the middle two for an even count); -1 when empty.
+inline double median(std::vector<double> values) {
+  if (values.empty()) return -1;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// CPU seconds of the calling thread (CLOCK_THREAD_CPUTIME_ID) or of the whole
+// process (CLOCK_PROCESS_CPUTIME_ID: every thread, the progress thread included).
+inline double cpu_seconds(clockid_t clock) {
+  timespec t{};
+  clock_gettime(clock, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 struct TimingOptions {
   int repeats = 5;            // independent measurements; the median is reported

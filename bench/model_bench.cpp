@@ -19,11 +19,11 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_models.hpp"
 #include "bench_util.hpp"
 #include "loom/loom.hpp"
 #include "run_json.hpp"
@@ -31,12 +31,7 @@
 namespace {
 
 using loom::Tensor;
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
+using loom::bench::median;
 
 // One model's training step, built once and run for every round.
 struct LoomModel {
@@ -58,40 +53,13 @@ struct LoomModel {
   }
 };
 
-Tensor random_ids(int64_t n, int64_t classes, const loom::Shape& shape, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(classes - 1));
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  for (auto& id : ids) id = pick(rng);
-  return Tensor::from_vector(ids, shape);
-}
-
-LoomModel make_gpt() {
+LoomModel make_model(const std::string& name) {
   LoomModel m;
-  loom::models::GPTConfig config;  // the benchmark shape is the default
-  m.model = std::make_unique<loom::models::GPT>("", config);
-  m.optimizer = std::make_unique<loom::optim::AdamW>(
-      loom::optim::param_slots(m.model->parameters()),
-      loom::optim::AdamWOptions{
-          .lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
-  m.inputs = random_ids(8 * 128, config.vocab, {8, 128}, 1);
-  m.targets = random_ids(8 * 128, config.vocab, {8, 128}, 2);
-  return m;
-}
-
-LoomModel make_resnet() {
-  LoomModel m;
-  loom::models::ResNetOptions options;
-  options.stem = loom::models::ResNetStem::cifar;
-  options.classes = 10;
-  m.model = loom::models::make_resnet("", loom::models::resnet18(options));
-  m.optimizer = std::make_unique<loom::optim::SGD>(
-      loom::optim::param_slots(m.model->parameters()),
-      loom::optim::SgdOptions{
-          .lr = 0.1, .momentum = 0.9, .dampening = 0.0, .weight_decay = 5e-4, .nesterov = false});
-  auto batch = loom::data::synthetic_image_batch(loom::data::kCifarShape, 32, 1, 0);
-  m.inputs = batch.images;
-  m.targets = batch.labels;
+  m.model = loom::bench::make_benchmark_model(name);
+  m.optimizer = loom::bench::make_benchmark_optimizer(name, *m.model);
+  auto batch = loom::bench::benchmark_batch(name, 0);
+  m.inputs = batch.inputs;
+  m.targets = batch.targets;
   return m;
 }
 
@@ -160,9 +128,9 @@ int main(int argc, char** argv) {
                               "Loom MFU", "Loom loss", "rounds (Loom/PyTorch ms)"});
     nlohmann::json results = nlohmann::json::array();
     for (const auto& name : models) {
-      LOOM_CHECK(name == "gpt" || name == "resnet", "--models: '", name,
+      LOOM_CHECK(loom::bench::is_benchmark_model(name), "--models: '", name,
                  "' is not one of gpt, resnet");
-      LoomModel m = name == "gpt" ? make_gpt() : make_resnet();
+      LoomModel m = make_model(name);
       std::vector<double> loom_ms, peer_ms, mfus;
       std::string why;
       std::string per_round;

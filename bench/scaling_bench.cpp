@@ -38,12 +38,12 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench_models.hpp"
 #include "bench_util.hpp"
 #include "loom/loom.hpp"
 #include "run_json.hpp"
@@ -51,24 +51,11 @@
 namespace {
 
 using loom::Tensor;
+using loom::bench::cpu_seconds;
+using loom::bench::median;
 using nlohmann::json;
 
-double median(std::vector<double> values) {
-  if (values.empty()) return -1;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 // ---------------------------------------------------------------- worker ---
-
-// CPU seconds of the calling thread or of the whole process (all threads,
-// the communication progress thread included).
-double cpu_seconds(clockid_t clock) {
-  timespec t{};
-  clock_gettime(clock, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
 
 struct Replica {
   std::unique_ptr<loom::nn::Module> model;
@@ -77,41 +64,14 @@ struct Replica {
   Tensor targets;
 };
 
-Tensor random_ids(int64_t n, int64_t classes, const loom::Shape& shape, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(classes - 1));
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  for (auto& id : ids) id = pick(rng);
-  return Tensor::from_vector(ids, shape);
-}
-
 // model_bench's configurations; each rank gets its own random batch.
 Replica make_replica(const std::string& name, int rank) {
   Replica m;
-  const auto seed = static_cast<uint64_t>(rank);
-  if (name == "gpt") {
-    loom::models::GPTConfig config;  // the benchmark shape is the default
-    m.model = std::make_unique<loom::models::GPT>("", config);
-    m.optimizer = std::make_unique<loom::optim::AdamW>(
-        loom::optim::param_slots(m.model->parameters()),
-        loom::optim::AdamWOptions{
-            .lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
-    m.inputs = random_ids(8 * 128, config.vocab, {8, 128}, 2 * seed + 1);
-    m.targets = random_ids(8 * 128, config.vocab, {8, 128}, 2 * seed + 2);
-    return m;
-  }
-  LOOM_CHECK(name == "resnet", "--model '", name, "' is not one of gpt, resnet");
-  loom::models::ResNetOptions options;
-  options.stem = loom::models::ResNetStem::cifar;
-  options.classes = 10;
-  m.model = loom::models::make_resnet("", loom::models::resnet18(options));
-  m.optimizer = std::make_unique<loom::optim::SGD>(
-      loom::optim::param_slots(m.model->parameters()),
-      loom::optim::SgdOptions{
-          .lr = 0.1, .momentum = 0.9, .dampening = 0.0, .weight_decay = 5e-4, .nesterov = false});
-  auto batch = loom::data::synthetic_image_batch(loom::data::kCifarShape, 32, 1, rank);
-  m.inputs = batch.images;
-  m.targets = batch.labels;
+  m.model = loom::bench::make_benchmark_model(name);
+  m.optimizer = loom::bench::make_benchmark_optimizer(name, *m.model);
+  auto batch = loom::bench::benchmark_batch(name, rank);
+  m.inputs = batch.inputs;
+  m.targets = batch.targets;
   return m;
 }
 
@@ -227,7 +187,7 @@ int run_driver(const DriverFlags& f) {
              "--ranks must include 1: efficiency is measured against one rank");
   for (int n : f.ranks) LOOM_CHECK(n >= 1, "--ranks: ", n, " is not a rank count");
   for (const auto& name : f.models) {
-    LOOM_CHECK(name == "gpt" || name == "resnet", "--models: '", name,
+    LOOM_CHECK(loom::bench::is_benchmark_model(name), "--models: '", name,
                "' is not one of gpt, resnet");
   }
   // Open MPI refuses to start as root without these.

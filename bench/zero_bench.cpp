@@ -38,12 +38,12 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench_models.hpp"
 #include "bench_util.hpp"
 #include "loom/loom.hpp"
 #include "loom/parallel/sharded_module.hpp"
@@ -53,30 +53,11 @@
 namespace {
 
 using loom::Tensor;
+using loom::bench::cpu_seconds;
+using loom::bench::median;
 using nlohmann::json;
 
-double median(std::vector<double> values) {
-  if (values.empty()) return -1;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 // ---------------------------------------------------------------- worker ---
-
-double cpu_seconds(clockid_t clock) {
-  timespec t{};
-  clock_gettime(clock, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-Tensor random_ids(int64_t n, int64_t classes, const loom::Shape& shape, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(classes - 1));
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  for (auto& id : ids) id = pick(rng);
-  return Tensor::from_vector(ids, shape);
-}
 
 // One stage's replica: the model (wrapped for stage 3) and its ZeroOptimizer.
 struct Replica {
@@ -84,22 +65,6 @@ struct Replica {
   std::unique_ptr<loom::nn::Module> model;
   std::unique_ptr<loom::parallel::ZeroOptimizer> zero;
 };
-
-struct Batch {
-  Tensor inputs;
-  Tensor targets;
-};
-
-Batch make_batch(const std::string& name, int rank) {
-  const auto seed = static_cast<uint64_t>(rank);
-  if (name == "gpt") {
-    const loom::models::GPTConfig config;
-    return {random_ids(8 * 128, config.vocab, {8, 128}, 2 * seed + 1),
-            random_ids(8 * 128, config.vocab, {8, 128}, 2 * seed + 2)};
-  }
-  auto batch = loom::data::synthetic_image_batch(loom::data::kCifarShape, 32, 1, rank);
-  return {batch.images, batch.labels};
-}
 
 // model_bench's configurations; at stage 3 every GPT block / ResNet child is
 // a ShardedModule and one more wraps the whole model (embeddings, head), as
@@ -110,24 +75,14 @@ Replica make_replica(const std::string& name, int stage, double bucket_cap_mib,
   Replica r;
   r.stage = stage;
   std::vector<parallel::ShardedModule*> units;
-  parallel::OptimizerOptions optimizer;
-  if (name == "gpt") {
-    auto gpt = std::make_unique<loom::models::GPT>("", loom::models::GPTConfig{});
-    if (stage == 3) units = parallel::shard_children(gpt->blocks());
-    r.model = std::move(gpt);
-    optimizer = loom::optim::AdamWOptions{
-        .lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
-  } else {
-    LOOM_CHECK(name == "resnet", "--model '", name, "' is not one of gpt, resnet");
-    loom::models::ResNetOptions options;
-    options.stem = loom::models::ResNetStem::cifar;
-    options.classes = 10;
-    auto net = loom::models::make_resnet("", loom::models::resnet18(options));
-    if (stage == 3) units = parallel::shard_children(*net);
-    r.model = std::move(net);
-    optimizer = loom::optim::SgdOptions{
-        .lr = 0.1, .momentum = 0.9, .dampening = 0.0, .weight_decay = 5e-4, .nesterov = false};
+  r.model = loom::bench::make_benchmark_model(name);
+  if (stage == 3) {
+    units = name == "gpt"
+                ? parallel::shard_children(static_cast<loom::models::GPT&>(*r.model).blocks())
+                : parallel::shard_children(static_cast<loom::nn::Sequential&>(*r.model));
   }
+  parallel::OptimizerOptions optimizer = loom::bench::benchmark_sgd();
+  if (name == "gpt") optimizer = loom::bench::benchmark_adamw();
   if (stage == 3) {
     auto root = std::make_unique<parallel::ShardedModule>(std::move(r.model));
     units.insert(units.begin(), root.get());
@@ -164,7 +119,7 @@ const std::array<const char*, kFields> kFieldNames = {
     "step_ms",  "zero_grad_ms",   "forward_ms",     "backward_ms", "finish_ms",
     "optim_ms", "gather_wait_ms", "compute_cpu_ms", "other_cpu_ms"};
 
-std::array<float, kFields> timed_step(Replica& r, const Batch& batch) {
+std::array<float, kFields> timed_step(Replica& r, const loom::bench::BenchmarkBatch& batch) {
   using clock = std::chrono::steady_clock;
   auto ms = [](clock::time_point a, clock::time_point b) {
     return static_cast<float>(std::chrono::duration<double, std::milli>(b - a).count());
@@ -210,7 +165,7 @@ json memory_json(const loom::parallel::MemoryStats& m) {
 int run_worker(const WorkerFlags& f) {
   loom::Context launch = loom::init();
   loom::comm::Communicator& dp = *launch.world();
-  const Batch batch = make_batch(f.model, launch.rank());
+  const loom::bench::BenchmarkBatch batch = loom::bench::benchmark_batch(f.model, launch.rank());
   std::vector<Replica> replicas;
   for (int stage : f.stages) replicas.push_back(make_replica(f.model, stage, f.bucket_cap_mib, dp));
   const size_t n = replicas.size();
@@ -286,7 +241,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
              "--stages must include 0: every stage is compared with stage 0");
   for (int s : w.stages) LOOM_CHECK(s >= 0 && s <= 3, "--stages: ", s, " is not a ZeRO stage");
   for (const auto& name : f.models) {
-    LOOM_CHECK(name == "gpt" || name == "resnet", "--models: '", name,
+    LOOM_CHECK(loom::bench::is_benchmark_model(name), "--models: '", name,
                "' is not one of gpt, resnet");
   }
   if (geteuid() == 0) {  // Open MPI refuses to start as root without these.

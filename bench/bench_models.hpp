@@ -1,0 +1,73 @@
+// The training configurations issue 4 fixes for comparing Loom with PyTorch
+// (bench/peers/torch_models.py builds the same ones), shared by model_bench,
+// scaling_bench and zero_bench:
+//   gpt:    vocab 8192, 4 layers, d_model 256, 4 heads, seq 128, batch 8,
+//           AdamW(lr 3e-4, betas 0.9/0.95, wd 0.1 on every parameter)
+//   resnet: ResNet-18 CIFAR stem, 32x32, 10 classes, batch 32,
+//           SGD(lr 0.1, momentum 0.9, wd 5e-4)
+// Inputs are random (step time does not depend on the data).
+#pragma once
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "loom/loom.hpp"
+
+namespace loom::bench {
+
+inline bool is_benchmark_model(const std::string& name) {
+  return name == "gpt" || name == "resnet";
+}
+
+// The model, unwrapped (stage 3 of ZeRO wraps it).
+inline std::unique_ptr<nn::Module> make_benchmark_model(const std::string& name) {
+  LOOM_CHECK(is_benchmark_model(name), "model '", name, "' is not one of gpt, resnet");
+  if (name == "gpt") return std::make_unique<models::GPT>("", models::GPTConfig{});
+  models::ResNetOptions options;
+  options.stem = models::ResNetStem::cifar;
+  options.classes = 10;
+  return models::make_resnet("", models::resnet18(options));
+}
+
+inline optim::AdamWOptions benchmark_adamw() {
+  return {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+}
+
+inline optim::SgdOptions benchmark_sgd() {
+  return {.lr = 0.1, .momentum = 0.9, .dampening = 0.0, .weight_decay = 5e-4, .nesterov = false};
+}
+
+// The model's optimizer over all its parameters (weight decay on every one).
+inline std::unique_ptr<optim::Optimizer> make_benchmark_optimizer(const std::string& name,
+                                                                  nn::Module& model) {
+  auto slots = optim::param_slots(model.parameters());
+  if (name == "gpt") return std::make_unique<optim::AdamW>(std::move(slots), benchmark_adamw());
+  return std::make_unique<optim::SGD>(std::move(slots), benchmark_sgd());
+}
+
+struct BenchmarkBatch {
+  Tensor inputs;
+  Tensor targets;
+};
+
+// One rank's batch; `index` (the rank) picks different data per rank.
+inline BenchmarkBatch benchmark_batch(const std::string& name, int index) {
+  if (name == "gpt") {
+    const models::GPTConfig config;
+    auto random_ids = [&](uint64_t seed) {
+      std::mt19937_64 rng(seed);
+      std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(config.vocab - 1));
+      std::vector<int32_t> ids(8 * 128);
+      for (auto& id : ids) id = pick(rng);
+      return Tensor::from_vector(ids, {8, 128});
+    };
+    const auto seed = static_cast<uint64_t>(index);
+    return {random_ids(2 * seed + 1), random_ids(2 * seed + 2)};
+  }
+  auto batch = data::synthetic_image_batch(data::kCifarShape, 32, 1, index);
+  return {batch.images, batch.labels};
+}
+
+}  // namespace loom::bench
