@@ -2,7 +2,7 @@
 // ResNet-18 training steps (same models, optimizers and per-rank batch: GPT
 // 8 x 128 tokens with AdamW, ResNet-18 CIFAR 32 images with SGD), 2 ranks
 // with one compute thread each, next to PyTorch's ZeroRedundancyOptimizer
-// (bench/peers/torch_zero.py: DDP over gloo, the stage-1 equivalent) measured
+// (bench/peers/torch_ddp.py --zero: DDP over gloo, the stage-1 equivalent) measured
 // in the same invocation.
 //
 //   zero_bench --drive [--models gpt,resnet] [--stages 0,1,2,3] [--ranks 2]
@@ -214,7 +214,7 @@ struct DriverFlags {
   int rounds = 3;
   bool no_peer = false;
   std::string python = "/usr/bin/python3";
-  std::string peer_script = std::string(LOOM_SOURCE_DIR) + "/bench/peers/torch_zero.py";
+  std::string peer_script = std::string(LOOM_SOURCE_DIR) + "/bench/peers/torch_ddp.py";
   std::string mpirun = LOOM_MPIEXEC;
   std::string mpirun_args = "";
   std::string json_path;
@@ -298,7 +298,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
         const auto out =
             run_json(f.python + " " + f.peer_script + " --model " + model + " --ranks " +
                          std::to_string(ranks) + " --steps " + std::to_string(w.steps) +
-                         " --warmup " + std::to_string(w.warmup) + " --threads 1",
+                         " --warmup " + std::to_string(w.warmup) + " --threads 1 --zero",
                      peer_why);
         return out ? out->at("median_ms").get<double>() : -1;
       };

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""PyTorch DDP peer for bench/scaling_bench: the GPT and ResNet-18 training steps
-of torch_models.py (same models, optimizers and per-rank batch) on 1 or more
-CPU processes, one compute thread each.
+"""PyTorch DDP peer for bench/scaling_bench (and, with --zero, for
+bench/zero_bench): the GPT and ResNet-18 training steps of torch_models.py
+(same models, optimizers and per-rank batch) on 1 or more CPU processes, one
+compute thread each.
 
   /usr/bin/python3 bench/peers/torch_ddp.py --model gpt --ranks 2 --steps 10 --warmup 2
+  /usr/bin/python3 bench/peers/torch_ddp.py --model gpt --ranks 2 --zero
 
 --ranks 1 trains the plain model in this process (no DDP wrapper, no process
 group): the single-process baseline weak scaling is measured against, as on
@@ -12,12 +14,15 @@ rendezvous over TCP on 127.0.0.1 with the gloo backend and wrap the model in
 DistributedDataParallel with its defaults (1 MiB first bucket, 25 MiB later
 buckets, gradients all-reduced during backward) except broadcast_buffers=False:
 Loom's reducer does not broadcast BatchNorm buffers either, so both sides do
-the same communication.
+the same communication. --zero replaces the optimizer, for N > 1, by
+torch.distributed.optim.ZeroRedundancyOptimizer with the same class and
+hyper-parameters (optimizer state sharded: the ZeRO stage-1 equivalent; each
+rank steps its share of the parameters, then the owners broadcast them).
 
 A step is timed on every rank (zero_grad, forward, loss, backward with its
 all-reduces, optimizer step); the step's time is the slowest rank's, and the
 median over the timed steps is reported. Prints one JSON object on the last line:
-  {"model": ..., "ranks": N, "step_ms": [...], "median_ms": ..., "threads": 1}
+  {"model": ..., "ranks": N, "optimizer": ..., "step_ms": [...], "median_ms": ..., "threads": 1}
 """
 import argparse
 import json
@@ -29,6 +34,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.distributed.optim import ZeroRedundancyOptimizer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_models import make  # noqa: E402  (same directory)
@@ -54,8 +60,11 @@ def train(args, rank, world):
     """Runs warm-up and timed steps; returns this rank's per-step times (ms)."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)  # same initial model everywhere (DDP also broadcasts rank 0's)
-    wrap = ddp if world > 1 else None
-    model, opt, loss_fn = make(args.model, wrap)
+    model, opt, loss_fn = make(args.model, ddp if world > 1 else None)
+    if args.zero and world > 1:
+        # Same optimizer class and hyper-parameters, state sharded over the ranks.
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=type(opt),
+                                      **opt.defaults)
     model.train()
     times = []
     for step in range(args.warmup + args.steps):
@@ -97,6 +106,8 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--zero", action="store_true",
+                        help="ZeroRedundancyOptimizer (ZeRO stage 1) when --ranks > 1")
     args = parser.parse_args()
     if args.ranks < 1:
         parser.error(f"--ranks {args.ranks} must be at least 1")
@@ -108,8 +119,10 @@ def main():
         mp.spawn(worker, args=(args, args.ranks, free_port(), queue), nprocs=args.ranks,
                  join=True)
         times = queue.get()
+    optimizer = "ZeroRedundancyOptimizer" if args.zero and args.ranks > 1 else "plain"
     print(json.dumps({"model": args.model, "ranks": args.ranks, "torch": torch.__version__,
-                      "threads": args.threads, "step_ms": times, "median_ms": median(times)}))
+                      "optimizer": optimizer, "threads": args.threads, "step_ms": times,
+                      "median_ms": median(times)}))
 
 
 if __name__ == "__main__":
