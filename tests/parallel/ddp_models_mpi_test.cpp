@@ -46,14 +46,12 @@
 #include "../comm/mpi_test_support.hpp"
 #include "ddp_harness.hpp"
 #include "loom/comm/context.hpp"
-#include "loom/core/random.hpp"
-#include "loom/models/gpt.hpp"
-#include "loom/models/resnet.hpp"
 #include "loom/nn/batch_norm.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
 #include "loom/optim/adamw.hpp"
 #include "loom/optim/sgd.hpp"
 #include "loom/parallel/sync_batch_norm.hpp"
+#include "small_models.hpp"
 
 using namespace loom;
 using namespace loom::testing;
@@ -62,17 +60,7 @@ namespace {
 
 constexpr double kAtol = 1e-5;
 constexpr double kRtol = 1e-4;
-constexpr uint64_t kModelSeed = 1234;
-constexpr uint64_t kDataSeed = 4321;
-
-// Small GPT: vocab 64, 2 layers, d_model 32, 4 heads, sequences of 16.
-constexpr int64_t kVocab = 64;
-constexpr int64_t kSeq = 16;
-// Small ResNet-18: CIFAR stem, width 8, 3x16x16 images, 10 classes.
-constexpr int64_t kImage = 16;
-constexpr int64_t kClasses = 10;
-
-enum class Model { gpt, resnet };
+using Model = SmallModel;
 
 struct ModelRun {
   Model model = Model::gpt;
@@ -83,21 +71,6 @@ struct ModelRun {
   parallel::ReducerOptions reducer = {};
 };
 
-std::unique_ptr<nn::Module> make_model(Model model) {
-  const nn::ModuleOptions m{.seed = kModelSeed};
-  if (model == Model::gpt) {
-    return std::make_unique<models::GPT>(
-        "gpt",
-        models::GPTConfig{
-            .vocab = kVocab, .layers = 2, .d_model = 32, .heads = 4, .seq_len = kSeq, .module = m});
-  }
-  return models::make_resnet("resnet", models::resnet18({.stem = models::ResNetStem::cifar,
-                                                         .in_channels = 3,
-                                                         .classes = kClasses,
-                                                         .width = 8,
-                                                         .module = m}));
-}
-
 std::unique_ptr<optim::Optimizer> make_optimizer(Model model,
                                                  const std::vector<nn::Parameter*>& params) {
   if (model == Model::gpt) {
@@ -107,48 +80,6 @@ std::unique_ptr<optim::Optimizer> make_optimizer(Model model,
   return std::make_unique<optim::SGD>(
       optim::param_slots(params),
       optim::SgdOptions{.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4});
-}
-
-// splitmix64: the token at (row, position) as a pure function of both.
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// Inputs and targets of the given global rows (row ids already include the step).
-struct Batch {
-  Tensor x, y;
-};
-
-Batch make_batch(Model model, const std::vector<int64_t>& rows) {
-  const auto n = static_cast<int64_t>(rows.size());
-  if (model == Model::gpt) {
-    // A window of kSeq + 1 tokens per row: inputs its first kSeq, targets shifted by one.
-    std::vector<int32_t> ids, targets;
-    for (int64_t row : rows) {
-      std::vector<int32_t> window;
-      for (int64_t t = 0; t <= kSeq; ++t) {
-        window.push_back(static_cast<int32_t>(
-            mix(kDataSeed ^ (static_cast<uint64_t>(row) << 20) ^ static_cast<uint64_t>(t)) %
-            kVocab));
-      }
-      ids.insert(ids.end(), window.begin(), window.end() - 1);
-      targets.insert(targets.end(), window.begin() + 1, window.end());
-    }
-    return {Tensor::from_vector(ids, {n, kSeq}), Tensor::from_vector(targets, {n, kSeq})};
-  }
-  std::vector<float> pixels;
-  std::vector<int32_t> labels;
-  for (int64_t row : rows) {
-    Tensor image = Tensor::empty({3, kImage, kImage});
-    fill_normal(image, RandomKey{kDataSeed, static_cast<uint64_t>(row)}, 0.0f, 1.0f);
-    const std::vector<float> values = image.to_vector<float>();
-    pixels.insert(pixels.end(), values.begin(), values.end());
-    labels.push_back(static_cast<int32_t>(mix(kDataSeed + static_cast<uint64_t>(row)) % kClasses));
-  }
-  return {Tensor::from_vector(pixels, {n, 3, kImage, kImage}), Tensor::from_vector(labels, {n})};
 }
 
 // Rank r's micro-batch m of step `step`: global rows of that step.
@@ -163,7 +94,7 @@ std::vector<int64_t> micro_rows(const ModelRun& run, int ranks, int step, int ra
 // Forward + backward of one (micro-)batch, the loss gradient scaled by `scale`.
 double forward_backward(Model model_kind, nn::Module& model, const std::vector<int64_t>& rows,
                         float scale) {
-  const Batch batch = make_batch(model_kind, rows);
+  const SmallBatch batch = make_small_batch(model_kind, rows);
   nn::CrossEntropyLoss ce;
   nn::Context ctx;
   const Tensor logits = model.forward(batch.x, ctx);
@@ -189,7 +120,7 @@ void collect(nn::Module& model, Result& result) {
 }
 
 Result run_data_parallel(const ModelRun& run, comm::Communicator& dp) {
-  auto model = make_model(run.model);
+  auto model = make_small_model(run.model);
   if (run.sync_bn) parallel::sync_batch_norms(*model, dp);
   parallel::GradReducer reducer(model->parameters(), dp, run.reducer);
   auto opt = make_optimizer(run.model, model->parameters());
@@ -214,7 +145,7 @@ Result run_data_parallel(const ModelRun& run, comm::Communicator& dp) {
 }
 
 Result run_single_rank(const ModelRun& run, int ranks) {
-  auto model = make_model(run.model);
+  auto model = make_small_model(run.model);
   auto opt = make_optimizer(run.model, model->parameters());
   // Per-rank BatchNorm: each rank's micro-batch alone; otherwise the union over ranks.
   const bool per_rank_groups = run.model == Model::resnet && !run.sync_bn;

@@ -5,60 +5,14 @@
 #include <optional>
 
 #include "loom/core/error.hpp"
-#include "loom/core/random.hpp"
 #include "loom/models/gpt.hpp"
-#include "loom/models/resnet.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
 #include "loom/parallel/sharded_module.hpp"
+#include "small_models.hpp"
 
 namespace loom::testing {
 
 namespace {
-
-constexpr uint64_t kModelSeed = 1234;
-constexpr uint64_t kDataSeed = 4321;
-constexpr int64_t kVocab = 64;
-constexpr int64_t kSeq = 16;
-constexpr int64_t kImage = 16;
-constexpr int64_t kClasses = 10;
-
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-struct Batch {
-  Tensor x, y;
-};
-
-Batch make_batch(ZeroModel model, int64_t first, int64_t n) {
-  if (model == ZeroModel::gpt) {
-    std::vector<int32_t> ids, targets;
-    for (int64_t row = first; row < first + n; ++row) {
-      std::vector<int32_t> window;
-      for (int64_t t = 0; t <= kSeq; ++t) {
-        window.push_back(static_cast<int32_t>(
-            mix(kDataSeed ^ (static_cast<uint64_t>(row) << 20) ^ static_cast<uint64_t>(t)) %
-            kVocab));
-      }
-      ids.insert(ids.end(), window.begin(), window.end() - 1);
-      targets.insert(targets.end(), window.begin() + 1, window.end());
-    }
-    return {Tensor::from_vector(ids, {n, kSeq}), Tensor::from_vector(targets, {n, kSeq})};
-  }
-  std::vector<float> pixels;
-  std::vector<int32_t> labels;
-  for (int64_t row = first; row < first + n; ++row) {
-    Tensor image = Tensor::empty({3, kImage, kImage});
-    fill_normal(image, RandomKey{kDataSeed, static_cast<uint64_t>(row)}, 0.0f, 1.0f);
-    const std::vector<float> values = image.to_vector<float>();
-    pixels.insert(pixels.end(), values.begin(), values.end());
-    labels.push_back(static_cast<int32_t>(mix(kDataSeed + static_cast<uint64_t>(row)) % kClasses));
-  }
-  return {Tensor::from_vector(pixels, {n, 3, kImage, kImage}), Tensor::from_vector(labels, {n})};
-}
 
 // The model, wrapped for stage 3: each GPT block / ResNet child in a
 // ShardedModule, and the whole model in one more (embeddings, head).
@@ -68,23 +22,12 @@ struct Built {
 };
 
 Built build(ZeroModel kind, bool wrap) {
-  const nn::ModuleOptions m{.seed = kModelSeed};
   Built out;
-  if (kind == ZeroModel::gpt) {
-    auto gpt = std::make_unique<models::GPT>(
-        "gpt",
-        models::GPTConfig{
-            .vocab = kVocab, .layers = 2, .d_model = 32, .heads = 4, .seq_len = kSeq, .module = m});
-    if (wrap) out.modules = parallel::shard_children(gpt->blocks());
-    out.model = std::move(gpt);
-  } else {
-    auto net = models::make_resnet("resnet", models::resnet18({.stem = models::ResNetStem::cifar,
-                                                               .in_channels = 3,
-                                                               .classes = kClasses,
-                                                               .width = 8,
-                                                               .module = m}));
-    if (wrap) out.modules = parallel::shard_children(*net);
-    out.model = std::move(net);
+  out.model = make_small_model(kind);
+  if (wrap) {
+    out.modules = kind == ZeroModel::gpt
+                      ? parallel::shard_children(static_cast<models::GPT&>(*out.model).blocks())
+                      : parallel::shard_children(static_cast<nn::Sequential&>(*out.model));
   }
   if (wrap) {
     auto root = std::make_unique<parallel::ShardedModule>(std::move(out.model));
@@ -154,7 +97,9 @@ ZeroResult run_zero(const ZeroRun& run, comm::Communicator& dp) {
       std::optional<parallel::ZeroOptimizer::NoSync> guard;
       if (m + 1 < run.micro_steps) guard.emplace(zero);
       const int64_t first = (step * dp.size() + dp.rank()) * run.per_rank_batch + m * micro;
-      const Batch batch = make_batch(run.model, first, micro);
+      std::vector<int64_t> rows(static_cast<size_t>(micro));
+      for (int64_t i = 0; i < micro; ++i) rows[static_cast<size_t>(i)] = first + i;
+      const SmallBatch batch = make_small_batch(run.model, rows);
       nn::Context ctx;
       const Tensor logits = model.forward(batch.x, ctx);
       loss += ce.forward(logits, batch.y, ctx).item<float>() * scale;

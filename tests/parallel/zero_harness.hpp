@@ -12,10 +12,11 @@
 
 #include "loom/comm/communicator.hpp"
 #include "loom/parallel/zero.hpp"
+#include "small_models.hpp"
 
 namespace loom::testing {
 
-enum class ZeroModel { gpt, resnet };
+using ZeroModel = SmallModel;
 enum class ZeroOptim { sgd, adamw };
 
 struct ZeroRun {
