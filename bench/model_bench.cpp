@@ -39,15 +39,14 @@ struct LoomModel {
   std::unique_ptr<loom::optim::Optimizer> optimizer;
   Tensor inputs;
   Tensor targets;
-  std::unique_ptr<loom::nn::CrossEntropyLoss> loss_fn =
-      std::make_unique<loom::nn::CrossEntropyLoss>();
+  loom::nn::CrossEntropyLoss loss_fn;
   double last_loss = 0;
 
   void step() {
     loom::nn::Context ctx, loss_ctx;
     Tensor logits = model->forward(inputs, ctx);
-    last_loss = loss_fn->forward(logits, targets, loss_ctx).item<float>();
-    model->backward(loss_fn->backward(loss_ctx), ctx);
+    last_loss = loss_fn.forward(logits, targets, loss_ctx).item<float>();
+    model->backward(loss_fn.backward(loss_ctx), ctx);
     optimizer->step();
     optimizer->zero_grad();
   }

@@ -13,16 +13,8 @@ struct CrossEntropyLoss::State : SavedState {
   Shape logits_shape;
 };
 
-Tensor CrossEntropyLoss::Slot::forward(const Tensor&, Context&) {
-  throw InternalError("CrossEntropyLoss's context slot is not a module to run");
-}
-
-Tensor CrossEntropyLoss::Slot::backward_input(const Tensor&, Context&) {
-  throw InternalError("CrossEntropyLoss's context slot is not a module to run");
-}
-
 CrossEntropyLoss::CrossEntropyLoss(std::string name, int64_t ignore_index)
-    : slot_(std::move(name)), ignore_index_(ignore_index) {}
+    : name_(std::move(name)), ignore_index_(ignore_index) {}
 
 Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& targets, Context& ctx) {
   LOOM_CHECK(logits.defined() && logits.dim() >= 1 && logits.dtype() == DType::f32,
@@ -34,7 +26,7 @@ Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& targets, Co
              " (logits ", logits, ")");
   const int64_t classes = logits.size(-1);
   const int64_t rows = shape_numel(leading);
-  State& state = ctx.emplace<State>(slot_);
+  State& state = ctx.emplace<State>(this, name_);
   state.logits = logits.view({rows, classes});
   state.targets = targets.view({rows});
   state.lse = Tensor::empty({rows}, DType::f32, logits.device());
@@ -49,8 +41,8 @@ Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& targets, Co
 }
 
 Tensor CrossEntropyLoss::backward(Context& ctx, float dloss) {
-  const State state = ctx.get<State>(slot_);
-  ctx.release(slot_);
+  const State state = ctx.get<State>(this, name_);
+  ctx.release(this);
   Tensor dlogits = Tensor::empty(state.logits_shape, DType::f32, state.logits.device());
   trace::OpScope scope("cross_entropy.backward", kernels::cross_entropy_backward_cost(state.logits),
                        dlogits.device(), name());

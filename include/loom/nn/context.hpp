@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <typeinfo>
 #include <unordered_map>
 
@@ -34,27 +35,38 @@ class Context {
   Context(Context&&) = default;
   Context& operator=(Context&&) = default;
 
-  // Creates `module`'s state for this micro-batch. Throws if it already has one
-  // (a module called twice in one forward pass needs one Context per call).
+  // Creates `owner`'s state for this micro-batch. Throws naming it if it
+  // already has one (a module called twice in one forward pass needs one
+  // Context per call). The owner is usually a module; anything with a stable
+  // address may own state (CrossEntropyLoss, which takes two inputs, is not a
+  // Module). `name` only goes into error messages.
   template <typename State>
-  State& emplace(const Module& module) {
-    auto [it, inserted] = states_.try_emplace(&module);
-    if (!inserted) throw_duplicate(module);
+  State& emplace(const void* owner, std::string_view name) {
+    auto [it, inserted] = states_.try_emplace(owner);
+    if (!inserted) throw_duplicate(name);
     auto state = std::make_unique<State>();
     State& ref = *state;
     it->second = std::move(state);
     return ref;
   }
+  template <typename State>
+  State& emplace(const Module& module) {
+    return emplace<State>(&module, module_name(module));
+  }
 
-  // The state `module` saved in forward; throws naming the module if absent
-  // (backward without forward, or backward called twice).
+  // The state `owner` saved in forward; throws naming it if absent (backward
+  // without forward, or backward called twice).
+  template <typename State>
+  State& get(const void* owner, std::string_view name) const {
+    auto it = states_.find(owner);
+    if (it == states_.end()) throw_missing(name);
+    auto* state = dynamic_cast<State*>(it->second.get());
+    if (state == nullptr) throw_wrong_type(name, typeid(State).name());
+    return *state;
+  }
   template <typename State>
   State& get(const Module& module) const {
-    auto it = states_.find(&module);
-    if (it == states_.end()) throw_missing(module);
-    auto* state = dynamic_cast<State*>(it->second.get());
-    if (state == nullptr) throw_wrong_type(module, typeid(State).name());
-    return *state;
+    return get<State>(&module, module_name(module));
   }
 
   // Seed for random ops in this micro-batch (Dropout): a module derives its key
@@ -63,18 +75,21 @@ class Context {
   void set_random_seed(uint64_t seed) { random_seed_ = seed; }
   uint64_t random_seed() const { return random_seed_; }
 
-  bool has(const Module& module) const { return states_.count(&module) != 0; }
-  void release(const Module& module) { states_.erase(&module); }
+  bool has(const void* owner) const { return states_.count(owner) != 0; }
+  bool has(const Module& module) const { return has(&module); }
+  void release(const void* owner) { states_.erase(owner); }
+  void release(const Module& module) { release(&module); }
   void clear() { states_.clear(); }
   bool empty() const { return states_.empty(); }
   size_t size() const { return states_.size(); }
 
  private:
-  [[noreturn]] static void throw_duplicate(const Module& module);
-  [[noreturn]] static void throw_missing(const Module& module);
-  [[noreturn]] static void throw_wrong_type(const Module& module, const char* type);
+  static const std::string& module_name(const Module& module);
+  [[noreturn]] static void throw_duplicate(std::string_view name);
+  [[noreturn]] static void throw_missing(std::string_view name);
+  [[noreturn]] static void throw_wrong_type(std::string_view name, const char* type);
 
-  std::unordered_map<const Module*, std::unique_ptr<SavedState>> states_;
+  std::unordered_map<const void*, std::unique_ptr<SavedState>> states_;
   uint64_t random_seed_ = 0;
 };
 

@@ -15,8 +15,8 @@
 #include <cstdint>
 #include <string>
 
+#include "loom/core/tensor.hpp"
 #include "loom/nn/context.hpp"
-#include "loom/nn/module.hpp"
 
 namespace loom::nn {
 
@@ -27,20 +27,13 @@ class CrossEntropyLoss {
   Tensor forward(const Tensor& logits, const Tensor& targets, Context& ctx);
   Tensor backward(Context& ctx, float dloss = 1.0f);
 
-  const std::string& name() const { return slot_.name(); }
+  const std::string& name() const { return name_; }
   int64_t ignore_index() const { return ignore_index_; }
 
  private:
   struct State;
-  // Context files state under a Module; this placeholder names the loss's slot.
-  class Slot final : public Module {
-   public:
-    using Module::Module;
-    Tensor forward(const Tensor& x, Context& ctx) override;
-    Tensor backward_input(const Tensor& dy, Context& ctx) override;
-  };
 
-  Slot slot_;
+  std::string name_;
   int64_t ignore_index_;
 };
 
