@@ -14,6 +14,7 @@
 //             all_gather (n-1)/n, broadcast 1 (nccl-tests' PERFORMANCE.md),
 //             so that busbw compares with the hardware's bandwidth whatever n
 //   check     the result of a separate run with closed-form values
+//   (Loom's and the peer's measurements alternate, so noise lands on both)
 //   peer      the same operation through raw MPI (MPI_Allreduce,
 //             MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast) on the same
 //             buffers, and Loom's busbw over the peer's
@@ -26,6 +27,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "bench_util.hpp"
 #include "loom/comm/context.hpp"
@@ -61,19 +63,35 @@ double bus_factor(const std::string& op, int n) {
 }
 
 // The slowest rank's seconds per call: what a synchronous training step sees.
-double time_op(const std::function<void()>& op, int iters, int repeats) {
-  std::vector<double> samples;
-  op();  // warm-up (and, for Loom, first-touch of internal buffers)
+// Seconds per call of `op`, the slowest rank's, over `iters` back-to-back calls.
+double time_calls(const std::function<void()>& op, int iters) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double start = MPI_Wtime();
+  for (int i = 0; i < iters; ++i) op();
+  double local = (MPI_Wtime() - start) / iters, slowest = 0;
+  MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return slowest;
+}
+
+// Medians of `repeats` measurements of Loom's op and the peer's. The two are
+// measured in alternation (the order swapped every repeat), so that a noisy
+// moment on this shared machine lands on both rather than on one of them.
+std::pair<double, double> time_against_peer(const std::function<void()>& loom_op,
+                                            const std::function<void()>& peer_op, int iters,
+                                            int repeats) {
+  loom_op();  // warm-up (and, for Loom, first-touch of internal buffers)
+  peer_op();
+  std::vector<double> loom_samples, peer_samples;
   for (int r = 0; r < repeats; ++r) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double start = MPI_Wtime();
-    for (int i = 0; i < iters; ++i) op();
-    double local = (MPI_Wtime() - start) / iters, slowest = 0;
-    MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    samples.push_back(slowest);
+    if (r % 2 == 0) {
+      loom_samples.push_back(time_calls(loom_op, iters));
+      peer_samples.push_back(time_calls(peer_op, iters));
+    } else {
+      peer_samples.push_back(time_calls(peer_op, iters));
+      loom_samples.push_back(time_calls(loom_op, iters));
+    }
   }
-  std::sort(samples.begin(), samples.end());
-  return samples[samples.size() / 2];
+  return {loom::bench::median(loom_samples), loom::bench::median(peer_samples)};
 }
 
 // Checks one call with values whose result is known in closed form.
@@ -135,29 +153,29 @@ Row measure(Communicator& comm, const std::string& op, size_t bytes, const Optio
   const Tensor full = Tensor::full({count}, 1.0), chunk = Tensor::full({count / n}, 1.0);
   const int c = static_cast<int>(count), per = static_cast<int>(count / n);
   if (op == "all_reduce") {
-    row.seconds = time_op([&] { comm.all_reduce(full).wait(); }, iters, opt.repeats);
-    row.peer_seconds = time_op(
+    std::tie(row.seconds, row.peer_seconds) = time_against_peer(
+        [&] { comm.all_reduce(full).wait(); },
         [&] { MPI_Allreduce(MPI_IN_PLACE, full.data(), c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); },
         iters, opt.repeats);
   } else if (op == "reduce_scatter") {
-    row.seconds = time_op([&] { comm.reduce_scatter(full, chunk).wait(); }, iters, opt.repeats);
-    row.peer_seconds = time_op(
-        [&] {
-          MPI_Reduce_scatter_block(full.data(), chunk.data(), per, MPI_FLOAT, MPI_SUM,
-                                   MPI_COMM_WORLD);
-        },
-        iters, opt.repeats);
+    std::tie(row.seconds, row.peer_seconds) =
+        time_against_peer([&] { comm.reduce_scatter(full, chunk).wait(); },
+                          [&] {
+                            MPI_Reduce_scatter_block(full.data(), chunk.data(), per, MPI_FLOAT,
+                                                     MPI_SUM, MPI_COMM_WORLD);
+                          },
+                          iters, opt.repeats);
   } else if (op == "all_gather") {
-    row.seconds = time_op([&] { comm.all_gather(chunk, full).wait(); }, iters, opt.repeats);
-    row.peer_seconds = time_op(
+    std::tie(row.seconds, row.peer_seconds) = time_against_peer(
+        [&] { comm.all_gather(chunk, full).wait(); },
         [&] {
           MPI_Allgather(chunk.data(), per, MPI_FLOAT, full.data(), per, MPI_FLOAT, MPI_COMM_WORLD);
         },
         iters, opt.repeats);
   } else if (op == "broadcast") {
-    row.seconds = time_op([&] { comm.broadcast(full).wait(); }, iters, opt.repeats);
-    row.peer_seconds = time_op([&] { MPI_Bcast(full.data(), c, MPI_FLOAT, 0, MPI_COMM_WORLD); },
-                               iters, opt.repeats);
+    std::tie(row.seconds, row.peer_seconds) = time_against_peer(
+        [&] { comm.broadcast(full).wait(); },
+        [&] { MPI_Bcast(full.data(), c, MPI_FLOAT, 0, MPI_COMM_WORLD); }, iters, opt.repeats);
   }
   return row;
 }

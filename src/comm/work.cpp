@@ -60,8 +60,10 @@ bool WorkState::done() const {
 }
 
 bool WorkState::wait_for(Milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (driver_ && !done()) driver_(deadline);
   std::unique_lock lock(mutex_);
-  return cv_.wait_for(lock, timeout, [&] { return done_.load(std::memory_order_relaxed); });
+  return cv_.wait_until(lock, deadline, [&] { return done_.load(std::memory_order_relaxed); });
 }
 
 void WorkState::wait(Milliseconds timeout) {

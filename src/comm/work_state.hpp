@@ -38,6 +38,13 @@ class WorkState {
   void fail(const Exception& error) { fail(std::make_exception_ptr(error)); }
   // For device operations: makes block_stream() wait on this instead of the host.
   void set_block_stream(std::function<void(const Stream&)> fn);
+  // For backends whose operations advance only while some thread calls into
+  // them (mpi: NOTE [caller drives] in progress_engine.hpp): wait_for() first
+  // runs `driver(deadline)`, which may advance the operation on the waiting
+  // thread and returns when it is done, at the deadline, or when it cannot
+  // help. Set before the Work is handed out.
+  using Driver = std::function<void(std::chrono::steady_clock::time_point deadline)>;
+  void set_driver(Driver driver) { driver_ = std::move(driver); }
 
   // ---- for Work -----------------------------------------------------------------------------
   bool done() const;
@@ -66,6 +73,7 @@ class WorkState {
   std::exception_ptr error_;
   std::chrono::steady_clock::time_point finished_{};
   std::function<void(const Stream&)> block_stream_;
+  Driver driver_;
 };
 
 }  // namespace loom::comm::detail

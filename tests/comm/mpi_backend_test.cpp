@@ -2,8 +2,8 @@
 // mpirun (ctest runs it with 2 and with 4 ranks): the checks the local
 // backend passes, for every dtype and counts 0, 1, 7 and 1000; point to point
 // in both posting orders; splits; a pending receive not blocking a later
-// all_reduce; chunked calls; the debug cross-check; a receive timeout that
-// aborts the group on every rank.
+// all_reduce; threads that wait driving the engine; chunked calls; the debug
+// cross-check; a receive timeout that aborts the group on every rank.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -90,6 +90,63 @@ TEST_CASE("mpi: a posted receive that is not matched yet does not block a later 
     run_on_every_rank([&] { recv.wait(20s); });
     CHECK(message.to_vector<float>()[15] == 7.0f);
   }
+}
+
+TEST_CASE("mpi: waiting threads drive small operations, and what nobody waits on completes") {
+  // NOTE [caller drives] in progress_engine.hpp: a thread blocked on a small
+  // operation drives the engine itself, and while programs wait on what they
+  // issue, submit() posts ops without waking the progress thread, which must
+  // still finish an op that nobody waits on.
+  const int n = world().size();
+  const auto expect_sum = [&](const Tensor& t, float per_rank) {
+    const auto values = t.to_vector<float>();
+    CHECK(values.front() == per_rank * static_cast<float>(n));
+    CHECK(values.back() == per_rank * static_cast<float>(n));
+  };
+  run_on_every_rank([&] {
+    for (int i = 0; i < 50; ++i) {  // blocking small collectives: the callers drive
+      const Tensor t = Tensor::full({16384}, 1.0);
+      world().all_reduce(t).wait(20s);
+      expect_sum(t, 1.0f);
+    }
+    // Issued and not waited on, by a program that computes meanwhile.
+    const Tensor small = Tensor::full({16384}, 2.0);
+    const Work work = world().all_reduce(small);
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!work.is_completed() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
+    CHECK(work.is_completed());
+    work.wait(1s);
+    expect_sum(small, 2.0f);
+    // A small op waited on while a large one (the progress thread's) is in flight.
+    const Tensor large = Tensor::full({1 << 20}, 3.0), after = Tensor::full({100}, 4.0);
+    const Work large_work = world().all_reduce(large);
+    world().all_reduce(after).wait(20s);
+    large_work.wait(20s);
+    expect_sum(large, 3.0f);
+    expect_sum(after, 4.0f);
+  });
+  // Two threads per rank, each waiting on its own communicator's operations:
+  // the driver's role passes between them and the progress thread.
+  const auto first = world().split(0, world().rank(), "first");
+  const auto second = world().split(0, world().rank(), "second");
+  run_on_every_rank([&] {
+    auto loop = [&](Communicator& comm, float value) {
+      for (int i = 0; i < 200; ++i) {
+        const Tensor t = Tensor::full({1 + i * 37}, value);
+        comm.all_reduce(t).wait(20s);
+        const auto values = t.to_vector<float>();
+        if (values.back() != value * static_cast<float>(n)) return false;
+      }
+      return true;
+    };
+    bool second_ok = false;
+    std::thread other([&] { second_ok = loop(*second, 5.0f); });
+    const bool first_ok = loop(*first, 6.0f);
+    other.join();
+    CHECK(first_ok);
+    CHECK(second_ok);
+  });
 }
 
 TEST_CASE("mpi: tensors larger than one MPI call are split into several calls") {

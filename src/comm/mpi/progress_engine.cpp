@@ -20,6 +20,15 @@ constexpr auto kPolledSpin = std::chrono::microseconds(5);
 constexpr auto kPolledSleep = std::chrono::microseconds(10);
 // NOTE [hot after work]: how long the thread stays awake after its last operation.
 constexpr auto kHotAfterWork = std::chrono::microseconds(500);
+// NOTE [caller drives]: the longest a waiting thread drives without anything
+// moving before it hands the role back, and how long the progress thread naps
+// per look while a waiting thread drives.
+constexpr auto kDriveIdle = std::chrono::microseconds(200);
+constexpr auto kStepAside = std::chrono::microseconds(1000);
+// How soon the progress thread looks at ops that callers posted themselves,
+// and how long after the last submit() it keeps looking that often.
+constexpr auto kCallerGrace = std::chrono::microseconds(1000);
+constexpr auto kCallerModeExpiry = std::chrono::milliseconds(10);
 
 std::chrono::microseconds poll_max_from_env() {
   const char* text = std::getenv("LOOM_MPI_POLL_MAX_US");
@@ -75,11 +84,34 @@ void ProgressEngine::wake_locked() {
   }
 }
 
-void ProgressEngine::submit(std::unique_ptr<MpiOp> op) {
+void ProgressEngine::submit(std::unique_ptr<MpiOp> op, bool caller_drives) {
+  bool post_here = false;
+  {
+    std::lock_guard lock(mutex_);
+    LOOM_CHECK(!stopping_, op->describe(),
+               ": the mpi backend has shut down (the loom::Context that started it was destroyed)");
+    queue_.push_back(std::move(op));
+    last_submit_ = std::chrono::steady_clock::now();
+    // NOTE [caller drives]: while callers wait on what they issue, post it
+    // here rather than wake the progress thread for it.
+    post_here = caller_drives && callers_drive_ && state_ != State::blocked_in_mpi;
+    if (!post_here) wake_locked();
+  }
+  if (!post_here) return;
+  std::unique_lock drive(drive_mutex_, std::try_to_lock);
+  if (drive.owns_lock()) {
+    bool stopped = false;
+    {
+      std::lock_guard lock(mutex_);
+      stopped = stopped_;
+    }
+    if (!stopped) {
+      take_work();
+      return;
+    }
+  }
+  // Another thread drives (it takes the op from the queue); make sure it is awake.
   std::lock_guard lock(mutex_);
-  LOOM_CHECK(!stopping_, op->describe(),
-             ": the mpi backend has shut down (the loom::Context that started it was destroyed)");
-  queue_.push_back(std::move(op));
   wake_locked();
 }
 
@@ -101,7 +133,18 @@ void ProgressEngine::run() {
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   auto backoff = kPollMin;
   auto last_busy = std::chrono::steady_clock::time_point{};
+  std::unique_lock drive(drive_mutex_, std::defer_lock);
   while (true) {
+    if (drive.owns_lock()) drive.unlock();
+    // NOTE [caller drives]: a waiting thread drives; stay out of its way.
+    if (waiters_.load(std::memory_order_acquire) > 0) {
+      step_aside(kStepAside);
+      continue;
+    }
+    if (!drive.try_lock()) {
+      std::this_thread::yield();
+      continue;
+    }
     take_work();
     bool stopping = false;
     {
@@ -109,29 +152,41 @@ void ProgressEngine::run() {
       stopping = stopping_;
       if (stopping && !has_work_locked() &&
           (!busy() || std::chrono::steady_clock::now() >= grace_deadline_)) {
-        break;
+        break;  // (with the driver's role: close_all() frees what drivers use)
       }
     }
     const auto now = std::chrono::steady_clock::now();
-    if (busy()) last_busy = now;
+    if (busy()) {
+      last_busy = now;
+      // An op in flight that nobody waits on: the program overlaps, so submit()
+      // wakes this thread again (NOTE [caller drives]).
+      std::lock_guard lock(mutex_);
+      callers_drive_ = false;
+    }
     if (!busy() && !stopping && now - last_busy < kHotAfterWork) {
       // NOTE [hot after work]: operations come in bursts (a training step
       // issues one per bucket); staying awake for a moment after the last one
       // saves the next a condition-variable wake-up, several microseconds.
       progress(false);
+      drive.unlock();
       std::this_thread::yield();
     } else if (!busy() || stopping) {
       // Idle (or shutting down): sleep until work arrives, testing the control
       // channels every kIdleInterval.
+      progress(false);
+      drive.unlock();
       std::unique_lock lock(mutex_);
       if (!has_work_locked()) {
+        // NOTE [caller drives]: ops that callers post themselves wake nobody;
+        // look at them every kCallerGrace while callers keep issuing.
+        if (callers_drive_ && now - last_submit_ > kCallerModeExpiry) callers_drive_ = false;
+        const auto nap = stopping         ? std::chrono::microseconds(1000)
+                         : callers_drive_ ? kCallerGrace
+                                          : std::chrono::microseconds(kIdleInterval);
         state_ = State::sleeping;
-        cv_.wait_for(lock, stopping ? std::chrono::milliseconds(1) : kIdleInterval,
-                     [&] { return has_work_locked() || (stopping_ && !stopping); });
+        cv_.wait_for(lock, nap, [&] { return has_work_locked() || (stopping_ && !stopping); });
         state_ = State::running;
       }
-      lock.unlock();
-      progress(false);
     } else if (polling()) {
       // NOTE [polled ops]: a shared-memory op waits on its peers through memory,
       // not MPI, so the thread must not block in MPI. It yields the core
@@ -146,11 +201,14 @@ void ProgressEngine::run() {
       const auto spin_until = std::chrono::steady_clock::now() + kPolledSpin;
       bool moved = false;
       while (!moved && std::chrono::steady_clock::now() < spin_until) moved = step_polled() > 0;
-      if (!moved) std::this_thread::sleep_for(kPolledSleep);
+      if (!moved) {
+        drive.unlock();
+        std::this_thread::sleep_for(kPolledSleep);
+      }
     } else if (mode_ == Mode::wait) {
       {
         std::lock_guard lock(mutex_);
-        if (has_work_locked() || stopping_) continue;
+        if (has_work_locked() || stopping_ || waiters_.load() > 0) continue;
         state_ = State::blocked_in_mpi;
       }
       progress(true);
@@ -161,6 +219,7 @@ void ProgressEngine::run() {
         backoff = kPollMin;
         continue;
       }
+      drive.unlock();
       std::unique_lock lock(mutex_);
       if (!has_work_locked()) {
         state_ = State::sleeping;
@@ -173,7 +232,69 @@ void ProgressEngine::run() {
   close_all();
 }
 
-void ProgressEngine::take_work() {
+void ProgressEngine::step_aside(std::chrono::microseconds limit) {
+  std::unique_lock lock(mutex_);
+  if (waiters_.load() == 0) return;
+  state_ = State::sleeping;
+  cv_.wait_for(lock, limit, [&] { return waiters_.load() == 0 || stopping_; });
+  state_ = State::running;
+}
+
+int ProgressEngine::drive_round() {
+  int moved = take_work();
+  moved += progress(false);
+  if (polling()) moved += step_polled();
+  return moved;
+}
+
+void ProgressEngine::drive_until(const std::function<bool()>& done,
+                                 std::chrono::steady_clock::time_point deadline) {
+  if (done()) return;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopped_) return;
+    waiters_.fetch_add(1);
+    // Out of MPI_Waitsome, please: the doorbell (NOTE [caller drives]).
+    if (state_ == State::blocked_in_mpi) wake_locked();
+  }
+  std::unique_lock drive(drive_mutex_, std::defer_lock);
+  bool shut_down = false;
+  auto last_moved = std::chrono::steady_clock::now();
+  while (!done()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline || now - last_moved >= kDriveIdle) break;
+    if (!drive.owns_lock()) {
+      if (!drive.try_lock()) {
+        std::this_thread::yield();  // the progress thread is finishing a round
+        continue;
+      }
+      std::lock_guard lock(mutex_);
+      if (stopped_) {
+        shut_down = true;
+        break;
+      }
+    }
+    if (drive_round() > 0) {
+      last_moved = now;
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  bool left_work = false;
+  {
+    std::lock_guard lock(mutex_);
+    waiters_.fetch_sub(1);
+    if (!shut_down && drive.owns_lock()) {
+      left_work = has_work_locked() || busy();
+      if (done()) callers_drive_ = true;
+    }
+  }
+  if (drive.owns_lock()) drive.unlock();
+  if (left_work) cv_.notify_all();
+}
+
+int ProgressEngine::take_work() {
+  int taken = 0;
   while (true) {
     std::function<void()> command;
     std::unique_ptr<MpiOp> op;
@@ -186,9 +307,10 @@ void ProgressEngine::take_work() {
         op = std::move(queue_.front());
         queue_.pop_front();
       } else {
-        return;
+        return taken;
       }
     }
+    ++taken;
     if (command) {
       try {
         command();

@@ -29,10 +29,32 @@
 //                       op per round, yielding the core between rounds and
 //                       sleeping 20 us per round after 2 ms without progress.
 // docs/comm.md has the measured compute slowdown of both.
+//
+// NOTE [caller drives]
+// "On this thread" above really means "by the driver": whoever holds
+// drive_mutex_. A thread blocked in Work::wait() has nothing else to do, so it
+// asks for the role (drive_until()): the progress thread steps aside (it leaves
+// MPI_Waitsome through the doorbell and sleeps while waiters_ > 0), and the
+// waiting thread posts queued ops, tests requests and steps polled ops itself
+// until its Work is done. A small operation then costs no thread hand-off at
+// all (two context switches and a futex wake each way otherwise, as much as the
+// whole 64 KiB all-reduce), and while a rank waits only one of its threads
+// spins. The order of ops is unchanged: every driver takes them from the same
+// FIFO. After kDriveIdle without anything moving the waiter hands the role
+// back and sleeps on its Work, so a long wait costs what it did before.
+//
+// While the ops a program issues are completed by threads waiting on them
+// (small blocking collectives), submit() posts the next op on the caller's
+// thread instead of waking the progress thread (a wake-up preempts the caller
+// on a shared core); the progress thread then looks every kCallerGrace and,
+// if it finds an op in flight that nobody waits on, drives it and turns this
+// off again, so overlapped work is delayed by at most kCallerGrace once.
+
 #pragma once
 
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -68,13 +90,21 @@ class ProgressEngine {
   const MpiTypes& types() const { return *types_; }
 
   // ---- any thread ----------------------------------------------------------------------------
-  // Queues `op` behind every op submitted before it. Throws loom::Error once shut down.
-  void submit(std::unique_ptr<MpiOp> op);
+  // Queues `op` behind every op submitted before it. Throws loom::Error once
+  // shut down. `caller_drives`: a thread waiting on the op will drive the
+  // engine (NOTE [caller drives]), so submit() may post it itself.
+  void submit(std::unique_ptr<MpiOp> op, bool caller_drives = false);
   // Runs `fn` on the progress thread soon, ahead of queued ops and regardless
   // of fences (control traffic). Ignored once shut down.
   void post(std::function<void()> fn);
   bool on_progress_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
   bool running() const;
+
+  // Drives the engine on the calling thread (NOTE [caller drives]) until
+  // `done()` returns true, `deadline` passes, or nothing has moved for a
+  // while; returns at once when the engine has shut down.
+  void drive_until(const std::function<bool()>& done,
+                   std::chrono::steady_clock::time_point deadline);
 
   // Stops the thread: posts what is queued, waits up to `grace` for the ops of
   // communicators that are not aborted, closes every control channel and frees
@@ -82,7 +112,7 @@ class ProgressEngine {
   // finalized). Idempotent.
   bool shutdown(Milliseconds grace);
 
-  // ---- progress thread only ------------------------------------------------------------------
+  // ---- the driver only (NOTE [caller drives]) ------------------------------------------------
   // Starts `op` now (control sends), skipping the queue.
   void start_now(std::unique_ptr<MpiOp> op);
   void add_channel(std::shared_ptr<ControlChannel> channel);
@@ -104,10 +134,14 @@ class ProgressEngine {
   enum class State { running, sleeping, blocked_in_mpi };
 
   void run();
+  // The progress thread sleeps while a waiting thread drives (at most `limit`).
+  void step_aside(std::chrono::microseconds limit);
+  // One round of the driver: posts queued ops, tests requests, steps polled ops.
+  int drive_round();
   // With mutex_ held: wakes the thread (condition variable, or the doorbell when it is in MPI).
   void wake_locked();
   bool has_work_locked() const;
-  void take_work();
+  int take_work();  // returns how many ops and commands it started
   void start_op(std::unique_ptr<MpiOp> op);
   bool busy() const;     // ops of live communicators in flight
   bool polling() const;  // a polled op is active (NOTE [polled ops])
@@ -129,6 +163,11 @@ class ProgressEngine {
   char doorbell_byte_ = 0;
   std::chrono::microseconds poll_max_;
 
+  // Held by whoever drives the engine (NOTE [caller drives]); always taken
+  // before mutex_, never while holding it.
+  std::mutex drive_mutex_;
+  std::atomic<int> waiters_{0};  // threads in drive_until(); changed under mutex_
+
   mutable std::mutex mutex_;  // guards the members below
   std::condition_variable cv_;
   std::deque<std::unique_ptr<MpiOp>> queue_;
@@ -141,8 +180,12 @@ class ProgressEngine {
   const MpiOp* fence_ = nullptr;  // the op with `fence` in flight, if any
   std::chrono::steady_clock::time_point grace_deadline_{};
   bool clean_ = true;  // nothing was left in flight at shutdown
+  // NOTE [caller drives]: the last op was completed by a thread waiting on it;
+  // submit() posts the next one itself instead of waking the progress thread.
+  bool callers_drive_ = false;
+  std::chrono::steady_clock::time_point last_submit_{};
 
-  // Progress thread only.
+  // The driver only.
   std::vector<std::unique_ptr<MpiOp>> active_;
   std::map<uint64_t, std::shared_ptr<ControlChannel>> channels_;
   std::set<uint64_t> aborted_channels_;
