@@ -17,9 +17,9 @@ namespace {
 // 64 KiB..4 MiB on the development machine (docs/comm.md).
 constexpr size_t kShmPieceBytes = size_t{256} << 10;
 
-// Operations smaller than this are driven by the thread that waits on them
+// Operations up to this size are driven by the thread that waits on them
 // (NOTE [caller drives] in progress_engine.hpp; the reason for the limit is in issue()).
-constexpr size_t kCallerDrivesBelow = size_t{1} << 20;
+constexpr size_t kCallerDrivesUpTo = size_t{1} << 20;
 
 // Runs a function on the progress thread in submission order (closing a channel).
 class CommandOp final : public MpiOp {
@@ -198,7 +198,7 @@ void MpiCommunicator::issue(const detail::WorkPtr& work, std::unique_ptr<MpiOp> 
   // moves the data in long calls, the hand-off is a small part of the time, and
   // the progress thread blocked in MPI_Waitsome finished a 64 MiB all-reduce
   // about 1.5x sooner than a waiting thread driving it (2 ranks, docs/comm.md).
-  const bool drivable = work->info().bytes < kCallerDrivesBelow;
+  const bool drivable = work->info().bytes <= kCallerDrivesUpTo;
   if (drivable) {
     work->set_driver([engine = std::weak_ptr<ProgressEngine>(engine_),
                       state = std::weak_ptr<detail::WorkState>(work)](auto deadline) {
