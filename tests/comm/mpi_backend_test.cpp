@@ -160,12 +160,39 @@ TEST_CASE("mpi: tensors larger than one MPI call are split into several calls") 
     }
     testing::check_ring(world(), true);
   });
-  // Per-rank counts must each fit one call: a clear error, before anything is sent.
-  const Tensor input = Tensor::zeros({8 * world().size()}), output = Tensor::zeros({8});
-  CHECK_THROWS_WITH(world().reduce_scatter(input, output),
-                    Contains("do not fit MPI's int counts (at most 7 per call)"));
+  // Equal per-rank counts go in pieces (NOTE [reduce_scatter chunks]); uneven
+  // ones must each fit one call: a clear error, before anything is sent.
+  const int n = world().size(), r = world().rank();
+  const int64_t block = 1000;
+  for (const DType dtype : {DType::f32, DType::bf16, DType::i64}) {
+    // Rank q holds q + k % 11 at position k: rank r's result is known in closed form.
+    std::vector<float> values(static_cast<size_t>(n * block));
+    for (int64_t k = 0; k < n * block; ++k)
+      values[static_cast<size_t>(k)] = static_cast<float>(r + k % 11);
+    const Tensor input = Tensor::from_vector(values, {n * block}).to(dtype);
+    const Tensor output = Tensor::zeros({block}, dtype);
+    run_on_every_rank([&] { world().reduce_scatter(input, output).wait(20s); });
+    const auto got = output.to(DType::f32).to_vector<float>();
+    bool ok = true;
+    for (int64_t i = 0; i < block && ok; ++i)
+      ok = got[static_cast<size_t>(i)] ==
+           static_cast<float>(n * (n - 1) / 2 + n * ((r * block + i) % 11));
+    CHECK(ok);
+  }
+  if (n > 1) {
+    std::vector<int64_t> uneven(static_cast<size_t>(n), 2);
+    uneven[0] = 8;
+    const Tensor input = Tensor::zeros({8 + 2 * (n - 1)});
+    const Tensor output = Tensor::zeros({r == 0 ? 8 : 2});
+    CHECK_THROWS_WITH(world().reduce_scatter(input, output, {.counts = uneven}),
+                      Contains("do not fit MPI's int counts (at most 7 per call)"));
+  }
   mpi::set_max_elements_per_call(0);
-  run_on_every_rank([] { testing::check_reduce_scatter(world(), DType::f32, 1000); });
+  run_on_every_rank([] {
+    testing::check_reduce_scatter(world(), DType::f32, 1000);
+    // More than one all-reduce chunk (8 MiB) in total: pieces again.
+    testing::check_reduce_scatter(world(), DType::f32, (int64_t{3} << 20) / world().size());
+  });
 }
 
 TEST_CASE("mpi: LOOM_DEBUG_COLLECTIVES turns mismatched collectives into errors on every rank") {

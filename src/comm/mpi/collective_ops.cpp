@@ -1,4 +1,4 @@
-// The mpi backend's collectives other than all_reduce, and point to point.
+// The mpi backend's collectives other than all_reduce and reduce_scatter, and point to point.
 #include "comm/mpi/collective_ops.hpp"
 
 #include <atomic>
@@ -9,14 +9,6 @@
 #include "loom/core/logging.hpp"
 
 namespace loom::comm::mpi {
-namespace {
-
-std::atomic<int64_t> g_max_elements{INT_MAX};
-
-// Counts and offsets (in elements) as MPI's ints; throws when one does not fit.
-struct IntCounts {
-  std::vector<int> counts, offsets;
-};
 
 IntCounts int_counts(const std::vector<int64_t>& counts, const detail::WorkPtr& work,
                      const char* what) {
@@ -33,6 +25,9 @@ IntCounts int_counts(const std::vector<int64_t>& counts, const detail::WorkPtr& 
   }
   return out;
 }
+namespace {
+
+std::atomic<int64_t> g_max_elements{INT_MAX};
 
 class RootReduceOp final : public WorkOp {
  public:
@@ -64,30 +59,6 @@ class RootReduceOp final : public WorkOp {
   StagedTensor buffer_;
   ReduceOp op_;
   int root_;
-};
-
-class ReduceScatterOp final : public WorkOp {
- public:
-  ReduceScatterOp(const OpTarget& target, const Tensor& input, const Tensor& output, ReduceOp op,
-                  IntCounts counts, const detail::WorkPtr& work)
-      : WorkOp(target, work), input_(input), output_(output), op_(op), counts_(std::move(counts)) {}
-
-  void start() override {
-    input_.stage_in(true);
-    output_.stage_in(false);
-    const DType dtype = input_.host().dtype();
-    LOOM_MPI_CHECK(MPI_Ireduce_scatter(input_.bytes(), output_.bytes(), counts_.counts.data(),
-                                       target_.types->datatype(dtype),
-                                       target_.types->op(dtype, op_), target_.comm, new_request()));
-  }
-
- protected:
-  void finish() override { finish_reduction(output_, op_); }
-
- private:
-  StagedTensor input_, output_;
-  ReduceOp op_;
-  IntCounts counts_;
 };
 
 class AllGatherOp final : public WorkOp {
@@ -288,14 +259,6 @@ void WorkOp::fail(std::exception_ptr error) {
 std::unique_ptr<MpiOp> make_reduce(const OpTarget& target, const Tensor& tensor, ReduceOp op,
                                    int root, const detail::WorkPtr& work) {
   return std::make_unique<RootReduceOp>(target, tensor, op, root, work);
-}
-
-std::unique_ptr<MpiOp> make_reduce_scatter(const OpTarget& target, const Tensor& input,
-                                           const Tensor& output, ReduceOp op,
-                                           const std::vector<int64_t>& counts,
-                                           const detail::WorkPtr& work) {
-  return std::make_unique<ReduceScatterOp>(target, input, output, op,
-                                           int_counts(counts, work, "chunks"), work);
 }
 
 std::unique_ptr<MpiOp> make_all_gather(const OpTarget& target, const Tensor& input,

@@ -55,6 +55,14 @@ size_t all_reduce_chunk_bytes();
 int64_t max_elements_per_call();
 void set_max_elements_per_call(int64_t count);
 
+// Counts and offsets (in elements) as MPI's ints; int_counts() throws
+// loom::Error (naming the Work) when one exceeds max_elements_per_call().
+struct IntCounts {
+  std::vector<int> counts, offsets;
+};
+IntCounts int_counts(const std::vector<int64_t>& counts, const detail::WorkPtr& work,
+                     const char* what);
+
 // An op that completes a user's Work.
 class WorkOp : public MpiOp {
  public:
