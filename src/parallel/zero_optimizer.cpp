@@ -52,10 +52,14 @@ void validate(const std::vector<nn::Parameter*>& params, const ZeroOptions& opti
                params[i]->name(), "' is on ", params[i]->device().str(), " but '",
                params[0]->name(), "' is on ", params[0]->device().str(),
                "; a data-parallel replica lives on one device");
-    LOOM_CHECK(options.stage == 0 || params[i]->dtype() == DType::f32, "ZeroOptimizer: parameter '",
-               params[i]->name(), "' is ", dtype_name(params[i]->dtype()),
-               "; stages 1 to 3 shard f32 parameters only (fp32 "
-               "master copies of bf16/f16 parameters are not implemented)");
+    if (options.stage == 0) continue;
+    LOOM_CHECK(is_floating(params[i]->dtype()), "ZeroOptimizer: parameter '", params[i]->name(),
+               "' is ", dtype_name(params[i]->dtype()),
+               "; stages 1 to 3 shard floating-point parameters (f32, bf16, f16)");
+    LOOM_CHECK(params[i]->dtype() == params[0]->dtype(), "ZeroOptimizer: parameter '",
+               params[i]->name(), "' is ", dtype_name(params[i]->dtype()), " but '",
+               params[0]->name(), "' is ", dtype_name(params[0]->dtype()),
+               "; stages 1 to 3 keep every parameter in one flat buffer of one dtype");
   }
   if (options.stage == 3) {
     LOOM_CHECK(!options.modules.empty(),
@@ -101,6 +105,7 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
   ZeroOptions options;
   int stage = 0;
   Device device = Device::cpu();
+  DType dtype = DType::f32;  // the parameters' (flat values, gradients, buckets, gathers)
   size_t element = 4;
 
   std::unique_ptr<GradReducer> reducer;  // stage 0
@@ -113,6 +118,13 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
   Tensor shard_value;  // stage 3: this rank's shard only
   Tensor flat_grad;    // stage 1
   Tensor shard_grad;   // stages 2, 3
+  // NOTE [fp32 master] bf16/f16 parameters at stages 1 to 3: the optimizer
+  // steps an f32 copy of this rank's shard (master) with the reduced gradient
+  // shard widened to f32 (master_grad, filled by finish()); step() rounds the
+  // master into the low-precision shard, which is then all-gathered (stages 1,
+  // 2) or kept at rest (stage 3). Both are undefined for f32 parameters.
+  Tensor master;
+  Tensor master_grad;
   std::vector<Bucket> buckets;
   std::vector<size_t> bucket_of;
   std::vector<bool> ready;
@@ -138,7 +150,8 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
       : params(std::move(list)), comm(dp), options(zero) {
     validate(params, options);
     device = params[0]->device();
-    element = dtype_size(params[0]->dtype());
+    dtype = params[0]->dtype();
+    element = dtype_size(dtype);
     stage = options.stage;
     if (stage > 0 && comm.size() == 1) {
       LOOM_LOG_INFO("ZeroOptimizer: the data-parallel group has one rank; stage ", stage,
@@ -179,13 +192,13 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
     const auto shard_bytes = static_cast<int64_t>(layout.shard * element);
 
     if (stage < 3) {
-      flat_value = Tensor::zeros({layout.total}, DType::f32, device);
+      flat_value = Tensor::zeros({layout.total}, dtype, device);
       for (const auto& e : layout.entries) {
         params[e.param]->set_value_buffer(flat_value.flat_view(e.offset, params[e.param]->shape()));
       }
       track(static_cast<int64_t>(flat_value.nbytes()), 0);
     } else {
-      shard_value = Tensor::zeros({layout.shard}, DType::f32, device);
+      shard_value = Tensor::zeros({layout.shard}, dtype, device);
       for (const auto& e : layout.entries) {
         const Range piece = detail::intersect(e.range(), mine);
         if (piece.size() == 0) continue;
@@ -205,13 +218,13 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
     }
 
     if (stage == 1) {
-      flat_grad = Tensor::zeros({layout.total}, DType::f32, device);
+      flat_grad = Tensor::zeros({layout.total}, dtype, device);
       for (const auto& e : layout.entries) {
         params[e.param]->set_grad_buffer(flat_grad.flat_view(e.offset, params[e.param]->shape()));
       }
       track(0, static_cast<int64_t>(flat_grad.nbytes()));
     } else {
-      shard_grad = Tensor::zeros({layout.shard}, DType::f32, device);
+      shard_grad = Tensor::zeros({layout.shard}, dtype, device);
       track(0, shard_bytes);
     }
 
@@ -233,23 +246,42 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
       hook_ids.push_back(params[i]->add_ready_hook([this, i](nn::Parameter&) { on_ready(i); }));
     }
 
+    if (dtype != DType::f32) {
+      // See NOTE [fp32 master]: the master starts as the (broadcast) values, widened.
+      master = Tensor::empty({layout.shard}, DType::f32, device);
+      master.copy_from(low_value_shard());
+      master_grad = Tensor::zeros({layout.shard}, DType::f32, device);
+      optimizer_bytes += static_cast<int64_t>(master.nbytes());
+      track(0, static_cast<int64_t>(master_grad.nbytes()));
+    }
+
     // Optimizer slots: the pieces of this rank's shard, one per parameter it touches.
     std::vector<optim::ParamSlot> slots;
     for (const auto& e : layout.entries) {
       const Range piece = detail::intersect(e.range(), mine);
       if (piece.size() == 0) continue;
       const Range local{piece.begin - mine.begin, piece.end - mine.begin};
-      Tensor value = stage == 3 ? flat_range(shard_value, local) : flat_range(flat_value, piece);
-      Tensor grad = stage == 1 ? flat_range(flat_grad, piece) : flat_range(shard_grad, local);
+      Tensor value, grad;
+      if (master.defined()) {
+        value = flat_range(master, local);
+        grad = flat_range(master_grad, local);
+      } else {
+        value = stage == 3 ? flat_range(shard_value, local) : flat_range(flat_value, piece);
+        grad = stage == 1 ? flat_range(flat_grad, piece) : flat_range(shard_grad, local);
+      }
       slots.push_back(
           optim::ParamSlot::buffer(str_cat(params[e.param]->name(), "[", piece.begin - e.offset,
                                            ":", piece.end - e.offset, "]"),
                                    value, grad, decay[e.param].weight_decay));
     }
     opt = make_optimizer(std::move(slots), optimizer);
-    optimizer_bytes = static_cast<int64_t>(opt->state_bytes());
+    optimizer_bytes += static_cast<int64_t>(opt->state_bytes());
     track(0, 0);
   }
+
+  // This rank's shard of the parameter values / reduced gradients, in the parameters' dtype.
+  Tensor low_value_shard() const { return stage == 3 ? shard_value : flat_range(flat_value, mine); }
+  Tensor low_grad_shard() const { return stage == 1 ? flat_range(flat_grad, mine) : shard_grad; }
 
   ~Impl() override {
     for (size_t i = 0; i < hook_ids.size(); ++i) params[i]->remove_ready_hook(hook_ids[i]);
@@ -332,7 +364,7 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
     const auto& range = layout.buckets[bucket_of[i]].range;
     Bucket& b = buckets[bucket_of[i]];
     if (!b.buffer.defined()) {
-      b.buffer = Tensor::zeros({range.size()}, DType::f32, device);
+      b.buffer = Tensor::zeros({range.size()}, dtype, device);
       track(0, static_cast<int64_t>(b.buffer.nbytes()));
     }
     return b.buffer.flat_view(e.offset - range.begin, params[i]->shape());
@@ -407,6 +439,8 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
     }
     std::fill(ready.begin(), ready.end(), false);
     next_launch = 0;
+    // Widening is exact, so the norm and the update see the reduced gradient as it is.
+    if (master.defined()) master_grad.copy_from(low_grad_shard());
     if (stage == 3) {
       for (size_t u = 0; u < units.size(); ++u) {
         LOOM_CHECK(units[u].uses == 0, "ZeroOptimizer: ShardedModule '",
@@ -424,6 +458,7 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
   void step() {
     wait_parameters();
     opt->step();
+    if (master.defined()) low_value_shard().copy_from(master);  // round to nearest even
     if (stage == 1 || stage == 2) {
       gather_send = flat_range(flat_value, mine).clone();
       track(static_cast<int64_t>(gather_send.nbytes()), 0);
@@ -447,7 +482,7 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
     Unit& unit = units[u];
     if (unit.state != UnitState::released) return;
     const Range range = layout.units[u].range;
-    unit.buffer = Tensor::empty({range.size()}, DType::f32, device);
+    unit.buffer = Tensor::empty({range.size()}, dtype, device);
     track(static_cast<int64_t>(unit.buffer.nbytes()), 0);
     unit.work = comm.all_gather(flat_range(shard_value, local_piece(range)), unit.buffer,
                                 {.counts = layout.counts(range)});

@@ -28,10 +28,10 @@
 // Guarantees:
 //  - Construction validates everything before communicating: the stage, the
 //    options, the parameter list (no nulls or duplicates, one dtype, one
-//    device), and at stage 3 that every parameter lies inside one of
-//    options.modules. Then every rank checks that all ranks have the same
-//    parameters (names, shapes) and the same shard layout (a hash, then the
-//    first differing line on every rank), and rank 0's values are broadcast.
+//    device; at stages 1 to 3 f32, bf16 or f16), and at stage 3 that every parameter lies inside
+//    one of options.modules. Then every rank checks that all ranks have the same parameters (names,
+//    shapes) and the same shard layout (a hash, then the first differing line on every rank), and
+//    rank 0's values are broadcast.
 //  - A data-parallel group of one rank with stage > 0 runs stage 0 (logged):
 //    there is nothing to shard.
 //  - Every rank must call finish() after each synchronized backward, and
@@ -42,6 +42,14 @@
 //    holds the gradient (it was reduce-scattered); use grad_shards().
 //  - memory(): bytes this object keeps per rank for parameters, gradients
 //    and optimizer state now, and the peak of their sum since construction.
+//  - bf16/f16 parameters (stages 1 to 3): the flat buffers, gradient buckets
+//    and collectives stay in the parameters' dtype; each rank also keeps an
+//    f32 master copy of its shard, which the optimizer steps (with the reduced
+//    gradient shard widened to f32 by finish()) and which step() rounds
+//    (nearest even) into the low-precision shard. optimizer() then steps the
+//    master pieces, grad_shards() are the widened f32 gradients, and
+//    memory().optimizer_bytes counts the master (4 bytes x shard) with the
+//    moments. Stage 0 keeps no master: the optimizer updates the bf16 values.
 #pragma once
 
 #include <cstddef>
@@ -80,7 +88,7 @@ using OptimizerOptions = std::variant<optim::SgdOptions, optim::AdamWOptions>;
 struct MemoryStats {
   size_t param_bytes = 0;      // parameter storage this rank holds now
   size_t grad_bytes = 0;       // gradient storage this rank holds now
-  size_t optimizer_bytes = 0;  // optimizer state
+  size_t optimizer_bytes = 0;  // optimizer state, with the f32 master shard (bf16/f16 params)
   size_t peak_bytes = 0;       // the largest sum of the three so far
   size_t peak_param_bytes =
       0;  // the largest parameter bytes so far (stage 3: shard + gathered units)
@@ -133,7 +141,8 @@ class ZeroOptimizer {
   int stage() const;
   int requested_stage() const { return options_.stage; }
   optim::Optimizer& optimizer();
-  // After finish(): this rank's gradient pieces, one per optimizer slot.
+  // After finish(): this rank's gradient pieces, one per optimizer slot
+  // (f32, widened, when the optimizer steps an fp32 master).
   std::vector<Tensor> grad_shards() const;
   MemoryStats memory() const;
   // Elements per rank of the flat buffers (0 at stage 0).
