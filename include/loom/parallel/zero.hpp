@@ -27,11 +27,12 @@
 //
 // Guarantees:
 //  - Construction validates everything before communicating: the stage, the
-//    options, the parameter list (no nulls or duplicates, one dtype, one
-//    device; at stages 1 to 3 f32, bf16 or f16), and at stage 3 that every parameter lies inside
-//    one of options.modules. Then every rank checks that all ranks have the same parameters (names,
-//    shapes) and the same shard layout (a hash, then the first differing line on every rank), and
-//    rank 0's values are broadcast.
+//    options, the parameter list (no nulls or duplicates, one device; at
+//    stages 1 to 3 one dtype: f32, bf16 or f16), and at stage 3 that every
+//    parameter lies inside one of options.modules. Then every rank checks that
+//    all ranks have the same parameters (names, shapes) and the same shard
+//    layout (a hash, then the first differing line on every rank), and rank
+//    0's values are broadcast.
 //  - A data-parallel group of one rank with stage > 0 runs stage 0 (logged):
 //    there is nothing to shard.
 //  - Every rank must call finish() after each synchronized backward, and
