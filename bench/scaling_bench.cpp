@@ -22,6 +22,12 @@
 // Overlap off: one bucket holding every gradient; it launches when the last
 //              gradient is ready, i.e. after backward's compute, so all the
 //              communication is exposed (the same reducer, no special path).
+// Independent: N ranks launched the same way, each training alone (no
+//              reducer, no communication): T(1) / T(independent) is the
+//              efficiency this machine allows before any communication,
+//              what running N copies of the compute side by side costs
+//              (shared caches, memory bandwidth, clocks). Loom's and the
+//              peer's efficiencies compare with it.
 // One rank trains without a reducer (as train_gpt does), and the peer's one
 // process without DDP: the baseline both scale from.
 #include <time.h>
@@ -80,6 +86,7 @@ struct WorkerFlags {
   int steps = 5;
   int warmup = 2;
   bool no_overlap = false;
+  bool independent = false;
 };
 
 // One rank of a run; rank 0 prints the run's JSON on its last line.
@@ -88,7 +95,7 @@ int run_worker(const WorkerFlags& f) {
   loom::comm::Communicator& dp = *launch.world();
   Replica m = make_replica(f.model, launch.rank());
   std::unique_ptr<loom::parallel::GradReducer> reducer;
-  if (dp.size() > 1) {
+  if (dp.size() > 1 && !f.independent) {
     loom::parallel::ReducerOptions options;  // default caps: overlap
     if (f.no_overlap) {
       // One bucket for everything: it can start only when backward is done.
@@ -142,7 +149,8 @@ int run_worker(const WorkerFlags& f) {
   }
   json out{{"model", f.model},
            {"ranks", dp.size()},
-           {"overlap", !f.no_overlap},
+           {"overlap", !f.no_overlap && !f.independent},
+           {"independent", f.independent},
            {"step_ms", step_ms},
            {"median_ms", median(step_ms)},
            {"exposed_ms", median(exposed_ms)},
@@ -172,7 +180,21 @@ struct DriverFlags {
   std::string json_path;
 };
 
-// Per model, rank count and overlap setting: what every round measured.
+// How an N-rank run trains (see the top of the file).
+enum class Mode { overlap, no_overlap, independent };
+constexpr std::array<Mode, 3> kModes = {Mode::overlap, Mode::no_overlap, Mode::independent};
+
+std::string mode_flag(Mode mode) {
+  return mode == Mode::no_overlap    ? " --no-overlap"
+         : mode == Mode::independent ? " --independent"
+                                     : "";
+}
+
+std::string mode_name(Mode mode) {
+  return mode == Mode::overlap ? "on" : mode == Mode::no_overlap ? "off" : "indep.";
+}
+
+// Per model, rank count and mode: what every round measured.
 struct Series {
   std::vector<double> step_ms, exposed_ms, comm_ms, efficiency, compute_cpu_ms, other_cpu_ms;
   int64_t buckets = 0;
@@ -209,23 +231,23 @@ int run_driver(const DriverFlags& f) {
   json results = json::array();
   std::string peer_why;
   for (const auto& model : f.models) {
-    // key: (ranks, overlap); the peer is keyed by ranks.
-    std::map<std::pair<int, bool>, Series> loom;
+    // key: (ranks, mode); the peer is keyed by ranks.
+    std::map<std::pair<int, Mode>, Series> loom;
     std::map<int, Series> peer;
-    std::map<std::pair<int, bool>, std::string> per_round;
+    std::map<std::pair<int, Mode>, std::string> per_round;
     for (int r = 0; r < f.rounds; ++r) {
       double loom_one = -1, peer_one = -1;
       for (int n : f.ranks) {
-        for (bool overlap : {true, false}) {
-          if (n == 1 && !overlap) continue;
+        for (const Mode mode : kModes) {
+          if (n == 1 && mode != Mode::overlap) continue;
           const std::string command = f.mpirun + " -np " + std::to_string(n) + " --oversubscribe " +
                                       f.mpirun_args + " " + self + " --model " + model +
                                       " --steps " + std::to_string(f.steps) + " --warmup " +
-                                      std::to_string(f.warmup) + (overlap ? "" : " --no-overlap");
+                                      std::to_string(f.warmup) + mode_flag(mode);
           std::string why;
           const auto out = run_json(command, why);
           LOOM_CHECK(out.has_value(), why);
-          Series& s = loom[{n, overlap}];
+          Series& s = loom[{n, mode}];
           const double t = out->at("median_ms").get<double>();
           if (n == 1) loom_one = t;
           s.step_ms.push_back(t);
@@ -235,9 +257,9 @@ int run_driver(const DriverFlags& f) {
           s.other_cpu_ms.push_back(out->at("other_cpu_ms").get<double>());
           s.efficiency.push_back(loom_one / t);
           s.buckets = out->at("buckets").get<int64_t>();
-          per_round[{n, overlap}] += (r ? " " : "") + loom::bench::fixed(t, 0);
+          per_round[{n, mode}] += (r ? " " : "") + loom::bench::fixed(t, 0);
         }
-        std::string& rounds_cell = per_round[{n, true}];
+        std::string& rounds_cell = per_round[{n, Mode::overlap}];
         if (f.no_peer || !peer_why.empty()) {
           rounds_cell += "/-";
           continue;
@@ -261,35 +283,41 @@ int run_driver(const DriverFlags& f) {
       std::fflush(stdout);
     }
     for (int n : f.ranks) {
-      for (bool overlap : {true, false}) {
-        if (n == 1 && !overlap) continue;
-        const Series& s = loom[{n, overlap}];
+      const double ceiling = n > 1 ? median(loom[{n, Mode::independent}].efficiency) : 1.0;
+      for (const Mode mode : kModes) {
+        if (n == 1 && mode != Mode::overlap) continue;
+        const Series& s = loom[{n, mode}];
+        const bool overlap = mode == Mode::overlap;
+        const bool reduces = n > 1 && mode != Mode::independent;
         const Series* p = peer.count(n) ? &peer.at(n) : nullptr;
         const double peer_ms = p ? median(p->step_ms) : -1;
         const double peer_eff = p ? median(p->efficiency) : -1;
         const bool show_peer = overlap;  // the peer is DDP with its default (overlapping) buckets
-        const std::string overlap_name = n == 1 ? "-" : overlap ? "on" : "off";
-        table.add({model, std::to_string(n), overlap_name, cell(median(s.step_ms), 1),
-                   cell(median(s.efficiency), 3), n == 1 ? "-" : cell(median(s.exposed_ms), 1),
-                   n == 1 ? "-" : cell(median(s.comm_ms), 1),
+        table.add({model, std::to_string(n), n == 1 ? "-" : mode_name(mode),
+                   cell(median(s.step_ms), 1), cell(median(s.efficiency), 3),
+                   reduces ? cell(median(s.exposed_ms), 1) : "-",
+                   reduces ? cell(median(s.comm_ms), 1) : "-",
                    cell(median(s.compute_cpu_ms), 0) + "+" + cell(median(s.other_cpu_ms), 0),
                    show_peer ? cell(peer_ms, 1) : "", show_peer ? cell(peer_eff, 3) : "",
-                   per_round[{n, overlap}] + (show_peer ? "" : " (Loom)")});
-        results.push_back({{"model", model},
-                           {"ranks", n},
-                           {"overlap", n > 1 && overlap},
-                           {"step_ms", median(s.step_ms)},
-                           {"efficiency", median(s.efficiency)},
-                           {"exposed_comm_ms", median(s.exposed_ms)},
-                           {"comm_ms", median(s.comm_ms)},
-                           {"buckets", s.buckets},
-                           {"compute_cpu_ms", median(s.compute_cpu_ms)},
-                           {"other_threads_cpu_ms", median(s.other_cpu_ms)},
-                           {"rounds_step_ms", s.step_ms},
-                           {"rounds_efficiency", s.efficiency},
-                           {"peer_step_ms", peer_ms},
-                           {"peer_efficiency", peer_eff},
-                           {"peer_rounds_step_ms", p ? p->step_ms : std::vector<double>{}}});
+                   per_round[{n, mode}] + (show_peer ? "" : " (Loom)")});
+        results.push_back(
+            {{"model", model},
+             {"ranks", n},
+             {"overlap", n > 1 && overlap},
+             {"independent", n > 1 && mode == Mode::independent},
+             {"step_ms", median(s.step_ms)},
+             {"efficiency", median(s.efficiency)},
+             {"ceiling_efficiency", ceiling},
+             {"exposed_comm_ms", median(s.exposed_ms)},
+             {"comm_ms", median(s.comm_ms)},
+             {"buckets", s.buckets},
+             {"compute_cpu_ms", median(s.compute_cpu_ms)},
+             {"other_threads_cpu_ms", median(s.other_cpu_ms)},
+             {"rounds_step_ms", s.step_ms},
+             {"rounds_efficiency", s.efficiency},
+             {"peer_step_ms", show_peer ? peer_ms : -1},
+             {"peer_efficiency", show_peer ? peer_eff : -1},
+             {"peer_rounds_step_ms", show_peer && p ? p->step_ms : std::vector<double>{}}});
       }
     }
   }
@@ -317,6 +345,8 @@ int main(int argc, char** argv) {
   app.add_flag("--drive", drive, "launch the runs (mpirun + peer) and print the table");
   app.add_option("--model", w.model, "worker: gpt or resnet");
   app.add_flag("--no-overlap", w.no_overlap, "worker: one bucket, reduced after backward");
+  app.add_flag("--independent", w.independent,
+               "worker: every rank trains alone (no gradient reduction): the machine's ceiling");
   app.add_option("--steps", w.steps, "timed steps per run");
   app.add_option("--warmup", w.warmup, "untimed steps before each run's timed steps");
   app.add_option("--models", d.models, "driver: gpt and/or resnet")->delimiter(',');
