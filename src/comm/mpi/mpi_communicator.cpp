@@ -150,7 +150,7 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::create(std::shared_ptr<Progres
   if (size > 1 && shm_all_reduce_enabled() && detail::ShmAllReduce::all_ranks_share_memory(data)) {
     MPI_Comm node = MPI_COMM_NULL;
     LOOM_MPI_CHECK(MPI_Comm_split_type(data, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-    auto shm = std::make_unique<detail::ShmAllReduce>(node, getenv("TMP_PIECE_KB") ? (size_t)atol(getenv("TMP_PIECE_KB")) << 10 : kShmPieceBytes);
+    auto shm = std::make_unique<detail::ShmAllReduce>(node, kShmPieceBytes);
     MPI_Comm_free(&node);
     comm->shm_ = shm.get();
     engine->adopt(std::move(shm));

@@ -21,12 +21,12 @@ constexpr auto kPolledSleep = std::chrono::microseconds(10);
 // NOTE [hot after work]: how long the thread stays awake after its last operation.
 constexpr auto kHotAfterWork = std::chrono::microseconds(500);
 // NOTE [caller drives]: the longest a waiting thread drives without anything
-// moving before it hands the role back, and how long the progress thread naps
-// per look while a waiting thread drives.
+// moving before it hands the role back.
 constexpr auto kDriveIdle = std::chrono::microseconds(200);
 // How long MPI rounds without anything moving follow each other without a
 // yield: a sched_yield per round measurably slows a 1 MiB MPI all-reduce.
 constexpr auto kDriveSpin = std::chrono::microseconds(20);
+// How long the progress thread naps per look while a waiting thread drives.
 constexpr auto kStepAside = std::chrono::microseconds(1000);
 // How soon the progress thread looks at ops that callers posted themselves,
 // and how long after the last submit() it keeps looking that often.
