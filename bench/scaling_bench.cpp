@@ -5,7 +5,7 @@
 // in the same invocation.
 //
 //   scaling_bench --drive [--models gpt,resnet] [--ranks 1,2[,4]] [--rounds 3]
-//                 [--steps 5] [--warmup 2] [--no-peer] [--json FILE]
+//                 [--steps 5] [--warmup 2] [--no-peer] [--bucket-cap-mib 25] [--json FILE]
 //
 // The driver runs, per model and round, for each rank count: the worker
 // (this binary without --drive) under `mpirun -np N --oversubscribe` with
@@ -87,6 +87,7 @@ struct WorkerFlags {
   int warmup = 2;
   bool no_overlap = false;
   bool independent = false;
+  double bucket_cap_mib = -1;  // > 0: replaces GradReducer's later-bucket cap
 };
 
 // One rank of a run; rank 0 prints the run's JSON on its last line.
@@ -97,6 +98,9 @@ int run_worker(const WorkerFlags& f) {
   std::unique_ptr<loom::parallel::GradReducer> reducer;
   if (dp.size() > 1 && !f.independent) {
     loom::parallel::ReducerOptions options;  // default caps: overlap
+    if (f.bucket_cap_mib > 0) {
+      options.bucket_cap_bytes = static_cast<size_t>(f.bucket_cap_mib * (1 << 20));
+    }
     if (f.no_overlap) {
       // One bucket for everything: it can start only when backward is done.
       options.first_bucket_bytes = size_t{1} << 60;
@@ -178,6 +182,7 @@ struct DriverFlags {
   std::string mpirun = LOOM_MPIEXEC;
   std::string mpirun_args = "";
   std::string json_path;
+  double bucket_cap_mib = -1;
 };
 
 // How an N-rank run trains (see the top of the file).
@@ -240,10 +245,11 @@ int run_driver(const DriverFlags& f) {
       for (int n : f.ranks) {
         for (const Mode mode : kModes) {
           if (n == 1 && mode != Mode::overlap) continue;
-          const std::string command = f.mpirun + " -np " + std::to_string(n) + " --oversubscribe " +
-                                      f.mpirun_args + " " + self + " --model " + model +
-                                      " --steps " + std::to_string(f.steps) + " --warmup " +
-                                      std::to_string(f.warmup) + mode_flag(mode);
+          const std::string command =
+              f.mpirun + " -np " + std::to_string(n) + " --oversubscribe " + f.mpirun_args + " " +
+              self + " --model " + model + " --steps " + std::to_string(f.steps) + " --warmup " +
+              std::to_string(f.warmup) + mode_flag(mode) +
+              (f.bucket_cap_mib > 0 ? " --bucket-cap-mib " + std::to_string(f.bucket_cap_mib) : "");
           std::string why;
           const auto out = run_json(command, why);
           LOOM_CHECK(out.has_value(), why);
@@ -359,12 +365,15 @@ int main(int argc, char** argv) {
   app.add_option("--mpirun-args", d.mpirun_args,
                  "driver: extra launcher flags (e.g. --bind-to none)");
   app.add_option("--json", d.json_path, "driver: also write the results here");
+  app.add_option("--bucket-cap-mib", w.bucket_cap_mib,
+                 "cap of the buckets after the first, MiB (default: GradReducer's 25)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!drive) return run_worker(w);
     std::sort(d.ranks.begin(), d.ranks.end());  // one rank first: efficiency needs it
     d.steps = w.steps;
     d.warmup = w.warmup;
+    d.bucket_cap_mib = w.bucket_cap_mib;
     return run_driver(d);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "scaling_bench: %s\n", e.what());
