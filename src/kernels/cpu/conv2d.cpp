@@ -18,9 +18,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
+#include "kernels/cpu/conv2d_panels.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/packed_gemm.hpp"
 #include "loom/core/error.hpp"
 
 namespace loom::kernels::cpu {
@@ -35,7 +38,7 @@ constexpr int64_t kShortRow = 16;
 constexpr int64_t kMaxColumnElements = int64_t{16} << 20;  // 64 MiB of f32
 
 float* scratch(int slot, int64_t elements) {
-  thread_local std::vector<float> buffers[2];
+  thread_local std::vector<float> buffers[3];
   std::vector<float>& buffer = buffers[slot];
   if (static_cast<int64_t>(buffer.size()) < elements) buffer.resize(static_cast<size_t>(elements));
   return buffer.data();
@@ -177,10 +180,108 @@ void run_gemm(int64_t m, int64_t n, int64_t k, const float* a, bool trans_a, con
   gemm(g);
 }
 
+// Whether the implicit GEMM runs this convolution: its tile stores 16 output
+// columns at once, which must not straddle two images' planes; and it only pays
+// off against im2col when a column of B gathers enough taps (1x1 and stem-like
+// convolutions, K < 64, measured faster by im2col, whose copies are cheap there).
+bool implicit_fits(const Conv2dProblem& p) {
+  return packed_gemm_available() && conv2d_panels_fit(p) && (p.out_plane() % 16 == 0 || p.n == 1) &&
+         p.kh * p.kw > 1 && p.patch() >= 64;
+}
+
+// y = W @ im2col(x), packed from x and written in place as NCHW planes.
+// A is w [C_out, C_in KH KW] unless given.
+void implicit_forward(const Conv2dProblem& p, const float* x, const float* w, float* y,
+                      GroupedMatrix<const float> a = {}) {
+  const Im2colPanels columns(p, x);
+  ImplicitGemm g;
+  g.m = p.c_out;
+  g.n = p.n * p.out_plane();
+  g.k = p.patch();
+  g.a = a.data != nullptr ? a : GroupedMatrix<const float>{w, p.patch(), p.patch(), 0};
+  g.b = &columns;
+  g.c.data = y;
+  g.c.row_stride = p.out_plane();
+  g.c.group_columns = p.out_plane();
+  g.c.group_stride = p.c_out * p.out_plane();
+  packed_gemm_implicit(g);
+}
+
+// dx of a stride-1 convolution is the stride-1 convolution of dy, padded by
+// KH - 1 - padding, with the kernel turned by 180 degrees and its channel axes
+// swapped: w'[ci, co, KH-1-ki, KW-1-kj] = w[co, ci, ki, kj]. Running it as a
+// forward convolution reuses the implicit GEMM and writes dx directly, with
+// no dcol matrix and no col2im. Only the taps are reversed in a copy (one
+// sequential pass); the channel swap is in how the GEMM reads A: row ci,
+// column (co, tap) of w' is turned[(co * C_in + ci) * taps + tap], groups of
+// `taps` columns C_in taps apart.
+bool backward_as_forward(const Conv2dProblem& p) {
+  return p.stride == 1 && p.kh == p.kw && p.padding <= p.kh - 1;
+}
+
+void implicit_backward_input(const Conv2dProblem& p, const float* dy, const float* w, float* dx) {
+  Conv2dProblem t = p;
+  t.c_in = p.c_out;
+  t.h = p.oh;
+  t.w = p.ow;
+  t.c_out = p.c_in;
+  t.oh = p.h;
+  t.ow = p.w;
+  t.padding = p.kh - 1 - p.padding;
+  const int64_t taps = p.kh * p.kw, filters = p.c_out * p.c_in;
+  float* turned = scratch(2, filters * taps);
+  for (int64_t f = 0; f < filters; ++f) {
+    for (int64_t tap = 0; tap < taps; ++tap) turned[f * taps + taps - 1 - tap] = w[f * taps + tap];
+  }
+  implicit_forward(t, dy, nullptr, dx, {turned, taps, taps, p.c_in * taps});
+}
+
+// dW (+)= dY [C_out, N P] @ im2col(x)^T, dY read in place as column groups
+// and im2col^T packed from x.
+void implicit_backward_weight(const Conv2dProblem& p, const float* x, const float* dy, float* dw,
+                              bool accumulate) {
+  const Im2colTransposedPanels columns(p, x);
+  ImplicitGemm g;
+  g.m = p.c_out;
+  g.n = p.patch();
+  g.k = p.n * p.out_plane();
+  g.a = {dy, p.out_plane(), p.out_plane(), p.c_out * p.out_plane()};
+  g.b = &columns;
+  g.c = {dw, p.patch(), p.patch(), 0};
+  g.beta = accumulate ? 1.0f : 0.0f;
+  packed_gemm_implicit(g);
+}
+
+void backward_weight_by_groups(const Conv2dProblem& p, const float* x, const float* dy, float* dw,
+                               bool accumulate) {
+  const int64_t group = group_size(p), plane = p.out_plane();
+  for (int64_t n0 = 0; n0 < p.n; n0 += group) {
+    const int64_t g = std::min(group, p.n - n0);
+    const float* col = group_columns(p, x, n0, g);
+    const float* grad = group_output_grad(p, dy, n0, g);
+    const float beta = n0 == 0 && !accumulate ? 0.0f : 1.0f;
+    run_gemm(p.c_out, p.patch(), g * plane, grad, false, col, true, dw, beta);
+  }
+}
+
+void add_bias(const Conv2dProblem& p, const float* bias, int64_t images, float* y) {
+  const int64_t plane = p.out_plane();
+  for (int64_t i = 0; i < images * p.c_out; ++i) {
+    const float b = bias[i % p.c_out];
+    float* values = y + i * plane;
+    for (int64_t j = 0; j < plane; ++j) values[j] += b;
+  }
+}
+
 }  // namespace
 
 void conv2d_forward(const Conv2dProblem& p, const float* x, const float* w, const float* bias,
                     float* y) {
+  if (implicit_fits(p)) {
+    implicit_forward(p, x, w, y);
+    if (bias != nullptr) add_bias(p, bias, p.n, y);
+    return;
+  }
   const int64_t group = group_size(p), plane = p.out_plane();
   for (int64_t n0 = 0; n0 < p.n; n0 += group) {
     const int64_t g = std::min(group, p.n - n0);
@@ -189,16 +290,21 @@ void conv2d_forward(const Conv2dProblem& p, const float* x, const float* w, cons
     float* product = g == 1 ? out : scratch(1, p.c_out * g * plane);
     run_gemm(p.c_out, g * plane, p.patch(), w, false, col, false, product, 0.0f);
     if (g > 1) channel_major_to_planes(product, g, p.c_out, plane, out);
-    if (bias == nullptr) continue;
-    for (int64_t i = 0; i < g * p.c_out; ++i) {
-      const float b = bias[i % p.c_out];
-      float* values = out + i * plane;
-      for (int64_t j = 0; j < plane; ++j) values[j] += b;
-    }
+    if (bias != nullptr) add_bias(p, bias, g, out);
   }
 }
 
 void conv2d_backward_input(const Conv2dProblem& p, const float* dy, const float* w, float* dx) {
+  if (backward_as_forward(p)) {
+    Conv2dProblem t = p;
+    std::swap(t.c_in, t.c_out);
+    std::swap(t.h, t.oh);
+    std::swap(t.w, t.ow);
+    if (implicit_fits(t)) {
+      implicit_backward_input(p, dy, w, dx);
+      return;
+    }
+  }
   const int64_t group = group_size(p), plane = p.out_plane();
   for (int64_t n0 = 0; n0 < p.n; n0 += group) {
     const int64_t g = std::min(group, p.n - n0);
@@ -220,15 +326,13 @@ void conv2d_backward_input(const Conv2dProblem& p, const float* dy, const float*
 
 void conv2d_backward_weight(const Conv2dProblem& p, const float* x, const float* dy, float* dw,
                             float* db, bool accumulate) {
-  const int64_t group = group_size(p), plane = p.out_plane();
-  for (int64_t n0 = 0; n0 < p.n; n0 += group) {
-    const int64_t g = std::min(group, p.n - n0);
-    const float* col = group_columns(p, x, n0, g);
-    const float* grad = group_output_grad(p, dy, n0, g);
-    const float beta = n0 == 0 && !accumulate ? 0.0f : 1.0f;
-    run_gemm(p.c_out, p.patch(), g * plane, grad, false, col, true, dw, beta);
+  if (implicit_fits(p)) {
+    implicit_backward_weight(p, x, dy, dw, accumulate);
+  } else {
+    backward_weight_by_groups(p, x, dy, dw, accumulate);
   }
   if (db == nullptr) return;
+  const int64_t plane = p.out_plane();
   for (int64_t c = 0; c < p.c_out; ++c) {
     double sum = 0;
     for (int64_t i = 0; i < p.n; ++i) {

@@ -1,0 +1,252 @@
+// Packing im2col panels from the image. For each 16-column vector of a panel
+// the (image, oh, ow) of its lanes are decoded once per block into an input
+// offset and the top-left input row and column the lanes' windows start at;
+// each k row (c, ki, kj) then adds one scalar offset and masks out the lanes
+// whose input row or column falls in the padding. Vectors whose 16 lanes are
+// consecutive input columns (stride 1, within one output row) are one masked
+// load; with stride 2 they are every other column of 32, two masked loads and
+// a permute. Gathers are slow here (several cycles per lane), so only the
+// rest, where the 16 lanes span output rows (planes narrower than 16), gather.
+#include "kernels/cpu/conv2d_panels.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "kernels/cpu/transpose16.hpp"
+#include "loom/core/error.hpp"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace loom::kernels::cpu {
+
+bool conv2d_panels_fit(const detail::Conv2dProblem& p) {
+  return p.n * p.c_in * p.in_plane() < std::numeric_limits<int32_t>::max() / 2;
+}
+
+#if defined(__AVX512F__)
+
+namespace {
+
+// One 16-column vector of a panel.
+struct LaneWindows {
+  __m512i offset;   // of input (image, c = 0, top, left) in x
+  __m512i top;      // oh * stride - padding
+  __m512i left;     // ow * stride - padding
+  __mmask16 lanes;  // columns inside the block
+  // How the lanes lie in x: from `first` on, consecutive (unit), every other
+  // column (pairs), or anywhere (scattered).
+  enum class Spread { unit, pairs, scattered } spread;
+  int64_t first;
+};
+
+LaneWindows lane_windows(const detail::Conv2dProblem& p, int64_t j, int64_t valid) {
+  alignas(64) int32_t offset[16], top[16], left[16];
+  const int64_t plane = p.out_plane();
+  for (int64_t lane = 0; lane < 16; ++lane) {
+    // Padding lanes repeat the last column, so their offsets stay in range.
+    const int64_t column = j + std::min(lane, valid - 1);
+    const int64_t image = column / plane, pos = column % plane;
+    const int64_t t = pos / p.ow * p.stride - p.padding, l = pos % p.ow * p.stride - p.padding;
+    offset[lane] = static_cast<int32_t>(image * p.c_in * p.in_plane() + t * p.w + l);
+    top[lane] = static_cast<int32_t>(t);
+    left[lane] = static_cast<int32_t>(l);
+  }
+  LaneWindows v;
+  v.offset = _mm512_load_si512(offset);
+  v.top = _mm512_load_si512(top);
+  v.left = _mm512_load_si512(left);
+  v.lanes = static_cast<__mmask16>(valid >= 16 ? 0xFFFF : (1u << valid) - 1u);
+  const int64_t pos = j % plane;
+  const bool one_row = valid >= 16 && pos % p.ow + 16 <= p.ow;
+  v.spread = one_row && p.stride == 1   ? LaneWindows::Spread::unit
+             : one_row && p.stride == 2 ? LaneWindows::Spread::pairs
+                                        : LaneWindows::Spread::scattered;
+  v.first = offset[0];
+  return v;
+}
+
+}  // namespace
+
+void Im2colPanels::pack(int64_t l0, int64_t depth, int64_t j0, int64_t cols, float* out) const {
+  const detail::Conv2dProblem& p = p_;
+  const __m512i height = _mm512_set1_epi32(static_cast<int32_t>(p.h));
+  const __m512i width_in = _mm512_set1_epi32(static_cast<int32_t>(p.w));
+  const int64_t taps = p.kh * p.kw;
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  for (int64_t q = 0; q < cols; q += kPackedPanelColumns) {
+    const int64_t valid = std::min(kPackedPanelColumns, cols - q);
+    const int64_t width = packed_panel_width(valid), vectors = width / 16;
+    LaneWindows lanes[kPackedPanelColumns / 16];
+    for (int64_t v = 0; v < vectors; ++v) {
+      lanes[v] = lane_windows(p, j0 + q + 16 * v, valid - 16 * v);
+    }
+    float* panel = out + q * depth;
+    int64_t c = l0 / taps, ki = l0 % taps / p.kw, kj = l0 % p.kw;
+    for (int64_t l = 0; l < depth; ++l) {
+      const int32_t shift = static_cast<int32_t>(c * p.in_plane() + ki * p.w + kj);
+      const __m512i down = _mm512_set1_epi32(static_cast<int32_t>(ki));
+      const __m512i across = _mm512_set1_epi32(static_cast<int32_t>(kj));
+      float* row = panel + l * width;
+      for (int64_t v = 0; v < vectors; ++v) {
+        const LaneWindows& w = lanes[v];
+        // Unsigned compares put negative rows and columns out of range too.
+        const __mmask16 inside =
+            w.lanes & _mm512_cmplt_epu32_mask(_mm512_add_epi32(w.top, down), height) &
+            _mm512_cmplt_epu32_mask(_mm512_add_epi32(w.left, across), width_in);
+        __m512 value;
+        if (w.spread == LaneWindows::Spread::unit) {
+          value = _mm512_maskz_loadu_ps(inside, x_ + w.first + shift);
+        } else if (w.spread == LaneWindows::Spread::pairs) {
+          // Lane k reads element 2k of the 32 from `first`: only even ones are loaded.
+          const float* from = x_ + w.first + shift;
+          const auto low = static_cast<__mmask16>(_pdep_u32(inside & 0xFFu, 0x5555u));
+          const auto high = static_cast<__mmask16>(_pdep_u32(inside >> 8, 0x5555u));
+          value = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(low, from), even,
+                                         _mm512_maskz_loadu_ps(high, from + 16));
+        } else {
+          const __m512i at = _mm512_add_epi32(w.offset, _mm512_set1_epi32(shift));
+          value = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), inside, at, x_, 4);
+        }
+        _mm512_store_ps(row + 16 * v, value);
+      }
+      if (++kj == p.kw) {
+        kj = 0;
+        if (++ki == p.kh) {
+          ki = 0;
+          ++c;
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// The 16 x 16 block of the transposed panels for 16 positions along one output
+// row starting at input offset `base` (image, c = 0, top, left) and the 16
+// (c, ki, kj) columns from `column`, `valid` of them real, rows `width` apart.
+// Each column is one (strided) masked load along the row, then a transpose.
+void pack_row_block(const detail::Conv2dProblem& p, const float* x, int64_t base, int64_t top,
+                    __m512i left, int64_t column, int64_t valid, float* out, int64_t width) {
+  const __m512i width_in = _mm512_set1_epi32(static_cast<int32_t>(p.w));
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const int64_t taps = p.kh * p.kw;
+  int64_t c = column / taps, ki = column % taps / p.kw, kj = column % p.kw;
+  __m512 rows[16];
+  for (int64_t t = 0; t < 16; ++t) {
+    rows[t] = _mm512_setzero_ps();
+    if (t < valid && static_cast<uint64_t>(top + ki) < static_cast<uint64_t>(p.h)) {
+      const __mmask16 inside = _mm512_cmplt_epu32_mask(
+          _mm512_add_epi32(left, _mm512_set1_epi32(static_cast<int32_t>(kj))), width_in);
+      const float* from = x + base + c * p.in_plane() + ki * p.w + kj;
+      if (p.stride == 1) {
+        rows[t] = _mm512_maskz_loadu_ps(inside, from);
+      } else {
+        const auto low = static_cast<__mmask16>(_pdep_u32(inside & 0xFFu, 0x5555u));
+        const auto high = static_cast<__mmask16>(_pdep_u32(inside >> 8, 0x5555u));
+        rows[t] = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(low, from), even,
+                                         _mm512_maskz_loadu_ps(high, from + 16));
+      }
+    }
+    if (++kj == p.kw) {
+      kj = 0;
+      if (++ki == p.kh) {
+        ki = 0;
+        ++c;
+      }
+    }
+  }
+  store_transposed16(rows, out, width);
+}
+
+}  // namespace
+
+// Positions run down the panel. Where 16 consecutive positions are 16
+// consecutive output columns of one row (output rows a multiple of 16 wide,
+// stride 1 or 2) each panel column is a load along an input row and 16 x 16
+// blocks are transposed into place; otherwise each panel row gathers its 16
+// (c, ki, kj) lanes.
+void Im2colTransposedPanels::pack(int64_t l0, int64_t depth, int64_t j0, int64_t cols,
+                                  float* out) const {
+  const detail::Conv2dProblem& p = p_;
+  const int64_t plane = p.out_plane(), taps = p.kh * p.kw;
+  const bool along_rows = p.ow % 16 == 0 && (p.stride == 1 || p.stride == 2);
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i height = _mm512_set1_epi32(static_cast<int32_t>(p.h));
+  const __m512i width_in = _mm512_set1_epi32(static_cast<int32_t>(p.w));
+  for (int64_t q = 0; q < cols; q += kPackedPanelColumns) {
+    const int64_t valid = std::min(kPackedPanelColumns, cols - q);
+    const int64_t width = packed_panel_width(valid), vectors = width / 16;
+    float* panel = out + q * depth;
+    if (along_rows) {
+      // depth is a multiple of 16 here: N OH OW is, and blocks start at multiples of 256.
+      for (int64_t l = 0; l < depth; l += 16) {
+        const int64_t position = l0 + l, image = position / plane, pos = position % plane;
+        const int64_t top = pos / p.ow * p.stride - p.padding;
+        const int64_t left = pos % p.ow * p.stride - p.padding;
+        const __m512i lefts = _mm512_add_epi32(
+            _mm512_set1_epi32(static_cast<int32_t>(left)),
+            _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int32_t>(p.stride))));
+        const int64_t base = image * p.c_in * p.in_plane() + top * p.w + left;
+        for (int64_t v = 0; v < vectors; ++v) {
+          pack_row_block(p, x_, base, top, lefts, j0 + q + 16 * v, valid - 16 * v,
+                         panel + l * width + 16 * v, width);
+        }
+      }
+      continue;
+    }
+    // The lanes' (c, ki, kj): an input offset and the kernel row and column.
+    __m512i shift[kPackedPanelColumns / 16], down[kPackedPanelColumns / 16],
+        across[kPackedPanelColumns / 16];
+    __mmask16 lanes[kPackedPanelColumns / 16];
+    for (int64_t v = 0; v < vectors; ++v) {
+      alignas(64) int32_t at[16], ki[16], kj[16];
+      for (int64_t t = 0; t < 16; ++t) {
+        const int64_t column = j0 + q + 16 * v + std::min(t, valid - 16 * v - 1);
+        const int64_t c = column / taps;
+        ki[t] = static_cast<int32_t>(column % taps / p.kw);
+        kj[t] = static_cast<int32_t>(column % p.kw);
+        at[t] = static_cast<int32_t>(c * p.in_plane() + ki[t] * p.w + kj[t]);
+      }
+      shift[v] = _mm512_load_si512(at);
+      down[v] = _mm512_load_si512(ki);
+      across[v] = _mm512_load_si512(kj);
+      const int64_t real = valid - 16 * v;
+      lanes[v] = static_cast<__mmask16>(real >= 16 ? 0xFFFF : (1u << real) - 1u);
+    }
+    for (int64_t l = 0; l < depth; ++l) {
+      const int64_t position = l0 + l, image = position / plane, pos = position % plane;
+      const int64_t top = pos / p.ow * p.stride - p.padding;
+      const int64_t left = pos % p.ow * p.stride - p.padding;
+      const __m512i base =
+          _mm512_set1_epi32(static_cast<int32_t>(image * p.c_in * p.in_plane() + top * p.w + left));
+      const __m512i tops = _mm512_set1_epi32(static_cast<int32_t>(top));
+      const __m512i lefts = _mm512_set1_epi32(static_cast<int32_t>(left));
+      float* row = panel + l * width;
+      for (int64_t v = 0; v < vectors; ++v) {
+        const __mmask16 inside =
+            lanes[v] & _mm512_cmplt_epu32_mask(_mm512_add_epi32(tops, down[v]), height) &
+            _mm512_cmplt_epu32_mask(_mm512_add_epi32(lefts, across[v]), width_in);
+        _mm512_store_ps(row + 16 * v,
+                        _mm512_mask_i32gather_ps(_mm512_setzero_ps(), inside,
+                                                 _mm512_add_epi32(base, shift[v]), x_, 4));
+      }
+    }
+  }
+}
+
+#else  // no AVX-512: conv2d.cpp never builds these panels
+
+void Im2colPanels::pack(int64_t, int64_t, int64_t, int64_t, float*) const {
+  LOOM_CHECK(false, "im2col panels need AVX-512; this build targets a CPU without it");
+}
+
+void Im2colTransposedPanels::pack(int64_t, int64_t, int64_t, int64_t, float*) const {
+  LOOM_CHECK(false, "im2col panels need AVX-512; this build targets a CPU without it");
+}
+
+#endif
+
+}  // namespace loom::kernels::cpu
