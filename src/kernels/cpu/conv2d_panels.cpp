@@ -218,8 +218,10 @@ namespace {
 // row starting at input offset `base` (image, c = 0, top, left) and the 16
 // (c, ki, kj) columns from `column`, `valid` of them real, rows `width` apart.
 // Each column is one (strided) masked load along the row, then a transpose.
-void pack_row_block(const detail::Conv2dProblem& p, const float* x, int64_t base, int64_t top,
-                    __m512i left, int64_t column, int64_t valid, float* out, int64_t width) {
+// `ahead` is the base of the block two below, whose rows are prefetched.
+void pack_row_block(const detail::Conv2dProblem& p, const float* x, int64_t base, int64_t ahead,
+                    int64_t top, __m512i left, int64_t column, int64_t valid, float* out,
+                    int64_t width) {
   const __m512i width_in = _mm512_set1_epi32(static_cast<int32_t>(p.w));
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const int64_t taps = p.kh * p.kw;
@@ -230,7 +232,16 @@ void pack_row_block(const detail::Conv2dProblem& p, const float* x, int64_t base
     if (t < valid && static_cast<uint64_t>(top + ki) < static_cast<uint64_t>(p.h)) {
       const __mmask16 inside = _mm512_cmplt_epu32_mask(
           _mm512_add_epi32(left, _mm512_set1_epi32(static_cast<int32_t>(kj))), width_in);
-      const float* from = x + base + c * p.in_plane() + ki * p.w + kj;
+      const int64_t shift = c * p.in_plane() + ki * p.w + kj;
+      const float* from = x + base + shift;
+      if (kj == 0 || t == 0) {
+        // x is usually far (L3) and the hardware prefetcher does not follow
+        // these jumps between rows and planes.
+        const char* next = reinterpret_cast<const char*>(x + ahead + shift);
+        _mm_prefetch(next, _MM_HINT_T0);
+        _mm_prefetch(next + 64, _MM_HINT_T0);
+        if (p.stride == 2) _mm_prefetch(next + 128, _MM_HINT_T0);
+      }
       if (p.stride == 1) {
         rows[t] = _mm512_maskz_loadu_ps(inside, from);
       } else {
@@ -280,8 +291,12 @@ void Im2colTransposedPanels::pack(int64_t l0, int64_t depth, int64_t j0, int64_t
             _mm512_set1_epi32(static_cast<int32_t>(left)),
             _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int32_t>(p.stride))));
         const int64_t base = image * p.c_in * p.in_plane() + top * p.w + left;
+        const int64_t later = (position + 32) % (p.n * plane), later_pos = later % plane;
+        const int64_t ahead = later / plane * p.c_in * p.in_plane() +
+                              (later_pos / p.ow * p.stride - p.padding) * p.w +
+                              later_pos % p.ow * p.stride - p.padding;
         for (int64_t v = 0; v < vectors; ++v) {
-          pack_row_block(p, x_, base, top, lefts, j0 + q + 16 * v, valid - 16 * v,
+          pack_row_block(p, x_, base, ahead, top, lefts, j0 + q + 16 * v, valid - 16 * v,
                          panel + l * width + 16 * v, width);
         }
       }

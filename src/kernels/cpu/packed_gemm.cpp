@@ -125,10 +125,29 @@ void pack_grouped_a(const GroupedMatrix<const float>& a, int64_t m, int64_t l0, 
       const int64_t group = (l0 + l) / a.group_columns, first = (l0 + l) % a.group_columns;
       const int64_t run = std::min(depth - l, a.group_columns - first);
       const float* src = a.data + group * a.group_stride + s * a.row_stride + first;
+      int64_t t = 0;
+      if (valid == kTileRows) {
+        // 32 columns of the 8 rows at a time: as a 16 x 16 block (rows 8..15 the
+        // second 16 columns), transposed, whose row u is [A(:, u), A(:, 16 + u)].
+        for (; t + 32 <= run; t += 32) {
+          __m512 r[16];
+          for (int i = 0; i < 8; ++i) {
+            r[i] = _mm512_loadu_ps(src + i * a.row_stride + t);
+            r[8 + i] = _mm512_loadu_ps(src + i * a.row_stride + t + 16);
+          }
+          transpose16(r);
+          float* dst = strip + (l + t) * kTileRows;
+          for (int u = 0; u < 16; ++u) {
+            _mm256_store_ps(dst + u * kTileRows, _mm512_castps512_ps256(r[u]));
+            _mm256_store_ps(dst + (16 + u) * kTileRows,
+                            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(r[u]), 1)));
+          }
+        }
+      }
       for (int64_t r = 0; r < valid; ++r) {
         const float* row = src + r * a.row_stride;
         float* dst = strip + l * kTileRows + r;
-        for (int64_t t = 0; t < run; ++t) dst[t * kTileRows] = row[t];
+        for (int64_t u = t; u < run; ++u) dst[u * kTileRows] = row[u];
       }
       l += run;
     }
@@ -136,7 +155,7 @@ void pack_grouped_a(const GroupedMatrix<const float>& a, int64_t m, int64_t l0, 
 }
 
 // out[t * width + i] = in[i * ld + t] for a 16 x 16 block; out is 64-byte aligned.
-void transpose16(const float* in, int64_t ld, float* out, int64_t width) {
+void transpose_block(const float* in, int64_t ld, float* out, int64_t width) {
   __m512 r[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(in + i * ld);
   store_transposed16(r, out, width);
@@ -163,7 +182,7 @@ void pack_b(const detail::GemmProblem& p, const float* b, int64_t l0, int64_t de
     const int64_t full_cols = valid / 16 * 16, full_depth = depth / 16 * 16;
     for (int64_t jj = 0; jj < full_cols; jj += 16) {
       for (int64_t l = 0; l < full_depth; l += 16) {
-        transpose16(src + jj * p.k + l, p.k, panel + l * width + jj, width);
+        transpose_block(src + jj * p.k + l, p.k, panel + l * width + jj, width);
       }
       for (int64_t l = full_depth; l < depth; ++l) {
         for (int64_t j = jj; j < jj + 16; ++j) panel[l * width + j] = src[j * p.k + l];

@@ -9,9 +9,9 @@
 
 namespace loom::kernels::cpu {
 
-// Row t of the transpose of the 16 x 16 block whose row i is r[i] goes to
-// out + t * width (64-byte aligned). Clobbers r.
-inline void store_transposed16(__m512 r[16], float* out, int64_t width) {
+// Transposes the 16 x 16 block whose row i is r[i] in registers: afterwards
+// r[t] holds row t of the transpose.
+inline void transpose16(__m512 r[16]) {
   __m512 t[16];
   // 32-bit interleave of row pairs within 128-bit lanes.
   for (int i = 0; i < 16; i += 2) {
@@ -31,11 +31,19 @@ inline void store_transposed16(__m512 r[16], float* out, int64_t width) {
     const __m512 d1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
     const __m512 d2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
     const __m512 d3 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
-    _mm512_store_ps(out + c * width, _mm512_shuffle_f32x4(d0, d2, 0x88));
-    _mm512_store_ps(out + (8 + c) * width, _mm512_shuffle_f32x4(d0, d2, 0xDD));
-    _mm512_store_ps(out + (4 + c) * width, _mm512_shuffle_f32x4(d1, d3, 0x88));
-    _mm512_store_ps(out + (12 + c) * width, _mm512_shuffle_f32x4(d1, d3, 0xDD));
+    t[c] = _mm512_shuffle_f32x4(d0, d2, 0x88);
+    t[8 + c] = _mm512_shuffle_f32x4(d0, d2, 0xDD);
+    t[4 + c] = _mm512_shuffle_f32x4(d1, d3, 0x88);
+    t[12 + c] = _mm512_shuffle_f32x4(d1, d3, 0xDD);
   }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// Row t of the transpose of the 16 x 16 block whose row i is r[i] goes to
+// out + t * width (64-byte aligned). Clobbers r.
+inline void store_transposed16(__m512 r[16], float* out, int64_t width) {
+  transpose16(r);
+  for (int i = 0; i < 16; ++i) _mm512_store_ps(out + i * width, r[i]);
 }
 
 }  // namespace loom::kernels::cpu
