@@ -146,6 +146,7 @@ TEST_CASE("conv2d host implicit-GEMM shapes match the direct convolution", "[ker
       {1, 37, 8, 8, 5, 3, 3, 1, 1},    // one image, 8-wide rows, 2 k blocks
       {3, 7, 32, 32, 9, 3, 3, 2, 1},   // stride 2, 16-wide output rows
       {2, 6, 16, 16, 11, 3, 3, 2, 1},  // stride 2, 8-wide output rows
+      {2, 9, 8, 8, 5, 3, 3, 2, 1},     // stride 2, 4-wide output rows
       {3, 4, 20, 20, 3, 3, 3, 1, 1},   // 20-wide rows: vectors cross rows
       {3, 29, 4, 4, 17, 3, 3, 1, 1},   // 4x4 planes, several images per vector
       {2, 3, 32, 32, 6, 7, 7, 2, 3},   // 7x7 stride 2 stem

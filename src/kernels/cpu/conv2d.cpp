@@ -38,7 +38,7 @@ constexpr int64_t kShortRow = 16;
 constexpr int64_t kMaxColumnElements = int64_t{16} << 20;  // 64 MiB of f32
 
 float* scratch(int slot, int64_t elements) {
-  thread_local std::vector<float> buffers[3];
+  thread_local std::vector<float> buffers[2];
   std::vector<float>& buffer = buffers[slot];
   if (static_cast<int64_t>(buffer.size()) < elements) buffer.resize(static_cast<size_t>(elements));
   return buffer.data();
@@ -190,15 +190,13 @@ bool implicit_fits(const Conv2dProblem& p) {
 }
 
 // y = W @ im2col(x), packed from x and written in place as NCHW planes.
-// A is w [C_out, C_in KH KW] unless given.
-void implicit_forward(const Conv2dProblem& p, const float* x, const float* w, float* y,
-                      GroupedMatrix<const float> a = {}) {
+void implicit_forward(const Conv2dProblem& p, const float* x, const float* w, float* y) {
   const Im2colPanels columns(p, x);
   ImplicitGemm g;
   g.m = p.c_out;
   g.n = p.n * p.out_plane();
   g.k = p.patch();
-  g.a = a.data != nullptr ? a : GroupedMatrix<const float>{w, p.patch(), p.patch(), 0};
+  g.a = {w, p.patch(), p.patch(), 0};
   g.b = &columns;
   g.c.data = y;
   g.c.row_stride = p.out_plane();
@@ -211,13 +209,41 @@ void implicit_forward(const Conv2dProblem& p, const float* x, const float* w, fl
 // KH - 1 - padding, with the kernel turned by 180 degrees and its channel axes
 // swapped: w'[ci, co, KH-1-ki, KW-1-kj] = w[co, ci, ki, kj]. Running it as a
 // forward convolution reuses the implicit GEMM and writes dx directly, with
-// no dcol matrix and no col2im. Only the taps are reversed in a copy (one
-// sequential pass); the channel swap is in how the GEMM reads A: row ci,
-// column (co, tap) of w' is turned[(co * C_in + ci) * taps + tap], groups of
-// `taps` columns C_in taps apart.
+// no dcol matrix and no col2im; w' is never stored: its packed strips are
+// read from w (TurnedKernel).
 bool backward_as_forward(const Conv2dProblem& p) {
   return p.stride == 1 && p.kh == p.kw && p.padding <= p.kh - 1;
 }
+
+// A = w' [C_in, C_out KH KW] packed from w [C_out, C_in, KH, KW]. A strip's 8
+// rows ci..ci+7 of filter co are one contiguous run of 8 * taps floats of w,
+// so each run is read once and written out reversed and interleaved.
+class TurnedKernel final : public PackedA {
+ public:
+  TurnedKernel(const Conv2dProblem& p, const float* w) : p_(p), w_(w) {}
+  void pack(int64_t l0, int64_t depth, float* out) const override {
+    const int64_t taps = p_.kh * p_.kw, rows = kPackedStripRows;
+    for (int64_t ci0 = 0; ci0 < p_.c_in; ci0 += rows) {
+      const int64_t valid = std::min(rows, p_.c_in - ci0);
+      float* strip = out + ci0 * depth;
+      for (int64_t l = 0; l < depth;) {
+        const int64_t co = (l0 + l) / taps, first = (l0 + l) % taps;
+        const int64_t run = std::min(depth - l, taps - first);
+        const float* from = w_ + (co * p_.c_in + ci0) * taps + taps - 1 - first;
+        for (int64_t t = 0; t < run; ++t) {
+          float* to = strip + (l + t) * rows;
+          for (int64_t r = 0; r < valid; ++r) to[r] = from[r * taps - t];
+          for (int64_t r = valid; r < rows; ++r) to[r] = 0.0f;
+        }
+        l += run;
+      }
+    }
+  }
+
+ private:
+  Conv2dProblem p_;
+  const float* w_;
+};
 
 void implicit_backward_input(const Conv2dProblem& p, const float* dy, const float* w, float* dx) {
   Conv2dProblem t = p;
@@ -228,12 +254,16 @@ void implicit_backward_input(const Conv2dProblem& p, const float* dy, const floa
   t.oh = p.h;
   t.ow = p.w;
   t.padding = p.kh - 1 - p.padding;
-  const int64_t taps = p.kh * p.kw, filters = p.c_out * p.c_in;
-  float* turned = scratch(2, filters * taps);
-  for (int64_t f = 0; f < filters; ++f) {
-    for (int64_t tap = 0; tap < taps; ++tap) turned[f * taps + taps - 1 - tap] = w[f * taps + tap];
-  }
-  implicit_forward(t, dy, nullptr, dx, {turned, taps, taps, p.c_in * taps});
+  const TurnedKernel turned(p, w);
+  const Im2colPanels columns(t, dy);
+  ImplicitGemm g;
+  g.m = t.c_out;
+  g.n = t.n * t.out_plane();
+  g.k = t.patch();
+  g.packed_a = &turned;
+  g.b = &columns;
+  g.c = {dx, t.out_plane(), t.out_plane(), t.c_out * t.out_plane()};
+  packed_gemm_implicit(g);
 }
 
 // dW (+)= dY [C_out, N P] @ im2col(x)^T, dY read in place as column groups

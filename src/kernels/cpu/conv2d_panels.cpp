@@ -70,62 +70,92 @@ LaneWindows lane_windows(const detail::Conv2dProblem& p, int64_t j, int64_t vali
 // Kernels at most this wide take the row path below.
 constexpr int64_t kMaxRowKernel = 8;
 constexpr int64_t kMaxBlockVectors = 64;
+// Output rows this narrow split a vector into at most 4 runs.
+constexpr int64_t kMinRowRun = 4;
+constexpr int64_t kMaxRuns = kMaxBlockVectors * 16 / kMinRowRun;
 
-// A block whose vectors all read one input row each (Spread::unit or, with
-// kPairs, Spread::pairs): which lanes are inside the image depends only on the
-// vector's row and kj, so the masks are made once per block and each k row is
-// one or two masked loads per vector. The loop runs k rows outside and all the
-// block's vectors inside, so consecutive loads walk along input rows.
+// Lanes of one vector that read one input row: lanes [lane, lane + length)
+// read x[base + stride * t] for t < length (before the kernel tap's shift).
+struct RowRun {
+  int64_t base;
+  int64_t top;
+  int64_t lane;
+};
+
+// Whether every vector of output positions splits into runs that each read one
+// input row: stride 1 or 2 and output rows a multiple of 16, or a divisor of 16
+// of at least kMinRowRun, wide (vectors start at multiples of 16 within a plane).
+bool rows_split_vectors(const detail::Conv2dProblem& p) {
+  return (p.stride == 1 || p.stride == 2) && p.kw <= kMaxRowKernel &&
+         (p.ow % 16 == 0 || (16 % p.ow == 0 && p.ow >= kMinRowRun)) && p.out_plane() % 16 == 0;
+}
+
+// A block whose vectors split into row runs (rows_split_vectors): which lanes
+// are inside the image depends only on the run's row and kj, so the masks are
+// made once per block, and each k row is one masked load per run (at stride 2,
+// two, and a permute that keeps the even columns). The loop runs k rows
+// outside and all the block's vectors inside, so loads walk along input rows.
 template <bool kPairs>
-void pack_row_vectors(const detail::Conv2dProblem& p, const float* x, const LaneWindows* lanes,
-                      float* const* dst, const int64_t* widths, int64_t vectors, int64_t l0,
-                      int64_t depth) {
+void pack_row_runs(const detail::Conv2dProblem& p, const float* x, const LaneWindows* lanes,
+                   float* const* dst, const int64_t* widths, int64_t vectors, int64_t l0,
+                   int64_t depth) {
   const __m512i width_in = _mm512_set1_epi32(static_cast<int32_t>(p.w));
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  int64_t tops[kMaxBlockVectors];
-  __mmask16 low[kMaxRowKernel][kMaxBlockVectors], high[kMaxRowKernel][kMaxBlockVectors];
-  __mmask16 row_inside[kMaxBlockVectors];
+  const int64_t length = std::min<int64_t>(p.ow, 16), per_vector = 16 / length;
+  const int64_t runs = vectors * per_vector;
+  RowRun run[kMaxRuns];
+  __mmask16 low[kMaxRowKernel][kMaxRuns], high[kMaxRowKernel][kMaxRuns];
+  __mmask16 row_inside[kMaxRuns];
   for (int64_t v = 0; v < vectors; ++v) {
-    alignas(64) int32_t top[16];
+    alignas(64) int32_t offset[16], top[16];
+    _mm512_store_si512(offset, lanes[v].offset);
     _mm512_store_si512(top, lanes[v].top);
-    tops[v] = top[0];
-    for (int64_t kj = 0; kj < p.kw; ++kj) {
-      const __mmask16 inside =
-          lanes[v].lanes &
-          _mm512_cmplt_epu32_mask(
-              _mm512_add_epi32(lanes[v].left, _mm512_set1_epi32(static_cast<int32_t>(kj))),
-              width_in);
-      low[kj][v] = kPairs ? static_cast<__mmask16>(_pdep_u32(inside & 0xFFu, 0x5555u)) : inside;
-      high[kj][v] = kPairs ? static_cast<__mmask16>(_pdep_u32(inside >> 8, 0x5555u)) : 0;
+    for (int64_t r = 0; r < per_vector; ++r) {
+      const int64_t lane = r * length, e = v * per_vector + r;
+      run[e] = {offset[lane], top[lane], lane};
+      const auto mine = static_cast<__mmask16>(((1u << length) - 1u) << lane);
+      for (int64_t kj = 0; kj < p.kw; ++kj) {
+        const __mmask16 inside =
+            mine & lanes[v].lanes &
+            _mm512_cmplt_epu32_mask(
+                _mm512_add_epi32(lanes[v].left, _mm512_set1_epi32(static_cast<int32_t>(kj))),
+                width_in);
+        // At stride 2, output lane t is lane 2t of the 32 loaded (low, high).
+        const uint32_t spread = kPairs ? _pdep_u32(inside, 0x55555555u) : inside;
+        low[kj][e] = static_cast<__mmask16>(spread & 0xFFFFu);
+        high[kj][e] = static_cast<__mmask16>(spread >> 16);
+      }
     }
   }
   const int64_t taps = p.kh * p.kw;
+  const int64_t lane_step = kPairs ? 2 : 1;
   int64_t c = l0 / taps, ki = l0 % taps / p.kw, kj = l0 % p.kw;
   for (int64_t l = 0; l < depth;) {
     const int64_t shift = c * p.in_plane() + ki * p.w;
-    for (int64_t v = 0; v < vectors; ++v) {
-      const bool inside = static_cast<uint64_t>(tops[v] + ki) < static_cast<uint64_t>(p.h);
-      row_inside[v] = inside ? 0xFFFF : 0;
-      // The input rows the next channel will read: x is usually far (L3) and the
+    for (int64_t e = 0; e < runs; ++e) {
+      const bool inside = static_cast<uint64_t>(run[e].top + ki) < static_cast<uint64_t>(p.h);
+      row_inside[e] = inside ? 0xFFFF : 0;
+      // The input row the next channel will read: x is usually far (L3) and the
       // hardware prefetcher does not follow jumps of a whole plane.
       if (inside) {
-        const char* next = reinterpret_cast<const char*>(x + lanes[v].first + shift + p.in_plane());
+        const char* next = reinterpret_cast<const char*>(x + run[e].base + shift + p.in_plane());
         _mm_prefetch(next, _MM_HINT_T0);
-        _mm_prefetch(next + 64, _MM_HINT_T0);
-        if (kPairs) _mm_prefetch(next + 128, _MM_HINT_T0);
+        if (length * lane_step > 8) _mm_prefetch(next + 64, _MM_HINT_T0);
+        if (length * lane_step > 24) _mm_prefetch(next + 128, _MM_HINT_T0);
       }
     }
     for (; kj < p.kw && l < depth; ++kj, ++l) {
       for (int64_t v = 0; v < vectors; ++v) {
-        const float* from = x + lanes[v].first + shift + kj;
-        __m512 value;
-        if constexpr (kPairs) {
-          value =
-              _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(row_inside[v] & low[kj][v], from), even,
-                                     _mm512_maskz_loadu_ps(row_inside[v] & high[kj][v], from + 16));
-        } else {
-          value = _mm512_maskz_loadu_ps(row_inside[v] & low[kj][v], from);
+        __m512 value = _mm512_setzero_ps(), upper = _mm512_setzero_ps();
+        for (int64_t e = v * per_vector; e < (v + 1) * per_vector; ++e) {
+          // Lane m of the loaded registers reads x[base + shift + kj + m - lane_step * lane].
+          const float* from = x + run[e].base + shift + kj - lane_step * run[e].lane;
+          value = _mm512_mask_loadu_ps(value, row_inside[e] & low[kj][e], from);
+          if constexpr (kPairs) {
+            upper = _mm512_mask_loadu_ps(upper, row_inside[e] & high[kj][e], from + 16);
+          }
         }
+        if constexpr (kPairs) value = _mm512_permutex2var_ps(value, even, upper);
         _mm512_store_ps(dst[v] + l * widths[v], value);
       }
     }
@@ -145,12 +175,11 @@ void Im2colPanels::pack(int64_t l0, int64_t depth, int64_t j0, int64_t cols, flo
   const __m512i width_in = _mm512_set1_epi32(static_cast<int32_t>(p.w));
   const int64_t taps = p.kh * p.kw;
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  if (p.kw <= kMaxRowKernel && cols <= 16 * kMaxBlockVectors) {
+  if (rows_split_vectors(p) && cols <= 16 * kMaxBlockVectors) {
     LaneWindows lanes[kMaxBlockVectors];
     float* dst[kMaxBlockVectors];
     int64_t widths[kMaxBlockVectors];
     int64_t vectors = 0;
-    bool unit = true, pairs = true;
     for (int64_t q = 0; q < cols; q += kPackedPanelColumns) {
       const int64_t valid = std::min(kPackedPanelColumns, cols - q);
       const int64_t width = packed_panel_width(valid);
@@ -158,12 +187,10 @@ void Im2colPanels::pack(int64_t l0, int64_t depth, int64_t j0, int64_t cols, flo
         lanes[vectors] = lane_windows(p, j0 + q + 16 * v, valid - 16 * v);
         dst[vectors] = out + q * depth + 16 * v;
         widths[vectors] = width;
-        unit = unit && lanes[vectors].spread == LaneWindows::Spread::unit;
-        pairs = pairs && lanes[vectors].spread == LaneWindows::Spread::pairs;
       }
     }
-    if (unit) return pack_row_vectors<false>(p, x_, lanes, dst, widths, vectors, l0, depth);
-    if (pairs) return pack_row_vectors<true>(p, x_, lanes, dst, widths, vectors, l0, depth);
+    if (p.stride == 1) return pack_row_runs<false>(p, x_, lanes, dst, widths, vectors, l0, depth);
+    return pack_row_runs<true>(p, x_, lanes, dst, widths, vectors, l0, depth);
   }
   for (int64_t q = 0; q < cols; q += kPackedPanelColumns) {
     const int64_t valid = std::min(kPackedPanelColumns, cols - q);

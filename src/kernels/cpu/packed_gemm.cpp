@@ -41,7 +41,7 @@ namespace loom::kernels::cpu {
 #if defined(__AVX512F__)
 namespace {
 
-constexpr int64_t kTileRows = 8;
+constexpr int64_t kTileRows = kPackedStripRows;
 constexpr int64_t kTileCols = kPackedPanelColumns;
 constexpr int64_t kDepth = 256;
 constexpr int64_t kBlockRows = 1536;  // a multiple of kTileRows
@@ -297,7 +297,12 @@ void implicit_gemm(const ImplicitGemm& g) {
   const int64_t strip_rows = round_up(g.m, kTileRows);
   float* packed_a = scratch(0, strip_rows * g.k);
   for (int64_t l0 = 0; l0 < g.k; l0 += kDepth) {
-    pack_grouped_a(g.a, g.m, l0, std::min(kDepth, g.k - l0), packed_a + strip_rows * l0);
+    const int64_t depth = std::min(kDepth, g.k - l0);
+    if (g.packed_a != nullptr) {
+      g.packed_a->pack(l0, depth, packed_a + strip_rows * l0);
+    } else {
+      pack_grouped_a(g.a, g.m, l0, depth, packed_a + strip_rows * l0);
+    }
   }
   const GroupedMatrix<float>& out = g.c;
   for (int64_t j0 = 0; j0 < g.n; j0 += kBlockCols) {
@@ -344,7 +349,8 @@ void packed_gemm(const detail::GemmProblem& p) {
 }
 
 void packed_gemm_implicit(const ImplicitGemm& g) {
-  LOOM_ASSERT(g.m > 0 && g.n > 0 && g.k > 0 && g.a.data != nullptr && g.b != nullptr);
+  LOOM_ASSERT(g.m > 0 && g.n > 0 && g.k > 0 && g.b != nullptr);
+  LOOM_ASSERT(g.a.data != nullptr || g.packed_a != nullptr);
   LOOM_ASSERT(g.c.group_columns % 16 == 0 || g.c.group_columns >= g.n,
               "implicit gemm output groups of ", g.c.group_columns, " columns split a vector");
   implicit_gemm(g);

@@ -36,6 +36,20 @@ constexpr int64_t packed_panel_width(int64_t valid) {
   return (valid + 15) / 16 * 16;
 }
 
+// The layout of a packed A block, which a PackedA must write: k
+// [l0, l0 + depth) of all m rows as strips of kPackedStripRows rows; strip s
+// (rows s * kPackedStripRows ...) starts at out + s * kPackedStripRows * depth
+// and holds element (row, l) at [(l - l0) * kPackedStripRows + row % kPackedStripRows];
+// rows past m are zero.
+constexpr int64_t kPackedStripRows = 8;
+
+// An A operand [m, k] that exists only as its packed blocks.
+class PackedA {
+ public:
+  virtual ~PackedA() = default;
+  virtual void pack(int64_t l0, int64_t depth, float* out) const = 0;
+};
+
 // A B operand [k, n] that exists only as its packed blocks.
 class PackedB {
  public:
@@ -57,12 +71,14 @@ struct GroupedMatrix {
 };
 
 // C = alpha * A @ B + beta * C for A [m, k] and C [m, n] given as column
-// groups and B by its packed blocks. C's group_columns must be a multiple of
+// groups (or A by its packed blocks, when packed_a is set) and B by its
+// packed blocks. C's group_columns must be a multiple of
 // 16 unless it is at least n (the tile stores 16 columns at once). Within one
 // C element the products are summed in the same order as packed_gemm.
 struct ImplicitGemm {
   int64_t m = 0, n = 0, k = 0;
   GroupedMatrix<const float> a;
+  const PackedA* packed_a = nullptr;
   const PackedB* b = nullptr;
   GroupedMatrix<float> c;
   float alpha = 1.0f, beta = 0.0f;
