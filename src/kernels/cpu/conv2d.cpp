@@ -21,6 +21,10 @@
 #include <utility>
 #include <vector>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "kernels/cpu/conv2d_panels.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/packed_gemm.hpp"
@@ -96,6 +100,34 @@ void im2col(const Conv2dProblem& p, const float* x, float* col, int64_t ld) {
   }
 }
 
+// out[2 t] += in[t] for t < count (a row of col2im at stride 2).
+void add_to_even(const float* in, float* out, int64_t count) {
+#if defined(__AVX512F__)
+  // Each 16 values of `in` go to the even lanes of 32 floats of `out`; the odd
+  // lanes are masked off, so they are neither read nor written.
+  const __m512i low = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  const __m512i high =
+      _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+  for (int64_t t = 0; t < count; t += 16) {
+    const int64_t left = std::min<int64_t>(16, count - t);
+    const auto lanes = static_cast<__mmask16>((1u << left) - 1u);
+    const __m512 values = _mm512_maskz_loadu_ps(lanes, in + t);
+    const uint32_t even = spread_to_even(lanes);
+    float* to = out + 2 * t;
+    const auto first = static_cast<__mmask16>(even & 0xFFFFu);
+    const __m512 a = _mm512_maskz_loadu_ps(first, to);
+    _mm512_mask_storeu_ps(to, first, _mm512_add_ps(a, _mm512_permutexvar_ps(low, values)));
+    const auto second = static_cast<__mmask16>(even >> 16);
+    if (second != 0) {
+      const __m512 b = _mm512_maskz_loadu_ps(second, to + 16);
+      _mm512_mask_storeu_ps(to + 16, second, _mm512_add_ps(b, _mm512_permutexvar_ps(high, values)));
+    }
+  }
+#else
+  for (int64_t t = 0; t < count; ++t) out[2 * t] += in[t];
+#endif
+}
+
 // The adjoint of im2col: adds every col entry to the input element it came
 // from. dx must be zeroed (or hold what should be added to).
 void col2im(const Conv2dProblem& p, const float* col, int64_t ld, float* dx) {
@@ -113,6 +145,8 @@ void col2im(const Conv2dProblem& p, const float* col, int64_t ld, float* dx) {
           float* out = plane + ih * p.w + (kj - p.padding);
           if (s == 1) {
             for (int64_t ow = cols.lo; ow < cols.hi; ++ow) out[ow] += in[ow];
+          } else if (s == 2) {
+            add_to_even(in + cols.lo, out + 2 * cols.lo, cols.hi - cols.lo);
           } else {
             for (int64_t ow = cols.lo; ow < cols.hi; ++ow) out[ow * s] += in[ow];
           }

@@ -121,7 +121,7 @@ void pack_row_runs(const detail::Conv2dProblem& p, const float* x, const LaneWin
                 _mm512_add_epi32(lanes[v].left, _mm512_set1_epi32(static_cast<int32_t>(kj))),
                 width_in);
         // At stride 2, output lane t is lane 2t of the 32 loaded (low, high).
-        const uint32_t spread = kPairs ? _pdep_u32(inside, 0x55555555u) : inside;
+        const uint32_t spread = kPairs ? spread_to_even(inside) : inside;
         low[kj][e] = static_cast<__mmask16>(spread & 0xFFFFu);
         high[kj][e] = static_cast<__mmask16>(spread >> 16);
       }
@@ -218,8 +218,8 @@ void Im2colPanels::pack(int64_t l0, int64_t depth, int64_t j0, int64_t cols, flo
         } else if (w.spread == LaneWindows::Spread::pairs) {
           // Lane k reads element 2k of the 32 from `first`: only even ones are loaded.
           const float* from = x_ + w.first + shift;
-          const auto low = static_cast<__mmask16>(_pdep_u32(inside & 0xFFu, 0x5555u));
-          const auto high = static_cast<__mmask16>(_pdep_u32(inside >> 8, 0x5555u));
+          const auto low = static_cast<__mmask16>(spread_to_even(inside) & 0xFFFFu);
+          const auto high = static_cast<__mmask16>(spread_to_even(inside) >> 16);
           value = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(low, from), even,
                                          _mm512_maskz_loadu_ps(high, from + 16));
         } else {
@@ -272,8 +272,8 @@ void pack_row_block(const detail::Conv2dProblem& p, const float* x, int64_t base
       if (p.stride == 1) {
         rows[t] = _mm512_maskz_loadu_ps(inside, from);
       } else {
-        const auto low = static_cast<__mmask16>(_pdep_u32(inside & 0xFFu, 0x5555u));
-        const auto high = static_cast<__mmask16>(_pdep_u32(inside >> 8, 0x5555u));
+        const auto low = static_cast<__mmask16>(spread_to_even(inside) & 0xFFFFu);
+        const auto high = static_cast<__mmask16>(spread_to_even(inside) >> 16);
         rows[t] = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(low, from), even,
                                          _mm512_maskz_loadu_ps(high, from + 16));
       }

@@ -10,6 +10,17 @@
 
 namespace loom::kernels::cpu {
 
+// Bit t of `bits` (t < 16) moved to bit 2t: the lane mask of 16 values spread
+// over every other lane of 32 (a stride-2 row).
+constexpr uint32_t spread_to_even(uint32_t bits) {
+  bits &= 0xFFFFu;
+  bits = (bits | bits << 8) & 0x00FF00FFu;
+  bits = (bits | bits << 4) & 0x0F0F0F0Fu;
+  bits = (bits | bits << 2) & 0x33333333u;
+  return (bits | bits << 1) & 0x55555555u;
+}
+static_assert(spread_to_even(0xFFFFu) == 0x55555555u && spread_to_even(0x8001u) == 0x40000001u);
+
 // True when the panels below can address x: every input offset fits in 32 bits.
 bool conv2d_panels_fit(const detail::Conv2dProblem& p);
 
