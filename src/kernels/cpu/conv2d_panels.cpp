@@ -44,14 +44,22 @@ struct LaneWindows {
 LaneWindows lane_windows(const detail::Conv2dProblem& p, int64_t j, int64_t valid) {
   alignas(64) int32_t offset[16], top[16], left[16];
   const int64_t plane = p.out_plane();
+  // (image, oh, ow) of the first column, then stepped along (no divisions).
+  int64_t image = j / plane, oh = j % plane / p.ow, ow = j % p.ow;
   for (int64_t lane = 0; lane < 16; ++lane) {
-    // Padding lanes repeat the last column, so their offsets stay in range.
-    const int64_t column = j + std::min(lane, valid - 1);
-    const int64_t image = column / plane, pos = column % plane;
-    const int64_t t = pos / p.ow * p.stride - p.padding, l = pos % p.ow * p.stride - p.padding;
+    const int64_t t = oh * p.stride - p.padding, l = ow * p.stride - p.padding;
     offset[lane] = static_cast<int32_t>(image * p.c_in * p.in_plane() + t * p.w + l);
     top[lane] = static_cast<int32_t>(t);
     left[lane] = static_cast<int32_t>(l);
+    // Padding lanes repeat the last column, so their offsets stay in range.
+    if (lane + 1 >= valid) continue;
+    if (++ow == p.ow) {
+      ow = 0;
+      if (++oh == p.oh) {
+        oh = 0;
+        ++image;
+      }
+    }
   }
   LaneWindows v;
   v.offset = _mm512_load_si512(offset);

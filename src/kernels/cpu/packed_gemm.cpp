@@ -120,34 +120,37 @@ void pack_grouped_a(const GroupedMatrix<const float>& a, int64_t m, int64_t l0, 
     for (int64_t r = valid; r < kTileRows; ++r) {
       for (int64_t l = 0; l < depth; ++l) strip[l * kTileRows + r] = 0.0f;
     }
-    // Runs of k inside one group are contiguous in memory.
-    for (int64_t l = 0; l < depth;) {
+    // 32 columns of the 8 rows at a time, as a 16 x 16 block whose rows 8..15
+    // are the second 16 columns, transposed: its row u is [A(:, u), A(:, 16 + u)].
+    // Each 16 columns must lie in one group.
+    int64_t l = 0;
+    if (valid == kTileRows && a.group_columns % 16 == 0 && l0 % 16 == 0) {
+      for (; l + 32 <= depth; l += 32) {
+        __m512 r[16];
+        for (int half = 0; half < 2; ++half) {
+          const int64_t at = l0 + l + 16 * half;
+          const float* src = a.data + at / a.group_columns * a.group_stride + s * a.row_stride +
+                             at % a.group_columns;
+          for (int i = 0; i < 8; ++i) r[8 * half + i] = _mm512_loadu_ps(src + i * a.row_stride);
+        }
+        transpose16(r);
+        float* dst = strip + l * kTileRows;
+        for (int u = 0; u < 16; ++u) {
+          _mm256_store_ps(dst + u * kTileRows, _mm512_castps512_ps256(r[u]));
+          _mm256_store_ps(dst + (16 + u) * kTileRows,
+                          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(r[u]), 1)));
+        }
+      }
+    }
+    // The rest one value at a time; runs of k inside one group are contiguous.
+    while (l < depth) {
       const int64_t group = (l0 + l) / a.group_columns, first = (l0 + l) % a.group_columns;
       const int64_t run = std::min(depth - l, a.group_columns - first);
       const float* src = a.data + group * a.group_stride + s * a.row_stride + first;
-      int64_t t = 0;
-      if (valid == kTileRows) {
-        // 32 columns of the 8 rows at a time: as a 16 x 16 block (rows 8..15 the
-        // second 16 columns), transposed, whose row u is [A(:, u), A(:, 16 + u)].
-        for (; t + 32 <= run; t += 32) {
-          __m512 r[16];
-          for (int i = 0; i < 8; ++i) {
-            r[i] = _mm512_loadu_ps(src + i * a.row_stride + t);
-            r[8 + i] = _mm512_loadu_ps(src + i * a.row_stride + t + 16);
-          }
-          transpose16(r);
-          float* dst = strip + (l + t) * kTileRows;
-          for (int u = 0; u < 16; ++u) {
-            _mm256_store_ps(dst + u * kTileRows, _mm512_castps512_ps256(r[u]));
-            _mm256_store_ps(dst + (16 + u) * kTileRows,
-                            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(r[u]), 1)));
-          }
-        }
-      }
       for (int64_t r = 0; r < valid; ++r) {
         const float* row = src + r * a.row_stride;
         float* dst = strip + l * kTileRows + r;
-        for (int64_t u = t; u < run; ++u) dst[u * kTileRows] = row[u];
+        for (int64_t u = 0; u < run; ++u) dst[u * kTileRows] = row[u];
       }
       l += run;
     }
