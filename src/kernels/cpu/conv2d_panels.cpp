@@ -249,49 +249,66 @@ void Im2colPanels::pack(int64_t l0, int64_t depth, int64_t j0, int64_t cols, flo
 
 namespace {
 
-// The 16 x 16 block of the transposed panels for 16 positions along one output
-// row starting at input offset `base` (image, c = 0, top, left) and the 16
-// (c, ki, kj) columns from `column`, `valid` of them real, rows `width` apart.
-// Each column is one (strided) masked load along the row, then a transpose.
-// `ahead` is the base of the block two below, whose rows are prefetched.
-void pack_row_block(const detail::Conv2dProblem& p, const float* x, int64_t base, int64_t ahead,
-                    int64_t top, __m512i left, int64_t column, int64_t valid, float* out,
-                    int64_t width) {
-  const __m512i width_in = _mm512_set1_epi32(static_cast<int32_t>(p.w));
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+// The (c, ki, kj) columns of one 16-column vector of a transposed panel: each
+// one's input offset (c, ki, kj) and kernel row and column.
+struct TapColumns {
+  int64_t shift[16];
+  int64_t down[16];
+  int64_t across[16];
+  int64_t valid;
+};
+
+TapColumns tap_columns(const detail::Conv2dProblem& p, int64_t column, int64_t valid) {
+  TapColumns t;
   const int64_t taps = p.kh * p.kw;
   int64_t c = column / taps, ki = column % taps / p.kw, kj = column % p.kw;
-  __m512 rows[16];
-  for (int64_t t = 0; t < 16; ++t) {
-    rows[t] = _mm512_setzero_ps();
-    if (t < valid && static_cast<uint64_t>(top + ki) < static_cast<uint64_t>(p.h)) {
-      const __mmask16 inside = _mm512_cmplt_epu32_mask(
-          _mm512_add_epi32(left, _mm512_set1_epi32(static_cast<int32_t>(kj))), width_in);
-      const int64_t shift = c * p.in_plane() + ki * p.w + kj;
-      const float* from = x + base + shift;
-      if (kj == 0 || t == 0) {
-        // x is usually far (L3) and the hardware prefetcher does not follow
-        // these jumps between rows and planes.
-        const char* next = reinterpret_cast<const char*>(x + ahead + shift);
-        _mm_prefetch(next, _MM_HINT_T0);
-        _mm_prefetch(next + 64, _MM_HINT_T0);
-        if (p.stride == 2) _mm_prefetch(next + 128, _MM_HINT_T0);
-      }
-      if (p.stride == 1) {
-        rows[t] = _mm512_maskz_loadu_ps(inside, from);
-      } else {
-        const auto low = static_cast<__mmask16>(spread_to_even(inside) & 0xFFFFu);
-        const auto high = static_cast<__mmask16>(spread_to_even(inside) >> 16);
-        rows[t] = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(low, from), even,
-                                         _mm512_maskz_loadu_ps(high, from + 16));
-      }
-    }
+  for (int64_t u = 0; u < 16; ++u) {
+    t.shift[u] = c * p.in_plane() + ki * p.w + kj;
+    t.down[u] = ki;
+    t.across[u] = kj;
     if (++kj == p.kw) {
       kj = 0;
       if (++ki == p.kh) {
         ki = 0;
         ++c;
       }
+    }
+  }
+  t.valid = std::min<int64_t>(valid, 16);
+  return t;
+}
+
+// The 16 x 16 block of the transposed panels for 16 positions along one output
+// row starting at input offset `base` (image, c = 0, top, left), for the
+// columns `tap`, rows `width` apart: each column is one (strided) masked load
+// along the input row, then a transpose. `inside[kj]` are the positions whose
+// input column is inside the image for kernel column kj; `ahead` is the base
+// of the block two below, whose rows are prefetched.
+void pack_row_block(const detail::Conv2dProblem& p, const float* x, int64_t base, int64_t ahead,
+                    int64_t top, const __mmask16* inside, const TapColumns& tap, float* out,
+                    int64_t width) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  __m512 rows[16];
+  for (int64_t t = 0; t < 16; ++t) {
+    const bool row_inside =
+        t < tap.valid && static_cast<uint64_t>(top + tap.down[t]) < static_cast<uint64_t>(p.h);
+    const __mmask16 mask = row_inside ? inside[tap.across[t]] : 0;
+    const float* from = x + base + tap.shift[t];
+    if (tap.across[t] == 0) {
+      // x is usually far (L3) and the hardware prefetcher does not follow
+      // these jumps between rows and planes.
+      const char* next = reinterpret_cast<const char*>(x + ahead + tap.shift[t]);
+      _mm_prefetch(next, _MM_HINT_T0);
+      _mm_prefetch(next + 64, _MM_HINT_T0);
+      if (p.stride == 2) _mm_prefetch(next + 128, _MM_HINT_T0);
+    }
+    if (p.stride == 1) {
+      rows[t] = _mm512_maskz_loadu_ps(mask, from);
+    } else {
+      const uint32_t spread = spread_to_even(mask);
+      rows[t] = _mm512_permutex2var_ps(
+          _mm512_maskz_loadu_ps(static_cast<__mmask16>(spread & 0xFFFFu), from), even,
+          _mm512_maskz_loadu_ps(static_cast<__mmask16>(spread >> 16), from + 16));
     }
   }
   store_transposed16(rows, out, width);
@@ -308,7 +325,8 @@ void Im2colTransposedPanels::pack(int64_t l0, int64_t depth, int64_t j0, int64_t
                                   float* out) const {
   const detail::Conv2dProblem& p = p_;
   const int64_t plane = p.out_plane(), taps = p.kh * p.kw;
-  const bool along_rows = p.ow % 16 == 0 && (p.stride == 1 || p.stride == 2);
+  const bool along_rows =
+      p.ow % 16 == 0 && (p.stride == 1 || p.stride == 2) && p.kw <= kMaxRowKernel;
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i height = _mm512_set1_epi32(static_cast<int32_t>(p.h));
   const __m512i width_in = _mm512_set1_epi32(static_cast<int32_t>(p.w));
@@ -317,6 +335,10 @@ void Im2colTransposedPanels::pack(int64_t l0, int64_t depth, int64_t j0, int64_t
     const int64_t width = packed_panel_width(valid), vectors = width / 16;
     float* panel = out + q * depth;
     if (along_rows) {
+      TapColumns columns[kPackedPanelColumns / 16];
+      for (int64_t v = 0; v < vectors; ++v) {
+        columns[v] = tap_columns(p, j0 + q + 16 * v, valid - 16 * v);
+      }
       // depth is a multiple of 16 here: N OH OW is, and blocks start at multiples of 256.
       for (int64_t l = 0; l < depth; l += 16) {
         const int64_t position = l0 + l, image = position / plane, pos = position % plane;
@@ -330,9 +352,14 @@ void Im2colTransposedPanels::pack(int64_t l0, int64_t depth, int64_t j0, int64_t
         const int64_t ahead = later / plane * p.c_in * p.in_plane() +
                               (later_pos / p.ow * p.stride - p.padding) * p.w +
                               later_pos % p.ow * p.stride - p.padding;
+        __mmask16 inside[kMaxRowKernel];
+        for (int64_t kj = 0; kj < p.kw; ++kj) {
+          inside[kj] = _mm512_cmplt_epu32_mask(
+              _mm512_add_epi32(lefts, _mm512_set1_epi32(static_cast<int32_t>(kj))), width_in);
+        }
         for (int64_t v = 0; v < vectors; ++v) {
-          pack_row_block(p, x_, base, ahead, top, lefts, j0 + q + 16 * v, valid - 16 * v,
-                         panel + l * width + 16 * v, width);
+          pack_row_block(p, x_, base, ahead, top, inside, columns[v], panel + l * width + 16 * v,
+                         width);
         }
       }
       continue;
