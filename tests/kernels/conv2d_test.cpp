@@ -151,6 +151,7 @@ TEST_CASE("conv2d host implicit-GEMM shapes match the direct convolution", "[ker
       {3, 29, 4, 4, 17, 3, 3, 1, 1},   // 4x4 planes, several images per vector
       {2, 3, 32, 32, 6, 7, 7, 2, 3},   // 7x7 stride 2 stem
       {3, 8, 16, 16, 7, 1, 1, 2, 0},   // 1x1 stride 2 projection
+      {2, 5, 32, 32, 3, 1, 1, 2, 0},   // 1x1 stride 2, 16-wide output rows
       {2, 5, 18, 18, 4, 3, 3, 1, 0},   // no padding: 16x16 output
       {1, 3, 9, 9, 2, 3, 3, 1, 1},     // one image, odd plane
       {3, 3, 17, 17, 50, 3, 3, 1, 1},  // odd plane, several images: the GEMM path
