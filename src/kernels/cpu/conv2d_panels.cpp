@@ -103,13 +103,13 @@ bool rows_split_vectors(const detail::Conv2dProblem& p) {
 // made once per block, and each k row is one masked load per run (at stride 2,
 // two, and a permute that keeps the even columns). The loop runs k rows
 // outside and all the block's vectors inside, so loads walk along input rows.
-template <bool kPairs>
+template <bool kPairs, int64_t kPerVector>
 void pack_row_runs(const detail::Conv2dProblem& p, const float* x, const LaneWindows* lanes,
                    float* const* dst, const int64_t* widths, int64_t vectors, int64_t l0,
                    int64_t depth) {
   const __m512i width_in = _mm512_set1_epi32(static_cast<int32_t>(p.w));
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const int64_t length = std::min<int64_t>(p.ow, 16), per_vector = 16 / length;
+  constexpr int64_t per_vector = kPerVector, length = 16 / kPerVector;
   const int64_t runs = vectors * per_vector;
   RowRun run[kMaxRuns];
   __mmask16 low[kMaxRowKernel][kMaxRuns], high[kMaxRowKernel][kMaxRuns];
@@ -155,6 +155,7 @@ void pack_row_runs(const detail::Conv2dProblem& p, const float* x, const LaneWin
     for (; kj < p.kw && l < depth; ++kj, ++l) {
       for (int64_t v = 0; v < vectors; ++v) {
         __m512 value = _mm512_setzero_ps(), upper = _mm512_setzero_ps();
+#pragma GCC unroll 4
         for (int64_t e = v * per_vector; e < (v + 1) * per_vector; ++e) {
           // Lane m of the loaded registers reads x[base + shift + kj + m - lane_step * lane].
           const float* from = x + run[e].base + shift + kj - lane_step * run[e].lane;
@@ -197,8 +198,14 @@ void Im2colPanels::pack(int64_t l0, int64_t depth, int64_t j0, int64_t cols, flo
         widths[vectors] = width;
       }
     }
-    if (p.stride == 1) return pack_row_runs<false>(p, x_, lanes, dst, widths, vectors, l0, depth);
-    return pack_row_runs<true>(p, x_, lanes, dst, widths, vectors, l0, depth);
+    const int64_t runs = p.ow >= 16 ? 1 : 16 / p.ow;  // per vector: 1, 2 or 4
+    const auto pack = p.stride == 1 ? (runs == 1   ? pack_row_runs<false, 1>
+                                       : runs == 2 ? pack_row_runs<false, 2>
+                                                   : pack_row_runs<false, 4>)
+                                    : (runs == 1   ? pack_row_runs<true, 1>
+                                       : runs == 2 ? pack_row_runs<true, 2>
+                                                   : pack_row_runs<true, 4>);
+    return pack(p, x_, lanes, dst, widths, vectors, l0, depth);
   }
   for (int64_t q = 0; q < cols; q += kPackedPanelColumns) {
     const int64_t valid = std::min(kPackedPanelColumns, cols - q);
