@@ -285,22 +285,21 @@ TapColumns tap_columns(const detail::Conv2dProblem& p, int64_t column, int64_t v
   return t;
 }
 
-// The 16 x 16 block of the transposed panels for 16 positions along one output
-// row starting at input offset `base` (image, c = 0, top, left), for the
-// columns `tap`, rows `width` apart: each column is one (strided) masked load
-// along the input row, then a transpose. `inside[kj]` are the positions whose
-// input column is inside the image for kernel column kj; `ahead` is the base
-// of the block two below, whose rows are prefetched.
-void pack_row_block(const detail::Conv2dProblem& p, const float* x, int64_t base, int64_t ahead,
-                    int64_t top, const __mmask16* inside, const TapColumns& tap, float* out,
-                    int64_t width) {
+// The 16 x 16 block of the transposed panels for 16 positions that lie in
+// kRuns output rows (runs of 16 / kRuns positions), run r starting at input
+// offset base[r] (image, c = 0, top[r], left), for the columns `tap`, rows
+// `width` apart: each column is one (strided) masked load per run along its
+// input row, then a transpose. `inside[kj]` are the positions whose input
+// column is inside the image for kernel column kj; `ahead` is the base of the
+// block two below, whose first rows are prefetched.
+template <int64_t kRuns>
+void pack_row_block(const detail::Conv2dProblem& p, const float* x, const int64_t* base,
+                    const int64_t* top, int64_t ahead, const __mmask16* inside,
+                    const TapColumns& tap, float* out, int64_t width) {
+  constexpr int64_t length = 16 / kRuns;
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   __m512 rows[16];
   for (int64_t t = 0; t < 16; ++t) {
-    const bool row_inside =
-        t < tap.valid && static_cast<uint64_t>(top + tap.down[t]) < static_cast<uint64_t>(p.h);
-    const __mmask16 mask = row_inside ? inside[tap.across[t]] : 0;
-    const float* from = x + base + tap.shift[t];
     if (tap.across[t] == 0) {
       // x is usually far (L3) and the hardware prefetcher does not follow
       // these jumps between rows and planes.
@@ -309,14 +308,27 @@ void pack_row_block(const detail::Conv2dProblem& p, const float* x, int64_t base
       _mm_prefetch(next + 64, _MM_HINT_T0);
       if (p.stride == 2) _mm_prefetch(next + 128, _MM_HINT_T0);
     }
-    if (p.stride == 1) {
-      rows[t] = _mm512_maskz_loadu_ps(mask, from);
-    } else {
-      const uint32_t spread = spread_to_even(mask);
-      rows[t] = _mm512_permutex2var_ps(
-          _mm512_maskz_loadu_ps(static_cast<__mmask16>(spread & 0xFFFFu), from), even,
-          _mm512_maskz_loadu_ps(static_cast<__mmask16>(spread >> 16), from + 16));
+    __m512 low = _mm512_setzero_ps(), high = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int64_t r = 0; r < kRuns; ++r) {
+      const bool row_inside =
+          t < tap.valid && static_cast<uint64_t>(top[r] + tap.down[t]) < static_cast<uint64_t>(p.h);
+      const auto mine = static_cast<__mmask16>(((1u << length) - 1u) << (r * length));
+      const __mmask16 mask = row_inside ? inside[tap.across[t]] & mine : 0;
+      // Lane m of the loaded registers reads x[base + shift + m - stride * r * length].
+      const float* from = x + base[r] + tap.shift[t] - p.stride * r * length;
+      if (p.stride == 1) {
+        low = r == 0 ? _mm512_maskz_loadu_ps(mask, from) : _mm512_mask_loadu_ps(low, mask, from);
+      } else {
+        const uint32_t spread = spread_to_even(mask);
+        const auto first = static_cast<__mmask16>(spread & 0xFFFFu);
+        const auto second = static_cast<__mmask16>(spread >> 16);
+        low = r == 0 ? _mm512_maskz_loadu_ps(first, from) : _mm512_mask_loadu_ps(low, first, from);
+        high = r == 0 ? _mm512_maskz_loadu_ps(second, from + 16)
+                      : _mm512_mask_loadu_ps(high, second, from + 16);
+      }
     }
+    rows[t] = p.stride == 1 ? low : _mm512_permutex2var_ps(low, even, high);
   }
   store_transposed16(rows, out, width);
 }
@@ -332,9 +344,11 @@ void Im2colTransposedPanels::pack(int64_t l0, int64_t depth, int64_t j0, int64_t
                                   float* out) const {
   const detail::Conv2dProblem& p = p_;
   const int64_t plane = p.out_plane(), taps = p.kh * p.kw;
-  const bool along_rows =
-      p.ow % 16 == 0 && (p.stride == 1 || p.stride == 2) && p.kw <= kMaxRowKernel;
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  // Blocks of 16 positions lie in whole runs of output rows (as for the
+  // forward panels, rows_split_vectors); depth is then a multiple of 16: N OH OW
+  // is, and blocks start at multiples of 256.
+  const bool along_rows = rows_split_vectors(p);
+  const int64_t runs = p.ow >= 16 ? 1 : 16 / p.ow, length = 16 / runs;
   const __m512i height = _mm512_set1_epi32(static_cast<int32_t>(p.h));
   const __m512i width_in = _mm512_set1_epi32(static_cast<int32_t>(p.w));
   for (int64_t q = 0; q < cols; q += kPackedPanelColumns) {
@@ -346,16 +360,21 @@ void Im2colTransposedPanels::pack(int64_t l0, int64_t depth, int64_t j0, int64_t
       for (int64_t v = 0; v < vectors; ++v) {
         columns[v] = tap_columns(p, j0 + q + 16 * v, valid - 16 * v);
       }
-      // depth is a multiple of 16 here: N OH OW is, and blocks start at multiples of 256.
       for (int64_t l = 0; l < depth; l += 16) {
-        const int64_t position = l0 + l, image = position / plane, pos = position % plane;
-        const int64_t top = pos / p.ow * p.stride - p.padding;
-        const int64_t left = pos % p.ow * p.stride - p.padding;
-        const __m512i lefts = _mm512_add_epi32(
-            _mm512_set1_epi32(static_cast<int32_t>(left)),
-            _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int32_t>(p.stride))));
-        const int64_t base = image * p.c_in * p.in_plane() + top * p.w + left;
-        const int64_t later = (position + 32) % (p.n * plane), later_pos = later % plane;
+        int64_t base[4], top[4];
+        alignas(64) int32_t left[16];
+        for (int64_t r = 0; r < runs; ++r) {
+          const int64_t position = l0 + l + r * length;
+          const int64_t image = position / plane, pos = position % plane;
+          top[r] = pos / p.ow * p.stride - p.padding;
+          const int64_t first = pos % p.ow * p.stride - p.padding;
+          base[r] = image * p.c_in * p.in_plane() + top[r] * p.w + first;
+          for (int64_t u = 0; u < length; ++u) {
+            left[r * length + u] = static_cast<int32_t>(first + u * p.stride);
+          }
+        }
+        const __m512i lefts = _mm512_load_si512(left);
+        const int64_t later = (l0 + l + 32) % (p.n * plane), later_pos = later % plane;
         const int64_t ahead = later / plane * p.c_in * p.in_plane() +
                               (later_pos / p.ow * p.stride - p.padding) * p.w +
                               later_pos % p.ow * p.stride - p.padding;
@@ -365,8 +384,14 @@ void Im2colTransposedPanels::pack(int64_t l0, int64_t depth, int64_t j0, int64_t
               _mm512_add_epi32(lefts, _mm512_set1_epi32(static_cast<int32_t>(kj))), width_in);
         }
         for (int64_t v = 0; v < vectors; ++v) {
-          pack_row_block(p, x_, base, ahead, top, inside, columns[v], panel + l * width + 16 * v,
-                         width);
+          float* block = panel + l * width + 16 * v;
+          if (runs == 1) {
+            pack_row_block<1>(p, x_, base, top, ahead, inside, columns[v], block, width);
+          } else if (runs == 2) {
+            pack_row_block<2>(p, x_, base, top, ahead, inside, columns[v], block, width);
+          } else {
+            pack_row_block<4>(p, x_, base, top, ahead, inside, columns[v], block, width);
+          }
         }
       }
       continue;
