@@ -139,7 +139,8 @@ TEST_CASE("conv2d host passes match the direct convolution", "[kernels][conv2d]"
 // image): every way a 16-lane vector of output positions lies in the input
 // (one row at stride 1 or 2, across rows), padding 0/1/3, kernels 1/3/7,
 // channel counts that are not multiples of 8 or 48, more than one k block
-// (C_in KH KW > 256) and more than one column block (N OH OW > 384).
+// (C_in KH KW > 256) and more than one column block (N OH OW > 384); stride-2
+// input gradients split into parity classes.
 TEST_CASE("conv2d host implicit-GEMM shapes match the direct convolution", "[kernels][conv2d]") {
   const Case cases[] = {
       {3, 5, 16, 16, 13, 3, 3, 1, 1},  // 16-wide rows at stride 1
@@ -155,6 +156,12 @@ TEST_CASE("conv2d host implicit-GEMM shapes match the direct convolution", "[ker
       {2, 5, 18, 18, 4, 3, 3, 1, 0},   // no padding: 16x16 output
       {1, 3, 9, 9, 2, 3, 3, 1, 1},     // one image, odd plane
       {3, 3, 17, 17, 50, 3, 3, 1, 1},  // odd plane, several images: the GEMM path
+      // Stride-2 input gradients by parity classes need C_out * class taps >= 64.
+      {2, 5, 16, 16, 67, 3, 3, 2, 1},  // 3x3 stride 2: classes of 1, 2 and 4 taps
+      {3, 6, 16, 16, 70, 1, 1, 2, 0},  // 1x1 stride 2: three classes are empty
+      {2, 3, 16, 16, 64, 7, 7, 2, 3},  // 7x7 stride 2: classes padded by 1
+      {1, 4, 12, 12, 64, 3, 3, 2, 1},  // one image, 6x6 classes
+      {1, 3, 32, 32, 64, 1, 1, 2, 0},  // 1x1 stride 2, 16x16 classes
   };
   for (const Case& c : cases) check_passes(c);
 }

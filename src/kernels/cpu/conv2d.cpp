@@ -26,6 +26,7 @@
 #endif
 
 #include "kernels/cpu/conv2d_panels.hpp"
+#include "kernels/cpu/conv2d_transposed.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/packed_gemm.hpp"
 #include "loom/core/error.hpp"
@@ -276,69 +277,6 @@ void implicit_forward(const Conv2dProblem& p, const float* x, const float* w, fl
   packed_gemm_implicit(g);
 }
 
-// dx of a stride-1 convolution is the stride-1 convolution of dy, padded by
-// KH - 1 - padding, with the kernel turned by 180 degrees and its channel axes
-// swapped: w'[ci, co, KH-1-ki, KW-1-kj] = w[co, ci, ki, kj]. Running it as a
-// forward convolution reuses the implicit GEMM and writes dx directly, with
-// no dcol matrix and no col2im; w' is never stored: its packed strips are
-// read from w (TurnedKernel).
-bool backward_as_forward(const Conv2dProblem& p) {
-  return p.stride == 1 && p.kh == p.kw && p.padding <= p.kh - 1;
-}
-
-// A = w' [C_in, C_out KH KW] packed from w [C_out, C_in, KH, KW]. A strip's 8
-// rows ci..ci+7 of filter co are one contiguous run of 8 * taps floats of w,
-// so each run is read once and written out reversed and interleaved.
-class TurnedKernel final : public PackedA {
- public:
-  TurnedKernel(const Conv2dProblem& p, const float* w) : p_(p), w_(w) {}
-  void pack(int64_t l0, int64_t depth, float* out) const override {
-    const int64_t taps = p_.kh * p_.kw, rows = kPackedStripRows;
-    // Filters outside, strips inside: w is then read in order (filter co is
-    // one contiguous C_in * taps run), which the hardware prefetcher follows.
-    for (int64_t l = 0; l < depth;) {
-      const int64_t co = (l0 + l) / taps, first = (l0 + l) % taps;
-      const int64_t run = std::min(depth - l, taps - first);
-      for (int64_t ci0 = 0; ci0 < p_.c_in; ci0 += rows) {
-        const int64_t valid = std::min(rows, p_.c_in - ci0);
-        const float* from = w_ + (co * p_.c_in + ci0) * taps + taps - 1 - first;
-        float* strip = out + ci0 * depth;
-        for (int64_t t = 0; t < run; ++t) {
-          float* to = strip + (l + t) * rows;
-          for (int64_t r = 0; r < valid; ++r) to[r] = from[r * taps - t];
-          for (int64_t r = valid; r < rows; ++r) to[r] = 0.0f;
-        }
-      }
-      l += run;
-    }
-  }
-
- private:
-  Conv2dProblem p_;
-  const float* w_;
-};
-
-void implicit_backward_input(const Conv2dProblem& p, const float* dy, const float* w, float* dx) {
-  Conv2dProblem t = p;
-  t.c_in = p.c_out;
-  t.h = p.oh;
-  t.w = p.ow;
-  t.c_out = p.c_in;
-  t.oh = p.h;
-  t.ow = p.w;
-  t.padding = p.kh - 1 - p.padding;
-  const TurnedKernel turned(p, w);
-  const Im2colPanels columns(t, dy);
-  ImplicitGemm g;
-  g.m = t.c_out;
-  g.n = t.n * t.out_plane();
-  g.k = t.patch();
-  g.packed_a = &turned;
-  g.b = &columns;
-  g.c = {dx, t.out_plane(), t.out_plane(), t.c_out * t.out_plane()};
-  packed_gemm_implicit(g);
-}
-
 // dW (+)= dY [C_out, N P] @ im2col(x)^T, dY read in place as column groups
 // and im2col^T packed from x.
 void implicit_backward_weight(const Conv2dProblem& p, const float* x, const float* dy, float* dw,
@@ -398,16 +336,12 @@ void conv2d_forward(const Conv2dProblem& p, const float* x, const float* w, cons
 }
 
 void conv2d_backward_input(const Conv2dProblem& p, const float* dy, const float* w, float* dx) {
-  if (backward_as_forward(p)) {
-    Conv2dProblem t = p;
-    std::swap(t.c_in, t.c_out);
-    std::swap(t.h, t.oh);
-    std::swap(t.w, t.ow);
-    if (implicit_fits(t)) {
-      implicit_backward_input(p, dy, w, dx);
-      return;
-    }
-  }
+  // Where the register col2im applies (16-wide stride-2 output rows) it measured
+  // faster than the parity classes for 3x3 kernels (64->128 layer: ~190 vs
+  // ~177 GFLOP/s); elsewhere the classes win (8-wide 3x3: ~160 -> ~193; 1x1
+  // stride 2, 16-wide: ~110 -> ~128).
+  const bool by_rows = col2im_by_rows_fits(p) && p.kh * p.kw > 1;
+  if (!by_rows && conv2d_backward_input_as_forward(p, dy, w, dx)) return;
   const int64_t group = group_size(p), plane = p.out_plane();
   for (int64_t n0 = 0; n0 < p.n; n0 += group) {
     const int64_t g = std::min(group, p.n - n0);
