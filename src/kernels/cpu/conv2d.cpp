@@ -1,8 +1,18 @@
-// Host 2-D convolution: im2col + one Eigen GEMM per group of images.
+// Host 2-D convolution: an implicit GEMM where it applies, else im2col + one
+// GEMM per group of images.
 //
-// The im2col matrix of a group of G images is [C_in * KH * KW, G * OH * OW]:
-// row (c, ki, kj) holds, for every output position of every image, the input
-// element that kernel tap multiplies. Then
+// Implicit (AVX-512 builds; implicit_fits): the packed GEMM packs its B
+// panels straight from the image (conv2d_panels.cpp) and stores C straight
+// into NCHW planes, so no im2col matrix, plane transposes or col2im exist:
+//   forward          y   = W [C_out, K] @ im2col(x)          (Im2colPanels)
+//   backward_weight  dW (+)= dY [C_out, N P] @ im2col(x)^T   (Im2colTransposedPanels)
+//   backward_input   forward convolutions of dy (conv2d_transposed.cpp)
+// K = C_in KH KW and P = OH OW.
+//
+// im2col (the rest: the RGB stem, 1x1 kernels, planes that are not a multiple
+// of 16, non-AVX-512 builds). The im2col matrix of a group of G images is
+// [K, G P]: row (c, ki, kj) holds, for every output position of every image,
+// the input element that kernel tap multiplies. Then
 //   forward          Y'   = W [C_out, K] @ col [K, G P]
 //   backward_input   dcol = W^T @ dY',  scattered back (col2im) into dx
 //   backward_weight  dW  += dY' [C_out, G P] @ col^T
