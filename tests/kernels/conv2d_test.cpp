@@ -79,6 +79,44 @@ void check_close(const char* what, const std::vector<float>& got, const std::vec
   }
 }
 
+// Runs the three passes on one case and compares them with the reference.
+void check_passes(const Case& c) {
+  INFO("n " << c.n << " c_in " << c.c_in << " " << c.h << "x" << c.w << " c_out " << c.c_out
+            << " kernel " << c.kh << "x" << c.kw << " stride " << c.stride << " padding "
+            << c.padding);
+  const Conv2dParams params{c.stride, c.padding};
+  const Shape xs{c.n, c.c_in, c.h, c.w}, ws{c.c_out, c.c_in, c.kh, c.kw};
+  const Shape ys = k::conv2d_output_shape(xs, ws, params);
+  const Tensor x = loom::test::random_tensor(xs, DType::f32, 1);
+  const Tensor w = loom::test::random_tensor(ws, DType::f32, 2);
+  const Tensor bias = loom::test::random_tensor({c.c_out}, DType::f32, 3);
+  const Tensor dy = loom::test::random_tensor(ys, DType::f32, 4);
+  const Reference r = reference(c, x.to_vector<float>(), w.to_vector<float>(),
+                                bias.to_vector<float>(), dy.to_vector<float>());
+  const double tol = 1e-5 * static_cast<double>(c.c_in * c.kh * c.kw + c.n * ys[2] * ys[3]);
+
+  const Tensor y = Tensor::full(ys, NAN);
+  k::conv2d_forward(x, w, bias, y, params);
+  check_close("y", y.to_vector<float>(), r.y, tol);
+
+  const Tensor dx = Tensor::full(xs, NAN);
+  k::conv2d_backward_input(dy, w, dx, params);
+  check_close("dx", dx.to_vector<float>(), r.dx, tol);
+
+  const Tensor dw = Tensor::full(ws, NAN), db = Tensor::full({c.c_out}, NAN);
+  k::conv2d_backward_weight(x, dy, dw, db, params, false);
+  check_close("dw", dw.to_vector<float>(), r.dw, tol);
+  check_close("db", db.to_vector<float>(), r.db, tol);
+
+  // accumulate adds a second contribution on top.
+  k::conv2d_backward_weight(x, dy, dw, db, params, true);
+  std::vector<double> twice_dw = r.dw, twice_db = r.db;
+  for (double& v : twice_dw) v *= 2;
+  for (double& v : twice_db) v *= 2;
+  check_close("dw accumulated", dw.to_vector<float>(), twice_dw, 2 * tol);
+  check_close("db accumulated", db.to_vector<float>(), twice_db, 2 * tol);
+}
+
 }  // namespace
 
 TEST_CASE("conv2d host passes match the direct convolution", "[kernels][conv2d]") {
@@ -94,44 +132,39 @@ TEST_CASE("conv2d host passes match the direct convolution", "[kernels][conv2d]"
       {2, 2, 3, 3, 2, 3, 3, 1, 2},    // padding larger than needed
       {1, 1, 5, 5, 1, 5, 3, 3, 0},    // rectangular kernel, stride 3
   };
-  for (const Case& c : cases) {
-    INFO("n " << c.n << " c_in " << c.c_in << " " << c.h << "x" << c.w << " c_out " << c.c_out
-              << " kernel " << c.kh << "x" << c.kw << " stride " << c.stride << " padding "
-              << c.padding);
-    const Conv2dParams params{c.stride, c.padding};
-    const Shape xs{c.n, c.c_in, c.h, c.w}, ws{c.c_out, c.c_in, c.kh, c.kw};
-    const Shape ys = k::conv2d_output_shape(xs, ws, params);
-    const Tensor x = loom::test::random_tensor(xs, DType::f32, 1);
-    const Tensor w = loom::test::random_tensor(ws, DType::f32, 2);
-    const Tensor bias = loom::test::random_tensor({c.c_out}, DType::f32, 3);
-    const Tensor dy = loom::test::random_tensor(ys, DType::f32, 4);
-    const Reference r = reference(c, x.to_vector<float>(), w.to_vector<float>(),
-                                  bias.to_vector<float>(), dy.to_vector<float>());
-    const double tol = 1e-5 * static_cast<double>(c.c_in * c.kh * c.kw + c.n * ys[2] * ys[3]);
-
-    const Tensor y = Tensor::full(ys, NAN);
-    k::conv2d_forward(x, w, bias, y, params);
-    check_close("y", y.to_vector<float>(), r.y, tol);
-
-    const Tensor dx = Tensor::full(xs, NAN);
-    k::conv2d_backward_input(dy, w, dx, params);
-    check_close("dx", dx.to_vector<float>(), r.dx, tol);
-
-    const Tensor dw = Tensor::full(ws, NAN), db = Tensor::full({c.c_out}, NAN);
-    k::conv2d_backward_weight(x, dy, dw, db, params, false);
-    check_close("dw", dw.to_vector<float>(), r.dw, tol);
-    check_close("db", db.to_vector<float>(), r.db, tol);
-
-    // accumulate adds a second contribution on top.
-    k::conv2d_backward_weight(x, dy, dw, db, params, true);
-    std::vector<double> twice_dw = r.dw, twice_db = r.db;
-    for (double& v : twice_dw) v *= 2;
-    for (double& v : twice_db) v *= 2;
-    check_close("dw accumulated", dw.to_vector<float>(), twice_dw, 2 * tol);
-    check_close("db accumulated", db.to_vector<float>(), twice_db, 2 * tol);
-  }
+  for (const Case& c : cases) check_passes(c);
 }
 
+// Shapes that take the implicit GEMM (output planes a multiple of 16, or one
+// image): every way a 16-lane vector of output positions lies in the input
+// (one row at stride 1 or 2, across rows), padding 0/1/3, kernels 1/3/7,
+// channel counts that are not multiples of 8 or 48, more than one k block
+// (C_in KH KW > 256) and more than one column block (N OH OW > 384); stride-2
+// input gradients split into parity classes.
+TEST_CASE("conv2d host implicit-GEMM shapes match the direct convolution", "[kernels][conv2d]") {
+  const Case cases[] = {
+      {3, 5, 16, 16, 13, 3, 3, 1, 1},  // 16-wide rows at stride 1
+      {1, 37, 8, 8, 5, 3, 3, 1, 1},    // one image, 8-wide rows, 2 k blocks
+      {3, 7, 32, 32, 9, 3, 3, 2, 1},   // stride 2, 16-wide output rows
+      {2, 6, 16, 16, 11, 3, 3, 2, 1},  // stride 2, 8-wide output rows
+      {2, 9, 8, 8, 5, 3, 3, 2, 1},     // stride 2, 4-wide output rows
+      {3, 4, 20, 20, 3, 3, 3, 1, 1},   // 20-wide rows: vectors cross rows
+      {3, 29, 4, 4, 17, 3, 3, 1, 1},   // 4x4 planes, several images per vector
+      {2, 3, 32, 32, 6, 7, 7, 2, 3},   // 7x7 stride 2 stem
+      {3, 8, 16, 16, 7, 1, 1, 2, 0},   // 1x1 stride 2 projection
+      {2, 5, 32, 32, 3, 1, 1, 2, 0},   // 1x1 stride 2, 16-wide output rows
+      {2, 5, 18, 18, 4, 3, 3, 1, 0},   // no padding: 16x16 output
+      {1, 3, 9, 9, 2, 3, 3, 1, 1},     // one image, odd plane
+      {3, 3, 17, 17, 50, 3, 3, 1, 1},  // odd plane, several images: the GEMM path
+      // Stride-2 input gradients by parity classes need C_out * class taps >= 64.
+      {2, 5, 16, 16, 67, 3, 3, 2, 1},  // 3x3 stride 2: classes of 1, 2 and 4 taps
+      {3, 6, 16, 16, 70, 1, 1, 2, 0},  // 1x1 stride 2: three classes are empty
+      {2, 3, 16, 16, 64, 7, 7, 2, 3},  // 7x7 stride 2: classes padded by 1
+      {1, 4, 12, 12, 64, 3, 3, 2, 1},  // one image, 6x6 classes
+      {1, 3, 32, 32, 64, 1, 1, 2, 0},  // 1x1 stride 2, 16x16 classes
+  };
+  for (const Case& c : cases) check_passes(c);
+}
 TEST_CASE("conv2d without bias, empty batches, and at storage offsets", "[kernels][conv2d]") {
   const Conv2dParams params{1, 1};
   const Tensor x = loom::test::random_tensor({2, 2, 4, 4}, DType::f32, 5);

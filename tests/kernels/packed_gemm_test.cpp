@@ -3,9 +3,11 @@
 // partial 8-row strips and 48-column panels (and the narrowed 16- and
 // 32-column last panels), more than one k block (256),
 // column block (384) and row block (1536), every transpose combination,
-// alpha/beta, and batches with shared and strided operands.
+// alpha/beta, and batches with shared and strided operands; the implicit GEMM
+// (packed A/B blocks, column-grouped A and C) against packed_gemm, bit for bit.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -117,6 +119,135 @@ TEST_CASE("packed gemm batches with shared operands, alpha and beta", "[kernels]
           check({11, 53, 270}, 3, share_a, share_b, trans_a, trans_b, 2.0f, 1.0f, seed += 3);
           check({11, 53, 270}, 3, share_a, share_b, trans_a, trans_b, 0.0f, -1.0f, seed += 3);
         }
+      }
+    }
+  }
+}
+
+namespace {
+
+using loom::kernels::cpu::GroupedMatrix;
+using loom::kernels::cpu::ImplicitGemm;
+using loom::kernels::cpu::kPackedPanelColumns;
+using loom::kernels::cpu::kPackedStripRows;
+using loom::kernels::cpu::packed_panel_width;
+
+// B [k, n] row-major, handed out only as packed blocks in the documented layout.
+class MatrixPanels final : public loom::kernels::cpu::PackedB {
+ public:
+  MatrixPanels(const std::vector<float>& b, int64_t n) : b_(b), n_(n) {}
+  void pack(int64_t l0, int64_t depth, int64_t j0, int64_t cols, float* out) const override {
+    for (int64_t q = 0; q < cols; q += kPackedPanelColumns) {
+      const int64_t valid = std::min(kPackedPanelColumns, cols - q);
+      const int64_t width = packed_panel_width(valid);
+      for (int64_t l = 0; l < depth; ++l) {
+        for (int64_t j = 0; j < width; ++j) {
+          out[q * depth + l * width + j] =
+              j < valid ? b_[static_cast<size_t>((l0 + l) * n_ + j0 + q + j)] : 0.0f;
+        }
+      }
+    }
+  }
+
+ private:
+  const std::vector<float>& b_;
+  int64_t n_;
+};
+
+// A [m, k] row-major, handed out only as packed strips.
+class MatrixStrips final : public loom::kernels::cpu::PackedA {
+ public:
+  MatrixStrips(const std::vector<float>& a, int64_t m, int64_t k) : a_(a), m_(m), k_(k) {}
+  void pack(int64_t l0, int64_t depth, float* out) const override {
+    for (int64_t i = 0; i < (m_ + kPackedStripRows - 1) / kPackedStripRows * kPackedStripRows;
+         ++i) {
+      float* strip = out + i / kPackedStripRows * kPackedStripRows * depth;
+      for (int64_t l = 0; l < depth; ++l) {
+        strip[l * kPackedStripRows + i % kPackedStripRows] =
+            i < m_ ? a_[static_cast<size_t>(i * k_ + l0 + l)] : 0.0f;
+      }
+    }
+  }
+
+ private:
+  const std::vector<float>& a_;
+  int64_t m_, k_;
+};
+
+}  // namespace
+
+// The implicit GEMM (B and possibly A as packed blocks, A and C as column
+// groups) gives the same bits as packed_gemm on the materialised matrices:
+// same k blocks in the same order, whatever the loop order.
+TEST_CASE("implicit packed gemm equals packed gemm bit for bit", "[kernels]") {
+  if (!loom::kernels::cpu::packed_gemm_available()) return;
+  const Case cases[] = {{9, 64, 20}, {17, 400, 300}, {13, 48, 513}, {8, 784, 257}};
+  uint32_t seed = 900;
+  for (const Case& s : cases) {
+    for (const bool packed_a : {false, true}) {
+      for (const float beta : {0.0f, 0.5f}) {
+        INFO("m=" << s.m << " n=" << s.n << " k=" << s.k << " packed_a=" << packed_a
+                  << " beta=" << beta);
+        const std::vector<float> a = loom::test::random_values(s.m * s.k, seed += 3);
+        const std::vector<float> b = loom::test::random_values(s.k * s.n, seed += 3);
+        const std::vector<float> c0 = loom::test::random_values(s.m * s.n, seed += 3);
+        std::vector<float> want = c0;
+        GemmProblem p;
+        p.m = s.m;
+        p.n = s.n;
+        p.k = s.k;
+        p.a = a.data();
+        p.b = b.data();
+        p.c = want.data();
+        p.alpha = 1.5f;
+        p.beta = beta;
+        packed_gemm(p);
+
+        // A stored as groups of 16 columns (a gap of 3 floats between groups);
+        // C as groups of 16 columns with a gap of 5 (n is a multiple of 16).
+        const int64_t a_groups = (s.k + 15) / 16, c_groups = s.n / 16;
+        std::vector<float> a_grouped(static_cast<size_t>(a_groups * (16 * s.m + 3)), NAN);
+        for (int64_t i = 0; i < s.m; ++i) {
+          for (int64_t l = 0; l < s.k; ++l) {
+            a_grouped[static_cast<size_t>(l / 16 * (16 * s.m + 3) + i * 16 + l % 16)] =
+                a[static_cast<size_t>(i * s.k + l)];
+          }
+        }
+        std::vector<float> c_grouped(static_cast<size_t>(c_groups * (16 * s.m + 5)), NAN);
+        for (int64_t i = 0; i < s.m; ++i) {
+          for (int64_t j = 0; j < s.n; ++j) {
+            c_grouped[static_cast<size_t>(j / 16 * (16 * s.m + 5) + i * 16 + j % 16)] =
+                c0[static_cast<size_t>(i * s.n + j)];
+          }
+        }
+        const MatrixPanels panels(b, s.n);
+        const MatrixStrips strips(a, s.m, s.k);
+        ImplicitGemm g;
+        g.m = s.m;
+        g.n = s.n;
+        g.k = s.k;
+        if (packed_a) {
+          g.packed_a = &strips;
+        } else {
+          g.a = GroupedMatrix<const float>{a_grouped.data(), 16, 16, 16 * s.m + 3};
+        }
+        g.b = &panels;
+        g.c = GroupedMatrix<float>{c_grouped.data(), 16, 16, 16 * s.m + 5};
+        g.alpha = 1.5f;
+        g.beta = beta;
+        loom::kernels::cpu::packed_gemm_implicit(g);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < s.m; ++i) {
+          for (int64_t j = 0; j < s.n; ++j) {
+            const float got =
+                c_grouped[static_cast<size_t>(j / 16 * (16 * s.m + 5) + i * 16 + j % 16)];
+            if (got != want[static_cast<size_t>(i * s.n + j)] && bad++ == 0) {
+              UNSCOPED_INFO("first mismatch: C[" << i << ", " << j << "] = " << got << ", expected "
+                                                 << want[static_cast<size_t>(i * s.n + j)]);
+            }
+          }
+        }
+        REQUIRE(bad == 0);
       }
     }
   }

@@ -1,8 +1,18 @@
-// Host 2-D convolution: im2col + one Eigen GEMM per group of images.
+// Host 2-D convolution: an implicit GEMM where it applies, else im2col + one
+// GEMM per group of images.
 //
-// The im2col matrix of a group of G images is [C_in * KH * KW, G * OH * OW]:
-// row (c, ki, kj) holds, for every output position of every image, the input
-// element that kernel tap multiplies. Then
+// Implicit (AVX-512 builds; implicit_fits): the packed GEMM packs its B
+// panels straight from the image (conv2d_panels.cpp) and stores C straight
+// into NCHW planes, so no im2col matrix, plane transposes or col2im exist:
+//   forward          y   = W [C_out, K] @ im2col(x)          (Im2colPanels)
+//   backward_weight  dW (+)= dY [C_out, N P] @ im2col(x)^T   (Im2colTransposedPanels)
+//   backward_input   forward convolutions of dy (conv2d_transposed.cpp)
+// K = C_in KH KW and P = OH OW.
+//
+// im2col (the rest: the RGB stem, 1x1 kernels, planes that are not a multiple
+// of 16, non-AVX-512 builds). The im2col matrix of a group of G images is
+// [K, G P]: row (c, ki, kj) holds, for every output position of every image,
+// the input element that kernel tap multiplies. Then
 //   forward          Y'   = W [C_out, K] @ col [K, G P]
 //   backward_input   dcol = W^T @ dY',  scattered back (col2im) into dx
 //   backward_weight  dW  += dY' [C_out, G P] @ col^T
@@ -18,9 +28,17 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/cpu/conv2d_panels.hpp"
+#include "kernels/cpu/conv2d_transposed.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/packed_gemm.hpp"
 #include "loom/core/error.hpp"
 
 namespace loom::kernels::cpu {
@@ -119,6 +137,73 @@ void col2im(const Conv2dProblem& p, const float* col, int64_t ld, float* dx) {
   }
 }
 
+// col2im at stride 2 for input rows of at most 32 and output rows of 16 (the
+// first stride-2 layer of a CIFAR ResNet), one input row at a time: the
+// dcol rows that land on it (at most kh, one per kernel row) are spread over
+// the even or odd lanes of two registers by a permute per kernel column and
+// summed there, and the row is stored once. Adding row by row in memory
+// instead makes each masked store overlap the next tap's masked load, which
+// stalls store forwarding. Writes every element of dx (no zeroing needed).
+// With shorter output rows the plain col2im measured faster (8-wide: 160 vs
+// 130 GFLOP/s for the whole pass).
+bool col2im_by_rows_fits(const Conv2dProblem& p) {
+#if defined(__AVX512F__)
+  return p.stride == 2 && p.w <= 32 && p.ow == 16 && p.kw <= 8;
+#else
+  return false;
+#endif
+}
+
+void col2im_by_rows(const Conv2dProblem& p, const float* col, int64_t ld, float* dx) {
+#if defined(__AVX512F__)
+  // For kernel column kj, input column iw = 2 ow - padding + kj takes dcol
+  // element ow: lane iw of (low, high) is lane (iw + padding - kj) / 2 of the row.
+  __m512i index[8][2];
+  __mmask16 lanes[8][2];
+  const auto valid = static_cast<__mmask16>((1u << p.ow) - 1u);  // a dcol row's ow values
+  for (int64_t kj = 0; kj < p.kw; ++kj) {
+    alignas(64) int32_t at[32];
+    uint32_t hit = 0;
+    for (int64_t iw = 0; iw < 32; ++iw) {
+      const int64_t twice = iw + p.padding - kj;
+      const bool used = twice >= 0 && twice % 2 == 0 && twice / 2 < p.ow && iw < p.w;
+      at[iw] = used ? static_cast<int32_t>(twice / 2) : 0;
+      if (used) hit |= 1u << iw;
+    }
+    index[kj][0] = _mm512_load_si512(at);
+    index[kj][1] = _mm512_load_si512(at + 16);
+    lanes[kj][0] = static_cast<__mmask16>(hit & 0xFFFFu);
+    lanes[kj][1] = static_cast<__mmask16>(hit >> 16);
+  }
+  const auto row_lanes = static_cast<uint32_t>(p.w >= 32 ? 0xFFFFFFFFu : (1u << p.w) - 1u);
+  const auto low_store = static_cast<__mmask16>(row_lanes & 0xFFFFu);
+  const auto high_store = static_cast<__mmask16>(row_lanes >> 16);
+  for (int64_t c = 0; c < p.c_in; ++c) {
+    for (int64_t ih = 0; ih < p.h; ++ih) {
+      __m512 low = _mm512_setzero_ps(), high = _mm512_setzero_ps();
+      for (int64_t ki = 0; ki < p.kh; ++ki) {
+        const int64_t twice = ih + p.padding - ki;
+        if (twice < 0 || twice % 2 != 0 || twice / 2 >= p.oh) continue;
+        const int64_t oh = twice / 2;
+        for (int64_t kj = 0; kj < p.kw; ++kj) {
+          const float* row = col + ((c * p.kh + ki) * p.kw + kj) * ld + oh * p.ow;
+          const __m512 values = _mm512_maskz_loadu_ps(valid, row);
+          low = _mm512_add_ps(low, _mm512_maskz_permutexvar_ps(lanes[kj][0], index[kj][0], values));
+          high =
+              _mm512_add_ps(high, _mm512_maskz_permutexvar_ps(lanes[kj][1], index[kj][1], values));
+        }
+      }
+      float* out = dx + (c * p.h + ih) * p.w;
+      _mm512_mask_storeu_ps(out, low_store, low);
+      if (high_store != 0) _mm512_mask_storeu_ps(out + 16, high_store, high);
+    }
+  }
+#else
+  (void)p, (void)col, (void)ld, (void)dx;
+  LOOM_CHECK(false, "col2im by rows needs AVX-512");
+#endif
+}
+
 // The group's im2col matrix [K, g P] for images [n0, n0 + g): the input itself
 // when that is already the matrix, else built in scratch slot 0.
 const float* group_columns(const Conv2dProblem& p, const float* x, int64_t n0, int64_t g) {
@@ -177,10 +262,77 @@ void run_gemm(int64_t m, int64_t n, int64_t k, const float* a, bool trans_a, con
   gemm(g);
 }
 
+// Whether the implicit GEMM runs this convolution: its tile stores 16 output
+// columns at once, which must not straddle two images' planes; and it only pays
+// off against im2col when a column of B gathers enough taps (1x1 and stem-like
+// convolutions, K < 64, measured faster by im2col, whose copies are cheap there).
+bool implicit_fits(const Conv2dProblem& p) {
+  return packed_gemm_available() && conv2d_panels_fit(p) && (p.out_plane() % 16 == 0 || p.n == 1) &&
+         p.kh * p.kw > 1 && p.patch() >= 64;
+}
+
+// y = W @ im2col(x), packed from x and written in place as NCHW planes.
+void implicit_forward(const Conv2dProblem& p, const float* x, const float* w, float* y) {
+  const Im2colPanels columns(p, x);
+  ImplicitGemm g;
+  g.m = p.c_out;
+  g.n = p.n * p.out_plane();
+  g.k = p.patch();
+  g.a = {w, p.patch(), p.patch(), 0};
+  g.b = &columns;
+  g.c.data = y;
+  g.c.row_stride = p.out_plane();
+  g.c.group_columns = p.out_plane();
+  g.c.group_stride = p.c_out * p.out_plane();
+  packed_gemm_implicit(g);
+}
+
+// dW (+)= dY [C_out, N P] @ im2col(x)^T, dY read in place as column groups
+// and im2col^T packed from x.
+void implicit_backward_weight(const Conv2dProblem& p, const float* x, const float* dy, float* dw,
+                              bool accumulate) {
+  const Im2colTransposedPanels columns(p, x);
+  ImplicitGemm g;
+  g.m = p.c_out;
+  g.n = p.patch();
+  g.k = p.n * p.out_plane();
+  g.a = {dy, p.out_plane(), p.out_plane(), p.c_out * p.out_plane()};
+  g.b = &columns;
+  g.c = {dw, p.patch(), p.patch(), 0};
+  g.beta = accumulate ? 1.0f : 0.0f;
+  packed_gemm_implicit(g);
+}
+
+void backward_weight_by_groups(const Conv2dProblem& p, const float* x, const float* dy, float* dw,
+                               bool accumulate) {
+  const int64_t group = group_size(p), plane = p.out_plane();
+  for (int64_t n0 = 0; n0 < p.n; n0 += group) {
+    const int64_t g = std::min(group, p.n - n0);
+    const float* col = group_columns(p, x, n0, g);
+    const float* grad = group_output_grad(p, dy, n0, g);
+    const float beta = n0 == 0 && !accumulate ? 0.0f : 1.0f;
+    run_gemm(p.c_out, p.patch(), g * plane, grad, false, col, true, dw, beta);
+  }
+}
+
+void add_bias(const Conv2dProblem& p, const float* bias, int64_t images, float* y) {
+  const int64_t plane = p.out_plane();
+  for (int64_t i = 0; i < images * p.c_out; ++i) {
+    const float b = bias[i % p.c_out];
+    float* values = y + i * plane;
+    for (int64_t j = 0; j < plane; ++j) values[j] += b;
+  }
+}
+
 }  // namespace
 
 void conv2d_forward(const Conv2dProblem& p, const float* x, const float* w, const float* bias,
                     float* y) {
+  if (implicit_fits(p)) {
+    implicit_forward(p, x, w, y);
+    if (bias != nullptr) add_bias(p, bias, p.n, y);
+    return;
+  }
   const int64_t group = group_size(p), plane = p.out_plane();
   for (int64_t n0 = 0; n0 < p.n; n0 += group) {
     const int64_t g = std::min(group, p.n - n0);
@@ -189,16 +341,17 @@ void conv2d_forward(const Conv2dProblem& p, const float* x, const float* w, cons
     float* product = g == 1 ? out : scratch(1, p.c_out * g * plane);
     run_gemm(p.c_out, g * plane, p.patch(), w, false, col, false, product, 0.0f);
     if (g > 1) channel_major_to_planes(product, g, p.c_out, plane, out);
-    if (bias == nullptr) continue;
-    for (int64_t i = 0; i < g * p.c_out; ++i) {
-      const float b = bias[i % p.c_out];
-      float* values = out + i * plane;
-      for (int64_t j = 0; j < plane; ++j) values[j] += b;
-    }
+    if (bias != nullptr) add_bias(p, bias, g, out);
   }
 }
 
 void conv2d_backward_input(const Conv2dProblem& p, const float* dy, const float* w, float* dx) {
+  // Where the register col2im applies (16-wide stride-2 output rows) it measured
+  // faster than the parity classes for 3x3 kernels (64->128 layer: ~190 vs
+  // ~177 GFLOP/s); elsewhere the classes win (8-wide 3x3: ~160 -> ~193; 1x1
+  // stride 2, 16-wide: ~110 -> ~128).
+  const bool by_rows = col2im_by_rows_fits(p) && p.kh * p.kw > 1;
+  if (!by_rows && conv2d_backward_input_as_forward(p, dy, w, dx)) return;
   const int64_t group = group_size(p), plane = p.out_plane();
   for (int64_t n0 = 0; n0 < p.n; n0 += group) {
     const int64_t g = std::min(group, p.n - n0);
@@ -211,6 +364,12 @@ void conv2d_backward_input(const Conv2dProblem& p, const float* dy, const float*
     const int64_t ld = g * plane;
     float* dcol = scratch(0, p.patch() * ld);
     run_gemm(p.patch(), ld, p.c_out, w, true, grad, false, dcol, 0.0f);
+    if (col2im_by_rows_fits(p)) {
+      for (int64_t i = 0; i < g; ++i) {
+        col2im_by_rows(p, dcol + i * plane, ld, dx_first + i * p.c_in * p.in_plane());
+      }
+      continue;
+    }
     std::fill(dx_first, dx_first + g * p.c_in * p.in_plane(), 0.0f);
     for (int64_t i = 0; i < g; ++i) {
       col2im(p, dcol + i * plane, ld, dx_first + i * p.c_in * p.in_plane());
@@ -220,15 +379,13 @@ void conv2d_backward_input(const Conv2dProblem& p, const float* dy, const float*
 
 void conv2d_backward_weight(const Conv2dProblem& p, const float* x, const float* dy, float* dw,
                             float* db, bool accumulate) {
-  const int64_t group = group_size(p), plane = p.out_plane();
-  for (int64_t n0 = 0; n0 < p.n; n0 += group) {
-    const int64_t g = std::min(group, p.n - n0);
-    const float* col = group_columns(p, x, n0, g);
-    const float* grad = group_output_grad(p, dy, n0, g);
-    const float beta = n0 == 0 && !accumulate ? 0.0f : 1.0f;
-    run_gemm(p.c_out, p.patch(), g * plane, grad, false, col, true, dw, beta);
+  if (implicit_fits(p)) {
+    implicit_backward_weight(p, x, dy, dw, accumulate);
+  } else {
+    backward_weight_by_groups(p, x, dy, dw, accumulate);
   }
   if (db == nullptr) return;
+  const int64_t plane = p.out_plane();
   for (int64_t c = 0; c < p.c_out; ++c) {
     double sum = 0;
     for (int64_t i = 0; i < p.n; ++i) {

@@ -1,4 +1,5 @@
-// Internal: host 2-D convolution, f32 (im2col + Eigen GEMM). See kernels/conv2d_problem.hpp.
+// Internal: host 2-D convolution, f32 (implicit GEMM on the packed AVX-512 GEMM,
+// else im2col + GEMM; see conv2d.cpp). See kernels/conv2d_problem.hpp.
 #pragma once
 
 #include "kernels/conv2d_problem.hpp"

@@ -23,6 +23,8 @@
 // value is read from L1.
 #include "kernels/cpu/packed_gemm.hpp"
 
+#include "kernels/cpu/transpose16.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <memory>
@@ -39,8 +41,8 @@ namespace loom::kernels::cpu {
 #if defined(__AVX512F__)
 namespace {
 
-constexpr int64_t kTileRows = 8;
-constexpr int64_t kTileCols = 48;
+constexpr int64_t kTileRows = kPackedStripRows;
+constexpr int64_t kTileCols = kPackedPanelColumns;
 constexpr int64_t kDepth = 256;
 constexpr int64_t kBlockRows = 1536;  // a multiple of kTileRows
 constexpr int64_t kBlockCols = 384;   // a multiple of kTileCols
@@ -52,7 +54,7 @@ int64_t round_up(int64_t value, int64_t multiple) {
 // Columns of a packed B panel holding `valid` columns: a last panel of 16 or
 // 32 columns runs a narrower tile, so n = 64 or 256 wastes no FMAs on padding.
 int64_t panel_width(int64_t valid) {
-  return round_up(valid, 16);
+  return packed_panel_width(valid);
 }
 
 // A 64-byte aligned, per-thread scratch buffer that grows to the largest request.
@@ -109,33 +111,57 @@ void pack_a(const detail::GemmProblem& p, const float* a, int64_t i0, int64_t ro
   }
 }
 
+// Rows [0, m) and k [l0, l0 + depth) of a grouped A into strips of kTileRows.
+void pack_grouped_a(const GroupedMatrix<const float>& a, int64_t m, int64_t l0, int64_t depth,
+                    float* out) {
+  for (int64_t s = 0; s < m; s += kTileRows) {
+    const int64_t valid = std::min(kTileRows, m - s);
+    float* strip = out + s * depth;
+    for (int64_t r = valid; r < kTileRows; ++r) {
+      for (int64_t l = 0; l < depth; ++l) strip[l * kTileRows + r] = 0.0f;
+    }
+    // 32 columns of the 8 rows at a time, as a 16 x 16 block whose rows 8..15
+    // are the second 16 columns, transposed: its row u is [A(:, u), A(:, 16 + u)].
+    // Each 16 columns must lie in one group.
+    int64_t l = 0;
+    if (valid == kTileRows && a.group_columns % 16 == 0 && l0 % 16 == 0) {
+      for (; l + 32 <= depth; l += 32) {
+        __m512 r[16];
+        for (int half = 0; half < 2; ++half) {
+          const int64_t at = l0 + l + 16 * half;
+          const float* src = a.data + at / a.group_columns * a.group_stride + s * a.row_stride +
+                             at % a.group_columns;
+          for (int i = 0; i < 8; ++i) r[8 * half + i] = _mm512_loadu_ps(src + i * a.row_stride);
+        }
+        transpose16(r);
+        float* dst = strip + l * kTileRows;
+        for (int u = 0; u < 16; ++u) {
+          _mm256_store_ps(dst + u * kTileRows, _mm512_castps512_ps256(r[u]));
+          _mm256_store_ps(dst + (16 + u) * kTileRows,
+                          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(r[u]), 1)));
+        }
+      }
+    }
+    // The rest one value at a time; runs of k inside one group are contiguous.
+    while (l < depth) {
+      const int64_t group = (l0 + l) / a.group_columns, first = (l0 + l) % a.group_columns;
+      const int64_t run = std::min(depth - l, a.group_columns - first);
+      const float* src = a.data + group * a.group_stride + s * a.row_stride + first;
+      for (int64_t r = 0; r < valid; ++r) {
+        const float* row = src + r * a.row_stride;
+        float* dst = strip + l * kTileRows + r;
+        for (int64_t u = 0; u < run; ++u) dst[u * kTileRows] = row[u];
+      }
+      l += run;
+    }
+  }
+}
+
 // out[t * width + i] = in[i * ld + t] for a 16 x 16 block; out is 64-byte aligned.
-void transpose16(const float* in, int64_t ld, float* out, int64_t width) {
-  __m512 r[16], t[16];
+void transpose_block(const float* in, int64_t ld, float* out, int64_t width) {
+  __m512 r[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(in + i * ld);
-  // 32-bit interleave of row pairs within 128-bit lanes.
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  // 64-bit interleave: r[4q + c] lane L holds rows 4q..4q+3 of column 4L + c.
-  for (int q = 0; q < 16; q += 4) {
-    r[q] = _mm512_shuffle_ps(t[q], t[q + 2], 0x44);
-    r[q + 1] = _mm512_shuffle_ps(t[q], t[q + 2], 0xEE);
-    r[q + 2] = _mm512_shuffle_ps(t[q + 1], t[q + 3], 0x44);
-    r[q + 3] = _mm512_shuffle_ps(t[q + 1], t[q + 3], 0xEE);
-  }
-  // 4 x 4 transpose of 128-bit lanes among r[c], r[4 + c], r[8 + c], r[12 + c].
-  for (int c = 0; c < 4; ++c) {
-    const __m512 d0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
-    const __m512 d1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
-    const __m512 d2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
-    const __m512 d3 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
-    _mm512_store_ps(out + c * width, _mm512_shuffle_f32x4(d0, d2, 0x88));
-    _mm512_store_ps(out + (8 + c) * width, _mm512_shuffle_f32x4(d0, d2, 0xDD));
-    _mm512_store_ps(out + (4 + c) * width, _mm512_shuffle_f32x4(d1, d3, 0x88));
-    _mm512_store_ps(out + (12 + c) * width, _mm512_shuffle_f32x4(d1, d3, 0xDD));
-  }
+  store_transposed16(r, out, width);
 }
 
 // k [l0, l0 + depth) and columns [j0, j0 + cols) of op(B) into panels of kTileCols,
@@ -159,7 +185,7 @@ void pack_b(const detail::GemmProblem& p, const float* b, int64_t l0, int64_t de
     const int64_t full_cols = valid / 16 * 16, full_depth = depth / 16 * 16;
     for (int64_t jj = 0; jj < full_cols; jj += 16) {
       for (int64_t l = 0; l < full_depth; l += 16) {
-        transpose16(src + jj * p.k + l, p.k, panel + l * width + jj, width);
+        transpose_block(src + jj * p.k + l, p.k, panel + l * width + jj, width);
       }
       for (int64_t l = full_depth; l < depth; ++l) {
         for (int64_t j = jj; j < jj + 16; ++j) panel[l * width + j] = src[j * p.k + l];
@@ -173,10 +199,11 @@ void pack_b(const detail::GemmProblem& p, const float* b, int64_t l0, int64_t de
   }
 }
 
-// C tile (rows x cols of a kTileRows x (16 * kVec) tile at c, rows ldc apart) =
-// alpha * strip @ panel + beta * C tile; beta == 0 never reads C.
+// C tile (rows x cols of a kTileRows x (16 * kVec) tile; the 16 columns of vector v
+// start at c[v], rows ldc apart) = alpha * strip @ panel + beta * C tile; beta == 0
+// never reads C.
 template <int kVec>
-void tile(int64_t depth, const float* a, const float* b, float* c, int64_t ldc, int64_t rows,
+void tile(int64_t depth, const float* a, const float* b, float* const* c, int64_t ldc, int64_t rows,
           int64_t cols, float alpha, float beta) {
   __m512 acc[kTileRows][kVec];
 #pragma GCC unroll 8
@@ -204,15 +231,31 @@ void tile(int64_t depth, const float* a, const float* b, float* c, int64_t ldc, 
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   for (int64_t r = 0; r < rows; ++r) {
-    float* row = c + r * ldc;
 #pragma GCC unroll 4
     for (int v = 0; v < kVec; ++v) {
+      float* out = c[v] + r * ldc;
       __m512 value = _mm512_mul_ps(va, acc[r][v]);
       if (beta != 0.0f) {
-        value = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(masks[v], row + v * 16), value);
+        value = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(masks[v], out), value);
       }
-      _mm512_mask_storeu_ps(row + v * 16, masks[v], value);
+      _mm512_mask_storeu_ps(out, masks[v], value);
     }
+  }
+}
+
+// The tile for a panel holding `valid` columns (its width is panel_width(valid)).
+void run_tile(int64_t depth, const float* strip, const float* panel, float* const* c, int64_t ldc,
+              int64_t rows, int64_t valid, float alpha, float beta) {
+  switch (panel_width(valid) / 16) {
+    case 1:
+      tile<1>(depth, strip, panel, c, ldc, rows, valid, alpha, beta);
+      break;
+    case 2:
+      tile<2>(depth, strip, panel, c, ldc, rows, valid, alpha, beta);
+      break;
+    default:
+      tile<3>(depth, strip, panel, c, ldc, rows, valid, alpha, beta);
+      break;
   }
 }
 
@@ -235,19 +278,56 @@ void gemm_one(const detail::GemmProblem& p, const float* a, const float* b, floa
             const float* strip = packed_a + s * depth;
             const float* panel = packed_b + q * depth;
             float* out = c + (i0 + s) * p.n + j0 + q;
+            float* const vectors[3] = {out, out + 16, out + 32};
             const int64_t tile_rows = std::min(kTileRows, rows - s);
-            switch (panel_width(valid) / 16) {
-              case 1:
-                tile<1>(depth, strip, panel, out, p.n, tile_rows, valid, p.alpha, beta);
-                break;
-              case 2:
-                tile<2>(depth, strip, panel, out, p.n, tile_rows, valid, p.alpha, beta);
-                break;
-              default:
-                tile<3>(depth, strip, panel, out, p.n, tile_rows, valid, p.alpha, beta);
-                break;
-            }
+            run_tile(depth, strip, panel, vectors, p.n, tile_rows, valid, p.alpha, beta);
           }
+        }
+      }
+    }
+  }
+}
+
+// The implicit GEMM. The loops nest as
+//   column blocks of 384           - C block m x 384 (L2 for m <= 512)
+//     k blocks of 256              - B block packed by the caller's PackedB (L2)
+//       8-row strips, 48-col panels  as in gemm_one
+// with all of op(A) packed once up front (it is small next to n for the
+// convolutions this serves), so each B block is packed exactly once and the C
+// block stays in cache while its k blocks are added. Per C element the k
+// blocks are still added in order, as in gemm_one.
+void implicit_gemm(const ImplicitGemm& g) {
+  const int64_t strip_rows = round_up(g.m, kTileRows);
+  float* packed_a = scratch(0, strip_rows * g.k);
+  for (int64_t l0 = 0; l0 < g.k; l0 += kDepth) {
+    const int64_t depth = std::min(kDepth, g.k - l0);
+    if (g.packed_a != nullptr) {
+      g.packed_a->pack(l0, depth, packed_a + strip_rows * l0);
+    } else {
+      pack_grouped_a(g.a, g.m, l0, depth, packed_a + strip_rows * l0);
+    }
+  }
+  const GroupedMatrix<float>& out = g.c;
+  for (int64_t j0 = 0; j0 < g.n; j0 += kBlockCols) {
+    const int64_t cols = std::min(kBlockCols, g.n - j0);
+    float* packed_b = scratch(1, round_up(cols, kTileCols) * kDepth);
+    for (int64_t l0 = 0; l0 < g.k; l0 += kDepth) {
+      const int64_t depth = std::min(kDepth, g.k - l0);
+      const float beta = l0 == 0 ? g.beta : 1.0f;
+      g.b->pack(l0, depth, j0, cols, packed_b);
+      const float* block_a = packed_a + strip_rows * l0;
+      for (int64_t s = 0; s < g.m; s += kTileRows) {
+        const int64_t tile_rows = std::min(kTileRows, g.m - s);
+        for (int64_t q = 0; q < cols; q += kTileCols) {
+          const int64_t valid = std::min(kTileCols, cols - q);
+          float* vectors[3];
+          for (int v = 0; v < 3; ++v) {
+            const int64_t j = j0 + q + 16 * v;
+            vectors[v] = out.data + (j / out.group_columns) * out.group_stride +
+                         s * out.row_stride + j % out.group_columns;
+          }
+          run_tile(depth, block_a + s * depth, packed_b + q * depth, vectors, out.row_stride,
+                   tile_rows, valid, g.alpha, beta);
         }
       }
     }
@@ -271,6 +351,14 @@ void packed_gemm(const detail::GemmProblem& p) {
   }
 }
 
+void packed_gemm_implicit(const ImplicitGemm& g) {
+  LOOM_ASSERT(g.m > 0 && g.n > 0 && g.k > 0 && g.b != nullptr);
+  LOOM_ASSERT(g.a.data != nullptr || g.packed_a != nullptr);
+  LOOM_ASSERT(g.c.group_columns % 16 == 0 || g.c.group_columns >= g.n,
+              "implicit gemm output groups of ", g.c.group_columns, " columns split a vector");
+  implicit_gemm(g);
+}
+
 #else  // no AVX-512: callers use Eigen
 
 bool packed_gemm_available() {
@@ -278,6 +366,10 @@ bool packed_gemm_available() {
 }
 
 void packed_gemm(const detail::GemmProblem&) {
+  LOOM_CHECK(false, "packed gemm needs AVX-512; this build targets a CPU without it");
+}
+
+void packed_gemm_implicit(const ImplicitGemm&) {
   LOOM_CHECK(false, "packed gemm needs AVX-512; this build targets a CPU without it");
 }
 

@@ -3,7 +3,14 @@
 // Faster than Eigen's single-threaded GEMM on this code's shapes (see
 // packed_gemm.cpp for the blocking). Only built where the compiler targets
 // AVX-512; elsewhere packed_gemm_available() is false and callers use Eigen.
+//
+// Besides plain GEMMs it runs "implicit" ones (packed_gemm_implicit), where B
+// exists only as a function that writes its packed panels and C is a set of
+// column groups at a stride: a convolution packs B straight from the image
+// (no im2col matrix) and writes C straight into NCHW planes.
 #pragma once
+
+#include <cstdint>
 
 #include "kernels/gemm_problem.hpp"
 
@@ -17,5 +24,65 @@ bool packed_gemm_available();
 // added to C one after another; results do not depend on the other operands'
 // shapes or on the batch, so repeated calls give the same bits.
 void packed_gemm(const detail::GemmProblem& problem);
+
+// The layout of a packed B block, which a PackedB must write: k rows
+// [l0, l0 + depth) and columns [j0, j0 + cols) as panels of
+// kPackedPanelColumns columns. Panel q (columns j0 + q ... , q a multiple of
+// kPackedPanelColumns) starts at out + q * depth and holds `depth` rows of
+// packed_panel_width(min(kPackedPanelColumns, cols - q)) floats, k-major; the
+// lanes past the panel's last column are zero. `out` is 64-byte aligned.
+constexpr int64_t kPackedPanelColumns = 48;
+constexpr int64_t packed_panel_width(int64_t valid) {
+  return (valid + 15) / 16 * 16;
+}
+
+// The layout of a packed A block, which a PackedA must write: k
+// [l0, l0 + depth) of all m rows as strips of kPackedStripRows rows; strip s
+// (rows s * kPackedStripRows ...) starts at out + s * kPackedStripRows * depth
+// and holds element (row, l) at [(l - l0) * kPackedStripRows + row % kPackedStripRows];
+// rows past m are zero.
+constexpr int64_t kPackedStripRows = 8;
+
+// An A operand [m, k] that exists only as its packed blocks.
+class PackedA {
+ public:
+  virtual ~PackedA() = default;
+  virtual void pack(int64_t l0, int64_t depth, float* out) const = 0;
+};
+
+// A B operand [k, n] that exists only as its packed blocks.
+class PackedB {
+ public:
+  virtual ~PackedB() = default;
+  virtual void pack(int64_t l0, int64_t depth, int64_t j0, int64_t cols, float* out) const = 0;
+};
+
+// A matrix [rows, columns] stored as column groups: element (i, j) is at
+//   data + (j / group_columns) * group_stride + i * row_stride + j % group_columns.
+// A plain row-major [rows, n] matrix is group_columns = n, row_stride = n; a
+// batch of NCHW images read as [C, N H W] is row_stride = group_columns = H W,
+// group_stride = C H W.
+template <typename T>
+struct GroupedMatrix {
+  T* data = nullptr;
+  int64_t row_stride = 0;
+  int64_t group_columns = 0;
+  int64_t group_stride = 0;
+};
+
+// C = alpha * A @ B + beta * C for A [m, k] and C [m, n] given as column
+// groups (or A by its packed blocks, when packed_a is set) and B by its
+// packed blocks. C's group_columns must be a multiple of
+// 16 unless it is at least n (the tile stores 16 columns at once). Within one
+// C element the products are summed in the same order as packed_gemm.
+struct ImplicitGemm {
+  int64_t m = 0, n = 0, k = 0;
+  GroupedMatrix<const float> a;
+  const PackedA* packed_a = nullptr;
+  const PackedB* b = nullptr;
+  GroupedMatrix<float> c;
+  float alpha = 1.0f, beta = 0.0f;
+};
+void packed_gemm_implicit(const ImplicitGemm& problem);
 
 }  // namespace loom::kernels::cpu
