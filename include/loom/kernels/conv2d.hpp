@@ -13,9 +13,12 @@
 // backward_weight overwrites dw/db unless `accumulate` is set (the Parameter
 // contract: the first contribution after zero_grad overwrites).
 //
-// dtypes: one floating dtype for all tensors. Host: f32 (im2col + Eigen GEMM,
-// the images grouped so every GEMM has at least ~2k columns; 1x1 stride-1
-// convolutions use the input as it is). CUDA: f32, bf16 and f16 through
+// dtypes: one floating dtype for all tensors. Host: f32; on AVX-512 hosts the
+// 3x3-class layers run as implicit GEMMs (the GEMM's panels packed straight
+// from the image, outputs written in NCHW; the input gradient as forward
+// convolutions of dy), the others as im2col + GEMM with the images grouped so
+// every GEMM has at least ~2k columns (1x1 stride-1 convolutions use the input
+// as it is); docs/kernels.md. CUDA: f32, bf16 and f16 through
 // cuDNN (f32 accumulation; f32 without TF32). Outputs must not overlap inputs.
 // C_in must be at least 1. Shape or dtype mismatches throw loom::Error naming the shapes and the
 // rule. Work on CUDA is queued on the device's current stream.
