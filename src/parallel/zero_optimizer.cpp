@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <unordered_map>
@@ -141,6 +142,13 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
   std::unordered_map<const ShardedModule*, long> unit_of_module;  // -1: no own parameters
   std::vector<size_t> order[2];  // units by first use per phase, recorded in the first step
   bool recording = true;
+  // NOTE [prefetch budget] (stage 3): the elements of the two largest units.
+  // A unit is prefetched only if the gathered units then stay within it, so
+  // the parameter peak stays below the shard plus the two largest units even
+  // when an outer unit stays gathered around the inner ones (GPT's, which
+  // holds the embedding tied to the output head): there the next block is
+  // gathered when its turn comes instead.
+  int64_t prefetch_budget = 0;
 
   int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
   int64_t peak = 0, peak_params = 0, peak_grads = 0;
@@ -215,6 +223,12 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
             static_cast<long>(layout.entries[layout.entry_of[i]].unit);
       }
       for (ShardedModule* m : options.modules) m->attach(this);
+      // NOTE [prefetch budget]: prefetching never makes the gathered units
+      // exceed the two largest units together.
+      std::vector<int64_t> sizes;
+      for (const auto& unit : layout.units) sizes.push_back(unit.range.size());
+      std::sort(sizes.begin(), sizes.end(), std::greater<>());
+      for (size_t i = 0; i < std::min<size_t>(2, sizes.size()); ++i) prefetch_budget += sizes[i];
     }
 
     if (stage == 1) {
@@ -478,6 +492,15 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
 
   // ---- stage 3: ParameterGatherer --------------------------------------------------------------
 
+  // Elements of the units gathered or being gathered now.
+  int64_t gathered_elements() const {
+    int64_t total = 0;
+    for (size_t u = 0; u < units.size(); ++u) {
+      if (units[u].state != UnitState::released) total += layout.units[u].range.size();
+    }
+    return total;
+  }
+
   void start_gather(size_t u) {
     Unit& unit = units[u];
     if (unit.state != UnitState::released) return;
@@ -525,9 +548,13 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
     complete_gather(u);
     ++units[u].uses;
     if (!recording) {
-      // Prefetch the unit that comes next in this phase while this one computes.
+      // Prefetch the unit that comes next in this phase while this one
+      // computes, if it fits the budget (NOTE [prefetch budget]).
       const auto it = std::find(seen.begin(), seen.end(), u);
-      if (it != seen.end() && it + 1 != seen.end()) start_gather(*(it + 1));
+      if (it != seen.end() && it + 1 != seen.end() &&
+          gathered_elements() + layout.units[*(it + 1)].range.size() <= prefetch_budget) {
+        start_gather(*(it + 1));
+      }
     }
   }
 

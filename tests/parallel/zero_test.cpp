@@ -6,7 +6,9 @@
 // per-rank gradients, only the clipping norm is summed in another order).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <mutex>
 
 #include "loom/comm/local.hpp"
@@ -85,12 +87,15 @@ TEST_CASE("zero: memory per rank shrinks by the group size", "[zero]") {
       if (stage >= 2) CHECK(m.grad_bytes <= total / kRanks + padding / kRanks + 64);
       if (stage == 3) {
         CHECK(m.param_bytes <= total / kRanks + padding / kRanks + 64);
-        // The shard, the outermost unit (held through forward and backward) and
-        // the two largest inner units (the current one and the prefetched next).
+        // The shard and the two largest units (NOTE [prefetch budget]): the
+        // outermost unit, held through forward and backward, counts as one.
         const ZeroResult& s3 = runs[3][r];
-        CHECK(m.peak_param_bytes <= m.param_bytes + s3.root_module_bytes +
-                                        s3.largest_module_bytes[0] + s3.largest_module_bytes[1] +
-                                        padding);
+        std::vector<size_t> units = {s3.root_module_bytes, s3.largest_module_bytes[0],
+                                     s3.largest_module_bytes[1]};
+        std::sort(units.begin(), units.end(), std::greater<>());
+        // 4 KiB: the units' alignment padding (64 bytes per parameter, the
+        // tail up to a multiple of the ranks); much less than one block.
+        CHECK(m.peak_param_bytes <= m.param_bytes + units[0] + units[1] + 4096);
       } else {
         CHECK(m.param_bytes >= total);
       }
