@@ -17,7 +17,7 @@
 // with 2 ranks (mpirun binds each to one core, so the compute and progress
 // threads of a rank share it), and compare LOOM_MPI_PROGRESS=wait and =poll:
 //
-//   mpirun -np 2 build/bench/comm_overlap_bench
+//   mpirun -np 2 build/bench/comm_overlap_bench [--overlaps-compute]
 //   LOOM_MPI_PROGRESS=poll mpirun -np 2 -x LOOM_MPI_PROGRESS build/bench/comm_overlap_bench
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -84,6 +84,9 @@ int main(int argc, char** argv) {
   app.add_option("--transfers", transfers, "all_reduces in the transfer phase")
       ->check(CLI::PositiveNumber);
   app.add_option("--json", json_path, "rank 0 also writes the results as JSON here");
+  bool overlaps_compute = false;
+  app.add_flag("--overlaps-compute", overlaps_compute,
+               "issue the measured all_reduces with AllReduceOptions::overlaps_compute");
   CLI11_PARSE(app, argc, argv);
 
   loom::Context context = loom::init();
@@ -92,7 +95,8 @@ int main(int argc, char** argv) {
   const int64_t count = static_cast<int64_t>(mib * (1 << 20) / 4);
   const Tensor data = Tensor::full({count}, 1.0);
   Compute compute;
-  world.all_reduce(data).wait();  // warm up: connections, buffers
+  const loom::comm::AllReduceOptions options{.overlaps_compute = overlaps_compute};
+  world.all_reduce(data, options).wait();  // warm up: connections, buffers
 
   // idle
   world.barrier().wait();
@@ -103,19 +107,19 @@ int main(int argc, char** argv) {
   for (int early = 0; early < n; ++early) {
     world.barrier().wait();
     if (rank == early) {
-      const loom::comm::Work work = world.all_reduce(data);
+      const loom::comm::Work work = world.all_reduce(data, options);
       waiting = compute_for(compute, seconds);
       work.wait();
     } else {
       compute_for(compute, seconds * 1.1);  // a little longer: rank e's op stays in flight
-      world.all_reduce(data).wait();
+      world.all_reduce(data, options).wait();
     }
   }
 
   // all_reduce alone
   world.barrier().wait();
   auto start = Clock::now();
-  for (int i = 0; i < transfers; ++i) world.all_reduce(data).wait();
+  for (int i = 0; i < transfers; ++i) world.all_reduce(data, options).wait();
   const double alone = seconds_since(start) / transfers;
 
   // transfer: compute while each all_reduce is in flight
@@ -123,7 +127,7 @@ int main(int argc, char** argv) {
   Rates transfer;
   start = Clock::now();
   for (int i = 0; i < transfers; ++i) {
-    const loom::comm::Work work = world.all_reduce(data);
+    const loom::comm::Work work = world.all_reduce(data, options);
     const auto t0 = Clock::now();
     while (!work.is_completed()) {
       compute.chunk();
@@ -145,9 +149,10 @@ int main(int argc, char** argv) {
     const std::vector<float> v = all.to_vector<float>();
     const char* mode = std::getenv("LOOM_MPI_PROGRESS");
     std::printf(
-        "comm_overlap_bench: %d ranks, all_reduce of %.1f MiB f32, progress mode %s "
+        "comm_overlap_bench: %d ranks, all_reduce of %.1f MiB f32%s, progress mode %s "
         "(sink %.1f)\n",
-        n, mib, mode && *mode ? mode : "default", compute.sink());
+        n, mib, overlaps_compute ? " (overlaps_compute)" : "", mode && *mode ? mode : "default",
+        compute.sink());
     std::printf("%-5s %14s %14s %9s %14s %9s %10s %12s\n", "rank", "idle chunk/s", "waiting chk/s",
                 "waiting", "transfer chk/s", "transfer", "alone ms", "overlap ms");
     nlohmann::json ranks = nlohmann::json::array();
@@ -165,6 +170,7 @@ int main(int argc, char** argv) {
     if (!json_path.empty()) {
       std::ofstream(json_path) << nlohmann::json{{"benchmark", "comm_overlap_bench"},
                                                  {"mib", mib},
+                                                 {"overlaps_compute", overlaps_compute},
                                                  {"ranks", ranks},
                                                  {"progress", mode && *mode ? mode : "default"}}
                                       .dump(2)

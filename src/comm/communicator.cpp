@@ -168,7 +168,7 @@ Work Communicator::all_reduce(const Tensor& tensor, const AllReduceOptions& opti
   check_tensor_support(tensor, "all_reduce");
   check_reduce_op(options.op, tensor.dtype(), "all_reduce");
   auto work = begin(collective_info(OpType::all_reduce, &tensor), options.timeout);
-  start_all_reduce(tensor, options.op, work);
+  start_all_reduce(tensor, options, work);
   return Work(work);
 }
 
@@ -349,7 +349,8 @@ namespace {
 }
 }  // namespace
 
-void Communicator::start_all_reduce(const Tensor&, ReduceOp, const detail::WorkPtr&) {
+void Communicator::start_all_reduce(const Tensor&, const AllReduceOptions&,
+                                    const detail::WorkPtr&) {
   unsupported(backend(), "all_reduce");
 }
 void Communicator::start_reduce_scatter(const Tensor&, const Tensor&, ReduceOp,

@@ -404,7 +404,7 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
     Bucket& b = buckets[index];
     const Range range = layout.buckets[index].range;
     if (stage == 1) {
-      b.work = comm.all_reduce(b.buffer, {.op = comm::ReduceOp::avg});
+      b.work = comm.all_reduce(b.buffer, {.op = comm::ReduceOp::avg, .overlaps_compute = true});
     } else {
       // Keep at most two full-size buckets in flight: free the older ones first.
       for (size_t k = 0; k + 1 < index; ++k) release_bucket(k);

@@ -70,7 +70,8 @@ std::vector<int64_t> prefix(const std::vector<int64_t>& counts) {
 
 }  // namespace
 
-void check_all_reduce(Communicator& comm, DType dtype, int64_t count, Device device) {
+void check_all_reduce(Communicator& comm, DType dtype, int64_t count, Device device,
+                      bool overlaps_compute) {
   const int n = comm.size(), r = comm.rank();
   struct Case {
     ReduceOp op;
@@ -89,7 +90,7 @@ void check_all_reduce(Communicator& comm, DType dtype, int64_t count, Device dev
   for (const Case& c : cases) {
     const Tensor t = filled(
         dtype, count, [&](int64_t i) { return value(r, i); }, device);
-    comm.all_reduce(t, {.op = c.op}).wait();
+    comm.all_reduce(t, {.op = c.op, .overlaps_compute = overlaps_compute}).wait();
     expect(t, c.expected, c.op == ReduceOp::avg ? tolerance(dtype) : 0.0,
            str_cat("all_reduce ", reduce_op_name(c.op)), comm);
   }

@@ -22,8 +22,8 @@
 namespace loom::comm::testing {
 
 // all_reduce with sum, avg (floating dtypes), max and min.
-void check_all_reduce(Communicator& comm, DType dtype, int64_t count,
-                      Device device = Device::cpu());
+void check_all_reduce(Communicator& comm, DType dtype, int64_t count, Device device = Device::cpu(),
+                      bool overlaps_compute = false);
 // reduce_scatter with equal chunks (count per rank) and with uneven chunks.
 void check_reduce_scatter(Communicator& comm, DType dtype, int64_t count_per_rank,
                           Device device = Device::cpu());

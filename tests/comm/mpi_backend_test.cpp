@@ -6,7 +6,9 @@
 // cross-check; a receive timeout that aborts the group on every rank.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cstdlib>
+#include <string>
 #include <thread>
 
 #include "collective_checks.hpp"
@@ -89,6 +91,55 @@ TEST_CASE("mpi: a posted receive that is not matched yet does not block a later 
   if (r == 0) {
     run_on_every_rank([&] { recv.wait(20s); });
     CHECK(message.to_vector<float>()[15] == 7.0f);
+  }
+}
+
+TEST_CASE("mpi: all-reduces that overlap compute match closed-form results, beside MPI traffic") {
+  // overlaps_compute takes the shared-memory path at every size (futex waits,
+  // NOTE [shm futex]) unless LOOM_SHM_ALLREDUCE says otherwise.
+  const char* setting = std::getenv("LOOM_SHM_ALLREDUCE");
+  if (setting == nullptr || std::string(setting) == "auto") {
+    CHECK(mpi::use_shm_all_reduce(size_t{256} << 20, true));
+    CHECK_FALSE(mpi::use_shm_all_reduce(size_t{256} << 20, false));
+  }
+  // Several 1 MiB pieces, and a count that divides neither pieces nor ranks.
+  for (const DType dtype : {DType::f32, DType::bf16, DType::i64}) {
+    for (const int64_t count : {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{(3 << 18) + 5}}) {
+      INFO("dtype " << dtype << " count " << count);
+      run_on_every_rank([&] { testing::check_all_reduce(world(), dtype, count, {}, true); });
+    }
+  }
+  // While a receive is in flight (the progress thread then wakes every 20 us
+  // to test it) and a compute thread keeps a core busy.
+  const int r = world().rank();
+  const Tensor message = Tensor::full({16}, r == 1 ? 9.0 : 0.0);
+  Work recv;
+  if (r == 0) recv = world().recv(message, 1, {.tag = 6});
+  std::atomic<bool> computing{true};
+  std::thread compute([&] {
+    volatile double x = 1;
+    while (computing.load(std::memory_order_relaxed)) x = x * 1.0000001 + 1e-9;
+  });
+  const Tensor grads = Tensor::full({int64_t{3} << 20}, static_cast<double>(r + 1));
+  std::vector<Work> works;
+  for (int bucket = 0; bucket < 3; ++bucket) {
+    works.push_back(
+        world().all_reduce(grads.slice(int64_t{bucket} << 20, int64_t{bucket + 1} << 20),
+                           {.op = ReduceOp::avg, .overlaps_compute = true}));
+  }
+  run_on_every_rank([&] {
+    for (Work& w : works) w.wait(20s);
+  });
+  computing = false;
+  compute.join();
+  const float want = static_cast<float>(world().size() + 1) / 2.0f;
+  const std::vector<float> got = grads.to_vector<float>();
+  CHECK(got.front() == want);
+  CHECK(got.back() == want);
+  if (r == 1) run_on_every_rank([&] { world().send(message, 0, {.tag = 6}).wait(20s); });
+  if (r == 0) {
+    run_on_every_rank([&] { recv.wait(20s); });
+    CHECK(message.to_vector<float>()[15] == 9.0f);
   }
 }
 

@@ -1,7 +1,8 @@
 // The shared-memory all-reduce under real mpirun (run by ctest with 2 and 4
 // ranks): every dtype and op against closed-form results, sizes from 0 to
 // several pieces, pieces that do not divide evenly among the ranks, and
-// back-to-back operations that reuse the slots.
+// back-to-back operations that reuse the slots; and the futex wait on a late
+// peer (NOTE [shm futex]): woken by the peer's signal, or by interrupt().
 //
 //   mpirun -np 2 shm_all_reduce_mpi_test            # correctness (exit 0 / 1)
 //   mpirun -np 2 shm_all_reduce_mpi_test --bench    # busbw against MPI_Allreduce per piece size
@@ -9,10 +10,12 @@
 #include <sched.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/mpi/shm_all_reduce.hpp"
@@ -80,6 +83,58 @@ int check(ShmAllReduce& shm, int rank, int size) {
   return failures;
 }
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Rank 0 starts an all-reduce whose peers arrive `delay` later and sleeps in
+// wait_for_peers(timeout) until they do; with `interrupt_after` >= 0 another
+// thread interrupts the first wait after that long. Returns rank 0's failures.
+int check_wait(ShmAllReduce& shm, int rank, int size, double delay, double interrupt_after) {
+  const Tensor t = Tensor::full({3000}, static_cast<double>(rank + 1));
+  MPI_Barrier(MPI_COMM_WORLD);
+  int failures = 0;
+  if (rank != 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    run(shm, t, ReduceOp::sum);
+  } else {
+    const uint64_t ticket = shm.enqueue();
+    if (!shm.is_turn_of(ticket)) std::abort();
+    shm.start(t.data(), t.dtype(), t.numel(), ReduceOp::sum);
+    const auto start = std::chrono::steady_clock::now();
+    std::thread interrupter;
+    if (interrupt_after >= 0) {
+      interrupter = std::thread([&] {
+        std::this_thread::sleep_for(std::chrono::duration<double>(interrupt_after));
+        shm.interrupt();
+      });
+    }
+    bool done = shm.step();
+    if (!done) shm.wait_for_peers(std::chrono::seconds(20));
+    const double first_wait = seconds_since(start);
+    if (interrupter.joinable()) interrupter.join();
+    while (!done) {
+      done = shm.step();
+      if (!done) shm.wait_for_peers(std::chrono::seconds(20));
+    }
+    // Woken by the signal or the interrupt, never by the 20 s timeout; the
+    // bounds leave seconds of slack for a loaded machine.
+    const double limit = interrupt_after >= 0 ? delay / 2 : delay + 5;
+    if (first_wait > limit || (interrupt_after < 0 && first_wait < delay / 2)) {
+      std::fprintf(stderr, "rank 0: the first wait took %.3f s (peers %.1f s late, interrupt %s)\n",
+                   first_wait, delay, interrupt_after >= 0 ? "sent" : "none");
+      ++failures;
+    }
+    const double want = size * (size + 1) / 2.0;
+    if (std::abs(t.to_vector<float>()[2999] - want) > 0) {
+      std::fprintf(stderr, "rank 0: waited all-reduce gave %g, expected %g\n",
+                   t.to_vector<float>()[2999], want);
+      ++failures;
+    }
+  }
+  return failures;
+}
+
 void bench(MPI_Comm node, int rank, int size) {
   const double factor = 2.0 * (size - 1) / size;
   if (rank == 0)
@@ -134,6 +189,10 @@ int main(int argc, char** argv) {
     // The same twice more with a larger piece: several objects may coexist.
     ShmAllReduce big(MPI_COMM_WORLD, 1 << 20);
     failures += check(big, rank, size);
+    // Peers 0.3 s late: the wait ends when they signal (not after 20 s).
+    failures += check_wait(big, rank, size, 0.3, -1);
+    // Peers 3 s late, interrupted after 20 ms: the wait ends long before they come.
+    failures += check_wait(big, rank, size, 3.0, 0.02);
     int total = 0;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0)

@@ -113,7 +113,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Arguments are already checked; the backend starts the operation and later
   // calls work->complete() or work->fail(). The defaults throw "backend X does
   // not support Y".
-  virtual void start_all_reduce(const Tensor& tensor, ReduceOp op, const detail::WorkPtr& work);
+  virtual void start_all_reduce(const Tensor& tensor, const AllReduceOptions& options,
+                                const detail::WorkPtr& work);
   virtual void start_reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op,
                                     const std::vector<int64_t>& counts,
                                     const detail::WorkPtr& work);

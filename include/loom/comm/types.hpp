@@ -25,6 +25,13 @@ std::string_view reduce_op_name(ReduceOp op);
 struct AllReduceOptions {
   ReduceOp op = ReduceOp::sum;
   std::optional<Milliseconds> timeout = std::nullopt;
+  // A hint, the same on every rank: the operation runs while this process's
+  // compute threads keep its cores busy (a data-parallel bucket during
+  // backward). Backends may then prefer an algorithm that needs little CPU and
+  // waits for peers in the kernel over the fastest one on an idle machine (the
+  // mpi backend: its shared-memory all-reduce, docs/comm.md). Results are the
+  // same either way up to the order of additions.
+  bool overlaps_compute = false;
 };
 
 // input: the full tensor on every rank; output: this rank's reduced chunk.

@@ -223,8 +223,9 @@ class LocalCommunicator final : public Communicator {
                "': the local backend handles host tensors only, not ", tensor.str());
   }
 
-  void start_all_reduce(const Tensor& tensor, ReduceOp op, const detail::WorkPtr& work) override {
-    Arrival a(work, tensor, Tensor(), op);
+  void start_all_reduce(const Tensor& tensor, const AllReduceOptions& options,
+                        const detail::WorkPtr& work) override {
+    Arrival a(work, tensor, Tensor(), options.op);
     arrive(std::move(a), work);
   }
   void start_reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op,

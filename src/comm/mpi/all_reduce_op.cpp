@@ -12,14 +12,17 @@
 //    about 2x slower than blocking MPI_Allreduce on an idle machine.
 //  - The shared-memory all-reduce (shm_all_reduce.hpp), when every rank is on
 //    this node, below 512 KiB: it has less latency than MPI's non-blocking
-//    path, idle or loaded. Larger messages stay on MPI by default although the
-//    shared-memory path is 2.4-2.8x faster than raw MPI at 64-256 MiB on an
-//    idle machine: each of its pieces synchronises the ranks twice, and when
-//    the compute threads keep every core busy (backward running during a
-//    data-parallel all-reduce) each synchronisation waits for a scheduler
-//    slice, making a 16 MiB all-reduce ~11x slower than MPI's. Measured at 2
-//    ranks on the 2-core development machine; docs/comm.md has both tables.
-//    LOOM_SHM_ALLREDUCE=on selects it for every size.
+//    path, idle or loaded.
+//  - The shared-memory all-reduce at every size when the caller says the
+//    operation overlaps compute (AllReduceOptions::overlaps_compute: the
+//    data-parallel buckets). With the compute threads keeping every core
+//    busy, MPI's all-reduce takes 15 ms at 4-16 MiB and its progress thread
+//    spins for much of it (2 ranks); the shared-memory one, whose waits
+//    sleep on a futex until the peer signals (NOTE [shm futex]) and whose
+//    wake-ups preempt the compute thread (NOTE [progress slice]), takes 4 and
+//    12 ms and little CPU. Idle, at 1-4 MiB, it is 0.6-0.85x MPI, which is why
+//    the hint decides and not the size. docs/comm.md has the tables.
+//    LOOM_SHM_ALLREDUCE=on selects it for every operation, off for none.
 #include <cstdlib>
 #include <limits>
 #include <optional>
@@ -70,6 +73,7 @@ class ShmAllReduceOp final : public WorkOp {
       : WorkOp(target, work), buffer_(tensor), op_(op) {}
 
   bool polled() const override { return true; }
+  detail::ShmAllReduce* waits_on() const override { return started_ ? target_.shm : nullptr; }
   uint64_t polled_progress() const override { return target_.shm->progress() + (started_ ? 1 : 0); }
 
   void start() override {
@@ -116,7 +120,6 @@ std::optional<size_t> parse_size(const std::string& value) {
   return static_cast<size_t>(number * scale);
 }
 
-
 // LOOM_SHM_ALLREDUCE, read once: nullopt for "auto", else the threshold from
 // which the shared-memory path is used (SIZE_MAX: "off", 0: "on").
 std::optional<size_t> shm_setting() {
@@ -153,18 +156,19 @@ bool shm_all_reduce_enabled() {
   return shm_setting() != std::optional<size_t>(std::numeric_limits<size_t>::max());
 }
 
-bool use_shm_all_reduce(size_t bytes) {
+bool use_shm_all_reduce(size_t bytes, bool overlaps_compute) {
   if (const std::optional<size_t> threshold = shm_setting()) return bytes >= *threshold;
   // NOTE [all_reduce algorithm]: measured at 2 ranks, docs/comm.md.
-  return bytes < (size_t{512} << 10);
+  return overlaps_compute || bytes < (size_t{512} << 10);
 }
 
-std::unique_ptr<MpiOp> make_all_reduce(const OpTarget& target, const Tensor& tensor, ReduceOp op,
+std::unique_ptr<MpiOp> make_all_reduce(const OpTarget& target, const Tensor& tensor,
+                                       const AllReduceOptions& options,
                                        const detail::WorkPtr& work) {
-  if (target.shm != nullptr && use_shm_all_reduce(tensor.nbytes())) {
-    return std::make_unique<ShmAllReduceOp>(target, tensor, op, work);
+  if (target.shm != nullptr && use_shm_all_reduce(tensor.nbytes(), options.overlaps_compute)) {
+    return std::make_unique<ShmAllReduceOp>(target, tensor, options.op, work);
   }
-  return std::make_unique<IallreduceOp>(target, tensor, op, work);
+  return std::make_unique<IallreduceOp>(target, tensor, options.op, work);
 }
 
 }  // namespace loom::comm::mpi

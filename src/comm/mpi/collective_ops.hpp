@@ -42,9 +42,9 @@ struct OpTarget {
 
 // Whether an all-reduce of `bytes` takes the shared-memory path when the
 // ranks share a node (NOTE [all_reduce algorithm]). LOOM_SHM_ALLREDUCE:
-// "auto" (default: below 512 KiB), "on", "off", or a size such as "4M"
-// (from that size on).
-bool use_shm_all_reduce(size_t bytes);
+// "auto" (default: below 512 KiB, and at every size for an operation that
+// overlaps compute), "on", "off", or a size such as "4M" (from that size on).
+bool use_shm_all_reduce(size_t bytes, bool overlaps_compute);
 // False when LOOM_SHM_ALLREDUCE=off: communicators then skip the setup.
 bool shm_all_reduce_enabled();
 // Largest MPI_Iallreduce of one all_reduce (LOOM_MPI_ALLREDUCE_CHUNK, default 8 MiB;
@@ -92,7 +92,8 @@ class WorkOp : public MpiOp {
   detail::WorkPtr work_;
 };
 
-std::unique_ptr<MpiOp> make_all_reduce(const OpTarget& target, const Tensor& tensor, ReduceOp op,
+std::unique_ptr<MpiOp> make_all_reduce(const OpTarget& target, const Tensor& tensor,
+                                       const AllReduceOptions& options,
                                        const detail::WorkPtr& work);
 std::unique_ptr<MpiOp> make_reduce(const OpTarget& target, const Tensor& tensor, ReduceOp op,
                                    int root, const detail::WorkPtr& work);

@@ -13,9 +13,10 @@
 namespace loom::comm::mpi {
 namespace {
 
-// Bytes of a tensor per piece of the shared-memory all-reduce: measured best of
-// 64 KiB..4 MiB on the development machine (docs/comm.md).
-constexpr size_t kShmPieceBytes = size_t{256} << 10;
+// Bytes of a tensor per piece of the shared-memory all-reduce (docs/comm.md):
+// each piece synchronises the ranks twice, which under compute load costs a
+// wake-up each; idle, 256 KiB pieces were measured best of 64 KiB..4 MiB.
+constexpr size_t kShmPieceBytes = size_t{1} << 20;
 
 // Operations up to this size are driven by the thread that waits on them
 // (NOTE [caller drives] in progress_engine.hpp; the reason for the limit is in issue()).
@@ -217,9 +218,9 @@ void MpiCommunicator::check_tensor_support(const Tensor& tensor, const char* wha
 
 // ---- operations ---------------------------------------------------------------------------------
 
-void MpiCommunicator::start_all_reduce(const Tensor& tensor, ReduceOp op,
+void MpiCommunicator::start_all_reduce(const Tensor& tensor, const AllReduceOptions& options,
                                        const detail::WorkPtr& work) {
-  issue(work, make_all_reduce(target(), tensor, op, work));
+  issue(work, make_all_reduce(target(), tensor, options, work));
 }
 
 void MpiCommunicator::start_reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op,

@@ -40,7 +40,8 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   void on_peer_abort(int origin, const std::string& reason) override;
 
  protected:
-  void start_all_reduce(const Tensor& tensor, ReduceOp op, const detail::WorkPtr& work) override;
+  void start_all_reduce(const Tensor& tensor, const AllReduceOptions& options,
+                        const detail::WorkPtr& work) override;
   void start_reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op,
                             const std::vector<int64_t>& counts,
                             const detail::WorkPtr& work) override;

@@ -26,6 +26,10 @@
 #include <string>
 #include <vector>
 
+namespace loom::comm::detail {
+class ShmAllReduce;
+}
+
 namespace loom::comm::mpi {
 
 class MpiOp {
@@ -44,6 +48,9 @@ class MpiOp {
   virtual bool cancellable() const { return false; }
   // Advanced by step() rather than by MPI requests (see NOTE [op life cycle]).
   virtual bool polled() const { return false; }
+  // For polled ops: the shared-memory object whose peers it may be waiting
+  // for (NOTE [shm futex]); the engine sleeps on it when nothing else moves.
+  virtual detail::ShmAllReduce* waits_on() const { return nullptr; }
   // For polled ops: a counter that grows whenever the op moves (the engine backs
   // off only while no polled op moves).
   virtual uint64_t polled_progress() const { return 0; }

@@ -1,9 +1,15 @@
 #include "comm/mpi/progress_engine.hpp"
 
+#include <sched.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 
 #include "comm/mpi/control_channel.hpp"
@@ -18,6 +24,10 @@ constexpr auto kPollMin = std::chrono::microseconds(10);
 // NOTE [polled ops]: spin this long on the peers' counters, then sleep kPolledSleep per round.
 constexpr auto kPolledSpin = std::chrono::microseconds(5);
 constexpr auto kPolledSleep = std::chrono::microseconds(10);
+// NOTE [shm futex]: the longest futex wait on a late peer, and the same while
+// MPI requests are in flight (they progress only inside MPI calls).
+constexpr auto kPolledWaitMax = std::chrono::microseconds(1000);
+constexpr auto kPolledWaitWithMpi = std::chrono::microseconds(20);
 // NOTE [hot after work]: how long the thread stays awake after its last operation.
 constexpr auto kHotAfterWork = std::chrono::microseconds(500);
 // NOTE [caller drives]: the longest a waiting thread drives without anything
@@ -32,6 +42,43 @@ constexpr auto kStepAside = std::chrono::microseconds(1000);
 // and how long after the last submit() it keeps looking that often.
 constexpr auto kCallerGrace = std::chrono::microseconds(1000);
 constexpr auto kCallerModeExpiry = std::chrono::milliseconds(10);
+
+// NOTE [progress slice]: LOOM_MPI_PROGRESS_SLICE_US, default 100; 0 keeps the kernel's.
+std::chrono::microseconds slice_from_env() {
+  const char* text = std::getenv("LOOM_MPI_PROGRESS_SLICE_US");
+  if (text == nullptr || *text == '\0') return std::chrono::microseconds(100);
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  LOOM_CHECK(end != text && *end == '\0' && value >= 0 && value <= 100000,
+             "LOOM_MPI_PROGRESS_SLICE_US='", text,
+             "' must be a number of microseconds in [0, 100000] (0: the kernel's default)");
+  return std::chrono::microseconds(value);
+}
+
+// NOTE [progress slice]: asks the scheduler for a short slice for the calling thread.
+void request_short_slice(std::chrono::microseconds slice) {
+  if (slice.count() == 0) return;
+  // The kernel's struct sched_attr (its header clashes with <sched.h>; the
+  // layout is ABI, versioned by `size`).
+  struct {
+    uint32_t size;
+    uint32_t sched_policy;
+    uint64_t sched_flags;
+    int32_t sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime, sched_deadline, sched_period;
+  } attr{};
+  attr.size = sizeof(attr);
+  attr.sched_policy = SCHED_OTHER;
+  errno = 0;
+  const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
+  attr.sched_nice = errno == 0 ? nice : 0;  // keep the thread's nice value
+  attr.sched_runtime = static_cast<uint64_t>(slice.count()) * 1000;
+  if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0) {
+    LOOM_LOG_DEBUG("mpi progress thread: sched_setattr(slice ", slice.count(),
+                   " us) failed: ", std::strerror(errno), "; the kernel's default slice applies");
+  }
+}
 
 std::chrono::microseconds poll_max_from_env() {
   const char* text = std::getenv("LOOM_MPI_POLL_MAX_US");
@@ -74,7 +121,9 @@ bool ProgressEngine::running() const {
 // ---- submission (any thread) --------------------------------------------------------------------
 
 void ProgressEngine::wake_locked() {
-  if (state_ == State::blocked_in_mpi) {
+  if (state_ == State::waiting_on_peers) {
+    waiting_on_->interrupt();
+  } else if (state_ == State::blocked_in_mpi) {
     if (!doorbell_rung_) {
       doorbell_rung_ = true;
       // Under the lock, so that the doorbell communicator cannot be freed meanwhile; an
@@ -134,6 +183,7 @@ bool ProgressEngine::has_work_locked() const {
 void ProgressEngine::run() {
   // Short sleeps (NOTE [polled ops]) should be short: the default timer slack adds 50 us.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  request_short_slice(slice_from_env());
   auto backoff = kPollMin;
   auto last_busy = std::chrono::steady_clock::time_point{};
   std::unique_lock drive(drive_mutex_, std::defer_lock);
@@ -198,15 +248,34 @@ void ProgressEngine::run() {
       const int done = progress(false) + step_polled();
       if (done > 0) continue;
       // Peers usually arrive within microseconds on an idle machine: look again
-      // for a moment. Then sleep rather than yield: a yielding thread stays
-      // runnable and, when the compute thread keeps the core busy, waits a whole
-      // scheduler slice per round; a sleeping one is woken with priority.
+      // for a moment. Then sleep in the kernel until the peer signals (NOTE
+      // [shm futex]): the core goes to the compute thread meanwhile, and the
+      // wake-up comes exactly when there is something to do.
       const auto spin_until = std::chrono::steady_clock::now() + kPolledSpin;
       bool moved = false;
       while (!moved && std::chrono::steady_clock::now() < spin_until) moved = step_polled() > 0;
       if (!moved) {
-        drive.unlock();
-        std::this_thread::sleep_for(kPolledSleep);
+        detail::ShmAllReduce* shm = nullptr;
+        bool mpi_requests = false;
+        for (const auto& op : active_) {
+          if (shm == nullptr && op->polled() && !op->failed) shm = op->waits_on();
+          if (!op->polled() && op->outstanding()) mpi_requests = true;
+        }
+        if (shm == nullptr) {
+          drive.unlock();
+          std::this_thread::sleep_for(kPolledSleep);
+          continue;
+        }
+        {
+          std::lock_guard lock(mutex_);
+          if (has_work_locked() || stopping_ || waiters_.load() > 0) continue;
+          state_ = State::waiting_on_peers;
+          waiting_on_ = shm;
+        }
+        shm->wait_for_peers(mpi_requests ? kPolledWaitWithMpi : kPolledWaitMax);
+        std::lock_guard lock(mutex_);
+        state_ = State::running;
+        waiting_on_ = nullptr;
       }
     } else if (mode_ == Mode::wait) {
       {
@@ -257,8 +326,8 @@ void ProgressEngine::drive_until(const std::function<bool()>& done,
     std::lock_guard lock(mutex_);
     if (stopped_) return;
     waiters_.fetch_add(1);
-    // Out of MPI_Waitsome, please: the doorbell (NOTE [caller drives]).
-    if (state_ == State::blocked_in_mpi) wake_locked();
+    // Out of MPI_Waitsome (the doorbell) or a futex wait, please (NOTE [caller drives]).
+    if (state_ == State::blocked_in_mpi || state_ == State::waiting_on_peers) wake_locked();
   }
   std::unique_lock drive(drive_mutex_, std::defer_lock);
   bool shut_down = false;

@@ -26,9 +26,23 @@
 //                       while nothing completes; for MPIs without yield.
 //   a polled op active  (the shared-memory all-reduce, which waits on its peers
 //                       through memory) MPI_Testsome and one step of each polled
-//                       op per round, yielding the core between rounds and
-//                       sleeping 20 us per round after 2 ms without progress.
+//                       op per round; when nothing moves for 5 us it sleeps in
+//                       the kernel until the peer it waits for signals (NOTE
+//                       [shm futex] in shm_all_reduce.hpp), submit() interrupts
+//                       it, or 1 ms passes (20 us while MPI requests are also
+//                       in flight: they move only inside MPI calls).
 // docs/comm.md has the measured compute slowdown of both.
+//
+// NOTE [progress slice]
+// The thread asks the scheduler for a 100 us slice (sched_setattr's
+// sched_runtime for a SCHED_OTHER thread; LOOM_MPI_PROGRESS_SLICE_US, 0 keeps
+// the default). Linux's EEVDF scheduler (6.6+; custom slices from 6.12) gives a
+// waking thread with a short slice an early deadline, so when a peer's signal
+// wakes it while the compute thread runs on the same core it runs at once for
+// its few microseconds of work, instead of after the compute thread's slice
+// (milliseconds). Its share of the core is unchanged: fairness counts time, not
+// slices. Without it the futex waits gained nothing under load (docs/comm.md).
+// Older kernels ignore the field.
 //
 // NOTE [caller drives]
 // "On this thread" above really means "by the driver": whoever holds
@@ -131,7 +145,7 @@ class ProgressEngine {
     MpiOp* op;  // nullptr: the doorbell or a channel receive
     ControlChannel* channel;
   };
-  enum class State { running, sleeping, blocked_in_mpi };
+  enum class State { running, sleeping, blocked_in_mpi, waiting_on_peers };
 
   void run();
   // The progress thread sleeps while a waiting thread drives (at most `limit`).
@@ -174,6 +188,7 @@ class ProgressEngine {
   std::deque<std::function<void()>> commands_;
   std::vector<std::unique_ptr<detail::ShmAllReduce>> shm_;
   State state_ = State::running;
+  detail::ShmAllReduce* waiting_on_ = nullptr;  // state_ == waiting_on_peers: whose peers
   bool doorbell_rung_ = false;
   bool stopping_ = false;
   bool stopped_ = false;

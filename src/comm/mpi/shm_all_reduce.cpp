@@ -1,8 +1,14 @@
 #include "comm/mpi/shm_all_reduce.hpp"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 
 #include "comm/host_reduce.hpp"
 #include "core/mpi_check.hpp"
@@ -11,6 +17,20 @@ namespace loom::comm::detail {
 namespace {
 constexpr size_t kHeaderBytes = 4096;  // the counter, on its own page
 constexpr size_t kAlignment = 64;      // of each rank's counter and slots
+
+// Shared (not FUTEX_PRIVATE): the words live in memory mapped by several processes.
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::microseconds timeout) {
+  const auto us = timeout.count();
+  timespec ts{static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
+              std::atomic<uint32_t>::is_always_lock_free);
 }  // namespace
 
 bool ShmAllReduce::all_ranks_share_memory(MPI_Comm comm) {
@@ -48,8 +68,10 @@ ShmAllReduce::ShmAllReduce(MPI_Comm node_comm, size_t piece_bytes)
     counters_.push_back(reinterpret_cast<Counter*>(aligned));
     slots_.push_back(aligned + kHeaderBytes);
   }
-  new (counters_[static_cast<size_t>(rank_)]) Counter{};
-  counters_[static_cast<size_t>(rank_)]->value.store(0, std::memory_order_release);
+  Counter* own = new (counters_[static_cast<size_t>(rank_)]) Counter{};
+  own->wake.store(0);
+  own->sleepers.store(0);
+  own->value.store(0, std::memory_order_release);
   // Nobody may read a counter before its owner has initialised it.
   LOOM_MPI_CHECK(MPI_Barrier(node_comm));
 }
@@ -70,7 +92,46 @@ bool ShmAllReduce::everyone_reached(uint64_t target) const {
 }
 
 void ShmAllReduce::signal(uint64_t value) {
-  counters_[static_cast<size_t>(rank_)]->value.store(value, std::memory_order_release);
+  Counter& own = *counters_[static_cast<size_t>(rank_)];
+  own.value.store(value, std::memory_order_seq_cst);
+  own.wake.fetch_add(1, std::memory_order_seq_cst);
+  if (own.sleepers.load(std::memory_order_seq_cst) > 0) futex_wake(&own.wake);
+}
+
+uint64_t ShmAllReduce::awaited() const {
+  if (data_ == nullptr) return 0;
+  if (phase_ == Phase::wait_in) return 3 * piece_ + 1;
+  if (phase_ == Phase::wait_reduced) return 3 * piece_ + 2;
+  return 0;
+}
+
+void ShmAllReduce::wait_for_peers(std::chrono::microseconds timeout) {
+  const uint64_t target = awaited();
+  if (target == 0) return;
+  for (Counter* peer : counters_) {
+    if (peer->value.load(std::memory_order_acquire) >= target) continue;
+    // NOTE [shm futex]: register, re-check, sleep unless the word moved.
+    const uint32_t seen = peer->wake.load(std::memory_order_seq_cst);
+    peer->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    sleeping_on_.store(&peer->wake, std::memory_order_seq_cst);
+    if (!interrupted_.exchange(false, std::memory_order_seq_cst) &&
+        peer->value.load(std::memory_order_seq_cst) < target) {
+      futex_wait(&peer->wake, seen, timeout);
+    }
+    sleeping_on_.store(nullptr, std::memory_order_seq_cst);
+    peer->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    return;
+  }
+}
+
+void ShmAllReduce::interrupt() {
+  // Either the sleeper sees the flag before it sleeps, or this sees where it
+  // sleeps and moves that word (a spurious wake-up for anyone else on it).
+  interrupted_.store(true, std::memory_order_seq_cst);
+  if (std::atomic<uint32_t>* word = sleeping_on_.load(std::memory_order_seq_cst)) {
+    word->fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(word);
+  }
 }
 
 void ShmAllReduce::start(void* data, DType dtype, int64_t count, ReduceOp op) {

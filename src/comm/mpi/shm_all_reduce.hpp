@@ -23,11 +23,23 @@
 // The object is a state machine: start() then step() until it returns true.
 // step() never blocks; it returns false when it has to wait for a peer, so
 // the MPI progress thread can keep other operations moving in between.
+//
+// NOTE [shm futex]
+// A thread with nothing else to do while a peer is late sleeps in the kernel
+// on that peer's `wake` word (wait_for_peers(), a futex on shared memory, so
+// it works across processes) instead of spinning or sleeping a fixed time:
+// every signal() increments the signalling rank's word and, when a thread of
+// any rank sleeps on it, wakes it. The sleeper is woken exactly when the peer
+// moves, and gives its core to the compute thread meanwhile. Dekker-style
+// ordering makes it race-free: the sleeper registers in `sleepers` and then
+// re-reads the counter; the signaller stores the counter and then reads
+// `sleepers` (all sequentially consistent), so one of them sees the other.
 #pragma once
 
 #include <mpi.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -63,16 +75,26 @@ class ShmAllReduce {
   // Grows by one every time a phase completes: lets a poller tell "waiting" from "moving".
   uint64_t progress() const { return progress_; }
   size_t piece_bytes() const { return piece_bytes_; }
+  // NOTE [shm futex]: when the operation in progress waits for a peer, sleeps
+  // until that peer signals, interrupt() is called, or `timeout` passes.
+  // Returns at once otherwise.
+  void wait_for_peers(std::chrono::microseconds timeout);
+  // Ends a wait_for_peers() of this process early (any thread).
+  void interrupt();
 
  private:
   enum class Phase { copy_in, wait_in, reduce, wait_reduced, copy_out };
 
   struct alignas(64) Counter {
     std::atomic<uint64_t> value;
+    std::atomic<uint32_t> wake;      // NOTE [shm futex]: +1 at every signal
+    std::atomic<uint32_t> sleepers;  // threads (of any rank) sleeping on `wake`
   };
 
   void finish();
   bool everyone_reached(uint64_t target) const;
+  // The counter value the current phase waits for (0: not waiting).
+  uint64_t awaited() const;
   void signal(uint64_t value);
   char* slot(int rank, uint64_t piece) const;
 
@@ -81,6 +103,10 @@ class ShmAllReduce {
   MPI_Win window_ = MPI_WIN_NULL;
   std::vector<Counter*> counters_;  // every rank's, in shared memory
   std::vector<char*> slots_;        // every rank's two slots
+
+  // The word wait_for_peers() sleeps on, for interrupt().
+  std::atomic<std::atomic<uint32_t>*> sleeping_on_{nullptr};
+  std::atomic<bool> interrupted_{false};
 
   uint64_t next_ticket_ = 0, serving_ = 0;
   uint64_t progress_ = 0;

@@ -151,10 +151,11 @@ class NcclCommunicator final : public Communicator {
                tensor.str(), " must be on this communicator's device ", device_);
   }
 
-  void start_all_reduce(const Tensor& t, ReduceOp op, const detail::WorkPtr& work) override {
+  void start_all_reduce(const Tensor& t, const AllReduceOptions& options,
+                        const detail::WorkPtr& work) override {
     run(work, {t}, [&](cudaStream_t s) {
       LOOM_NCCL_CHECK(ncclAllReduce(t.data(), t.data(), static_cast<size_t>(t.numel()),
-                                    nccl_type(t.dtype()), nccl_op(op), comm_, s));
+                                    nccl_type(t.dtype()), nccl_op(options.op), comm_, s));
     });
   }
 
