@@ -288,6 +288,41 @@ TEST_CASE("ddp: buckets are rebuilt once from rank 0's ready order, the same on 
   }
 }
 
+TEST_CASE("ddp: the last gradients get a bucket of their own, and small models several buckets",
+          "[parallel][ddp]") {
+  // NOTE [bucket sizes]. Sizes are multiples of 64 bytes (no alignment padding);
+  // backward produces h first and e last (reverse registration order).
+  const auto comms = comm::make_local_group(1, "dp");
+  nn::Parameter e("e", Tensor::zeros({64})), a1("a1", Tensor::zeros({16})),
+      a2("a2", Tensor::zeros({16})), b("b", Tensor::zeros({128})), c("c", Tensor::zeros({128})),
+      h("h", Tensor::zeros({16}));
+  const std::vector<nn::Parameter*> params{&e, &a1, &a2, &b, &c, &h};
+  using Buckets = std::vector<std::vector<std::string>>;
+  auto buckets = [&](const ReducerOptions& options) {
+    return GradReducer(params, *comms[0], options).bucket_parameters();
+  };
+  const ReducerOptions base{.first_bucket_bytes = 64,
+                            .bucket_cap_bytes = 1024,
+                            .last_bucket_bytes = 128,
+                            .min_buckets = 0};
+  // The last parameter alone (256 bytes: over last_bucket_bytes, but at least one).
+  CHECK(buckets(base) == Buckets{{"h"}, {"c", "b"}, {"a2", "a1"}, {"e"}});
+  // Within last_bucket_bytes, the longest run at the end.
+  ReducerOptions options = base;
+  options.last_bucket_bytes = 320;
+  CHECK(buckets(options) == Buckets{{"h"}, {"c", "b"}, {"a2"}, {"a1", "e"}});
+  // Off: greedy up to the cap, as PyTorch DDP.
+  options.last_bucket_bytes = 0;
+  CHECK(buckets(options) == Buckets{{"h"}, {"c", "b"}, {"a2", "a1", "e"}});
+  // 1472 bytes in all, min_buckets 4: later buckets of at most 368 bytes.
+  options = base;
+  options.min_buckets = 4;
+  CHECK(buckets(options) == Buckets{{"h"}, {"c"}, {"b"}, {"a2", "a1"}, {"e"}});
+  // A model within the first bucket stays one bucket.
+  options.first_bucket_bytes = 4096;
+  CHECK(buckets(options) == Buckets{{"h", "c", "b", "a2", "a1", "e"}});
+}
+
 TEST_CASE("ddp: options are validated before any communication", "[parallel][ddp]") {
   const auto comms = comm::make_local_group(1, "dp");
   nn::Parameter w("w", Tensor::zeros({3}));

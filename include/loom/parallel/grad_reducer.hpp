@@ -18,7 +18,10 @@
 //  - Gradients live in flat buckets, one dtype and device each, filled in
 //    reverse registration order (the order backward produces them); the first
 //    bucket holds at most first_bucket_bytes, later ones bucket_cap_bytes (a
-//    parameter larger than the cap gets a bucket of its own). Each
+//    parameter larger than the cap gets a bucket of its own), the
+//    parameters that come last get a bucket of their own of at most
+//    last_bucket_bytes, and a model smaller than min_buckets caps gets
+//    smaller later buckets (NOTE [bucket sizes] in grad_reducer.cpp). Each
 //    Parameter's gradient becomes a view into its bucket: no copies.
 //  - A bucket's all_reduce (average) starts once all its gradients are ready,
 //    and buckets start strictly in index order on every rank, so the
@@ -67,6 +70,13 @@ std::string_view grad_compression_name(GradCompression value);
 struct ReducerOptions {
   size_t first_bucket_bytes = size_t{1} << 20;  // 1 MiB: communication starts early
   size_t bucket_cap_bytes = size_t{25} << 20;   // 25 MiB
+  // The gradients that become ready last get a bucket of at most this many
+  // bytes (or the last one alone): little is left to reduce after backward.
+  // 0: no such bucket.
+  size_t last_bucket_bytes = size_t{1} << 20;  // 1 MiB
+  // A model smaller than this many caps gets later buckets of total /
+  // min_buckets, so that it still overlaps. 0 or 1: the cap alone decides.
+  size_t min_buckets = 8;
   UnusedParameters unused = UnusedParameters::error;
   GradCompression compression = GradCompression::none;
   // Rebuild the buckets once from the observed ready order after the first step.
@@ -131,6 +141,23 @@ class GradReducer {
   void mark_ready(size_t index);
   void launch_ready_buckets();
   void launch(size_t bucket);
+  // NOTE [bucket sizes] in grad_reducer.cpp.
+  struct KindCaps {
+    DType dtype = DType::f32;
+    Device device = Device::cpu();
+    size_t later_cap = 0;
+  };
+  struct BucketPlan {
+    std::vector<KindCaps> kinds;
+    std::vector<bool> last;  // per parameter: in its kind's last bucket
+    size_t later_cap(DType dtype, Device device) const {
+      for (const KindCaps& k : kinds) {
+        if (k.dtype == dtype && k.device == device) return k.later_cap;
+      }
+      return 0;
+    }
+  };
+  BucketPlan plan_buckets(const std::vector<size_t>& order) const;
   void build_buckets(const std::vector<size_t>& order);
   void rebuild_from_observed_order();
   void check_unused_across_ranks(int64_t first_unused);
