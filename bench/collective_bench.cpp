@@ -2,10 +2,12 @@
 // MPI on the same buffers, measured in the same run.
 //
 //   mpirun -np 2 build/bench/collective_bench [--json FILE] [--min-bytes 4K] [--max-bytes 256M]
-//                                             [--ops
-//                                             all_reduce,reduce_scatter,all_gather,broadcast]
+//                                             [--ops all_reduce,all_reduce_symmetric,
+//                                                    reduce_scatter,all_gather,broadcast]
 //                                             [--iters N] [--repeats R]
 //
+// all_reduce_symmetric is all_reduce on a tensor from
+// Communicator::allocate_symmetric (reduced in place in shared memory).
 // For each op and size (bytes of the full tensor, as nccl-tests counts them):
 //   time      median over --repeats of the per-iteration time, each the
 //             slowest rank's (max over ranks) of --iters back-to-back calls
@@ -43,7 +45,8 @@ using loom::comm::Communicator;
 struct Options {
   size_t min_bytes = 4 << 10;
   size_t max_bytes = 256u << 20;
-  std::vector<std::string> ops = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
+  std::vector<std::string> ops = {"all_reduce", "all_reduce_symmetric", "reduce_scatter",
+                                  "all_gather", "broadcast"};
   int iters = 0;  // 0: by size
   int repeats = 5;
   std::string json;
@@ -57,7 +60,7 @@ struct Row {
 };
 
 double bus_factor(const std::string& op, int n) {
-  if (op == "all_reduce") return 2.0 * (n - 1) / n;
+  if (op.starts_with("all_reduce")) return 2.0 * (n - 1) / n;
   if (op == "reduce_scatter" || op == "all_gather") return static_cast<double>(n - 1) / n;
   return 1.0;
 }
@@ -104,8 +107,13 @@ bool verify(Communicator& comm, const std::string& op, int64_t count) {
     return Tensor::from_vector(v, {len});
   };
   bool ok = true;
-  if (op == "all_reduce") {
-    const Tensor t = ramp(count, r);
+  if (op == "all_reduce" || op == "all_reduce_symmetric") {
+    Tensor t = ramp(count, r);
+    if (op == "all_reduce_symmetric") {
+      const Tensor symmetric = comm.allocate_symmetric({count}, DType::f32);
+      symmetric.copy_from(t);
+      t = symmetric;
+    }
     comm.all_reduce(t).wait();
     const auto got = t.to_vector<float>();
     for (int64_t i = 0; i < count && ok; ++i) {
@@ -157,6 +165,17 @@ Row measure(Communicator& comm, const std::string& op, size_t bytes, const Optio
         [&] { comm.all_reduce(full).wait(); },
         [&] { MPI_Allreduce(MPI_IN_PLACE, full.data(), c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); },
         iters, opt.repeats);
+  } else if (op == "all_reduce_symmetric") {
+    // The tensor from Communicator::allocate_symmetric (what the data-parallel
+    // reducer's buckets are); the peer reduces the same buffer.
+    const Tensor symmetric = comm.allocate_symmetric({count}, DType::f32);
+    symmetric.fill(1.0);
+    std::tie(row.seconds, row.peer_seconds) = time_against_peer(
+        [&] { comm.all_reduce(symmetric).wait(); },
+        [&] {
+          MPI_Allreduce(MPI_IN_PLACE, symmetric.data(), c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        },
+        iters, opt.repeats);
   } else if (op == "reduce_scatter") {
     std::tie(row.seconds, row.peer_seconds) =
         time_against_peer([&] { comm.reduce_scatter(full, chunk).wait(); },
@@ -207,7 +226,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-bytes", max_bytes, "largest size");
   app.add_option("--ops", opt.ops, "operations")
       ->delimiter(',')
-      ->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather", "broadcast"}));
+      ->check(CLI::IsMember(
+          {"all_reduce", "all_reduce_symmetric", "reduce_scatter", "all_gather", "broadcast"}));
   app.add_option("--iters", opt.iters, "calls per measurement (default: by size)");
   app.add_option("--repeats", opt.repeats, "measurements per size (median reported)")
       ->check(CLI::PositiveNumber);

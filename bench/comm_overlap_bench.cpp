@@ -17,7 +17,7 @@
 // with 2 ranks (mpirun binds each to one core, so the compute and progress
 // threads of a rank share it), and compare LOOM_MPI_PROGRESS=wait and =poll:
 //
-//   mpirun -np 2 build/bench/comm_overlap_bench [--overlaps-compute]
+//   mpirun -np 2 build/bench/comm_overlap_bench [--overlaps-compute] [--symmetric]
 //   LOOM_MPI_PROGRESS=poll mpirun -np 2 -x LOOM_MPI_PROGRESS build/bench/comm_overlap_bench
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -87,13 +87,18 @@ int main(int argc, char** argv) {
   bool overlaps_compute = false;
   app.add_flag("--overlaps-compute", overlaps_compute,
                "issue the measured all_reduces with AllReduceOptions::overlaps_compute");
+  bool symmetric = false;
+  app.add_flag("--symmetric", symmetric,
+               "reduce a tensor from Communicator::allocate_symmetric (in place in shared memory)");
   CLI11_PARSE(app, argc, argv);
 
   loom::Context context = loom::init();
   loom::comm::Communicator& world = *context.world();
   const int rank = world.rank(), n = world.size();
   const int64_t count = static_cast<int64_t>(mib * (1 << 20) / 4);
-  const Tensor data = Tensor::full({count}, 1.0);
+  const Tensor data =
+      symmetric ? world.allocate_symmetric({count}, loom::DType::f32) : Tensor::zeros({count});
+  data.fill(1.0);
   Compute compute;
   const loom::comm::AllReduceOptions options{.overlaps_compute = overlaps_compute};
   world.all_reduce(data, options).wait();  // warm up: connections, buffers
@@ -149,10 +154,10 @@ int main(int argc, char** argv) {
     const std::vector<float> v = all.to_vector<float>();
     const char* mode = std::getenv("LOOM_MPI_PROGRESS");
     std::printf(
-        "comm_overlap_bench: %d ranks, all_reduce of %.1f MiB f32%s, progress mode %s "
+        "comm_overlap_bench: %d ranks, all_reduce of %.1f MiB f32%s%s, progress mode %s "
         "(sink %.1f)\n",
-        n, mib, overlaps_compute ? " (overlaps_compute)" : "", mode && *mode ? mode : "default",
-        compute.sink());
+        n, mib, symmetric ? " (symmetric)" : "", overlaps_compute ? " (overlaps_compute)" : "",
+        mode && *mode ? mode : "default", compute.sink());
     std::printf("%-5s %14s %14s %9s %14s %9s %10s %12s\n", "rank", "idle chunk/s", "waiting chk/s",
                 "waiting", "transfer chk/s", "transfer", "alone ms", "overlap ms");
     nlohmann::json ranks = nlohmann::json::array();
@@ -171,6 +176,7 @@ int main(int argc, char** argv) {
       std::ofstream(json_path) << nlohmann::json{{"benchmark", "comm_overlap_bench"},
                                                  {"mib", mib},
                                                  {"overlaps_compute", overlaps_compute},
+                                                 {"symmetric", symmetric},
                                                  {"ranks", ranks},
                                                  {"progress", mode && *mode ? mode : "default"}}
                                       .dump(2)

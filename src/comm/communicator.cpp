@@ -172,6 +172,20 @@ Work Communicator::all_reduce(const Tensor& tensor, const AllReduceOptions& opti
   return Work(work);
 }
 
+Tensor Communicator::allocate_symmetric(const Shape& shape, DType dtype, Device device) {
+  for (const int64_t d : shape) {
+    LOOM_CHECK(d >= 0, "allocate_symmetric on group '", name_, "': shape ", shape_str(shape),
+               " has a negative dimension");
+  }
+  if (!device.is_cpu()) return Tensor::zeros(shape, dtype, device);
+  LOOM_CHECK(!aborted(), "allocate_symmetric on group '", name_, "': the group was aborted");
+  return make_symmetric(shape, dtype);
+}
+
+Tensor Communicator::make_symmetric(const Shape& shape, DType dtype) {
+  return Tensor::zeros(shape, dtype);
+}
+
 Work Communicator::reduce_scatter(const Tensor& input, const Tensor& output,
                                   const ReduceScatterOptions& options) {
   check_same_device_dtype(input, output, "reduce_scatter");

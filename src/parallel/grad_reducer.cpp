@@ -229,9 +229,12 @@ void GradReducer::build_buckets(const std::vector<size_t>& order) {
   bucket_of_.assign(params_.size(), 0);
   for (size_t bi = 0; bi < built.size(); ++bi) {
     Bucket& b = *built[bi];
-    b.buffer = Tensor::zeros({b.numel}, b.dtype, b.device);
+    // In memory the peers map where the backend can (NOTE [symmetric memory] in
+    // comm/mpi: the all-reduce then works in place); collective, and every rank
+    // builds the same buckets in the same order.
+    b.buffer = comm_.allocate_symmetric({b.numel}, b.dtype, b.device);
     if (options_.compression != GradCompression::none && b.dtype == DType::f32) {
-      b.wire = Tensor::zeros({b.numel}, wire_dtype(options_.compression), b.device);
+      b.wire = comm_.allocate_symmetric({b.numel}, wire_dtype(options_.compression), b.device);
     }
     for (size_t k = 0; k < b.params.size(); ++k) {
       nn::Parameter& p = *params_[b.params[k]];

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -141,6 +142,82 @@ TEST_CASE("mpi: all-reduces that overlap compute match closed-form results, besi
     run_on_every_rank([&] { recv.wait(20s); });
     CHECK(message.to_vector<float>()[15] == 9.0f);
   }
+}
+
+namespace {
+// Views of symmetric regions mapped in this process (NOTE [symmetric memory]).
+int symmetric_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  int count = 0;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("loom-symmetric") != std::string::npos) ++count;
+  }
+  return count;
+}
+}  // namespace
+
+TEST_CASE("mpi: symmetric tensors are reduced in place, and ranks that disagree fail together") {
+  const int n = world().size(), r = world().rank();
+  const char* setting = std::getenv("LOOM_SHM_ALLREDUCE");
+  const bool shared = setting == nullptr || std::string(setting) != "off";
+  const int before = symmetric_mappings();
+  {
+    const Tensor buffer = world().allocate_symmetric({3 << 18}, DType::f32);  // 3 MiB
+    // Every rank maps every rank's region, or (LOOM_SHM_ALLREDUCE=off) none.
+    CHECK(symmetric_mappings() - before == (shared ? n : 0));
+    CHECK(buffer.to_vector<float>()[12345] == 0.0f);  // zero-filled
+    for (const DType dtype : {DType::f32, DType::bf16, DType::i64}) {
+      const Tensor t = world().allocate_symmetric({1000}, dtype);
+      for (const ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min}) {
+        t.copy_from(Tensor::full({1000}, static_cast<double>(r + 1)));
+        run_on_every_rank([&] { world().all_reduce(t, {.op = op}).wait(20s); });
+        const double want = op == ReduceOp::sum ? n * (n + 1) / 2.0 : op == ReduceOp::max ? n : 1;
+        CHECK(t.to_vector<float>()[999] == static_cast<float>(want));
+      }
+    }
+    // Slices at the same offset everywhere, several of them in flight at once.
+    buffer.fill(static_cast<double>(r + 1));
+    std::vector<Work> works;
+    for (const auto& [lo, hi] : std::vector<std::pair<int64_t, int64_t>>{
+             {0, 1}, {1, 4097}, {4097, 300001}, {300001, 3 << 18}}) {
+      works.push_back(world().all_reduce(buffer.slice(lo, hi), {.op = ReduceOp::avg}));
+    }
+    run_on_every_rank([&] {
+      for (Work& w : works) w.wait(20s);
+    });
+    const std::vector<float> got = buffer.to_vector<float>();
+    const float avg = static_cast<float>(n + 1) / 2.0f;
+    CHECK(got[0] == avg);
+    CHECK(got[4096] == avg);
+    CHECK(got[4097] == avg);
+    CHECK(got[300000] == avg);
+    CHECK(got.back() == avg);
+
+    // Rank 1 reduces a slice 16 elements further on than everyone else: every
+    // rank's Work fails naming both, nothing is written, and the group goes on.
+    if (shared && n > 1) {
+      buffer.fill(static_cast<double>(r + 1));
+      const int64_t shift = r == 1 ? 16 : 0;
+      std::string error;
+      try {
+        world().all_reduce(buffer.slice(shift, shift + 100)).wait(20s);
+      } catch (const loom::Error& e) {
+        error = e.what();
+      }
+      CHECK_THAT(error, Contains("ranks disagree on the shared-memory all_reduce"));
+      CHECK_THAT(error, Contains("offset 64 bytes"));
+      CHECK(buffer.to_vector<float>()[20] == static_cast<float>(r + 1));
+      run_on_every_rank([&] { world().all_reduce(buffer.slice(0, 100)).wait(20s); });
+      CHECK(buffer.to_vector<float>()[20] == static_cast<float>(n * (n + 1) / 2));
+    }
+  }
+  // Unmapped with the last tensor viewing it (the progress thread lets go of
+  // an operation's tensors just after completing its Work).
+  const auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (symmetric_mappings() != before && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  CHECK(symmetric_mappings() == before);
 }
 
 TEST_CASE("mpi: waiting threads drive small operations, and what nobody waits on completes") {

@@ -86,6 +86,17 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   Work send(const Tensor& tensor, int peer, const SendOptions& options = {});
   Work recv(const Tensor& tensor, int peer, const RecvOptions& options = {});
 
+  // ---- memory -------------------------------------------------------------------------------
+  // Collective (every rank calls it, in the same order, with the same shape
+  // and dtype): a zero-filled tensor that the group's ranks on this node can
+  // read and write directly. An all_reduce of it, or of a slice of it at the
+  // same offset on every rank, then needs no staging copies (the mpi backend
+  // reduces in place in shared memory; the data-parallel reducer allocates its
+  // buckets this way). Where a backend has no such memory (ranks on several
+  // nodes, other backends, CUDA devices) it returns an ordinary tensor, so
+  // callers need no second code path.
+  Tensor allocate_symmetric(const Shape& shape, DType dtype, Device device = Device::cpu());
+
   // ---- groups -------------------------------------------------------------------------------
   // Collective over this communicator: ranks with the same color form a new
   // communicator, ordered by (key, rank). color < 0: this rank joins none and
@@ -115,6 +126,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // not support Y".
   virtual void start_all_reduce(const Tensor& tensor, const AllReduceOptions& options,
                                 const detail::WorkPtr& work);
+  // Host memory for allocate_symmetric(); the default is an ordinary tensor.
+  virtual Tensor make_symmetric(const Shape& shape, DType dtype);
   virtual void start_reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op,
                                     const std::vector<int64_t>& counts,
                                     const detail::WorkPtr& work);

@@ -65,12 +65,14 @@ class IallreduceOp final : public WorkOp {
   ReduceOp op_;
 };
 
-// The shared-memory all-reduce, stepped by the progress thread (NOTE [polled ops]).
+// The shared-memory all-reduce, stepped by the progress thread (NOTE [polled ops]);
+// with `symmetric`, in place in every rank's tensor (NOTE [symmetric memory]).
 class ShmAllReduceOp final : public WorkOp {
  public:
   ShmAllReduceOp(const OpTarget& target, const Tensor& tensor, ReduceOp op,
-                 const detail::WorkPtr& work)
-      : WorkOp(target, work), buffer_(tensor), op_(op) {}
+                 const detail::WorkPtr& work,
+                 std::optional<detail::ShmAllReduce::Symmetric> symmetric = std::nullopt)
+      : WorkOp(target, work), buffer_(tensor), op_(op), symmetric_(std::move(symmetric)) {}
 
   bool polled() const override { return true; }
   detail::ShmAllReduce* waits_on() const override { return started_ ? target_.shm : nullptr; }
@@ -86,10 +88,16 @@ class ShmAllReduceOp final : public WorkOp {
     if (!started_) {
       if (!shm.is_turn_of(ticket_)) return false;
       const Tensor& host = buffer_.host();
-      shm.start(host.data(), host.dtype(), host.numel(), op_);  // (avg included)
+      if (symmetric_) {
+        shm.start_symmetric(*symmetric_, host.dtype(), host.numel(), op_);
+      } else {
+        shm.start(host.data(), host.dtype(), host.numel(), op_);  // (avg included)
+      }
       started_ = true;
     }
-    return shm.step();
+    if (!shm.step()) return false;
+    if (std::optional<std::string> error = shm.take_error()) throw Error(*error);
+    return true;
   }
 
  protected:
@@ -98,6 +106,7 @@ class ShmAllReduceOp final : public WorkOp {
  private:
   StagedTensor buffer_;
   ReduceOp op_;
+  std::optional<detail::ShmAllReduce::Symmetric> symmetric_;
   uint64_t ticket_ = 0;
   bool started_ = false;
 };
@@ -165,7 +174,15 @@ bool use_shm_all_reduce(size_t bytes, bool overlaps_compute) {
 std::unique_ptr<MpiOp> make_all_reduce(const OpTarget& target, const Tensor& tensor,
                                        const AllReduceOptions& options,
                                        const detail::WorkPtr& work) {
-  if (target.shm != nullptr && use_shm_all_reduce(tensor.nbytes(), options.overlaps_compute)) {
+  if (target.shm == nullptr)
+    return std::make_unique<IallreduceOp>(target, tensor, options.op, work);
+  // NOTE [symmetric memory]: in place, whatever the size or the hint.
+  if (tensor.device().is_cpu() && target.symmetric != nullptr && tensor.numel() > 0) {
+    if (auto operand = target.symmetric->find(tensor.data(), tensor.nbytes())) {
+      return std::make_unique<ShmAllReduceOp>(target, tensor, options.op, work, std::move(operand));
+    }
+  }
+  if (use_shm_all_reduce(tensor.nbytes(), options.overlaps_compute)) {
     return std::make_unique<ShmAllReduceOp>(target, tensor, options.op, work);
   }
   return std::make_unique<IallreduceOp>(target, tensor, options.op, work);

@@ -25,6 +25,7 @@
 #include "comm/mpi/mpi_types.hpp"
 #include "comm/mpi/shm_all_reduce.hpp"
 #include "comm/mpi/staging.hpp"
+#include "comm/mpi/symmetric_memory.hpp"
 #include "comm/work_state.hpp"
 
 namespace loom::comm::mpi {
@@ -38,6 +39,8 @@ struct OpTarget {
   const MpiTypes* types = nullptr;
   // The communicator's shared-memory all-reduce (null when its ranks do not share a node).
   detail::ShmAllReduce* shm = nullptr;
+  // Its symmetric regions (NOTE [symmetric memory]).
+  const SymmetricRegistry* symmetric = nullptr;
 };
 
 // Whether an all-reduce of `bytes` takes the shared-memory path when the

@@ -1,6 +1,8 @@
 #include "comm/mpi/mpi_communicator.hpp"
 
+
 #include <condition_variable>
+#include <cstdlib>
 #include <limits>
 #include <tuple>
 
@@ -21,6 +23,18 @@ constexpr size_t kShmPieceBytes = size_t{1} << 20;
 // Operations up to this size are driven by the thread that waits on them
 // (NOTE [caller drives] in progress_engine.hpp; the reason for the limit is in issue()).
 constexpr size_t kCallerDrivesUpTo = size_t{1} << 20;
+
+// LOOM_SYMMETRIC_MEMORY: "on" (default) or "off" (NOTE [symmetric memory]).
+bool symmetric_memory_enabled() {
+  static const bool enabled = [] {
+    const char* text = std::getenv("LOOM_SYMMETRIC_MEMORY");
+    const std::string value = text == nullptr ? "" : text;
+    LOOM_CHECK(value.empty() || value == "on" || value == "off", "LOOM_SYMMETRIC_MEMORY='", value,
+               "' must be on or off");
+    return value != "off";
+  }();
+  return enabled;
+}
 
 // Runs a function on the progress thread in submission order (closing a channel).
 class CommandOp final : public MpiOp {
@@ -188,6 +202,7 @@ OpTarget MpiCommunicator::target() const {
   t.channel = id_;
   t.types = &engine_->types();
   t.shm = shm_;
+  t.symmetric = symmetric_.get();
   return t;
 }
 
@@ -221,6 +236,17 @@ void MpiCommunicator::check_tensor_support(const Tensor& tensor, const char* wha
 void MpiCommunicator::start_all_reduce(const Tensor& tensor, const AllReduceOptions& options,
                                        const detail::WorkPtr& work) {
   issue(work, make_all_reduce(target(), tensor, options, work));
+}
+
+Tensor MpiCommunicator::make_symmetric(const Shape& shape, DType dtype) {
+  // Without the shared-memory all-reduce (ranks on several nodes, or
+  // LOOM_SHM_ALLREDUCE=off) nothing would use the mapping. shm_ is the same on
+  // every rank (decided collectively at creation), so all take the same branch;
+  // LOOM_SYMMETRIC_MEMORY must be the same everywhere too, like every LOOM_ setting.
+  if (shm_ == nullptr || !symmetric_memory_enabled()) {
+    return Communicator::make_symmetric(shape, dtype);
+  }
+  return mpi::allocate_symmetric(*this, symmetric_, ++symmetric_allocations_, shape, dtype);
 }
 
 void MpiCommunicator::start_reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op,

@@ -17,6 +17,7 @@
 
 #include "comm/mpi/control_channel.hpp"
 #include "comm/mpi/progress_engine.hpp"
+#include "comm/mpi/symmetric_memory.hpp"
 #include "loom/comm/communicator.hpp"
 
 namespace loom::comm::mpi {
@@ -42,6 +43,7 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
  protected:
   void start_all_reduce(const Tensor& tensor, const AllReduceOptions& options,
                         const detail::WorkPtr& work) override;
+  Tensor make_symmetric(const Shape& shape, DType dtype) override;
   void start_reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op,
                             const std::vector<int64_t>& counts,
                             const detail::WorkPtr& work) override;
@@ -76,6 +78,9 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   const uint64_t id_;
   std::shared_ptr<ControlChannel> channel_;
   detail::ShmAllReduce* shm_ = nullptr;  // owned by the engine; null when not on one node
+  // NOTE [symmetric memory]: shared with the tensors' release functions.
+  const std::shared_ptr<SymmetricRegistry> symmetric_ = std::make_shared<SymmetricRegistry>();
+  uint64_t symmetric_allocations_ = 0;
   std::atomic<uint64_t> last_seq_{0};
   std::atomic<uint64_t> splits_{0};
   std::mutex abort_mutex_;                                 // guards the members below

@@ -136,13 +136,33 @@ void ShmAllReduce::interrupt() {
 
 void ShmAllReduce::start(void* data, DType dtype, int64_t count, ReduceOp op) {
   LOOM_ASSERT(idle(), "a shared-memory all-reduce is already in progress");
+  symmetric_.clear();
   data_ = static_cast<char*>(data);
+  begin(dtype, count, op, Identity{});
+}
+
+void ShmAllReduce::start_symmetric(const Symmetric& operand, DType dtype, int64_t count,
+                                   ReduceOp op) {
+  LOOM_ASSERT(idle(), "a shared-memory all-reduce is already in progress");
+  LOOM_ASSERT(operand.region > 0 && operand.peers.size() == static_cast<size_t>(size_),
+              "a symmetric operand names its region and every rank's tensor");
+  symmetric_ = operand.peers;
+  data_ = symmetric_[static_cast<size_t>(rank_)];
+  begin(dtype, count, op, Identity{.region = operand.region, .offset = operand.offset});
+}
+
+void ShmAllReduce::begin(DType dtype, int64_t count, ReduceOp op, Identity identity) {
   dtype_ = dtype;
   count_ = count;
   op_ = op;
+  identity_ = identity;
+  identity_.count = count;
+  identity_.dtype = static_cast<uint32_t>(dtype);
+  identity_.op = static_cast<uint32_t>(op);
   next_offset_ = 0;
   piece_count_ = 0;
   phase_ = Phase::copy_in;
+  error_.reset();
   if (count_ == 0) finish();
 }
 
@@ -151,31 +171,90 @@ void ShmAllReduce::finish() {
   ++serving_;
 }
 
+std::optional<std::string> ShmAllReduce::take_error() {
+  std::optional<std::string> error = std::move(error_);
+  error_.reset();
+  return error;
+}
+
+std::optional<std::string> ShmAllReduce::compare_identities() const {
+  auto describe = [](const Identity& id) {
+    std::string what = str_cat(id.count, " x ", dtype_name(static_cast<DType>(id.dtype)), " ",
+                               reduce_op_name(static_cast<ReduceOp>(id.op)));
+    if (id.region == 0) return what + " (ordinary tensor)";
+    return str_cat(what, " (symmetric region ", id.region, ", offset ", id.offset, " bytes)");
+  };
+  for (int r = 0; r < size_; ++r) {
+    const Identity& theirs = counters_[static_cast<size_t>(r)]->identity;
+    if (theirs == counters_[0]->identity) continue;
+    return str_cat("ranks disagree on the shared-memory all_reduce: rank 0 reduces ",
+                   describe(counters_[0]->identity), ", rank ", r, " reduces ", describe(theirs),
+                   "; every rank must reduce the same count, dtype and op, and a symmetric tensor "
+                   "(Communicator::allocate_symmetric) at the same offset on every rank");
+  }
+  return std::nullopt;
+}
+
+void ShmAllReduce::reduce_symmetric(int64_t lo, int64_t hi) {
+  // In cache-sized chunks: reduce into this rank's tensor, then copy the
+  // (cached) result into every other rank's.
+  const auto es = static_cast<int64_t>(dtype_size(dtype_));
+  const int64_t chunk = std::max<int64_t>(1, int64_t{64 << 10} / es);
+  std::vector<const void*> inputs(static_cast<size_t>(size_));
+  for (int64_t begin = lo; begin < hi; begin += chunk) {
+    const int64_t n = std::min(chunk, hi - begin);
+    for (int r = 0; r < size_; ++r) {
+      inputs[static_cast<size_t>(r)] = symmetric_[static_cast<size_t>(r)] + begin * es;
+    }
+    char* own = symmetric_[static_cast<size_t>(rank_)] + begin * es;
+    host_reduce_many(own, inputs.data(), size_, dtype_, n, op_);
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) {
+        std::memcpy(symmetric_[static_cast<size_t>(r)] + begin * es, own,
+                    static_cast<size_t>(n * es));
+      }
+    }
+  }
+}
+
 bool ShmAllReduce::step() {
   if (data_ == nullptr) return true;  // (count 0, or already finished)
   const size_t es = dtype_size(dtype_);
-  const int64_t piece_elements = static_cast<int64_t>(piece_bytes_ / es);
+  const int64_t piece_elements =
+      symmetric_.empty() ? static_cast<int64_t>(piece_bytes_ / es) : count_;
   for (;;) {
     switch (phase_) {
       case Phase::copy_in:
         piece_count_ = std::min(piece_elements, count_ - next_offset_);
-        std::memcpy(slot(rank_, piece_), data_ + next_offset_ * static_cast<int64_t>(es),
-                    static_cast<size_t>(piece_count_) * es);
+        if (next_offset_ == 0) counters_[static_cast<size_t>(rank_)]->identity = identity_;
+        if (symmetric_.empty()) {
+          std::memcpy(slot(rank_, piece_), data_ + next_offset_ * static_cast<int64_t>(es),
+                      static_cast<size_t>(piece_count_) * es);
+        }
         signal(3 * piece_ + 1);
         ++progress_;
         phase_ = Phase::wait_in;
         [[fallthrough]];
       case Phase::wait_in:
         if (!everyone_reached(3 * piece_ + 1)) return false;
+        // NOTE [shm agreement]: every rank sees the same identities, so all
+        // stop here together; the rest of the piece keeps the counters in step.
+        if (next_offset_ == 0) error_ = compare_identities();
         phase_ = Phase::reduce;
         [[fallthrough]];
       case Phase::reduce: {
         const int64_t lo = piece_count_ * rank_ / size_, hi = piece_count_ * (rank_ + 1) / size_;
-        std::vector<const void*> inputs(static_cast<size_t>(size_));
-        for (int r = 0; r < size_; ++r)
-          inputs[static_cast<size_t>(r)] = slot(r, piece_) + lo * static_cast<int64_t>(es);
-        host_reduce_many(slot(rank_, piece_) + lo * static_cast<int64_t>(es), inputs.data(), size_,
-                         dtype_, hi - lo, op_);
+        if (error_) {
+          // Nothing is written.
+        } else if (!symmetric_.empty()) {
+          reduce_symmetric(lo, hi);
+        } else {
+          std::vector<const void*> inputs(static_cast<size_t>(size_));
+          for (int r = 0; r < size_; ++r)
+            inputs[static_cast<size_t>(r)] = slot(r, piece_) + lo * static_cast<int64_t>(es);
+          host_reduce_many(slot(rank_, piece_) + lo * static_cast<int64_t>(es), inputs.data(),
+                           size_, dtype_, hi - lo, op_);
+        }
         signal(3 * piece_ + 2);
         ++progress_;
         phase_ = Phase::wait_reduced;
@@ -186,19 +265,21 @@ bool ShmAllReduce::step() {
         phase_ = Phase::copy_out;
         [[fallthrough]];
       case Phase::copy_out: {
-        char* out = data_ + next_offset_ * static_cast<int64_t>(es);
-        for (int r = 0; r < size_; ++r) {
-          const int64_t lo = piece_count_ * r / size_, hi = piece_count_ * (r + 1) / size_;
-          std::memcpy(out + lo * static_cast<int64_t>(es),
-                      slot(r, piece_) + lo * static_cast<int64_t>(es),
-                      static_cast<size_t>(hi - lo) * es);
+        if (symmetric_.empty() && !error_) {
+          char* out = data_ + next_offset_ * static_cast<int64_t>(es);
+          for (int r = 0; r < size_; ++r) {
+            const int64_t lo = piece_count_ * r / size_, hi = piece_count_ * (r + 1) / size_;
+            std::memcpy(out + lo * static_cast<int64_t>(es),
+                        slot(r, piece_) + lo * static_cast<int64_t>(es),
+                        static_cast<size_t>(hi - lo) * es);
+          }
         }
         signal(3 * piece_ + 3);
         ++progress_;
         ++piece_;
         next_offset_ += piece_count_;
         phase_ = Phase::copy_in;
-        if (next_offset_ >= count_) {
+        if (next_offset_ >= count_ || error_) {
           finish();
           return true;
         }
