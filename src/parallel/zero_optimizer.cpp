@@ -232,7 +232,9 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
     }
 
     if (stage == 1) {
-      flat_grad = Tensor::zeros({layout.total}, dtype, device);
+      // The buckets are slices at the same offsets on every rank: in symmetric
+      // memory the backend can all-reduce them in place (NOTE [symmetric memory]).
+      flat_grad = comm.allocate_symmetric({layout.total}, dtype, device);
       for (const auto& e : layout.entries) {
         params[e.param]->set_grad_buffer(flat_grad.flat_view(e.offset, params[e.param]->shape()));
       }

@@ -211,6 +211,12 @@ TEST_CASE("mpi: symmetric tensors are reduced in place, and ranks that disagree 
       CHECK(buffer.to_vector<float>()[20] == static_cast<float>(n * (n + 1) / 2));
     }
   }
+  // Ranks that ask for different sizes all fail, naming both (before mapping anything).
+  if (shared && n > 1) {
+    CHECK_THROWS_WITH(world().allocate_symmetric({r == 1 ? 2000 : 1000}, DType::f32),
+                      Contains("rank 0 asks for 4000 bytes, rank 1 for 8000") &&
+                          Contains("every rank must allocate the same shape"));
+  }
   // Unmapped with the last tensor viewing it (the progress thread lets go of
   // an operation's tensors just after completing its Work).
   const auto deadline = std::chrono::steady_clock::now() + 2s;

@@ -76,7 +76,6 @@ Tensor allocate_symmetric(Communicator& comm, const std::shared_ptr<SymmetricReg
                           uint64_t id, const Shape& shape, DType dtype) {
   const int64_t numel = shape_numel(shape);
   const size_t bytes = static_cast<size_t>(numel) * dtype_size(dtype);
-  if (bytes == 0) return Tensor::zeros(shape, dtype);
   const int rank = comm.rank(), size = comm.size();
   // Whole pages, so that every view is page-aligned and nothing else shares them.
   const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
@@ -85,8 +84,9 @@ Tensor allocate_symmetric(Communicator& comm, const std::shared_ptr<SymmetricReg
   maps->views.assign(static_cast<size_t>(size), nullptr);
 
   std::string failure;
-  maps->fd = ::memfd_create("loom-symmetric", MFD_CLOEXEC);
-  if (maps->fd < 0) {
+  if (bytes == 0) {
+    failure = "empty";  // nothing to map (every rank, or the size check below fails)
+  } else if ((maps->fd = ::memfd_create("loom-symmetric", MFD_CLOEXEC)) < 0) {
     failure = str_cat("memfd_create: ", std::strerror(errno));
   } else if (::ftruncate(maps->fd, static_cast<off_t>(maps->bytes)) != 0) {
     failure = str_cat("ftruncate(", maps->bytes, " bytes): ", std::strerror(errno));
@@ -95,17 +95,28 @@ Tensor allocate_symmetric(Communicator& comm, const std::shared_ptr<SymmetricReg
     failure = str_cat("mmap(", maps->bytes, " bytes): ", std::strerror(errno));
   }
 
-  // Everyone's (pid, fd); -1 where creating the file failed.
+  // Everyone's (bytes, pid, fd); pid -1 where creating the file failed.
   const Tensor mine = Tensor::from_vector(
-      std::vector<int64_t>{failure.empty() ? static_cast<int64_t>(::getpid()) : -1,
+      std::vector<int64_t>{static_cast<int64_t>(bytes),
+                           failure.empty() ? static_cast<int64_t>(::getpid()) : -1,
                            failure.empty() ? static_cast<int64_t>(maps->fd) : -1},
-      {2});
-  const Tensor all = Tensor::zeros({2 * static_cast<int64_t>(size)}, DType::i64);
+      {3});
+  const Tensor all = Tensor::zeros({3 * static_cast<int64_t>(size)}, DType::i64);
   comm.all_gather(mine, all).wait();
   const std::vector<int64_t> ids = all.to_vector<int64_t>();
+  // Every rank sees the same sizes, so every rank throws here or none does
+  // (mapping a smaller file than this rank's size would fault on access).
+  for (int r = 0; r < size; ++r) {
+    LOOM_CHECK(ids[static_cast<size_t>(3 * r)] == ids[0], "allocate_symmetric on group '",
+               comm.name(), "': rank 0 asks for ", ids[0], " bytes, rank ", r, " for ",
+               ids[static_cast<size_t>(3 * r)],
+               "; every rank must allocate the same shape and dtype, in the same order");
+  }
+  if (bytes == 0) return Tensor::zeros(shape, dtype);
   for (int r = 0; r < size && failure.empty(); ++r) {
     if (r == rank) continue;
-    const int64_t pid = ids[static_cast<size_t>(2 * r)], fd = ids[static_cast<size_t>(2 * r + 1)];
+    const int64_t pid = ids[static_cast<size_t>(3 * r + 1)];
+    const int64_t fd = ids[static_cast<size_t>(3 * r + 2)];
     if (pid < 0) {
       failure = str_cat("rank ", r, " could not create its region");
       break;
@@ -126,7 +137,7 @@ Tensor allocate_symmetric(Communicator& comm, const std::shared_ptr<SymmetricReg
   // Every rank mapped everything? (Also the point after which no peer opens our file.)
   const Tensor ok = Tensor::from_vector(std::vector<int64_t>{failure.empty() ? 1 : 0}, {1});
   comm.all_reduce(ok, {.op = ReduceOp::min}).wait();
-  ::close(maps->fd);
+  if (maps->fd >= 0) ::close(maps->fd);
   maps->fd = -1;
   if (ok.to_vector<int64_t>()[0] == 0) {
     LOOM_LOG_DEBUG("group '", comm.name(), "': symmetric memory unavailable (",
