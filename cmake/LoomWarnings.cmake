@@ -18,7 +18,7 @@ if(LOOM_SANITIZE)
   # For tests and benchmark smoke tests: Open MPI keeps MPI_Init's allocations
   # until exit on purpose; its components are dlopen'd, so unwind fully.
   set(LOOM_SANITIZER_ENV
-      "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/sanitizers/lsan.supp:fast_unwind_on_malloc=0")
+      "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/sanitizers/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0")
 endif()
 
 function(loom_configure_target target)
