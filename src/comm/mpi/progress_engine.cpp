@@ -43,15 +43,15 @@ constexpr auto kStepAside = std::chrono::microseconds(1000);
 constexpr auto kCallerGrace = std::chrono::microseconds(1000);
 constexpr auto kCallerModeExpiry = std::chrono::milliseconds(10);
 
-// NOTE [progress slice]: LOOM_MPI_PROGRESS_SLICE_US, default 100; 0 keeps the kernel's.
-std::chrono::microseconds slice_from_env() {
-  const char* text = std::getenv("LOOM_MPI_PROGRESS_SLICE_US");
-  if (text == nullptr || *text == '\0') return std::chrono::microseconds(100);
+// A duration in microseconds from the environment variable `name`, within [lo, hi].
+std::chrono::microseconds microseconds_from_env(const char* name, long fallback, long lo, long hi,
+                                                const char* meaning = "") {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return std::chrono::microseconds(fallback);
   char* end = nullptr;
   const long value = std::strtol(text, &end, 10);
-  LOOM_CHECK(end != text && *end == '\0' && value >= 0 && value <= 100000,
-             "LOOM_MPI_PROGRESS_SLICE_US='", text,
-             "' must be a number of microseconds in [0, 100000] (0: the kernel's default)");
+  LOOM_CHECK(end != text && *end == '\0' && value >= lo && value <= hi, name, "='", text,
+             "' must be a number of microseconds in [", lo, ", ", hi, "]", meaning);
   return std::chrono::microseconds(value);
 }
 
@@ -80,16 +80,6 @@ void request_short_slice(std::chrono::microseconds slice) {
   }
 }
 
-std::chrono::microseconds poll_max_from_env() {
-  const char* text = std::getenv("LOOM_MPI_POLL_MAX_US");
-  if (text == nullptr || *text == '\0') return std::chrono::microseconds(1000);
-  char* end = nullptr;
-  const long value = std::strtol(text, &end, 10);
-  LOOM_CHECK(end != text && *end == '\0' && value >= 10 && value <= 1000000,
-             "LOOM_MPI_POLL_MAX_US='", text, "' must be a number of microseconds in [10, 1000000]");
-  return std::chrono::microseconds(value);
-}
-
 }  // namespace
 
 ProgressEngine::Mode ProgressEngine::mode_from_env(Mode fallback) {
@@ -101,7 +91,12 @@ ProgressEngine::Mode ProgressEngine::mode_from_env(Mode fallback) {
   throw Error(str_cat("LOOM_MPI_PROGRESS='", value, "' must be 'wait' or 'poll'"));
 }
 
-ProgressEngine::ProgressEngine(Mode mode) : mode_(mode), poll_max_(poll_max_from_env()) {
+ProgressEngine::ProgressEngine(Mode mode)
+    : mode_(mode),
+      poll_max_(microseconds_from_env("LOOM_MPI_POLL_MAX_US", 1000, 10, 1000000)),
+      // NOTE [progress slice]: 0 keeps the kernel's.
+      slice_(microseconds_from_env("LOOM_MPI_PROGRESS_SLICE_US", 100, 0, 100000,
+                                   " (0: the kernel's default)")) {
   types_ = std::make_unique<MpiTypes>();
   LOOM_MPI_CHECK(MPI_Comm_dup(MPI_COMM_SELF, &doorbell_comm_));
   LOOM_MPI_CHECK(MPI_Comm_set_errhandler(doorbell_comm_, MPI_ERRORS_RETURN));
@@ -183,7 +178,7 @@ bool ProgressEngine::has_work_locked() const {
 void ProgressEngine::run() {
   // Short sleeps (NOTE [polled ops]) should be short: the default timer slack adds 50 us.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-  request_short_slice(slice_from_env());
+  request_short_slice(slice_);
   auto backoff = kPollMin;
   auto last_busy = std::chrono::steady_clock::time_point{};
   std::unique_lock drive(drive_mutex_, std::defer_lock);

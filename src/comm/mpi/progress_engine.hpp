@@ -176,6 +176,7 @@ class ProgressEngine {
   MPI_Request doorbell_request_ = MPI_REQUEST_NULL;
   char doorbell_byte_ = 0;
   std::chrono::microseconds poll_max_;
+  std::chrono::microseconds slice_;  // NOTE [progress slice]
 
   // Held by whoever drives the engine (NOTE [caller drives]); always taken
   // before mutex_, never while holding it.
