@@ -2,8 +2,10 @@
 // mpirun (ctest runs it with 2 and with 4 ranks): the checks the local
 // backend passes, for every dtype and counts 0, 1, 7 and 1000; point to point
 // in both posting orders; splits; a pending receive not blocking a later
-// all_reduce; threads that wait driving the engine; chunked calls; the debug
-// cross-check; a receive timeout that aborts the group on every rank.
+// all_reduce; all-reduces marked overlaps_compute; symmetric tensors (in-place
+// all-reduce, ranks that disagree); threads that wait driving the engine;
+// chunked calls; the debug cross-check; a receive timeout that aborts the
+// group on every rank.
 #include <catch2/catch.hpp>
 
 #include <atomic>
