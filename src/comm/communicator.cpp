@@ -196,7 +196,9 @@ Work Communicator::reduce_scatter(const Tensor& input, const Tensor& output,
              name_, "': output ", output.str(), " of rank ", rank_, " must hold its chunk of ",
              counts[static_cast<size_t>(rank_)], " elements");
   auto work = begin(collective_info(OpType::reduce_scatter, &input), options.timeout);
-  start_reduce_scatter(input, output, options.op, counts, work);
+  ReduceScatterOptions resolved = options;
+  resolved.counts = counts;
+  start_reduce_scatter(input, output, resolved, work);
   return Work(work);
 }
 
@@ -367,8 +369,8 @@ void Communicator::start_all_reduce(const Tensor&, const AllReduceOptions&,
                                     const detail::WorkPtr&) {
   unsupported(backend(), "all_reduce");
 }
-void Communicator::start_reduce_scatter(const Tensor&, const Tensor&, ReduceOp,
-                                        const std::vector<int64_t>&, const detail::WorkPtr&) {
+void Communicator::start_reduce_scatter(const Tensor&, const Tensor&, const ReduceScatterOptions&,
+                                        const detail::WorkPtr&) {
   unsupported(backend(), "reduce_scatter");
 }
 void Communicator::start_all_gather(const Tensor&, const Tensor&, const std::vector<int64_t>&,

@@ -411,8 +411,9 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
       // Keep at most two full-size buckets in flight: free the older ones first.
       for (size_t k = 0; k + 1 < index; ++k) release_bucket(k);
       if (!b.buffer.defined()) (void)grad_view(layout.buckets[index].params.front());
-      b.work = comm.reduce_scatter(b.buffer, flat_range(shard_grad, local_piece(range)),
-                                   {.op = comm::ReduceOp::avg, .counts = layout.counts(range)});
+      b.work = comm.reduce_scatter(
+          b.buffer, flat_range(shard_grad, local_piece(range)),
+          {.op = comm::ReduceOp::avg, .counts = layout.counts(range), .overlaps_compute = true});
     }
     b.launched = true;
   }

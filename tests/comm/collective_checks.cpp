@@ -96,7 +96,8 @@ void check_all_reduce(Communicator& comm, DType dtype, int64_t count, Device dev
   }
 }
 
-void check_reduce_scatter(Communicator& comm, DType dtype, int64_t count_per_rank, Device device) {
+void check_reduce_scatter(Communicator& comm, DType dtype, int64_t count_per_rank, Device device,
+                          bool overlaps_compute) {
   const int n = comm.size(), r = comm.rank();
   for (const bool uneven : {false, true}) {
     const std::vector<int64_t> counts =
@@ -106,7 +107,7 @@ void check_reduce_scatter(Communicator& comm, DType dtype, int64_t count_per_ran
     const Tensor input = filled(
         dtype, offsets.back(), [&](int64_t i) { return value(r, i); }, device);
     const Tensor output = Tensor::full({counts[static_cast<size_t>(r)]}, -1.0, dtype, device);
-    ReduceScatterOptions options;
+    ReduceScatterOptions options{.overlaps_compute = overlaps_compute};
     if (uneven) options.counts = counts;
     comm.reduce_scatter(input, output, options).wait();
     const int64_t base = offsets[static_cast<size_t>(r)];

@@ -26,7 +26,7 @@ void check_all_reduce(Communicator& comm, DType dtype, int64_t count, Device dev
                       bool overlaps_compute = false);
 // reduce_scatter with equal chunks (count per rank) and with uneven chunks.
 void check_reduce_scatter(Communicator& comm, DType dtype, int64_t count_per_rank,
-                          Device device = Device::cpu());
+                          Device device = Device::cpu(), bool overlaps_compute = false);
 // all_gather with equal and uneven chunks.
 void check_all_gather(Communicator& comm, DType dtype, int64_t count_per_rank,
                       Device device = Device::cpu());

@@ -97,7 +97,9 @@ TEST_CASE("mpi: a posted receive that is not matched yet does not block a later 
   }
 }
 
-TEST_CASE("mpi: all-reduces that overlap compute match closed-form results, beside MPI traffic") {
+TEST_CASE(
+    "mpi: all-reduces and reduce-scatters that overlap compute match closed-form results, "
+    "beside MPI traffic") {
   // overlaps_compute takes the shared-memory path at every size (futex waits,
   // NOTE [shm futex]) unless LOOM_SHM_ALLREDUCE says otherwise.
   const char* setting = std::getenv("LOOM_SHM_ALLREDUCE");
@@ -110,6 +112,8 @@ TEST_CASE("mpi: all-reduces that overlap compute match closed-form results, besi
     for (const int64_t count : {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{(3 << 18) + 5}}) {
       INFO("dtype " << dtype << " count " << count);
       run_on_every_rank([&] { testing::check_all_reduce(world(), dtype, count, {}, true); });
+      // (count per rank: pieces straddle the ranks' ranges; uneven counts too)
+      run_on_every_rank([&] { testing::check_reduce_scatter(world(), dtype, count, {}, true); });
     }
   }
   // While a receive is in flight (the progress thread then wakes every 20 us
@@ -206,7 +210,7 @@ TEST_CASE("mpi: symmetric tensors are reduced in place, and ranks that disagree 
       } catch (const loom::Error& e) {
         error = e.what();
       }
-      CHECK_THAT(error, Contains("ranks disagree on the shared-memory all_reduce"));
+      CHECK_THAT(error, Contains("ranks disagree on a shared-memory collective"));
       CHECK_THAT(error, Contains("offset 64 bytes"));
       CHECK(buffer.to_vector<float>()[20] == static_cast<float>(r + 1));
       run_on_every_rank([&] { world().all_reduce(buffer.slice(0, 100)).wait(20s); });

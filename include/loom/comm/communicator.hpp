@@ -128,8 +128,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
                                 const detail::WorkPtr& work);
   // Host memory for allocate_symmetric(); the default is an ordinary tensor.
   virtual Tensor make_symmetric(const Shape& shape, DType dtype);
-  virtual void start_reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op,
-                                    const std::vector<int64_t>& counts,
+  // options.counts is resolved: one count per rank.
+  virtual void start_reduce_scatter(const Tensor& input, const Tensor& output,
+                                    const ReduceScatterOptions& options,
                                     const detail::WorkPtr& work);
   virtual void start_all_gather(const Tensor& input, const Tensor& output,
                                 const std::vector<int64_t>& counts, const detail::WorkPtr& work);

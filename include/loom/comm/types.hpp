@@ -40,6 +40,8 @@ struct ReduceScatterOptions {
   ReduceOp op = ReduceOp::sum;
   std::vector<int64_t> counts = {};
   std::optional<Milliseconds> timeout = std::nullopt;
+  // The same hint as AllReduceOptions::overlaps_compute (ZeRO's gradient buckets).
+  bool overlaps_compute = false;
 };
 
 // input: this rank's chunk; output: all chunks in rank order.

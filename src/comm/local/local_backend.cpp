@@ -228,11 +228,11 @@ class LocalCommunicator final : public Communicator {
     Arrival a(work, tensor, Tensor(), options.op);
     arrive(std::move(a), work);
   }
-  void start_reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op,
-                            const std::vector<int64_t>& counts,
+  void start_reduce_scatter(const Tensor& input, const Tensor& output,
+                            const ReduceScatterOptions& options,
                             const detail::WorkPtr& work) override {
-    Arrival a(work, input, output, op);
-    a.counts = counts;
+    Arrival a(work, input, output, options.op);
+    a.counts = options.counts;
     arrive(std::move(a), work);
   }
   void start_all_gather(const Tensor& input, const Tensor& output,

@@ -101,8 +101,8 @@ std::unique_ptr<MpiOp> make_all_reduce(const OpTarget& target, const Tensor& ten
 std::unique_ptr<MpiOp> make_reduce(const OpTarget& target, const Tensor& tensor, ReduceOp op,
                                    int root, const detail::WorkPtr& work);
 std::unique_ptr<MpiOp> make_reduce_scatter(const OpTarget& target, const Tensor& input,
-                                           const Tensor& output, ReduceOp op,
-                                           const std::vector<int64_t>& counts,
+                                           const Tensor& output,
+                                           const ReduceScatterOptions& options,
                                            const detail::WorkPtr& work);
 std::unique_ptr<MpiOp> make_all_gather(const OpTarget& target, const Tensor& input,
                                        const Tensor& output, const std::vector<int64_t>& counts,

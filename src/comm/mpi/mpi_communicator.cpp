@@ -1,6 +1,5 @@
 #include "comm/mpi/mpi_communicator.hpp"
 
-
 #include <condition_variable>
 #include <cstdlib>
 #include <limits>
@@ -249,10 +248,10 @@ Tensor MpiCommunicator::make_symmetric(const Shape& shape, DType dtype) {
   return mpi::allocate_symmetric(*this, symmetric_, ++symmetric_allocations_, shape, dtype);
 }
 
-void MpiCommunicator::start_reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op,
-                                           const std::vector<int64_t>& counts,
+void MpiCommunicator::start_reduce_scatter(const Tensor& input, const Tensor& output,
+                                           const ReduceScatterOptions& options,
                                            const detail::WorkPtr& work) {
-  issue(work, make_reduce_scatter(target(), input, output, op, counts, work));
+  issue(work, make_reduce_scatter(target(), input, output, options, work));
 }
 
 void MpiCommunicator::start_all_gather(const Tensor& input, const Tensor& output,

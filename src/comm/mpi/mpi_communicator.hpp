@@ -44,8 +44,8 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   void start_all_reduce(const Tensor& tensor, const AllReduceOptions& options,
                         const detail::WorkPtr& work) override;
   Tensor make_symmetric(const Shape& shape, DType dtype) override;
-  void start_reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op,
-                            const std::vector<int64_t>& counts,
+  void start_reduce_scatter(const Tensor& input, const Tensor& output,
+                            const ReduceScatterOptions& options,
                             const detail::WorkPtr& work) override;
   void start_all_gather(const Tensor& input, const Tensor& output,
                         const std::vector<int64_t>& counts, const detail::WorkPtr& work) override;

@@ -14,8 +14,19 @@
 // MPI_Ireduce_scatter_block per piece, all together; rank r's result for piece
 // j lands in place in its output. The price is one copy of the input and a
 // scratch tensor of its size while the operation runs.
+//
+// NOTE [reduce_scatter algorithm]
+// A reduce-scatter marked overlaps_compute (ZeRO's gradient buckets during
+// backward) on host tensors of ranks that share a node goes through the
+// shared-memory slots instead (shm_all_reduce.hpp): per 1 MiB piece every rank
+// copies its input piece in and reduces the part inside its own output range
+// straight into its output, with the futex waits that keep it off the compute
+// thread's core (NOTE [shm futex]). MPI's reduce-scatter spins its progress
+// thread there as its all-reduce did (docs/comm.md).
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <string>
 
 #include "comm/mpi/collective_ops.hpp"
 #include "core/mpi_check.hpp"
@@ -93,12 +104,59 @@ class ChunkedReduceScatterOp final : public WorkOp {
   Tensor scratch_;  // every piece's blocks side by side; MPI reads it until done
 };
 
+// Through the shared-memory slots, stepped by the progress thread (NOTE
+// [reduce_scatter algorithm]); host tensors only.
+class ShmReduceScatterOp final : public WorkOp {
+ public:
+  ShmReduceScatterOp(const OpTarget& target, const Tensor& input, const Tensor& output, ReduceOp op,
+                     int64_t out_begin, const detail::WorkPtr& work)
+      : WorkOp(target, work), input_(input), output_(output), op_(op), out_begin_(out_begin) {}
+
+  bool polled() const override { return true; }
+  detail::ShmAllReduce* waits_on() const override { return started_ ? target_.shm : nullptr; }
+  uint64_t polled_progress() const override { return target_.shm->progress() + (started_ ? 1 : 0); }
+
+  void start() override { ticket_ = target_.shm->enqueue(); }
+
+  bool step() override {
+    detail::ShmAllReduce& shm = *target_.shm;
+    if (!started_) {
+      if (!shm.is_turn_of(ticket_)) return false;
+      shm.start_reduce_scatter(input_.data(), output_.data(), out_begin_, output_.numel(),
+                               input_.dtype(), input_.numel(), op_);  // (avg included)
+      started_ = true;
+    }
+    if (!shm.step()) return false;
+    if (std::optional<std::string> error = shm.take_error()) throw Error(*error);
+    return true;
+  }
+
+ protected:
+  void finish() override {}
+
+ private:
+  Tensor input_, output_;
+  ReduceOp op_;
+  int64_t out_begin_;
+  uint64_t ticket_ = 0;
+  bool started_ = false;
+};
+
 }  // namespace
 
 std::unique_ptr<MpiOp> make_reduce_scatter(const OpTarget& target, const Tensor& input,
-                                           const Tensor& output, ReduceOp op,
-                                           const std::vector<int64_t>& counts,
+                                           const Tensor& output,
+                                           const ReduceScatterOptions& options,
                                            const detail::WorkPtr& work) {
+  const std::vector<int64_t>& counts = options.counts;
+  const ReduceOp op = options.op;
+  // NOTE [reduce_scatter algorithm]
+  if (options.overlaps_compute && target.shm != nullptr && input.device().is_cpu() &&
+      output.device().is_cpu() && shm_all_reduce_enabled() && input.numel() > 0) {
+    int64_t out_begin = 0;
+    for (int r = 0; r < target.rank; ++r) out_begin += counts[static_cast<size_t>(r)];
+    return std::make_unique<ShmReduceScatterOp>(target, input, output, op, out_begin, work);
+  }
   const bool equal =
       std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts.front(); });
   if (equal && counts.size() > 1 && counts.front() > 0) {

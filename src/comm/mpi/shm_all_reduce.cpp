@@ -137,8 +137,22 @@ void ShmAllReduce::interrupt() {
 void ShmAllReduce::start(void* data, DType dtype, int64_t count, ReduceOp op) {
   LOOM_ASSERT(idle(), "a shared-memory all-reduce is already in progress");
   symmetric_.clear();
+  scatter_ = false;
   data_ = static_cast<char*>(data);
   begin(dtype, count, op, Identity{});
+}
+
+void ShmAllReduce::start_reduce_scatter(const void* input, void* output, int64_t out_begin,
+                                        int64_t out_count, DType dtype, int64_t count,
+                                        ReduceOp op) {
+  LOOM_ASSERT(idle(), "a shared-memory all-reduce is already in progress");
+  symmetric_.clear();
+  data_ = static_cast<char*>(const_cast<void*>(input));  // only read
+  scatter_ = true;
+  output_ = static_cast<char*>(output);
+  out_begin_ = out_begin;
+  out_count_ = out_count;
+  begin(dtype, count, op, Identity{.scatter = 1});
 }
 
 void ShmAllReduce::start_symmetric(const Symmetric& operand, DType dtype, int64_t count,
@@ -147,6 +161,7 @@ void ShmAllReduce::start_symmetric(const Symmetric& operand, DType dtype, int64_
   LOOM_ASSERT(operand.region > 0 && operand.peers.size() == static_cast<size_t>(size_),
               "a symmetric operand names its region and every rank's tensor");
   symmetric_ = operand.peers;
+  scatter_ = false;
   data_ = symmetric_[static_cast<size_t>(rank_)];
   begin(dtype, count, op, Identity{.region = operand.region, .offset = operand.offset});
 }
@@ -158,7 +173,7 @@ void ShmAllReduce::begin(DType dtype, int64_t count, ReduceOp op, Identity ident
   identity_ = identity;
   identity_.count = count;
   identity_.dtype = static_cast<uint32_t>(dtype);
-  identity_.op = static_cast<uint32_t>(op);
+  identity_.op = static_cast<uint16_t>(op);
   next_offset_ = 0;
   piece_count_ = 0;
   phase_ = Phase::copy_in;
@@ -179,7 +194,8 @@ std::optional<std::string> ShmAllReduce::take_error() {
 
 std::optional<std::string> ShmAllReduce::compare_identities() const {
   auto describe = [](const Identity& id) {
-    std::string what = str_cat(id.count, " x ", dtype_name(static_cast<DType>(id.dtype)), " ",
+    std::string what = str_cat(id.scatter ? "reduce_scatter of " : "all_reduce of ", id.count,
+                               " x ", dtype_name(static_cast<DType>(id.dtype)), " ",
                                reduce_op_name(static_cast<ReduceOp>(id.op)));
     if (id.region == 0) return what + " (ordinary tensor)";
     return str_cat(what, " (symmetric region ", id.region, ", offset ", id.offset, " bytes)");
@@ -187,8 +203,8 @@ std::optional<std::string> ShmAllReduce::compare_identities() const {
   for (int r = 0; r < size_; ++r) {
     const Identity& theirs = counters_[static_cast<size_t>(r)]->identity;
     if (theirs == counters_[0]->identity) continue;
-    return str_cat("ranks disagree on the shared-memory all_reduce: rank 0 reduces ",
-                   describe(counters_[0]->identity), ", rank ", r, " reduces ", describe(theirs),
+    return str_cat("ranks disagree on a shared-memory collective: rank 0 runs ",
+                   describe(counters_[0]->identity), ", rank ", r, " runs ", describe(theirs),
                    "; every rank must reduce the same count, dtype and op, and a symmetric tensor "
                    "(Communicator::allocate_symmetric) at the same offset on every rank");
   }
@@ -248,6 +264,19 @@ bool ShmAllReduce::step() {
           // Nothing is written.
         } else if (!symmetric_.empty()) {
           reduce_symmetric(lo, hi);
+        } else if (scatter_) {
+          // Reduce-scatter: the part of this piece inside this rank's range.
+          const int64_t from = std::max(next_offset_, out_begin_);
+          const int64_t to = std::min(next_offset_ + piece_count_, out_begin_ + out_count_);
+          if (from < to) {
+            std::vector<const void*> inputs(static_cast<size_t>(size_));
+            for (int r = 0; r < size_; ++r) {
+              inputs[static_cast<size_t>(r)] =
+                  slot(r, piece_) + (from - next_offset_) * static_cast<int64_t>(es);
+            }
+            host_reduce_many(output_ + (from - out_begin_) * static_cast<int64_t>(es),
+                             inputs.data(), size_, dtype_, to - from, op_);
+          }
         } else {
           std::vector<const void*> inputs(static_cast<size_t>(size_));
           for (int r = 0; r < size_; ++r)
@@ -265,7 +294,7 @@ bool ShmAllReduce::step() {
         phase_ = Phase::copy_out;
         [[fallthrough]];
       case Phase::copy_out: {
-        if (symmetric_.empty() && !error_) {
+        if (symmetric_.empty() && !scatter_ && !error_) {
           char* out = data_ + next_offset_ * static_cast<int64_t>(es);
           for (int r = 0; r < size_; ++r) {
             const int64_t lo = piece_count_ * r / size_, hi = piece_count_ * (r + 1) / size_;

@@ -99,6 +99,12 @@ class ShmAllReduce {
     std::vector<char*> peers;
   };
   void start_symmetric(const Symmetric& operand, DType dtype, int64_t count, ReduceOp op);
+  // A reduce-scatter through the slots: every rank's `input` holds `count`
+  // elements; this rank receives elements [out_begin, out_begin + out_count)
+  // of the reduction at `output`. Per piece, each rank reduces the part of the
+  // piece inside its own range (nothing is copied out).
+  void start_reduce_scatter(const void* input, void* output, int64_t out_begin, int64_t out_count,
+                            DType dtype, int64_t count, ReduceOp op);
   // After step() returned true: why the ranks did not reduce (NOTE [shm
   // agreement]), or nullopt. Reading it clears it.
   std::optional<std::string> take_error();
@@ -124,7 +130,8 @@ class ShmAllReduce {
     uint64_t offset = 0;
     int64_t count = 0;
     uint32_t dtype = 0;
-    uint32_t op = 0;
+    uint16_t op = 0;
+    uint16_t scatter = 0;  // 1: a reduce-scatter
     bool operator==(const Identity&) const = default;
   };
   struct alignas(64) Counter {
@@ -169,7 +176,10 @@ class ShmAllReduce {
   uint64_t piece_ = 0;       // global piece number g
   Phase phase_ = Phase::copy_in;
   Identity identity_;
-  std::vector<char*> symmetric_;      // non-empty: every rank's tensor (NOTE [symmetric memory])
+  std::vector<char*> symmetric_;  // non-empty: every rank's tensor (NOTE [symmetric memory])
+  bool scatter_ = false;  // a reduce-scatter into output_ (null: this rank receives nothing)
+  char* output_ = nullptr;
+  int64_t out_begin_ = 0, out_count_ = 0;
   std::optional<std::string> error_;  // the ranks disagreed (NOTE [shm agreement])
 };
 

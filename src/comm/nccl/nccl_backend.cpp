@@ -159,9 +159,11 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
-  void start_reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op,
-                            const std::vector<int64_t>& counts,
+  void start_reduce_scatter(const Tensor& in, const Tensor& out,
+                            const ReduceScatterOptions& options,
                             const detail::WorkPtr& work) override {
+    const std::vector<int64_t>& counts = options.counts;
+    const ReduceOp op = options.op;
     const bool equal =
         std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
     run(work, {in, out}, [&](cudaStream_t s) {
