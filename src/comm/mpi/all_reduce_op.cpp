@@ -67,48 +67,33 @@ class IallreduceOp final : public WorkOp {
 
 // The shared-memory all-reduce, stepped by the progress thread (NOTE [polled ops]);
 // with `symmetric`, in place in every rank's tensor (NOTE [symmetric memory]).
-class ShmAllReduceOp final : public WorkOp {
+class ShmAllReduceOp final : public ShmOp {
  public:
   ShmAllReduceOp(const OpTarget& target, const Tensor& tensor, ReduceOp op,
                  const detail::WorkPtr& work,
                  std::optional<detail::ShmAllReduce::Symmetric> symmetric = std::nullopt)
-      : WorkOp(target, work), buffer_(tensor), op_(op), symmetric_(std::move(symmetric)) {}
-
-  bool polled() const override { return true; }
-  detail::ShmAllReduce* waits_on() const override { return started_ ? target_.shm : nullptr; }
-  uint64_t polled_progress() const override { return target_.shm->progress() + (started_ ? 1 : 0); }
+      : ShmOp(target, work), buffer_(tensor), op_(op), symmetric_(std::move(symmetric)) {}
 
   void start() override {
     buffer_.stage_in(/*copy_in=*/true);
-    ticket_ = target_.shm->enqueue();  // in submission order, the same on every rank
-  }
-
-  bool step() override {
-    detail::ShmAllReduce& shm = *target_.shm;
-    if (!started_) {
-      if (!shm.is_turn_of(ticket_)) return false;
-      const Tensor& host = buffer_.host();
-      if (symmetric_) {
-        shm.start_symmetric(*symmetric_, host.dtype(), host.numel(), op_);
-      } else {
-        shm.start(host.data(), host.dtype(), host.numel(), op_);  // (avg included)
-      }
-      started_ = true;
-    }
-    if (!shm.step()) return false;
-    if (std::optional<std::string> error = shm.take_error()) throw Error(*error);
-    return true;
+    ShmOp::start();
   }
 
  protected:
+  void begin(detail::ShmAllReduce& shm) override {
+    const Tensor& host = buffer_.host();
+    if (symmetric_) {
+      shm.start_symmetric(*symmetric_, host.dtype(), host.numel(), op_);
+    } else {
+      shm.start(host.data(), host.dtype(), host.numel(), op_);  // (avg included)
+    }
+  }
   void finish() override { buffer_.stage_out(); }
 
  private:
   StagedTensor buffer_;
   ReduceOp op_;
   std::optional<detail::ShmAllReduce::Symmetric> symmetric_;
-  uint64_t ticket_ = 0;
-  bool started_ = false;
 };
 
 }  // namespace

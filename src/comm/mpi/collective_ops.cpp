@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <climits>
+#include <optional>
+#include <string>
 
 #include "comm/host_reduce.hpp"
 #include "core/mpi_check.hpp"
@@ -237,6 +239,18 @@ void set_max_elements_per_call(int64_t count) {
 WorkOp::WorkOp(const OpTarget& target, detail::WorkPtr work)
     : target_(target), work_(std::move(work)) {
   channel = target.channel;
+}
+
+bool ShmOp::step() {
+  detail::ShmAllReduce& shm = *target_.shm;
+  if (!started_) {
+    if (!shm.is_turn_of(ticket_)) return false;
+    begin(shm);
+    started_ = true;
+  }
+  if (!shm.step()) return false;
+  if (std::optional<std::string> error = shm.take_error()) throw Error(*error);
+  return true;
 }
 
 void WorkOp::succeed() {

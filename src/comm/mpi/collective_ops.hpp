@@ -95,6 +95,29 @@ class WorkOp : public MpiOp {
   detail::WorkPtr work_;
 };
 
+// An op run by the communicator's shared-memory object, stepped by the
+// progress thread (NOTE [polled ops]): start() takes a ticket (submission
+// order, the same on every rank); on its turn step() calls begin() and then
+// steps the object until it is done, failing the op when the ranks disagreed
+// (NOTE [shm agreement]).
+class ShmOp : public WorkOp {
+ public:
+  using WorkOp::WorkOp;
+  bool polled() const override { return true; }
+  detail::ShmAllReduce* waits_on() const override { return started_ ? target_.shm : nullptr; }
+  uint64_t polled_progress() const override { return target_.shm->progress() + (started_ ? 1 : 0); }
+  void start() override { ticket_ = target_.shm->enqueue(); }
+  bool step() override;
+
+ protected:
+  // Starts the operation on `shm` (its turn has come).
+  virtual void begin(detail::ShmAllReduce& shm) = 0;
+
+ private:
+  uint64_t ticket_ = 0;
+  bool started_ = false;
+};
+
 std::unique_ptr<MpiOp> make_all_reduce(const OpTarget& target, const Tensor& tensor,
                                        const AllReduceOptions& options,
                                        const detail::WorkPtr& work);

@@ -106,40 +106,22 @@ class ChunkedReduceScatterOp final : public WorkOp {
 
 // Through the shared-memory slots, stepped by the progress thread (NOTE
 // [reduce_scatter algorithm]); host tensors only.
-class ShmReduceScatterOp final : public WorkOp {
+class ShmReduceScatterOp final : public ShmOp {
  public:
   ShmReduceScatterOp(const OpTarget& target, const Tensor& input, const Tensor& output, ReduceOp op,
                      int64_t out_begin, const detail::WorkPtr& work)
-      : WorkOp(target, work), input_(input), output_(output), op_(op), out_begin_(out_begin) {}
-
-  bool polled() const override { return true; }
-  detail::ShmAllReduce* waits_on() const override { return started_ ? target_.shm : nullptr; }
-  uint64_t polled_progress() const override { return target_.shm->progress() + (started_ ? 1 : 0); }
-
-  void start() override { ticket_ = target_.shm->enqueue(); }
-
-  bool step() override {
-    detail::ShmAllReduce& shm = *target_.shm;
-    if (!started_) {
-      if (!shm.is_turn_of(ticket_)) return false;
-      shm.start_reduce_scatter(input_.data(), output_.data(), out_begin_, output_.numel(),
-                               input_.dtype(), input_.numel(), op_);  // (avg included)
-      started_ = true;
-    }
-    if (!shm.step()) return false;
-    if (std::optional<std::string> error = shm.take_error()) throw Error(*error);
-    return true;
-  }
+      : ShmOp(target, work), input_(input), output_(output), op_(op), out_begin_(out_begin) {}
 
  protected:
-  void finish() override {}
+  void begin(detail::ShmAllReduce& shm) override {
+    shm.start_reduce_scatter(input_.data(), output_.data(), out_begin_, output_.numel(),
+                             input_.dtype(), input_.numel(), op_);  // (avg included)
+  }
 
  private:
   Tensor input_, output_;
   ReduceOp op_;
   int64_t out_begin_;
-  uint64_t ticket_ = 0;
-  bool started_ = false;
 };
 
 }  // namespace
