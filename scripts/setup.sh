@@ -15,6 +15,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev   # JSON output, command-line flags
   libopenblas0-pthread              # peer SGEMM in the kernel benchmark; PyTorch's BLAS
   zlib1g-dev                        # reading the digits dataset (.csv.gz)
+  python3                           # tests/check_test_entries.py (the test-entry guard)
   slurmctld slurmd slurm-client     # the Slurm test (tests/slurm): a private two-node Slurm
 )
 if [ "${1:-}" = "--peers" ]; then

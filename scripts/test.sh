@@ -14,4 +14,9 @@ bash "$root/scripts/build.sh"
 
 "$build_dir/tools/loom-info" || true
 cd "$build_dir"
-ctest -j "${LOOM_TEST_JOBS:-$(nproc)}" --output-on-failure --timeout 600
+status=0
+ctest -j "${LOOM_TEST_JOBS:-$(nproc)}" --output-on-failure --timeout 600 \
+  --output-junit "$build_dir/Testing/junit.xml" || status=$?
+# ctest names the skipped tests; this says why each was skipped.
+python3 "$root/tests/report_skips.py" "$build_dir/Testing/junit.xml" || true
+exit "$status"

@@ -17,6 +17,7 @@
 #include "collective_checks.hpp"
 #include "comm/mpi/collective_ops.hpp"
 #include "mpi_test_support.hpp"
+#include "support/skip.hpp"
 
 using Catch::Matchers::Contains;
 using loom::DType;
@@ -407,11 +408,9 @@ TEST_CASE("mpi: a receive that times out names the peer and aborts the group on 
   run_on_every_rank([] { world().barrier().wait(20s); });
 }
 
-TEST_CASE("mpi: CUDA tensors are staged through host memory") {
-  if (loom::cuda_device_count() == 0) {
-    WARN("skipped: " << loom::cuda_unavailable_reason());
-    return;
-  }
+// Run as its own ctest entry (mpi.cuda_staging_np2), which skips without a GPU.
+TEST_CASE("mpi: CUDA tensors are staged through host memory", "[cuda]") {
+  if (loom::cuda_device_count() == 0) LOOM_SKIP(loom::cuda_unavailable_reason());
   const loom::Device device = loom::device_for_local_rank(mpi_test_context().local_rank());
   const int r = world().rank(), n = world().size();
   const Tensor t = Tensor::full({1000}, r + 1.0, DType::f32, device);

@@ -6,16 +6,16 @@
 #include <cstdio>
 
 #include "loom/core/device.hpp"
+#include "support/session.hpp"
+#include "support/skip.hpp"
 
 int main(int argc, char* argv[]) {
   Catch::Session session;
-  if (const int status = session.applyCommandLine(argc, argv); status != 0) return status;
-  const auto& config = session.configData();
-  const bool listing =
-      config.listTests || config.listTestNamesOnly || config.listTags || config.listReporters;
-  if (!listing && loom::cuda_device_count() == 0) {
+  if (const int status = loom::test::apply_command_line(session, argc, argv)) return status;
+  if (loom::test::is_listing(session)) return session.run();
+  if (loom::cuda_device_count() == 0) {
     std::printf("SKIPPED: %s\n", loom::cuda_unavailable_reason().c_str());
-    return 77;
+    return loom::test::kSkipExitCode;
   }
-  return session.run();
+  return loom::test::exit_status(session.run());
 }

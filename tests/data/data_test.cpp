@@ -14,6 +14,7 @@
 #include "loom/data/dataset.hpp"
 #include "loom/data/digits.hpp"
 #include "loom/data/synthetic.hpp"
+#include "support/skip.hpp"
 
 using Catch::Matchers::Contains;
 using loom::Shape;
@@ -72,9 +73,7 @@ TEST_CASE("the fetched digits: 1,797 images, their classes, a reproducible split
           "[data][digits]") {
   const std::string path = fetched_digits();
   if (path.empty()) {
-    WARN(
-        "skipped: digits.csv.gz not found in $LOOM_DATA_DIR or data/; run scripts/fetch_digits.sh");
-    return;
+    LOOM_SKIP("digits.csv.gz not found in $LOOM_DATA_DIR or data/; run scripts/fetch_digits.sh");
   }
   const data::ImageDataset all = data::load_digits(path);
   REQUIRE(all.size() == data::kDigitsCount);

@@ -13,11 +13,16 @@
 
 #include "kernel_test_util.hpp"
 #include "kernels/cpu/packed_gemm.hpp"
+#include "support/skip.hpp"
 
 using loom::kernels::cpu::packed_gemm;
 using loom::kernels::detail::GemmProblem;
 
 namespace {
+
+constexpr const char* kNoPackedGemm =
+    "this build has no AVX-512 packed GEMM (compiled for a CPU without AVX-512); Eigen serves "
+    "host GEMMs";
 
 struct Case {
   int64_t m, n, k;
@@ -84,10 +89,7 @@ void check(const Case& s, int64_t batch, bool share_a, bool share_b, bool trans_
 }  // namespace
 
 TEST_CASE("packed gemm matches a double reference across its block edges", "[kernels]") {
-  if (!loom::kernels::cpu::packed_gemm_available()) {
-    WARN("this build has no AVX-512 packed gemm; Eigen serves host GEMMs");
-    return;
-  }
+  if (!loom::kernels::cpu::packed_gemm_available()) LOOM_SKIP(kNoPackedGemm);
   // Tile edges (1, 7, 9 rows; 1, 47, 49, 95 columns; 64 and 80 end in 16- and
   // 32-column panels), k blocks (255..513), the
   // 384-column block edge (385, 433) and the 1536-row block edge (1543).
@@ -108,7 +110,7 @@ TEST_CASE("packed gemm matches a double reference across its block edges", "[ker
 }
 
 TEST_CASE("packed gemm batches with shared operands, alpha and beta", "[kernels]") {
-  if (!loom::kernels::cpu::packed_gemm_available()) return;
+  if (!loom::kernels::cpu::packed_gemm_available()) LOOM_SKIP(kNoPackedGemm);
   uint32_t seed = 500;
   for (const bool share_a : {false, true}) {
     for (const bool share_b : {false, true}) {
@@ -180,7 +182,7 @@ class MatrixStrips final : public loom::kernels::cpu::PackedA {
 // groups) gives the same bits as packed_gemm on the materialised matrices:
 // same k blocks in the same order, whatever the loop order.
 TEST_CASE("implicit packed gemm equals packed gemm bit for bit", "[kernels]") {
-  if (!loom::kernels::cpu::packed_gemm_available()) return;
+  if (!loom::kernels::cpu::packed_gemm_available()) LOOM_SKIP(kNoPackedGemm);
   const Case cases[] = {{9, 64, 20}, {17, 400, 300}, {13, 48, 513}, {8, 784, 257}};
   uint32_t seed = 900;
   for (const Case& s : cases) {

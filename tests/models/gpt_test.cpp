@@ -31,7 +31,7 @@ Tensor tiny_ids() {
 
 }  // namespace
 
-TEST_CASE("GPT: parameter count follows the formula; GPT-2 124M is expressible", "[models][gpt]") {
+TEST_CASE("GPT: parameter count follows the formula, GPT-2 124M is expressible", "[models][gpt]") {
   GPT tiny("", tiny_config());
   int64_t counted = 0;
   for (auto* p : tiny.parameters()) counted += p->numel();
@@ -41,7 +41,7 @@ TEST_CASE("GPT: parameter count follows the formula; GPT-2 124M is expressible",
   CHECK(bench.parameter_count() == (8192 + 128) * 256 + 4 * (12 * 256 * 256 + 13 * 256) + 512);
 }
 
-TEST_CASE("GPT: parameter names follow GPT-2's; the head is tied to wte", "[models][gpt]") {
+TEST_CASE("GPT: parameter names follow GPT-2's, the head is tied to wte", "[models][gpt]") {
   GPT gpt("", tiny_config());
   std::vector<std::string> names;
   for (auto* p : gpt.parameters()) names.push_back(p->name());
@@ -64,7 +64,7 @@ TEST_CASE("GPT: finite-difference gradients of a tiny model", "[models][gpt]") {
   loom::nn::testing::check_module_gradients(gpt, tiny_ids(), options);
 }
 
-TEST_CASE("GPT: split backward equals backward; every gradient is ready once", "[models][gpt]") {
+TEST_CASE("GPT: split backward equals backward, every gradient is ready once", "[models][gpt]") {
   GPT a("", tiny_config());
   GPT b("", tiny_config());
   std::map<std::string, int> ready;

@@ -21,7 +21,7 @@ TEST_CASE("GELU and ReLU pass the gradient check", "[nn][activation]") {
   testing::check_module_gradients(relu, Tensor::from_vector(v, {3, 7}));
 }
 
-TEST_CASE("activations: split backward equals backward; shape errors named", "[nn][activation]") {
+TEST_CASE("activations: split backward equals backward, shape errors named", "[nn][activation]") {
   GELU gelu("h.0.act");
   testing::check_split_backward(gelu, random_input({4, 5}, 3), {4, 5});
   Context ctx;

@@ -59,7 +59,7 @@ TEST_CASE("Checkpoint gives the inner module's output and gradients, holding les
   }
 }
 
-TEST_CASE("Checkpoint passes the gradient check; split backward equals backward",
+TEST_CASE("Checkpoint passes the gradient check, split backward equals backward",
           "[nn][checkpoint]") {
   Checkpoint checkpointed("ckpt", block());
   testing::check_module_gradients(checkpointed, random_input({3, 5}, 3));

@@ -77,7 +77,7 @@ TEST_CASE("Linear accumulates over micro-batches and counts its FLOPs", "[nn][li
         2 * 5 * 4 * 3 + 15 + 120 + 120 + 24 + 15 + 3);
 }
 
-TEST_CASE("a tied Linear shares the embedding; ready fires once after both contributions",
+TEST_CASE("a tied Linear shares the embedding, ready fires once after both contributions",
           "[nn][linear]") {
   const int64_t vocab = 7, dim = 4;
   Embedding embedding("wte", vocab, dim);

@@ -41,7 +41,7 @@ TEST_CASE("Sequential passes the gradient check", "[nn][sequential]") {
   testing::check_module_gradients(*seq, random_input({3, 6}, 1));
 }
 
-TEST_CASE("Sequential: gradients become ready last layer first; split backward",
+TEST_CASE("Sequential: gradients become ready last layer first, split backward",
           "[nn][sequential]") {
   auto seq = small_stack("block");
   std::vector<std::string> order;

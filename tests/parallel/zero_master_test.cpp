@@ -285,7 +285,7 @@ void check_master_run(const MasterRun& run) {
 
 }  // namespace
 
-TEST_CASE("zero master: bf16 stages 1-3 step an f32 master (SGD, AdamW; 2 and 3 ranks)", "[zero]") {
+TEST_CASE("zero master: bf16 stages 1-3 step an f32 master (SGD, AdamW, 2 and 3 ranks)", "[zero]") {
   for (const int ranks : {2, 3}) {
     for (const int stage : {1, 2, 3}) {
       for (const Opt opt : {Opt::sgd, Opt::adamw}) {

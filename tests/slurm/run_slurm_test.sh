@@ -55,7 +55,7 @@ nodes=(loom-n1 loom-n2)
 ntasks=$((${#nodes[@]} * tasks_per_node))
 
 skip() {
-  echo "SKIP: $*"
+  echo "SKIPPED: $*"
   exit 77
 }
 fail() {

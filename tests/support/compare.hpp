@@ -1,0 +1,156 @@
+// Numeric comparisons for every test: NaN never passes.
+//
+// NOTE [NaN in comparisons]: `diff > tol` is false for a NaN diff, and
+// `std::max(worst, diff)` keeps `worst` when diff is NaN, so a test written
+// either way passes a result that is all NaN. Every numeric comparison in the
+// tests goes through these helpers instead:
+//   - close(got, want, atol, rtol) is `|got - want| <= atol + rtol * |want|`,
+//     written so that a NaN on either side is false (equal infinities are close:
+//     an overflow expected by the test is not an error);
+//   - error_of(got, want) is |got - want| with NaN (or one-sided infinity)
+//     mapped to +infinity, so a maximum over errors keeps it; WorstError
+//     accumulates such a maximum and where it happened;
+//   - AllClose(want, atol, rtol) is a Catch2 matcher for vectors that names the
+//     first element out of tolerance and how many are.
+// Each helper has a negative control in tests/support/compare_test.cpp: a NaN
+// and a value just outside the tolerance must fail it.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace loom::test {
+
+// |got - want|, or +infinity when either is NaN or exactly one is infinite
+// (or both are infinite with opposite signs).
+inline double error_of(double got, double want) {
+  if (std::isnan(got) || std::isnan(want)) return std::numeric_limits<double>::infinity();
+  if (std::isinf(got) || std::isinf(want)) {
+    return got == want ? 0.0 : std::numeric_limits<double>::infinity();
+  }
+  return std::abs(got - want);
+}
+
+// |got - want| <= atol + rtol * |want|; false when either side is NaN.
+inline bool close(double got, double want, double atol, double rtol = 0.0) {
+  const double bound = atol + rtol * (std::isinf(want) ? 0.0 : std::abs(want));
+  return error_of(got, want) <= bound;
+}
+
+// The largest error seen and where (first index with that error). A NaN error
+// counts as +infinity, so it is never lost in the maximum.
+struct WorstError {
+  double value = 0.0;
+  int64_t index = -1;  // where `value` was seen (the caller's index; -1 if none given)
+  int64_t count = 0;   // errors added
+
+  // An error computed by the caller (e.g. a relative error); NaN counts as +infinity.
+  void add_error(double error, int64_t at = -1) {
+    if (std::isnan(error)) error = std::numeric_limits<double>::infinity();
+    if (count++ == 0 || error > value) {
+      value = error;
+      index = at;
+    }
+  }
+  // The error of one element: error_of(got, want).
+  void add(double got, double want, int64_t at = -1) { add_error(error_of(got, want), at); }
+  // True when every error added is within `tol` (vacuously true when none was).
+  bool within(double tol) const { return value <= tol; }
+};
+
+// max_i |a[i] - b[i]|, +infinity for a NaN anywhere or different sizes.
+template <typename T, typename U>
+double max_abs_diff(std::span<const T> a, std::span<const U> b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  WorstError worst;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst.add(static_cast<double>(a[i]), static_cast<double>(b[i]), static_cast<int64_t>(i));
+  }
+  return worst.value;
+}
+template <typename T, typename U>
+double max_abs_diff(const std::vector<T>& a, const std::vector<U>& b) {
+  return max_abs_diff(std::span<const T>(a), std::span<const U>(b));
+}
+
+// Catch2 matcher: every element of the vector is close() to `want`'s.
+//   CHECK_THAT(got, AllClose(want, 1e-5));
+template <typename T>
+class AllCloseMatcher : public Catch::MatcherBase<std::vector<T>> {
+ public:
+  AllCloseMatcher(std::vector<T> want, double atol, double rtol)
+      : want_(std::move(want)), atol_(atol), rtol_(rtol) {}
+
+  bool match(const std::vector<T>& got) const override {
+    std::ostringstream why;
+    if (got.size() != want_.size()) {
+      why << "sizes differ: " << got.size() << " vs " << want_.size();
+      detail_ = why.str();
+      return false;
+    }
+    int64_t bad = 0, first = -1;
+    WorstError worst;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double g = static_cast<double>(got[i]), w = static_cast<double>(want_[i]);
+      worst.add(g, w, static_cast<int64_t>(i));
+      if (!close(g, w, atol_, rtol_)) {
+        if (first < 0) first = static_cast<int64_t>(i);
+        ++bad;
+      }
+    }
+    if (bad == 0) return true;
+    why.precision(9);
+    why << bad << " of " << got.size() << " elements out of tolerance; first at [" << first
+        << "]: " << static_cast<double>(got[static_cast<size_t>(first)]) << " vs "
+        << static_cast<double>(want_[static_cast<size_t>(first)]) << "; largest error "
+        << worst.value << " at [" << worst.index << "]";
+    detail_ = why.str();
+    return false;
+  }
+
+  std::string describe() const override {
+    std::ostringstream out;
+    out << "is close to the expected " << want_.size() << " values (atol " << atol_ << ", rtol "
+        << rtol_ << ")";
+    if (!detail_.empty()) out << ": " << detail_;
+    return out.str();
+  }
+
+ private:
+  std::vector<T> want_;
+  double atol_, rtol_;
+  mutable std::string detail_;  // Catch2 2.x calls describe() after match()
+};
+
+template <typename T>
+AllCloseMatcher<T> AllClose(std::vector<T> want, double atol, double rtol = 0.0) {
+  return AllCloseMatcher<T>(std::move(want), atol, rtol);
+}
+
+// Catch2 matcher for one value: CHECK_THAT(loss, Near(2.5, 1e-6)).
+class NearMatcher : public Catch::MatcherBase<double> {
+ public:
+  NearMatcher(double want, double atol, double rtol) : want_(want), atol_(atol), rtol_(rtol) {}
+  bool match(const double& got) const override { return close(got, want_, atol_, rtol_); }
+  std::string describe() const override {
+    std::ostringstream out;
+    out.precision(9);
+    out << "is within " << atol_ << " + " << rtol_ << " x |want| of " << want_;
+    return out.str();
+  }
+
+ private:
+  double want_, atol_, rtol_;
+};
+
+inline NearMatcher Near(double want, double atol, double rtol = 0.0) {
+  return NearMatcher(want, atol, rtol);
+}
+
+}  // namespace loom::test

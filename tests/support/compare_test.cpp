@@ -1,0 +1,89 @@
+// Negative controls for the comparison helpers (NOTE [NaN in comparisons]):
+// each helper must fail on a NaN and on a value just outside its tolerance,
+// and pass on a value just inside it.
+#include "compare.hpp"
+
+#include <limits>
+#include <vector>
+
+using loom::test::AllClose;
+using loom::test::close;
+using loom::test::error_of;
+using loom::test::max_abs_diff;
+using loom::test::Near;
+using loom::test::WorstError;
+
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+}  // namespace
+
+TEST_CASE("compare: close() fails NaN and values off by more than the tolerance", "[support]") {
+  CHECK(close(1.0, 1.0, 0.0));
+  CHECK(close(1.0 + 0.9e-3, 1.0, 1e-3));
+  CHECK_FALSE(close(1.0 + 1.1e-3, 1.0, 1e-3));
+  CHECK_FALSE(close(1.0 - 1.1e-3, 1.0, 1e-3));
+  CHECK(close(101.0, 100.0, 0.0, 0.011));
+  CHECK_FALSE(close(101.2, 100.0, 0.0, 0.011));
+  CHECK_FALSE(close(kNaN, 1.0, 1e9));
+  CHECK_FALSE(close(1.0, kNaN, 1e9));
+  CHECK_FALSE(close(kNaN, kNaN, 1e9));
+  CHECK_FALSE(close(kInf, 1.0, 1e9));
+  CHECK_FALSE(close(kInf, -kInf, 1e9));
+  CHECK(close(kInf, kInf, 0.0));
+}
+
+TEST_CASE("compare: error_of and WorstError keep a NaN as the largest error", "[support]") {
+  CHECK(error_of(2.0, 1.5) == 0.5);
+  CHECK(error_of(kNaN, 1.0) == kInf);
+  CHECK(error_of(1.0, -kInf) == kInf);
+
+  WorstError worst;
+  CHECK(worst.within(0.0));
+  worst.add(1.0, 1.25, 0);
+  worst.add(kNaN, 1.0, 1);  // a NaN after a finite error is not lost...
+  worst.add(3.0, 3.5, 2);   // ...nor replaced by a later finite one
+  CHECK(worst.value == kInf);
+  CHECK(worst.index == 1);
+  CHECK_FALSE(worst.within(1e30));
+
+  WorstError off;
+  off.add(1.0, 1.0 + 2e-6, 0);
+  off.add(5.0, 5.0, 1);
+  CHECK(off.within(2.5e-6));
+  CHECK_FALSE(off.within(1.5e-6));
+  CHECK(off.index == 0);
+
+  WorstError relative;
+  relative.add_error(kNaN, 7);
+  CHECK_FALSE(relative.within(1.0));
+  CHECK(relative.index == 7);
+}
+
+TEST_CASE("compare: max_abs_diff is infinite for a NaN or a size mismatch", "[support]") {
+  const std::vector<float> a{1.0f, 2.0f, 3.0f};
+  CHECK(max_abs_diff(a, std::vector<float>{1.0f, 2.5f, 3.0f}) == 0.5);
+  CHECK(max_abs_diff(a, std::vector<double>{1.0, 2.0, kNaN}) == kInf);
+  CHECK(max_abs_diff(std::vector<double>{kNaN, 2.0, 3.0}, a) == kInf);
+  CHECK(max_abs_diff(a, std::vector<float>{1.0f, 2.0f}) == kInf);
+}
+
+TEST_CASE("compare: the AllClose and Near matchers fail NaN and off-by-tolerance values",
+          "[support]") {
+  const std::vector<float> want{1.0f, -2.0f, 0.5f};
+  CHECK_THAT(want, AllClose(want, 0.0));
+  CHECK_THAT((std::vector<float>{1.0f, -2.0f, 0.5009f}), AllClose(want, 1e-3));
+  CHECK_FALSE(AllClose(want, 1e-3).match(std::vector<float>{1.0f, -2.0f, 0.5011f}));
+  CHECK_FALSE(AllClose(want, 1e9).match(std::vector<float>{1.0f, std::nanf(""), 0.5f}));
+  CHECK_FALSE(AllClose(want, 1e9).match(std::vector<float>{1.0f, -2.0f}));
+
+  // The description names the first bad element.
+  const auto matcher = AllClose(want, 1e-3);
+  REQUIRE_FALSE(matcher.match(std::vector<float>{1.0f, -2.5f, 0.5f}));
+  CHECK_THAT(matcher.describe(), Catch::Contains("1 of 3 elements") && Catch::Contains("[1]"));
+
+  CHECK_THAT(2.0, Near(2.0, 0.0));
+  CHECK_THAT(2.0009, Near(2.0, 1e-3));
+  CHECK_FALSE(Near(2.0, 1e-3).match(2.0011));
+  CHECK_FALSE(Near(2.0, 1e9).match(kNaN));
+}
