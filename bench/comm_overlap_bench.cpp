@@ -1,6 +1,6 @@
 // Compute slowdown while communication is in flight, on the mpi backend.
 //
-// Overlap only pays if the waiting side gives its core back (LESSONS.md): a
+// Overlap only pays if the waiting side gives its core back (docs/design.md, "Waiting costs a core"): a
 // progress thread that spins in an MPI wait on the compute thread's core
 // halves the compute rate. This benchmark measures, on every rank, the rate of
 // a compute loop on the main thread (chunks of cache-resident arithmetic)

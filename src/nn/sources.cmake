@@ -1,4 +1,4 @@
-# nn/: modules with explicit forward/backward (DESIGN.md decision 1).
+# nn/: modules with explicit forward/backward (docs/design.md, decision 1).
 target_sources(loom PRIVATE
   nn/attention.cpp
   nn/activation.cpp

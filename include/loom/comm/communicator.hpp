@@ -5,7 +5,8 @@
 //
 //   mpi    host tensors over MPI; CUDA tensors staged through host memory.
 //          One progress thread per process drives non-blocking operations.
-//   nccl   (planned) CUDA tensors over NCCL, on a communication stream fenced by events.
+//   nccl   CUDA tensors over NCCL, on a communication stream fenced by events
+//          (built with CUDA and NCCL; see nccl.hpp).
 //   local  ranks as threads of one process (tests of multi-rank logic).
 //
 // Contract, whatever the backend:

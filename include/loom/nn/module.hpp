@@ -1,5 +1,5 @@
 // Module: a layer with an explicit forward and a split backward
-// (DESIGN.md decision 1).
+// (docs/design.md, decision 1).
 //
 //   y  = m.forward(x, ctx);          // saves what backward needs in ctx
 //   dx = m.backward_input(dy, ctx);  // dL/dx; keeps dy in ctx if it has weights

@@ -1,5 +1,5 @@
 // Parameter: a named trainable tensor, its accumulating gradient, and the
-// "gradient ready" signal reducers subscribe to (DESIGN.md decision 2).
+// "gradient ready" signal reducers subscribe to (docs/design.md, decision 2).
 //
 // NOTE [gradient contributions] A module writes a parameter's gradient through
 // begin_grad_write() / end_grad_write(). The first write after zero_grad()

@@ -1,7 +1,7 @@
 // ParallelLayout: how the world's ranks form a tp × dp × pp mesh, and the
 // communicators of each parallel dimension.
 //
-// The mapping is one pure function, fixed in one place (DESIGN.md decision 5):
+// The mapping is one pure function, fixed in one place (docs/design.md, decision 5):
 // tensor parallel innermost, then data, then pipeline,
 //
 //   world_rank = tp_index + tp * (dp_index + dp * pp_index)

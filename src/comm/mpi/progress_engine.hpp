@@ -7,8 +7,8 @@
 // process keeps each communicator's order. Non-blocking calls mean a receive
 // that is not matched yet never holds up an all-reduce submitted after it.
 //
-// How the thread waits (LESSONS.md: a thread spinning in an MPI wait on the
-// compute thread's core halves the compute rate):
+// How the thread waits (docs/design.md, "Waiting costs a core": a thread
+// spinning in an MPI wait on the compute thread's core halves the compute rate):
 //   nothing in flight   sleeps on a condition variable, woken by submit(); every
 //                       10 ms it tests the control channels' receives, so a
 //                       status query or an abort from a peer is answered even
