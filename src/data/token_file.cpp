@@ -15,9 +15,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <random>
 #include <vector>
 
+#include "core/atomic_file.hpp"
 #include "loom/core/error.hpp"
 
 namespace loom::data {
@@ -50,17 +50,6 @@ struct FileDescriptor {
   }
 };
 
-void write_all(int fd, const void* data, size_t bytes, const std::string& path) {
-  const auto* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t written = ::write(fd, p, bytes);
-    if (written < 0 && errno == EINTR) continue;
-    LOOM_CHECK(written > 0, "token file ", path, ": write failed: ", errno_text());
-    p += written;
-    bytes -= static_cast<size_t>(written);
-  }
-}
-
 // Reads the corpus, one document per file, up to the byte cap.
 std::vector<uint16_t> tokenize_corpus(const TextCorpusOptions& options, TokenFileSummary& summary) {
   std::vector<uint16_t> tokens;
@@ -80,37 +69,14 @@ std::vector<uint16_t> tokenize_corpus(const TextCorpusOptions& options, TokenFil
   return tokens;
 }
 
-// Writes header + tokens to a fresh temporary file beside `path`, fsyncs it
-// and renames it over `path`. On any failure the temporary file is removed.
+// Writes header + tokens so that `path` is whole or absent (NOTE [atomic files]).
 void write_atomically(const std::string& path, const std::vector<uint16_t>& tokens) {
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::random_device entropy;
-  const std::string temp = (dir / (target.filename().string() + ".tmp." +
-                                   std::to_string(::getpid()) + "." + std::to_string(entropy())))
-                               .string();
-  FileDescriptor file{::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)};
-  LOOM_CHECK(file.fd >= 0, "token file ", path, ": cannot create temporary file ", temp, ": ",
-             errno_text());
-  try {
+  detail::write_file_atomically(path, "token file", [&](detail::FileSink& sink) {
     Header header;
     header.token_count = tokens.size();
-    write_all(file.fd, &header, sizeof(header), temp);
-    write_all(file.fd, tokens.data(), tokens.size() * sizeof(uint16_t), temp);
-    LOOM_CHECK(::fsync(file.fd) == 0, "token file ", path, ": fsync of ", temp,
-               " failed: ", errno_text());
-    LOOM_CHECK(::close(file.fd) == 0, "token file ", path, ": close of ", temp,
-               " failed: ", errno_text());
-    file.fd = -1;
-    LOOM_CHECK(::rename(temp.c_str(), path.c_str()) == 0, "token file ", path, ": rename from ",
-               temp, " failed: ", errno_text());
-  } catch (...) {
-    ::unlink(temp.c_str());
-    throw;
-  }
-  // Make the rename itself durable.
-  FileDescriptor directory{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (directory.fd >= 0) ::fsync(directory.fd);
+    sink.write(&header, sizeof(header));
+    sink.write(tokens.data(), tokens.size() * sizeof(uint16_t));
+  });
 }
 
 }  // namespace

@@ -18,7 +18,7 @@
 #include "loom/core/error.hpp"
 #include "loom/trace/chrome_trace.hpp"
 #include "loom/trace/profiler.hpp"
-#include "trace/atomic_write.hpp"
+#include "core/atomic_file.hpp"
 
 namespace loom::trace {
 namespace {
@@ -128,7 +128,7 @@ void Profiler::write_chrome_trace(const std::string& path) {
        {{"format", kFormat},
         {"rank", pid},
         {"clock_origin", {{"steady_ns", origin.steady_ns}, {"system_ns", origin.system_ns}}}}}};
-  detail::write_file_atomically(path, trace.dump());
+  loom::detail::write_file_atomically(path, "trace", trace.dump());
 }
 
 void merge_chrome_traces(const std::string& output, const std::vector<std::string>& inputs) {
@@ -176,7 +176,7 @@ void merge_chrome_traces(const std::string& output, const std::vector<std::strin
                      {{"format", kFormat},
                       {"merged", merged_ranks},
                       {"clock_origin", {{"system_ns", earliest}}}}}};
-  detail::write_file_atomically(output, merged.dump());
+  loom::detail::write_file_atomically(output, "merged trace", merged.dump());
 }
 
 }  // namespace loom::trace

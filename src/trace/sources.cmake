@@ -1,6 +1,5 @@
 # trace/: op counting, the profiler and the Chrome-trace timeline.
 target_sources(loom PRIVATE
-  trace/atomic_write.cpp
   trace/chrome_trace.cpp
   trace/op_scope.cpp
   trace/profiler.cpp
