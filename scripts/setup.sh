@@ -15,7 +15,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev   # JSON output, command-line flags
   libopenblas0-pthread              # peer SGEMM in the kernel benchmark; PyTorch's BLAS
   zlib1g-dev                        # reading the digits dataset (.csv.gz)
-  python3                           # tests/check_test_entries.py (the test-entry guard)
+  python3 python3-venv              # test tools; a venv with the safetensors package (below)
   slurmctld slurmd slurm-client     # the Slurm test (tests/slurm): a private two-node Slurm
 )
 if [ "${1:-}" = "--peers" ]; then
@@ -29,8 +29,29 @@ for p in "${packages[@]}"; do
   fi
 done
 
+# The safetensors package and numpy (tests/requirements.txt, small wheels from
+# PyPI) in a virtual environment, for the test that reads Loom's checkpoint
+# files with the real safetensors reader. Without PyPI that test is skipped,
+# saying why; nothing else needs it.
+setup_test_venv() {
+  local root venv
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  venv=${LOOM_TEST_VENV:-$root/.test-venv}
+  if "$venv/bin/python" -c 'import numpy, safetensors' 2>/dev/null; then
+    return 0
+  fi
+  echo "setup: installing tests/requirements.txt into $venv"
+  if ! { python3 -m venv "$venv" &&
+         "$venv/bin/pip" install -q --disable-pip-version-check -r "$root/tests/requirements.txt"; } \
+       >"$venv.log" 2>&1; then
+    echo "setup: warning: could not install tests/requirements.txt into $venv" \
+         "($(tail -n 1 "$venv.log")); the safetensors reader test will be skipped" >&2
+  fi
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages present"
+  setup_test_venv
   exit 0
 fi
 
@@ -54,4 +75,5 @@ export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
   "${missing[@]}" >/dev/null
+setup_test_venv
 echo "setup: done"

@@ -15,10 +15,10 @@
 #include <set>
 #include <sstream>
 
+#include "core/atomic_file.hpp"
 #include "loom/core/error.hpp"
 #include "loom/trace/chrome_trace.hpp"
 #include "loom/trace/profiler.hpp"
-#include "core/atomic_file.hpp"
 
 namespace loom::trace {
 namespace {
