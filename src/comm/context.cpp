@@ -4,13 +4,16 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <exception>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "comm/mpi/mpi_communicator.hpp"
 #include "comm/mpi/progress_engine.hpp"
+#include "core/error_record.hpp"
 #include "core/mpi_check.hpp"
 #include "loom/core/logging.hpp"
 
@@ -20,14 +23,67 @@ namespace {
 std::mutex g_mutex;
 bool g_alive = false;  // a Context exists
 
+// NOTE [failing rank]
+// A rank that ends because of an error must not leave its peers waiting: in a
+// collective it will never join, they would wait for their timeout (minutes)
+// and then know only that it "did not answer". And it must not block itself
+// in collective teardown (freeing a shared-memory window, MPI_Finalize) while
+// a peer waits elsewhere: that is a hang with no message at all. So whenever a
+// rank ends by an exception -- one that leaves main() or a thread (the
+// terminate handler below), or one that unwinds through the loom::Context
+// (~Context with std::uncaught_exceptions() > 0, as when main() catches it
+// after the Context's scope) -- it
+//   1. logs the cause at once (the exception's message; in ~Context the
+//      latest loom::Error of the thread, core/error_record.hpp),
+//   2. aborts every communicator it has with "rank R failed: <cause>": each
+//      peer's progress thread logs that, fails its pending and later
+//      collectives with CommError{peer_failed} naming rank R and the cause,
+//      and acknowledges (ProgressEngine::fail_process), and
+//   3. waits at most kTellPeers for the acknowledgements, frees nothing
+//      collective and does not finalize MPI; the terminate handler then calls
+//      MPI_Abort, ~Context returns and lets the program end (the launcher
+//      reports a rank that ends without MPI_Finalize as failed and ends the job).
+// Peers that fail in turn do the same, so a failure anywhere ends every rank
+// within seconds, each naming the rank that failed first and why.
+constexpr auto kTellPeers = std::chrono::seconds(2);
+
+std::mutex g_engine_mutex;  // guards the two below (the terminate handler may run on any thread)
+std::weak_ptr<comm::mpi::ProgressEngine> g_engine;
+int g_rank = -1;
+
+// Steps 2 and 3 of NOTE [failing rank] for the live Context, if any.
+void tell_peers_this_rank_failed(const std::string& cause) {
+  std::shared_ptr<comm::mpi::ProgressEngine> engine;
+  int rank = -1;
+  {
+    std::lock_guard lock(g_engine_mutex);
+    engine = g_engine.lock();
+    rank = g_rank;
+  }
+  if (!engine) return;
+  const bool told = engine->fail_process(str_cat("rank ", rank, " failed: ", cause),
+                                         std::chrono::steady_clock::now() + kTellPeers);
+  if (!told) {
+    LOOM_LOG_WARN("not every peer acknowledged this rank's failure within ", kTellPeers.count(),
+                  " s (dead, or stuck outside Loom)");
+  }
+}
+
 // NOTE [uncaught errors end the job]
 // An exception nobody catches (a CommError after a timeout, typically) must
 // end this process non-zero *and* take the other ranks down: a rank that just
 // dies leaves its peers to their own timeouts, or hanging in a blocking MPI
-// call outside Loom. The handler logs what() and calls MPI_Abort, which makes
-// mpirun (or srun) kill every rank of the job. The flight recorder was dumped
-// already by the timeout path, so the message is all it prints.
+// call outside Loom. The handler logs what(), tells the peers (NOTE [failing
+// rank]) and calls MPI_Abort, which makes mpirun (or srun) kill every rank of
+// the job. The flight recorder was dumped already by the timeout path, so the
+// message is all it prints.
 [[noreturn]] void abort_job_on_uncaught_exception() {
+  // A second thread that gets here (the peers' abort failing its wait, say)
+  // leaves the ending to the first.
+  static std::atomic<bool> ending{false};
+  if (ending.exchange(true)) {
+    while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   std::string what = "std::terminate called without an active exception";
   if (const std::exception_ptr error = std::current_exception()) {
     try {
@@ -42,6 +98,7 @@ bool g_alive = false;  // a Context exists
            str_cat(what,
                    "\nloom: ending the job with MPI_Abort so that the other ranks do not "
                    "wait for this one"));
+  tell_peers_this_rank_failed(what);
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -209,6 +266,11 @@ Context init(const InitOptions& options) {
     state->previous_handler = std::set_terminate(&abort_job_on_uncaught_exception);
     state->handler_installed = true;
   }
+  {
+    std::lock_guard lock(g_engine_mutex);
+    g_engine = state->engine;
+    g_rank = mpi_view.rank;
+  }
   char host[MPI_MAX_PROCESSOR_NAME] = {};
   int host_length = 0;
   MPI_Get_processor_name(host, &host_length);
@@ -228,6 +290,14 @@ Context::Context(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 Context::~Context() {
   if (!state_) return;
+  {
+    std::lock_guard lock(g_engine_mutex);
+    g_engine.reset();
+  }
+  if (std::uncaught_exceptions() > 0) {
+    end_failing();
+    return;
+  }
   // Ops of live communicators get a little time to finish; aborted ones none.
   const comm::Milliseconds grace =
       std::min<comm::Milliseconds>(std::chrono::seconds(10), state_->world->default_timeout());
@@ -243,6 +313,31 @@ Context::~Context() {
           "flight (see above)");
     }
   }
+  if (state_->handler_installed) std::set_terminate(state_->previous_handler);
+  std::lock_guard guard(g_mutex);
+  g_alive = false;
+}
+
+void Context::end_failing() {
+  // NOTE [failing rank]: an exception is unwinding through this Context.
+  const std::string& latest = detail::latest_error_on_this_thread();
+  const std::string cause =
+      latest.empty() ? "an exception that is not a loom::Error (the program reports it where it "
+                       "catches it)"
+                     : latest;
+  LOOM_LOG_ERROR("this rank is ending with an error: ", cause,
+                 "\nloom: telling the other ranks; MPI is not finalized, so the launcher reports "
+                 "this rank as failed");
+  const bool told =
+      state_->engine->fail_process(str_cat("rank ", state_->launch.rank, " failed: ", cause),
+                                   std::chrono::steady_clock::now() + kTellPeers);
+  if (!told) {
+    LOOM_LOG_WARN("not every peer acknowledged this rank's failure within ", kTellPeers.count(),
+                  " s (dead, or stuck outside Loom)");
+  }
+  state_->world.reset();
+  state_->engine->shutdown(comm::Milliseconds(0));
+  state_->engine.reset();
   if (state_->handler_installed) std::set_terminate(state_->previous_handler);
   std::lock_guard guard(g_mutex);
   g_alive = false;

@@ -1,6 +1,7 @@
 #include "loom/comm/work.hpp"
 
 #include "comm/work_state.hpp"
+#include "core/error_record.hpp"
 
 namespace loom::comm {
 namespace detail {
@@ -78,7 +79,13 @@ void WorkState::wait(Milliseconds timeout) {
     std::lock_guard lock(mutex_);
     error = error_;
   }
-  if (error) std::rethrow_exception(error);
+  if (!error) return;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    loom::detail::note_error(e.what());  // made on the progress thread: record it on this one
+    throw;
+  }
 }
 
 void WorkState::block_stream(const Stream& stream) {

@@ -1,8 +1,26 @@
 #include "loom/core/error.hpp"
 
+#include "core/error_record.hpp"
 #include "core/library_check.hpp"
 
 namespace loom {
+
+namespace {
+thread_local std::string t_latest_error;
+}  // namespace
+
+Error::Error(const std::string& message) : std::runtime_error(message) {
+  detail::note_error(message);
+}
+
+namespace detail {
+void note_error(const std::string& message) {
+  t_latest_error = message;
+}
+const std::string& latest_error_on_this_thread() {
+  return t_latest_error;
+}
+}  // namespace detail
 
 LibraryError::LibraryError(std::string library, long code, std::string library_message,
                            std::string call, std::string file, int line)

@@ -16,6 +16,19 @@
 //                   others broadcast.
 //   mismatch-count  (with LOOM_DEBUG_COLLECTIVES=1) rank 0 reduces 1000
 //                   elements, the others 999.
+//
+// A rank that fails with an error of its own (NOTE [failing rank]): the last
+// rank throws loom::Error("the input of rank N is corrupt") while the others
+// wait in a collective; every rank must end within seconds, whatever
+// LOOM_COMM_TIMEOUT says, the failing one printing the message and the others
+// naming it and the message.
+//   throw-before-collective   before the first collective; the error leaves main()
+//   throw-between-collectives after the first all_reduce; the error leaves main()
+//   throw-caught-outside      after the first all_reduce, in a function that holds
+//                             the Context; main() catches it, prints it and returns 3
+//   throw-in-thread           in a thread of the last rank, which the error leaves
+//   throw-in-prefetcher       in the token prefetcher's producer thread; the main
+//                             thread gets it from next() and it leaves main()
 #include <signal.h>
 #include <unistd.h>
 
@@ -27,6 +40,7 @@
 
 #include "loom/comm/context.hpp"
 #include "loom/core/logging.hpp"
+#include "loom/data/token_prefetcher.hpp"
 
 using loom::Tensor;
 using loom::comm::CommError;
@@ -49,17 +63,41 @@ void check_unchanged(const Tensor& t, float value) {
   LOOM_LOG_INFO("the tensor is unchanged after the mismatch");
 }
 
-}  // namespace
+[[noreturn]] void fail_here(int rank) {
+  throw loom::Error(loom::str_cat("the input of rank ", rank, " is corrupt"));
+}
 
-int main(int argc, char** argv) {
-  const std::string mode = argc > 1 ? argv[1] : "";
+int run(const std::string& mode) {
   loom::Context context = loom::init();
   loom::comm::Communicator& world = *context.world();
   const int rank = world.rank(), last = world.size() - 1;
   const Tensor t = Tensor::full({1024}, rank + 1.0);
+  if (mode == "throw-before-collective" && rank == last) fail_here(rank);
   world.all_reduce(t).wait();  // #1: everybody
 
-  if (mode == "missing-rank" || mode == "frozen-rank") {
+  if (mode == "throw-before-collective") {
+    // (the last rank failed above)
+  } else if (mode == "throw-between-collectives" || mode == "throw-caught-outside") {
+    if (rank == last) fail_here(rank);
+    world.all_reduce(t).wait();  // fails on the others, naming the last rank
+  } else if (mode == "throw-in-thread") {
+    // The last rank's main thread waits for its worker, which never returns.
+    if (rank == last) std::thread([rank] { fail_here(rank); }).join();
+    world.all_reduce(t).wait();
+  } else if (mode == "throw-in-prefetcher") {
+    if (rank == last) {
+      loom::data::TokenPrefetcher prefetch(
+          [rank](int64_t step) -> loom::data::TokenBatch {
+            if (step == 1) fail_here(rank);
+            return {step, Tensor::zeros({1, 4}, loom::DType::i32),
+                    Tensor::zeros({1, 4}, loom::DType::i32)};
+          },
+          0);
+      prefetch.next();
+      prefetch.next();  // rethrows the producer's error
+    }
+    world.all_reduce(t).wait();
+  } else if (mode == "missing-rank" || mode == "frozen-rank") {
     if (rank == last) {
       if (mode == "frozen-rank") raise(SIGSTOP);
       busy_elsewhere();
@@ -95,4 +133,17 @@ int main(int argc, char** argv) {
   }
   LOOM_LOG_ERROR("mode '", mode, "' finished without an error");
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode != "throw-caught-outside") return run(mode);  // errors leave main()
+  try {
+    return run(mode);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom_mpi_failure: %s\n", e.what());
+    return 3;
+  }
 }

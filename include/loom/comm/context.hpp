@@ -18,13 +18,20 @@
 //  - One Context at a time: init() while a Context is alive throws loom::Error.
 //  - A launcher/MPI disagreement (the classic: `srun` without PMIx, where every
 //    process is rank 0 of 1) throws loom::Error saying how to launch instead.
-//  - init() installs a std::terminate handler: an uncaught exception (a
-//    CommError after a timeout, say) is logged with its what() and the job is
-//    ended with MPI_Abort(MPI_COMM_WORLD, 1), so the peers are killed instead
-//    of hanging and mpirun exits non-zero. The previous handler is restored
-//    by ~Context.
-//  - ~Context stops the progress thread and finalizes MPI if init() started
-//    it. Communicators still held afterwards throw on use.
+//  - A rank that ends with an error tells the others at once: every
+//    communicator it has is aborted with "rank R failed: <message>", so each
+//    peer logs that and its pending and later collectives throw
+//    CommError{peer_failed} naming rank R and the message, instead of waiting
+//    for a timeout. This happens when an exception leaves main() or a thread:
+//    init() installs a std::terminate handler that logs what(), tells the
+//    peers and ends the job with MPI_Abort(MPI_COMM_WORLD, 1) (the previous
+//    handler is restored by ~Context); and when an exception unwinds through
+//    the Context (main() catching it outside the Context's scope): ~Context
+//    logs the latest loom::Error of the thread, tells the peers, and leaves MPI
+//    unfinalized so that the launcher ends the job. Either way nothing blocks
+//    in collective teardown. (NOTE [failing rank] in src/comm/context.cpp.)
+//  - Otherwise ~Context stops the progress thread and finalizes MPI if init()
+//    started it. Communicators still held afterwards throw on use.
 //
 // Names live in namespace loom (they set up the whole process, not only communication).
 #pragma once
@@ -113,6 +120,7 @@ class Context {
  private:
   struct State;
   explicit Context(std::unique_ptr<State> state);
+  void end_failing();  // ~Context while an exception unwinds (NOTE [failing rank])
   friend Context init(const InitOptions& options);
 
   std::unique_ptr<State> state_;

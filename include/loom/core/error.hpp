@@ -27,7 +27,10 @@ namespace loom {
 
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  // Also remembers the message as this thread's latest error (NOTE [failing
+  // rank] in comm/context.cpp: a rank whose Context is destroyed by an
+  // exception tells its peers why).
+  explicit Error(const std::string& message);
 };
 
 // A call into a third-party library (CUDA, cuBLAS, cuDNN, NCCL, MPI) failed.

@@ -92,7 +92,13 @@ void ControlChannel::on_receive(ProgressEngine& engine) {
     }
     case abort:
       if (const auto peer = peer_.lock()) peer->on_peer_abort(static_cast<int>(a), text);
+      send(engine, source, abort_ack, 0, 0, "");  // after the abort was logged and applied
       break;
+    case abort_ack: {
+      std::lock_guard lock(mutex_);
+      abort_acked_by_.insert(source);
+      break;
+    }
     default:
       LOOM_LOG_WARN("control channel: ignoring message with tag ", status.MPI_TAG, " from rank ",
                     source);
@@ -147,6 +153,12 @@ std::vector<std::optional<ControlChannel::Progress>> ControlChannel::query_progr
 
 void ControlChannel::broadcast_abort(ProgressEngine& engine, int origin,
                                      const std::string& reason) {
+  {
+    std::lock_guard lock(mutex_);
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_ && r != origin) abort_sent_to_.insert(r);
+    }
+  }
   engine.post([self = shared_from_this(), origin, reason, &engine] {
     for (int r = 0; r < self->size_; ++r) {
       if (r != self->rank_ && r != origin) {
@@ -154,6 +166,14 @@ void ControlChannel::broadcast_abort(ProgressEngine& engine, int origin,
       }
     }
   });
+}
+
+bool ControlChannel::abort_acknowledged() const {
+  std::lock_guard lock(mutex_);
+  for (const int r : abort_sent_to_) {
+    if (!abort_acked_by_.count(r)) return false;
+  }
+  return true;
 }
 
 }  // namespace loom::comm::mpi

@@ -11,7 +11,11 @@
 //   abort(origin, reason)
 //                 -> the receiver aborts its communicator: its pending works
 //                    fail with CommError{peer_failed} naming the rank that
-//                    started the abort, and it passes the message on.
+//                    started the abort, and it passes the message on; then it
+//                    answers the sender with
+//   abort ack     -> the receiver has logged the abort and failed its works:
+//                    a rank that is ending (NOTE [failing rank]) waits for
+//                    these before it goes, so its peers learn why.
 // Because the progress thread services it even when the rank is busy
 // elsewhere (computing, or blocked in another wait), a timeout can tell "rank
 // 2 has not called it (its last collective is #1)" from "rank 2 did not
@@ -28,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,17 +50,20 @@ class ControlPeer {
   virtual uint64_t splits_called() const = 0;
   // Rank `origin` aborted the communicator (called on the progress thread).
   virtual void on_peer_abort(int origin, const std::string& reason) = 0;
+  // This rank aborts the communicator (any thread): Communicator::abort.
+  virtual void abort_group(const std::string& reason) = 0;
 };
 
 class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
  public:
-  enum Kind : int { status_query = 1, status_reply = 2, abort = 3 };
+  enum Kind : int { status_query = 1, status_reply = 2, abort = 3, abort_ack = 4 };
 
   // Takes ownership of both communicators (freed by close()).
   ControlChannel(uint64_t id, MPI_Comm data, MPI_Comm control, int rank, int size,
                  std::weak_ptr<ControlPeer> peer);
 
   uint64_t id() const { return id_; }
+  std::shared_ptr<ControlPeer> peer() const { return peer_.lock(); }
   MPI_Comm data() const { return data_; }
   MPI_Comm control() const { return control_; }
 
@@ -82,6 +90,8 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
   // effort). A rank that receives one passes it on unchanged, in case the
   // origin died before reaching everybody.
   void broadcast_abort(ProgressEngine& engine, int origin, const std::string& reason);
+  // Every rank this one sent an abort to has acknowledged it (true when none was sent).
+  bool abort_acknowledged() const;
 
  private:
   struct Query {
@@ -99,10 +109,11 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
   MPI_Request receive_request_ = MPI_REQUEST_NULL;
   MPI_Status receive_status_{};
 
-  std::mutex mutex_;  // guards the queries
+  mutable std::mutex mutex_;  // guards the queries and the abort acknowledgements
   std::condition_variable answered_;
   uint64_t next_query_ = 1;
   std::map<uint64_t, std::shared_ptr<Query>> queries_;
+  std::set<int> abort_sent_to_, abort_acked_by_;
 };
 
 }  // namespace loom::comm::mpi

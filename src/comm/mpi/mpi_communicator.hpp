@@ -39,6 +39,7 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   uint64_t last_issued_seq() const override { return last_seq_.load(); }
   uint64_t splits_called() const override { return splits_.load(); }
   void on_peer_abort(int origin, const std::string& reason) override;
+  void abort_group(const std::string& reason) override { abort(reason); }
 
  protected:
   void start_all_reduce(const Tensor& tensor, const AllReduceOptions& options,

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <set>
 
 #include "comm/mpi/control_channel.hpp"
@@ -609,9 +610,50 @@ bool ProgressEngine::shutdown(Milliseconds grace) {
   return clean_;
 }
 
+bool ProgressEngine::fail_process(const std::string& reason,
+                                  std::chrono::steady_clock::time_point deadline) {
+  {
+    std::lock_guard lock(mutex_);
+    failing_ = true;
+    if (stopped_ || stopping_) return false;
+  }
+  if (on_progress_thread()) return false;  // nobody would run the posts below
+  // The channels belong to the driver: take the list there.
+  auto channels = std::make_shared<std::vector<std::shared_ptr<ControlChannel>>>();
+  auto listed = std::make_shared<std::promise<void>>();
+  std::future<void> ready = listed->get_future();
+  post([this, channels, listed] {
+    for (const auto& [id, channel] : channels_) channels->push_back(channel);
+    listed->set_value();
+  });
+  if (ready.wait_until(deadline) != std::future_status::ready) return false;
+  for (const auto& channel : *channels) {
+    if (const auto peer = channel->peer()) peer->abort_group(reason);
+  }
+  while (true) {
+    const bool all = std::all_of(channels->begin(), channels->end(),
+                                 [](const auto& c) { return c->abort_acknowledged(); });
+    if (all) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
 void ProgressEngine::close_all() {
   std::lock_guard lock(mutex_);  // submit() and post() see stopped_ from now on
   stopped_ = true;
+  if (failing_) {
+    // NOTE [failing rank]: peers may be blocked in a collective that needs this
+    // rank; freeing windows or communicators could block here too. The process
+    // is ending: leave them, and leave MPI unfinalized.
+    clean_ = false;
+    for (auto& op : active_) op.release();
+    active_.clear();
+    for (auto& shm : shm_) (void)shm.release();
+    channels_.clear();       // without close(): their communicators stay as they are
+    (void)types_.release();  // the released ops may still use them
+    return;
+  }
   if (!active_.empty()) {
     clean_ = false;
     std::string names;

@@ -126,6 +126,15 @@ class ProgressEngine {
   // finalized). Idempotent.
   bool shutdown(Milliseconds grace);
 
+  // NOTE [failing rank] (comm/context.cpp): this process is ending because of
+  // an error. Aborts every communicator it has with `reason`, so that their
+  // peers fail at once naming it, and waits until every peer has acknowledged
+  // (after logging it) or `deadline` passes; returns false in the latter case.
+  // From then on shutdown() frees nothing collective (shared-memory windows,
+  // communicators), and MPI must not be finalized: a peer may be blocked in
+  // the very collective that would need this rank. Not on the progress thread.
+  bool fail_process(const std::string& reason, std::chrono::steady_clock::time_point deadline);
+
   // ---- the driver only (NOTE [caller drives]) ------------------------------------------------
   // Starts `op` now (control sends), skipping the queue.
   void start_now(std::unique_ptr<MpiOp> op);
@@ -195,7 +204,8 @@ class ProgressEngine {
   bool stopped_ = false;
   const MpiOp* fence_ = nullptr;  // the op with `fence` in flight, if any
   std::chrono::steady_clock::time_point grace_deadline_{};
-  bool clean_ = true;  // nothing was left in flight at shutdown
+  bool clean_ = true;     // nothing was left in flight at shutdown
+  bool failing_ = false;  // fail_process() was called
   // NOTE [caller drives]: the last op was completed by a thread waiting on it;
   // submit() posts the next one itself instead of waking the progress thread.
   bool callers_drive_ = false;
