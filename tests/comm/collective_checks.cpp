@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "loom/core/tensor.hpp"
+#include "support/compare.hpp"
 
 namespace loom::comm::testing {
 namespace {
@@ -42,13 +43,14 @@ double tolerance(DType dtype) {
                                    dtype, ", count ", count, ": ", detail));
 }
 
+// Every element within rel_tol * |expected| (exactly equal when rel_tol is 0);
+// a NaN always fails (close()).
 void expect(const Tensor& t, const std::function<double(int64_t)>& expected, double rel_tol,
             const std::string& what, const Communicator& comm) {
   const std::vector<float> got = t.to_vector<float>();
   for (size_t i = 0; i < got.size(); ++i) {
     const double want = expected(static_cast<int64_t>(i));
-    const double diff = std::abs(static_cast<double>(got[i]) - want);
-    if (diff > rel_tol * std::abs(want)) {
+    if (!loom::test::close(got[i], want, 0.0, rel_tol)) {
       fail(what, comm, t.dtype(), t.numel(),
            str_cat("element ", i, " is ", got[i], ", expected ", want));
     }

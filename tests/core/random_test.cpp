@@ -4,10 +4,12 @@
 
 #include "loom/core/philox.hpp"
 #include "loom/core/random.hpp"
+#include "support/compare.hpp"
 
 using Catch::Matchers::Contains;
 using loom::DType;
 using loom::Tensor;
+using loom::test::Near;
 
 TEST_CASE("philox4x32-10 matches the Random123 known-answer vectors") {
   auto r = loom::philox4x32(0, 0, 0, 0, 0, 0);
@@ -34,17 +36,16 @@ TEST_CASE("uniform and normal fills have the requested distribution") {
   const Tensor u = Tensor::empty({n});
   loom::fill_uniform(u, {42, 1}, -2.0f, 3.0f);
   double sum = 0;
-  float lo = 1e9f, hi = -1e9f;
+  loom::test::ValueRange range;
   for (const float x : u.to_vector<float>()) {
     sum += x;
-    lo = std::min(lo, x);
-    hi = std::max(hi, x);
+    range.add(x);
   }
-  CHECK(lo >= -2.0f);
-  CHECK(hi < 3.0f);
-  CHECK(lo < -1.99f);
-  CHECK(hi > 2.99f);
-  CHECK(std::abs(sum / n - 0.5) < 0.02);  // sd of the mean: 5/sqrt(12 n) ~ 0.003
+  CHECK(range.lo >= -2.0f);
+  CHECK(range.hi < 3.0f);
+  CHECK(range.lo < -1.99f);
+  CHECK(range.hi > 2.99f);
+  CHECK_THAT(sum / n, Near(0.5, 0.02));  // sd of the mean: 5/sqrt(12 n) ~ 0.003
 
   const Tensor z = Tensor::empty({n});
   loom::fill_normal(z, {42, 2}, 1.0f, 0.5f);
@@ -54,8 +55,8 @@ TEST_CASE("uniform and normal fills have the requested distribution") {
     s2 += static_cast<double>(x) * x;
   }
   const double mean = s1 / n, var = s2 / n - mean * mean;
-  CHECK(std::abs(mean - 1.0) < 0.01);
-  CHECK(std::abs(std::sqrt(var) - 0.5) < 0.01);
+  CHECK_THAT(mean, Near(1.0, 0.01));
+  CHECK_THAT(std::sqrt(var), Near(0.5, 0.01));
 }
 
 TEST_CASE("the same key gives the same tensor, other streams and seeds differ") {

@@ -11,6 +11,7 @@
 #include "loom/kernels/causal_softmax.hpp"
 #include "loom/kernels/heads.hpp"
 #include "loom/nn/attention.hpp"
+#include "support/compare.hpp"
 
 using loom::Device;
 using loom::DType;
@@ -21,13 +22,10 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
+// |device - host| <= atol + rtol * |host| per element.
 void require_close(const std::vector<float>& got, const std::vector<float>& want, double atol,
                    double rtol) {
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    INFO("element " << i << ": device " << got[i] << ", host " << want[i]);
-    REQUIRE(std::abs(double(got[i]) - want[i]) <= atol + rtol * std::abs(want[i]));
-  }
+  REQUIRE(loom::test::out_of_tolerance(got, want, atol, rtol) == "");
 }
 
 }  // namespace

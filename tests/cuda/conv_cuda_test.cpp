@@ -13,6 +13,7 @@
 #include "loom/kernels/pool2d.hpp"
 #include "loom/nn/batch_norm.hpp"
 #include "loom/nn/conv2d.hpp"
+#include "support/compare.hpp"
 
 using loom::Device;
 using loom::DType;
@@ -24,15 +25,11 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
+// |device - host| <= tol * (1 + |host|) per element.
 void check_close(const char* what, const Tensor& device, const Tensor& host, double tol) {
-  const std::vector<float> got = device.to_vector<float>(), want = host.to_vector<float>();
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!(std::abs(got[i] - want[i]) <= tol * (1.0 + std::abs(want[i])))) {
-      INFO(what << "[" << i << "]: device " << got[i] << ", host " << want[i] << ", tol " << tol);
-      REQUIRE(false);
-    }
-  }
+  INFO(what);
+  REQUIRE(loom::test::out_of_tolerance(device.to_vector<float>(), host.to_vector<float>(), tol,
+                                       tol) == "");
 }
 
 Tensor empty_like(const Tensor& t, Device device) {

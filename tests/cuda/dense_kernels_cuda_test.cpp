@@ -15,6 +15,7 @@
 #include "loom/kernels/dropout.hpp"
 #include "loom/kernels/embedding.hpp"
 #include "loom/kernels/layer_norm.hpp"
+#include "support/compare.hpp"
 
 using loom::Device;
 using loom::DType;
@@ -27,15 +28,10 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
+// |device - host| <= atol + rtol * |host| per element.
 void require_close(const Tensor& device, const Tensor& host, double rtol, double atol) {
-  const std::vector<float> got = device.to_vector<float>(), want = host.to_vector<float>();
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!(std::abs(double(got[i]) - want[i]) <= atol + rtol * std::abs(double(want[i])))) {
-      INFO("element " << i << ": device " << got[i] << ", host " << want[i]);
-      REQUIRE(false);
-    }
-  }
+  REQUIRE(loom::test::out_of_tolerance(device.to_vector<float>(), host.to_vector<float>(), atol,
+                                       rtol) == "");
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "loom/kernels/elementwise.hpp"
 #include "loom/kernels/gemm.hpp"
 #include "loom/kernels/reduce.hpp"
+#include "support/compare.hpp"
 
 using Catch::Matchers::Contains;
 using loom::Device;
@@ -23,6 +24,7 @@ using loom::Tensor;
 using loom::kernels::ElementwiseOp;
 using loom::kernels::GemmOptions;
 using loom::kernels::Reduction;
+using loom::test::Near;
 namespace k = loom::kernels;
 
 namespace {
@@ -62,7 +64,7 @@ void check_device_gemm(const Tensor& a, const Tensor& b, const Tensor& c, const 
   for (size_t i = 0; i < got.size(); ++i) {
     const double tol = out_eps * std::abs(want[i]) +
                        (2.0 * static_cast<double>(kk + 4) * 0x1p-23 + in_eps) * scale[i] + 1e-30;
-    if (!(std::abs(static_cast<double>(got[i]) - want[i]) <= tol)) {
+    if (!loom::test::close(got[i], want[i], tol)) {
       INFO("element " << i << ": device " << got[i] << ", host " << want[i] << ", tolerance "
                       << tol);
       REQUIRE(false);
@@ -151,7 +153,7 @@ TEST_CASE("cuBLAS gemm: TF32, beta == 0 with NaN in C, empty sizes, determinism,
     k::gemm(da, db, side_c);
     side.synchronize();
     const std::vector<float> got = side_c.to_vector<float>();
-    for (size_t i = 0; i < got.size(); ++i) REQUIRE(std::abs(got[i] - first[i]) <= 1e-4f);
+    REQUIRE(loom::test::out_of_tolerance(got, first, 1e-4f) == "");
   }
 
   const Tensor k0 = Tensor::full({4, 5}, NAN, DType::bf16, kGpu);
@@ -265,8 +267,8 @@ TEST_CASE("CUDA reductions agree with the host, deterministically") {
         double sum_abs = 0;
         for (const float v : x.to_vector<float>()) sum_abs += std::abs(v);
         // f32 accumulation on the device: within 1e-5 of the magnitudes summed.
-        CHECK(std::abs(k::sum(dx) - k::sum(x)) <= 1e-5 * sum_abs);
-        CHECK(std::abs(k::sum_squares(dx) - k::sum_squares(x)) <= 1e-5 * k::sum_squares(x));
+        CHECK_THAT(k::sum(dx), Near(k::sum(x), 1e-5 * sum_abs));
+        CHECK_THAT(k::sum_squares(dx), Near(k::sum_squares(x), 1e-5 * k::sum_squares(x)));
         CHECK(k::max(dx) == k::max(x));
         CHECK(k::abs_max(dx) == k::abs_max(x));
         // Same bits every run, and the same bits for an aligned copy of a misaligned view.

@@ -9,6 +9,7 @@
 
 #include "../kernels/kernel_test_util.hpp"
 #include "loom/kernels/optimizer_update.hpp"
+#include "support/compare.hpp"
 
 using loom::Device;
 using loom::DType;
@@ -22,14 +23,8 @@ const Device kGpu = Device::cuda(0);
 // |device - host| <= rel * (|host| + 1) per element (bf16 parameters: rel = 2^-7, two bf16 ulps, as
 // roundings may fall either side).
 void check_close(const Tensor& device, const Tensor& host, double rel) {
-  const std::vector<float> d = device.to_vector<float>(), h = host.to_vector<float>();
-  REQUIRE(d.size() == h.size());
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (!(std::abs(d[i] - h[i]) <= rel * (std::abs(h[i]) + 1.0))) {
-      INFO("element " << i << ": device " << d[i] << ", host " << h[i]);
-      REQUIRE(false);
-    }
-  }
+  REQUIRE(loom::test::out_of_tolerance(device.to_vector<float>(), host.to_vector<float>(), rel,
+                                       rel) == "");
 }
 
 }  // namespace

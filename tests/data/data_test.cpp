@@ -14,11 +14,13 @@
 #include "loom/data/dataset.hpp"
 #include "loom/data/digits.hpp"
 #include "loom/data/synthetic.hpp"
+#include "support/compare.hpp"
 #include "support/skip.hpp"
 
 using Catch::Matchers::Contains;
 using loom::Shape;
 using loom::Tensor;
+using loom::test::Near;
 namespace data = loom::data;
 namespace fs = std::filesystem;
 
@@ -80,9 +82,9 @@ TEST_CASE("the fetched digits: 1,797 images, their classes, a reproducible split
   std::vector<int> per_class(10, 0);
   for (int32_t label : all.labels.to_vector<int32_t>()) ++per_class[static_cast<size_t>(label)];
   CHECK(per_class == std::vector<int>{178, 182, 177, 183, 181, 182, 181, 179, 174, 180});
-  float largest = 0;
-  for (float v : all.images.to_vector<float>()) largest = std::max(largest, v);
-  CHECK(largest == 1.0f);
+  loom::test::ValueRange pixels;
+  for (float v : all.images.to_vector<float>()) pixels.add(v);
+  CHECK(pixels.hi == 1.0f);
 
   const data::TrainTestSplit split = data::train_test_split(all, data::kDigitsTestCount, 0);
   CHECK(split.train.size() == 1500);
@@ -134,8 +136,8 @@ TEST_CASE("synthetic CIFAR and ImageNet batches are deterministic per (seed, ind
   const std::vector<float> v = big.images.to_vector<float>();
   for (float x : v) sum += x, sum_sq += double(x) * x;
   const double mean = sum / double(v.size());
-  CHECK(std::abs(mean) < 0.01);
-  CHECK(std::abs(sum_sq / double(v.size()) - mean * mean - 1.0) < 0.01);
+  CHECK_THAT(mean, Near(0.0, 0.01));
+  CHECK_THAT(sum_sq / double(v.size()) - mean * mean, Near(1.0, 0.01));
   const data::ImageBatch many = data::synthetic_image_batch(data::kImageNetShape, 4000, 3, 0);
   std::vector<int> hits(1000, 0);
   for (int32_t label : many.labels.to_vector<int32_t>()) {

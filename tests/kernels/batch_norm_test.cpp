@@ -9,6 +9,7 @@
 
 #include "kernel_test_util.hpp"
 #include "loom/kernels/batch_norm.hpp"
+#include "support/compare.hpp"
 
 using Catch::Matchers::Contains;
 using loom::DType;
@@ -18,13 +19,11 @@ namespace k = loom::kernels;
 
 namespace {
 
+// |got - want| <= tol * (1 + |want|) per element.
 void check_close(const char* what, const std::vector<float>& got, const std::vector<double>& want,
                  double tol = 1e-5) {
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    INFO(what << "[" << i << "]: got " << got[i] << ", want " << want[i]);
-    REQUIRE(std::abs(got[i] - want[i]) <= tol * (1.0 + std::abs(want[i])));
-  }
+  INFO(what);
+  REQUIRE(loom::test::out_of_tolerance(got, want, tol, tol) == "");
 }
 
 }  // namespace

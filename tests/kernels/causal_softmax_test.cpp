@@ -8,10 +8,12 @@
 
 #include "kernel_test_util.hpp"
 #include "loom/kernels/causal_softmax.hpp"
+#include "support/compare.hpp"
 
 using Catch::Matchers::Contains;
 using loom::DType;
 using loom::Tensor;
+using loom::test::Near;
 namespace k = loom::kernels;
 
 namespace {
@@ -55,7 +57,7 @@ TEST_CASE("causal_softmax matches a double reference and zeroes the masked half"
       REQUIRE(got[e] == 0.0f);
       REQUIRE(!std::signbit(got[e]));
     } else {
-      REQUIRE(std::abs(got[e] - want[e]) <= 1e-6 + 1e-5 * want[e]);
+      REQUIRE_THAT(got[e], Near(want[e], 1e-6, 1e-5));
     }
   }
   // In place gives the same bits.
@@ -86,7 +88,7 @@ TEST_CASE("causal_softmax_backward matches the closed form in double", "[causal_
       if (j > i) {
         REQUIRE(got[e] == 0.0f);
       } else {
-        REQUIRE(std::abs(got[e] - want) <= 1e-6);
+        REQUIRE_THAT(got[e], Near(want, 1e-6));
       }
     }
   }
@@ -124,7 +126,7 @@ TEST_CASE("causal_softmax_backward is the gradient of causal_softmax", "[causal_
     s[e] = saved;
     const double numeric = (plus - minus) / 2e-2;
     INFO("element " << e << ": analytic " << analytic[e] << ", numeric " << numeric);
-    CHECK(std::abs(analytic[e] - numeric) <= 1e-3 + 1e-2 * std::abs(numeric));
+    CHECK_THAT(analytic[e], Near(numeric, 1e-3, 1e-2));
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "kernel_test_util.hpp"
 #include "loom/kernels/conv2d.hpp"
+#include "support/compare.hpp"
 
 using Catch::Matchers::Contains;
 using loom::DType;
@@ -68,15 +69,11 @@ Reference reference(const Case& c, const std::vector<float>& x, const std::vecto
   return r;
 }
 
+// |got - want| <= tol * (1 + |want|) per element.
 void check_close(const char* what, const std::vector<float>& got, const std::vector<double>& want,
                  double tol) {
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::abs(got[i] - want[i]) > tol * (1.0 + std::abs(want[i]))) {
-      INFO(what << "[" << i << "]: got " << got[i] << ", want " << want[i]);
-      REQUIRE(false);
-    }
-  }
+  INFO(what);
+  REQUIRE(loom::test::out_of_tolerance(got, want, tol, tol) == "");
 }
 
 // Runs the three passes on one case and compares them with the reference.

@@ -9,6 +9,7 @@
 #include "kernel_test_util.hpp"
 #include "loom/core/philox.hpp"
 #include "loom/kernels/dropout.hpp"
+#include "support/compare.hpp"
 
 using Catch::Matchers::Contains;
 using loom::DType;
@@ -32,7 +33,7 @@ TEST_CASE("dropout keeps about 1 - p, scaled, reproducibly", "[kernels][dropout]
     }
     const double fraction = double(kept) / n;
     // 6 standard deviations of a binomial fraction.
-    REQUIRE(std::abs(fraction - (1 - p)) < 6 * std::sqrt(p * (1 - p) / n));
+    REQUIRE_THAT(fraction, loom::test::Near(1 - p, 6 * std::sqrt(p * (1 - p) / n)));
 
     const Tensor again = Tensor::empty({n});
     k::dropout_forward(ones, p, RandomKey{5, 77}, again);

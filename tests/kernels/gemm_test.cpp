@@ -9,6 +9,7 @@
 
 #include "kernel_test_util.hpp"
 #include "loom/kernels/gemm.hpp"
+#include "support/compare.hpp"
 
 using Catch::Matchers::Contains;
 using loom::DType;
@@ -70,7 +71,7 @@ std::vector<float> check_gemm(const Tensor& a, const Tensor& b, const Tensor& c,
   const std::vector<float> got = c.to_vector<float>();
   REQUIRE(got.size() == expected.value.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    if (!(std::abs(got[i] - expected.value[i]) <= expected.bound[i])) {
+    if (!loom::test::close(got[i], expected.value[i], expected.bound[i])) {
       INFO("element " << i << ": got " << got[i] << ", expected " << expected.value[i] << " within "
                       << expected.bound[i]);
       REQUIRE(false);

@@ -8,6 +8,7 @@
 
 #include "kernel_test_util.hpp"
 #include "loom/kernels/optimizer_update.hpp"
+#include "support/compare.hpp"
 
 using Catch::Matchers::Contains;
 using loom::DType;
@@ -53,14 +54,7 @@ std::vector<double> as_double(const Tensor& t) {
 
 // |got - want| <= rel * (|want| + scale) per element.
 void check_close(const Tensor& got, const std::vector<double>& want, double rel, double scale) {
-  const std::vector<float> g = got.to_vector<float>();
-  REQUIRE(g.size() == want.size());
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (!(std::abs(g[i] - want[i]) <= rel * (std::abs(want[i]) + scale))) {
-      INFO("element " << i << ": got " << g[i] << ", want " << want[i]);
-      REQUIRE(false);
-    }
-  }
+  REQUIRE(loom::test::out_of_tolerance(got.to_vector<float>(), want, rel * scale, rel) == "");
 }
 
 }  // namespace

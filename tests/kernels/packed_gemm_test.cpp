@@ -13,6 +13,7 @@
 
 #include "kernel_test_util.hpp"
 #include "kernels/cpu/packed_gemm.hpp"
+#include "support/compare.hpp"
 #include "support/skip.hpp"
 
 using loom::kernels::cpu::packed_gemm;
@@ -76,7 +77,7 @@ void check(const Case& s, int64_t batch, bool share_a, bool share_b, bool trans_
                                  (std::abs(alpha) * sum_abs + std::abs(old)) +
                              1e-30;
         const double got = c[static_cast<size_t>(at)];
-        if (!(std::abs(got - want) <= bound) && bad++ == 0) {
+        if (!loom::test::close(got, want, bound) && bad++ == 0) {
           UNSCOPED_INFO("first mismatch: batch " << e << " C[" << i << ", " << j << "] = " << got
                                                  << ", expected " << want << " within " << bound);
         }

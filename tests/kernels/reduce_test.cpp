@@ -9,11 +9,13 @@
 
 #include "kernel_test_util.hpp"
 #include "loom/kernels/reduce.hpp"
+#include "support/compare.hpp"
 
 using Catch::Matchers::Contains;
 using loom::DType;
 using loom::Tensor;
 using loom::kernels::Reduction;
+using loom::test::Near;
 namespace k = loom::kernels;
 
 namespace {
@@ -45,8 +47,8 @@ void check_against_naive(const Tensor& x) {
   const Naive want = naive(x);
   // Double accumulation: the error is a few n * 2^-53 of the sum of magnitudes.
   const double n = static_cast<double>(x.numel());
-  CHECK(std::abs(k::sum(x) - want.sum) <= (n + 1) * 0x1p-52 * want.sum_abs);
-  CHECK(std::abs(k::sum_squares(x) - want.sum_squares) <= (n + 1) * 0x1p-52 * want.sum_squares);
+  CHECK_THAT(k::sum(x), Near(want.sum, (n + 1) * 0x1p-52 * want.sum_abs));
+  CHECK_THAT(k::sum_squares(x), Near(want.sum_squares, (n + 1) * 0x1p-52 * want.sum_squares));
   CHECK(k::max(x) == want.max);
   CHECK(k::abs_max(x) == want.abs_max);
 }

@@ -10,6 +10,7 @@
 #include "gradcheck.hpp"
 #include "loom/nn/attention.hpp"
 #include "loom/trace/op_scope.hpp"
+#include "support/compare.hpp"
 
 using Catch::Matchers::Contains;
 using loom::DType;
@@ -61,10 +62,7 @@ TEST_CASE("attention matches a naive double-precision reference", "[attention][a
   REQUIRE(y.shape() == loom::Shape{B, T, C});
   const std::vector<double> want = naive_attention(qkv.to_vector<float>(), B, T, C, H);
   const std::vector<float> got = y.to_vector<float>();
-  for (size_t e = 0; e < got.size(); ++e) {
-    INFO("element " << e << ": got " << got[e] << ", want " << want[e]);
-    REQUIRE(std::abs(got[e] - want[e]) <= 2e-6 + 2e-5 * std::abs(want[e]));
-  }
+  REQUIRE(loom::test::out_of_tolerance(got, want, 2e-6, 2e-5) == "");
 }
 
 TEST_CASE("attention passes the finite-difference gradient check", "[attention][attn]") {

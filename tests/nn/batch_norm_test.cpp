@@ -11,6 +11,7 @@
 #include "gradcheck.hpp"
 #include "loom/kernels/batch_norm.hpp"
 #include "loom/nn/batch_norm.hpp"
+#include "support/compare.hpp"
 
 using Catch::Matchers::Contains;
 using loom::DType;
@@ -29,12 +30,9 @@ void randomize_affine(BatchNorm2d& bn, uint32_t seed) {
   bn.bias().value().copy_from(loom::test::random_tensor({bn.channels()}, DType::f32, seed + 1));
 }
 
+// |got - want| <= tol * (1 + |want|) per element.
 void check_close(const std::vector<float>& got, const std::vector<float>& want, double tol) {
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    INFO("element " << i << ": " << got[i] << " vs " << want[i]);
-    REQUIRE(std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i])));
-  }
+  REQUIRE(loom::test::out_of_tolerance(got, want, tol, tol) == "");
 }
 
 }  // namespace

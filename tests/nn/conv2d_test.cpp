@@ -10,6 +10,7 @@
 #include "gradcheck.hpp"
 #include "loom/nn/conv2d.hpp"
 #include "loom/trace/op_scope.hpp"
+#include "support/compare.hpp"
 
 using loom::DType;
 using loom::Tensor;
@@ -73,10 +74,10 @@ TEST_CASE("Conv2d initialisation is keyed by seed and name, within 1/sqrt(fan_in
   CHECK(wa == b.weight().value().to_vector<float>());
   CHECK(wa != other.weight().value().to_vector<float>());
   const float bound = 1.0f / std::sqrt(72.0f);
-  float largest = 0;
-  for (float v : wa) largest = std::max(largest, std::abs(v));
-  CHECK(largest <= bound);
-  CHECK(largest > 0.9f * bound);  // 288 draws fill the range
+  loom::test::ValueRange magnitude;
+  for (float v : wa) magnitude.add(std::abs(v));
+  CHECK(magnitude.hi <= bound);
+  CHECK(magnitude.hi > 0.9f * bound);  // 288 draws fill the range
   CHECK(a.weight().name() == "layer.conv.weight");
   CHECK(a.bias()->name() == "layer.conv.bias");
   CHECK(a.parameters().size() == 2);

@@ -9,6 +9,7 @@
 #include "gradcheck.hpp"
 #include "loom/nn/dropout.hpp"
 #include "module_checks.hpp"
+#include "support/compare.hpp"
 
 using Catch::Matchers::Contains;
 using loom::Tensor;
@@ -47,7 +48,7 @@ TEST_CASE("Dropout's mask is reproducible and keeps about 1 - p", "[nn][dropout]
     CHECK((v == 0.0f || v == 1.0f / (1.0f - p)));
     kept += v != 0.0f;
   }
-  CHECK(std::abs(double(kept) / n - (1 - p)) < 6 * std::sqrt(p * (1 - p) / n));
+  CHECK_THAT(double(kept) / n, loom::test::Near(1 - p, 6 * std::sqrt(p * (1 - p) / n)));
 }
 
 TEST_CASE("Dropout is the identity in eval mode and at p = 0", "[nn][dropout]") {

@@ -10,8 +10,13 @@
 //   - error_of(got, want) is |got - want| with NaN (or one-sided infinity)
 //     mapped to +infinity, so a maximum over errors keeps it; WorstError
 //     accumulates such a maximum and where it happened;
+//   - out_of_tolerance(got, want, atol, rtol) says what differs between two
+//     vectors (possibly of different element types, e.g. float results against
+//     a double reference): empty when every element is close(), otherwise how
+//     many are not, the first of them with both values, and the largest error;
 //   - AllClose(want, atol, rtol) is a Catch2 matcher for vectors that names the
-//     first element out of tolerance and how many are.
+//     first element out of tolerance and how many are;
+//   - ValueRange is a running minimum and maximum in which a NaN is not lost.
 // Each helper has a negative control in tests/support/compare_test.cpp: a NaN
 // and a value just outside the tolerance must fail it.
 #pragma once
@@ -37,8 +42,11 @@ inline double error_of(double got, double want) {
   return std::abs(got - want);
 }
 
-// |got - want| <= atol + rtol * |want|; false when either side is NaN.
+// |got - want| <= atol + rtol * |want|; false when either side is NaN, even
+// under an infinite tolerance (one computed from data that held a NaN or an
+// infinity would otherwise admit the infinite error a NaN maps to).
 inline bool close(double got, double want, double atol, double rtol = 0.0) {
+  if (std::isnan(got) || std::isnan(want)) return false;
   const double bound = atol + rtol * (std::isinf(want) ? 0.0 : std::abs(want));
   return error_of(got, want) <= bound;
 }
@@ -79,6 +87,65 @@ double max_abs_diff(const std::vector<T>& a, const std::vector<U>& b) {
   return max_abs_diff(std::span<const T>(a), std::span<const U>(b));
 }
 
+// Empty when got and want have the same size and every element is
+// close(got[i], want[i], atol, rtol); otherwise a description of what is not,
+// naming the first element out of tolerance. It names the values without
+// printing whole vectors, so a per-tensor check reads
+//   INFO("dx"); REQUIRE(out_of_tolerance(got, want, 1e-5) == "");
+template <typename T, typename U>
+std::string out_of_tolerance(std::span<const T> got, std::span<const U> want, double atol,
+                             double rtol = 0.0) {
+  std::ostringstream why;
+  if (got.size() != want.size()) {
+    why << "sizes differ: " << got.size() << " vs " << want.size();
+    return why.str();
+  }
+  int64_t bad = 0, first = -1;
+  WorstError worst;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = static_cast<double>(got[i]), w = static_cast<double>(want[i]);
+    worst.add(g, w, static_cast<int64_t>(i));
+    if (!close(g, w, atol, rtol)) {
+      if (first < 0) first = static_cast<int64_t>(i);
+      ++bad;
+    }
+  }
+  if (bad == 0) return {};
+  why.precision(9);
+  why << bad << " of " << got.size() << " elements out of tolerance (atol " << atol << ", rtol "
+      << rtol << "); first at [" << first
+      << "]: " << static_cast<double>(got[static_cast<size_t>(first)]) << " vs "
+      << static_cast<double>(want[static_cast<size_t>(first)]) << "; largest error " << worst.value
+      << " at [" << worst.index << "]";
+  return why.str();
+}
+template <typename T, typename U>
+std::string out_of_tolerance(const std::vector<T>& got, const std::vector<U>& want, double atol,
+                             double rtol = 0.0) {
+  return out_of_tolerance(std::span<const T>(got), std::span<const U>(want), atol, rtol);
+}
+
+// The smallest and largest of the values added. A running std::min/std::max
+// keeps its first argument when the other is NaN, so a NaN would vanish from
+// it; here a NaN widens the range to [-infinity, +infinity], which fails every
+// bound a test puts on the values (lo >= a, hi <= b, hi == c).
+struct ValueRange {
+  double lo = std::numeric_limits<double>::infinity();
+  double hi = -std::numeric_limits<double>::infinity();
+  int64_t count = 0;  // values added
+
+  void add(double v) {
+    ++count;
+    if (std::isnan(v)) {
+      lo = -std::numeric_limits<double>::infinity();
+      hi = std::numeric_limits<double>::infinity();
+      return;
+    }
+    if (v < lo) lo = v;
+    if (v > hi) hi = v;
+  }
+};
+
 // Catch2 matcher: every element of the vector is close() to `want`'s.
 //   CHECK_THAT(got, AllClose(want, 1e-5));
 template <typename T>
@@ -88,37 +155,18 @@ class AllCloseMatcher : public Catch::MatcherBase<std::vector<T>> {
       : want_(std::move(want)), atol_(atol), rtol_(rtol) {}
 
   bool match(const std::vector<T>& got) const override {
-    std::ostringstream why;
-    if (got.size() != want_.size()) {
-      why << "sizes differ: " << got.size() << " vs " << want_.size();
-      detail_ = why.str();
-      return false;
-    }
-    int64_t bad = 0, first = -1;
-    WorstError worst;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const double g = static_cast<double>(got[i]), w = static_cast<double>(want_[i]);
-      worst.add(g, w, static_cast<int64_t>(i));
-      if (!close(g, w, atol_, rtol_)) {
-        if (first < 0) first = static_cast<int64_t>(i);
-        ++bad;
-      }
-    }
-    if (bad == 0) return true;
-    why.precision(9);
-    why << bad << " of " << got.size() << " elements out of tolerance; first at [" << first
-        << "]: " << static_cast<double>(got[static_cast<size_t>(first)]) << " vs "
-        << static_cast<double>(want_[static_cast<size_t>(first)]) << "; largest error "
-        << worst.value << " at [" << worst.index << "]";
-    detail_ = why.str();
-    return false;
+    detail_ = out_of_tolerance(got, want_, atol_, rtol_);
+    return detail_.empty();
   }
 
   std::string describe() const override {
     std::ostringstream out;
-    out << "is close to the expected " << want_.size() << " values (atol " << atol_ << ", rtol "
-        << rtol_ << ")";
-    if (!detail_.empty()) out << ": " << detail_;
+    out << "is close to the expected " << want_.size() << " values";
+    if (detail_.empty()) {
+      out << " (atol " << atol_ << ", rtol " << rtol_ << ")";
+    } else {
+      out << ": " << detail_;  // names the tolerance too
+    }
     return out.str();
   }
 

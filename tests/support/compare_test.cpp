@@ -11,6 +11,8 @@ using loom::test::close;
 using loom::test::error_of;
 using loom::test::max_abs_diff;
 using loom::test::Near;
+using loom::test::out_of_tolerance;
+using loom::test::ValueRange;
 using loom::test::WorstError;
 
 namespace {
@@ -31,6 +33,9 @@ TEST_CASE("compare: close() fails NaN and values off by more than the tolerance"
   CHECK_FALSE(close(kInf, 1.0, 1e9));
   CHECK_FALSE(close(kInf, -kInf, 1e9));
   CHECK(close(kInf, kInf, 0.0));
+  // A tolerance computed from data that held a NaN or an infinity does not let a NaN through.
+  CHECK_FALSE(close(kNaN, 1.0, kInf));
+  CHECK_FALSE(close(1.0, kNaN, 0.0, kInf));
 }
 
 TEST_CASE("compare: error_of and WorstError keep a NaN as the largest error", "[support]") {
@@ -86,4 +91,53 @@ TEST_CASE("compare: the AllClose and Near matchers fail NaN and off-by-tolerance
   CHECK_THAT(2.0009, Near(2.0, 1e-3));
   CHECK_FALSE(Near(2.0, 1e-3).match(2.0011));
   CHECK_FALSE(Near(2.0, 1e9).match(kNaN));
+}
+
+TEST_CASE(
+    "compare: out_of_tolerance() describes NaN and off-by-tolerance elements, across element types",
+    "[support]") {
+  const std::vector<float> got{1.0f, -2.0f, 0.5f};
+  const std::vector<double> want{1.0, -2.0, 0.5};
+  CHECK(out_of_tolerance(got, want, 0.0) == "");
+  CHECK(out_of_tolerance(std::vector<float>{1.0f, -2.0f, 0.5009f}, want, 1e-3) == "");
+  CHECK(out_of_tolerance(std::vector<double>{1.0, -2.0, 0.5 + 0.99e-2}, want, 0.0, 2e-2) == "");
+  CHECK(out_of_tolerance(std::vector<float>{1.0f, -2.0f, 0.5011f}, want, 1e-3) != "");
+  CHECK(out_of_tolerance(std::vector<double>{1.0, -2.0, 0.5 + 1.01e-2}, want, 0.0, 2e-2) != "");
+  CHECK(out_of_tolerance(std::vector<float>{1.0f, std::nanf(""), 0.5f}, want, 1e9) != "");
+  CHECK(out_of_tolerance(got, std::vector<double>{kNaN, -2.0, 0.5}, 1e9) != "");
+  CHECK(out_of_tolerance(got, std::vector<double>{1.0, -2.0}, 1e9) != "");
+  CHECK(out_of_tolerance(std::vector<float>{}, std::vector<double>{}, 0.0) == "");
+  // It names the first element out of tolerance with both values, and the worst one.
+  CHECK_THAT(out_of_tolerance(std::vector<float>{1.0f, std::nanf(""), 0.75f}, want, 1e-3),
+             Catch::Contains("2 of 3 elements") && Catch::Contains("first at [1]: nan vs -2") &&
+                 Catch::Contains("largest error inf at [1]"));
+}
+
+TEST_CASE("compare: ValueRange keeps a NaN, which fails any bound on the range", "[support]") {
+  ValueRange empty;
+  CHECK(empty.count == 0);
+  CHECK(empty.lo == kInf);
+  CHECK(empty.hi == -kInf);
+
+  ValueRange in;
+  for (const double v : {0.5, -2.0, 2.999}) in.add(v);
+  CHECK(in.lo == -2.0);
+  CHECK(in.hi == 2.999);
+  CHECK(in.count == 3);
+  CHECK(in.lo >= -2.0);
+  CHECK(in.hi < 3.0);
+
+  ValueRange out;
+  for (const double v : {0.5, -2.0, 3.0001}) out.add(v);
+  CHECK_FALSE(out.hi < 3.0);
+
+  ValueRange nan;
+  nan.add(0.5);
+  nan.add(kNaN);  // not lost...
+  nan.add(1.0);   // ...nor forgotten by a later value
+  CHECK_FALSE(nan.lo >= -2.0);
+  CHECK_FALSE(nan.hi < 3.0);
+  CHECK_FALSE(nan.hi <= 1e300);
+  CHECK_FALSE(nan.hi == 1.0);
+  CHECK(nan.count == 3);
 }
