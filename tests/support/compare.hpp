@@ -57,19 +57,26 @@ struct WorstError {
   double value = 0.0;
   int64_t index = -1;  // where `value` was seen (the caller's index; -1 if none given)
   int64_t count = 0;   // errors added
+  bool saw_nan = false;
 
   // An error computed by the caller (e.g. a relative error); NaN counts as +infinity.
   void add_error(double error, int64_t at = -1) {
-    if (std::isnan(error)) error = std::numeric_limits<double>::infinity();
+    if (std::isnan(error)) {
+      saw_nan = true;
+      error = std::numeric_limits<double>::infinity();
+    }
     if (count++ == 0 || error > value) {
       value = error;
       index = at;
     }
   }
   // The error of one element: error_of(got, want).
-  void add(double got, double want, int64_t at = -1) { add_error(error_of(got, want), at); }
-  // True when every error added is within `tol` (vacuously true when none was).
-  bool within(double tol) const { return value <= tol; }
+  void add(double got, double want, int64_t at = -1) {
+    add_error(std::isnan(got) || std::isnan(want) ? std::nan("") : error_of(got, want), at);
+  }
+  // True when every error added is within `tol` (vacuously true when none
+  // was); never after a NaN, even under an infinite tolerance.
+  bool within(double tol) const { return !saw_nan && value <= tol; }
 };
 
 // max_i |a[i] - b[i]|, +infinity for a NaN anywhere or different sizes.

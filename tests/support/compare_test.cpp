@@ -62,6 +62,7 @@ TEST_CASE("compare: error_of and WorstError keep a NaN as the largest error", "[
   WorstError relative;
   relative.add_error(kNaN, 7);
   CHECK_FALSE(relative.within(1.0));
+  CHECK_FALSE(relative.within(kInf));
   CHECK(relative.index == 7);
 }
 
