@@ -157,6 +157,11 @@ fake_gpus=("${fake_gpus[@]:0:$tasks_per_node}")
   echo "AutoDetect=off"
   for f in "${fake_gpus[@]}"; do echo "Name=gpu File=$f"; done
 } >"$work/etc/gres.conf"
+# Slurm 22.05's slurmd initialises a cgroup plugin even with proctrack/linuxproc
+# and task/none, and its version autodetection fails where no cgroup file system
+# is mounted (a chroot, some containers). Naming the plugin skips the detection;
+# nothing here creates cgroups.
+echo "CgroupPlugin=cgroup/v1" >"$work/etc/cgroup.conf"
 {
   echo "ClusterName=loomtest"
   echo "GresTypes=gpu"
