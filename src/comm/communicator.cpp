@@ -403,6 +403,7 @@ void Communicator::cross_check(const OpInfo&) {}
 std::optional<std::vector<std::optional<uint64_t>>> Communicator::peer_progress() {
   return std::nullopt;
 }
+void Communicator::report_layered_progress(std::shared_ptr<const std::atomic<uint64_t>>) {}
 void Communicator::notify_peers_of_abort(const std::string&) {}
 
 }  // namespace loom::comm

@@ -118,6 +118,21 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Called by a Work whose wait() ran out of time: diagnoses, aborts and throws.
   [[noreturn]] void handle_timeout(detail::WorkState& work, Milliseconds waited);
 
+  // For each group rank, the number of the last collective it has issued on
+  // this communicator, or nullopt if it did not answer (dead, or stuck outside
+  // Loom); asks the peers and waits up to a few seconds. nullopt as a whole:
+  // the backend cannot tell. (What a timeout's message is made of.)
+  virtual std::optional<std::vector<std::optional<uint64_t>>> peer_progress();
+
+  // ---- layering -----------------------------------------------------------------------------
+  // A backend built on top of this communicator (the nccl backend over its mpi
+  // bootstrap) reports its own collective numbers through it: from now on this
+  // rank answers the peers' progress queries with `*issued`, the last
+  // collective it issued on the upper communicator, and peer_progress() here
+  // returns the peers' upper numbers. Call it on every rank, before the upper
+  // communicator's first collective. Backends without progress queries ignore it.
+  virtual void report_layered_progress(std::shared_ptr<const std::atomic<uint64_t>> issued);
+
  protected:
   Communicator(std::string name, int rank, int size, std::vector<int> world_ranks);
 
@@ -151,10 +166,6 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   virtual void check_tensor_support(const Tensor& tensor, const char* what) const = 0;
   // LOOM_DEBUG_COLLECTIVES: compare `info` across ranks; throw CommError{mismatch} on difference.
   virtual void cross_check(const OpInfo& info);
-  // For each group rank, the number of the last collective it has issued on
-  // this communicator, or nullopt if it did not answer (dead, or stuck outside
-  // Loom). nullopt as a whole: the backend cannot tell.
-  virtual std::optional<std::vector<std::optional<uint64_t>>> peer_progress();
   // Tell the peers that this communicator is aborted (best effort).
   virtual void notify_peers_of_abort(const std::string& reason);
 

@@ -36,7 +36,10 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   std::string_view backend() const override { return "mpi"; }
 
   // ControlPeer (progress thread).
-  uint64_t last_issued_seq() const override { return last_seq_.load(); }
+  uint64_t last_issued_seq() const override {
+    const auto layered = layered_.load();
+    return layered ? layered->load() : last_seq_.load();
+  }
   uint64_t splits_called() const override { return splits_.load(); }
   void on_peer_abort(int origin, const std::string& reason) override;
   void abort_group(const std::string& reason) override { abort(reason); }
@@ -64,8 +67,13 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
 
   void check_tensor_support(const Tensor& tensor, const char* what) const override;
   void cross_check(const OpInfo& info) override;
-  std::optional<std::vector<std::optional<uint64_t>>> peer_progress() override;
   void notify_peers_of_abort(const std::string& reason) override;
+
+ public:
+  std::optional<std::vector<std::optional<uint64_t>>> peer_progress() override;
+  void report_layered_progress(std::shared_ptr<const std::atomic<uint64_t>> issued) override {
+    layered_.store(std::move(issued));
+  }
 
  private:
   MpiCommunicator(std::shared_ptr<ProgressEngine> engine, uint64_t id, const std::string& name,
@@ -73,7 +81,7 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   OpTarget target() const;
   // Records the collective as issued (for status queries) and queues its op.
   void issue(const detail::WorkPtr& work, std::unique_ptr<MpiOp> op);
-  ControlChannel::Progress own_progress() const { return {last_seq_.load(), splits_.load()}; }
+  ControlChannel::Progress own_progress() const { return {last_issued_seq(), splits_.load()}; }
 
   const std::shared_ptr<ProgressEngine> engine_;
   const uint64_t id_;
@@ -83,6 +91,8 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   const std::shared_ptr<SymmetricRegistry> symmetric_ = std::make_shared<SymmetricRegistry>();
   uint64_t symmetric_allocations_ = 0;
   std::atomic<uint64_t> last_seq_{0};
+  // report_layered_progress(): the upper communicator's numbers, reported instead.
+  std::atomic<std::shared_ptr<const std::atomic<uint64_t>>> layered_;
   std::atomic<uint64_t> splits_{0};
   std::mutex abort_mutex_;                                 // guards the members below
   std::weak_ptr<detail::WorkState> cross_check_;           // in flight, failed by an abort

@@ -126,6 +126,16 @@ class Watchdog {
 
 class NcclCommunicator final : public Communicator {
  public:
+  // A communicator over `comm` whose collective numbers its bootstrap reports
+  // to the peers (Communicator::report_layered_progress), so that a timeout
+  // names the ranks that have not called the collective.
+  static std::shared_ptr<Communicator> make(std::shared_ptr<Communicator> bootstrap, Device device,
+                                            ncclComm_t comm, const std::string& name) {
+    auto made = std::make_shared<NcclCommunicator>(bootstrap, device, comm, name);
+    bootstrap->report_layered_progress(made->issued());
+    return made;
+  }
+
   NcclCommunicator(std::shared_ptr<Communicator> bootstrap, Device device, ncclComm_t comm,
                    const std::string& name)
       : Communicator(name, bootstrap->rank(), bootstrap->size(), bootstrap->world_ranks()),
@@ -144,6 +154,13 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::string_view backend() const override { return "nccl"; }
+
+  // The peers' collective numbers on this communicator, asked through the mpi
+  // bootstrap, which reports this rank's (make_nccl_communicator() layers them).
+  std::optional<std::vector<std::optional<uint64_t>>> peer_progress() override {
+    return bootstrap_->peer_progress();
+  }
+  const std::shared_ptr<std::atomic<uint64_t>>& issued() const { return issued_; }
 
  protected:
   void check_tensor_support(const Tensor& tensor, const char* what) const override {
@@ -286,7 +303,7 @@ class NcclCommunicator final : public Communicator {
           ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr));
     }
     if (color < 0) return nullptr;
-    return std::make_shared<NcclCommunicator>(std::move(child_bootstrap), device_, child, name);
+    return make(std::move(child_bootstrap), device_, child, name);
   }
 
   void notify_peers_of_abort(const std::string& reason) override {
@@ -317,6 +334,8 @@ class NcclCommunicator final : public Communicator {
     for (const Tensor& t : tensors) {
       if (t.defined() && t.storage()) t.storage()->record_stream(stream_);
     }
+    const OpType op = work->info().op;
+    if (op != OpType::send && op != OpType::recv) issued_->store(work->info().seq);
     launch(static_cast<cudaStream_t>(stream_.native_handle()));
     auto done = std::make_shared<Event>();
     done->record(stream_);
@@ -326,6 +345,8 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::shared_ptr<Communicator> bootstrap_;
+  // The last collective issued here, for the peers' progress queries.
+  std::shared_ptr<std::atomic<uint64_t>> issued_ = std::make_shared<std::atomic<uint64_t>>(0);
   Device device_;
   std::mutex mutex_;  // NCCL communicators are not thread-safe
   ncclComm_t comm_;
@@ -355,8 +376,7 @@ std::shared_ptr<Communicator> make_nccl_communicator(const std::shared_ptr<Commu
     DeviceGuard guard(device);
     LOOM_NCCL_CHECK(ncclCommInitRank(&comm, bootstrap->size(), id, bootstrap->rank()));
   }
-  return std::make_shared<NcclCommunicator>(bootstrap, device, comm,
-                                            name.empty() ? bootstrap->name() : name);
+  return NcclCommunicator::make(bootstrap, device, comm, name.empty() ? bootstrap->name() : name);
 }
 
 }  // namespace loom::comm
