@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 
+#include "../common/flag_checks.hpp"
 #include "../common/step_meter.hpp"
 #include "loom/loom.hpp"
 #include "loom/trace/chrome_trace.hpp"
@@ -304,34 +305,43 @@ int main(int argc, char** argv) {
   CLI::App app{"Train Loom's GPT on byte-level Python standard library sources"};
   Flags f;
   app.add_option("--token-file", f.token_file, "token file (built on first use)");
-  app.add_option("--vocab", f.vocab, "vocabulary rows (0: the token file's, 257)");
-  app.add_option("--layers", f.layers);
-  app.add_option("--d-model", f.d_model);
-  app.add_option("--heads", f.heads);
-  app.add_option("--seq", f.seq, "sequence length");
-  app.add_option("--batch", f.batch, "sequences per step");
-  app.add_option("--steps", f.steps);
-  app.add_option("--max-seconds", f.max_seconds, "stop after this much training time");
-  app.add_option("--lr", f.lr, "peak learning rate (linear warm-up, cosine decay)");
-  app.add_option("--min-lr", f.min_lr);
-  app.add_option("--warmup", f.warmup, "warm-up steps");
-  app.add_option("--weight-decay", f.weight_decay, "AdamW decay of the weight matrices");
-  app.add_option("--clip", f.clip, "gradient clipping by global norm (0: off)");
-  app.add_option("--log-every", f.log_every);
-  app.add_option("--eval-every", f.eval_every);
-  app.add_option("--eval-batches", f.eval_batches);
-  app.add_option("--seed", f.seed);
+  app.add_option("--vocab", f.vocab, "vocabulary rows (0: the token file's, 257)")
+      ->check(flags::at_least(0));
+  app.add_option("--layers", f.layers)->check(flags::at_least(1));
+  app.add_option("--d-model", f.d_model)->check(flags::at_least(1));
+  app.add_option("--heads", f.heads)->check(flags::at_least(1));
+  app.add_option("--seq", f.seq, "sequence length")->check(flags::at_least(1));
+  app.add_option("--batch", f.batch, "sequences per step")->check(flags::at_least(1));
+  app.add_option("--steps", f.steps)->check(flags::at_least(1));
+  app.add_option("--max-seconds", f.max_seconds, "stop after this much training time")
+      ->check(flags::at_least(0));
+  app.add_option("--lr", f.lr, "peak learning rate (linear warm-up, cosine decay)")
+      ->check(flags::positive());
+  app.add_option("--min-lr", f.min_lr)->check(flags::at_least(0));
+  app.add_option("--warmup", f.warmup, "warm-up steps")->check(flags::at_least(0));
+  app.add_option("--weight-decay", f.weight_decay, "AdamW decay of the weight matrices")
+      ->check(flags::at_least(0));
+  app.add_option("--clip", f.clip, "gradient clipping by global norm (0: off)")
+      ->check(flags::at_least(0));
+  app.add_option("--log-every", f.log_every)->check(flags::at_least(1));
+  app.add_option("--eval-every", f.eval_every)->check(flags::at_least(0));
+  app.add_option("--eval-batches", f.eval_batches)->check(flags::at_least(1));
+  app.add_option("--seed", f.seed)->check(flags::at_least(0));
   app.add_option("--device", f.device, "cpu, cuda:N, or auto (the launcher's local rank's GPU)");
-  app.add_option("--first-bucket-mib", f.first_bucket_mib, "data parallel: first bucket cap");
-  app.add_option("--bucket-cap-mib", f.bucket_cap_mib, "data parallel: later bucket cap");
+  app.add_option("--first-bucket-mib", f.first_bucket_mib, "data parallel: first bucket cap")
+      ->check(flags::positive());
+  app.add_option("--bucket-cap-mib", f.bucket_cap_mib, "data parallel: later bucket cap")
+      ->check(flags::positive());
   app.add_option("--zero-stage", f.zero_stage,
                  "0: plain data parallelism; 1, 2, 3: shard optimizer state, + gradients, "
-                 "+ parameters (docs/zero.md)");
+                 "+ parameters (docs/zero.md)")
+      ->check(flags::between(0, 3));
   app.add_flag("--profile", f.profile, "per-op table at the end (also LOOM_PROFILE=1)");
   app.add_option("--trace", f.trace_path, "with --profile: write a Chrome trace here");
   app.add_option("--require-below-unigram", f.require_below_unigram,
                  "exit 1 unless the final validation loss is below this fraction of the unigram "
-                 "baseline (a learning check for tests)");
+                 "baseline (a learning check for tests)")
+      ->check(flags::at_least(0));
   CLI11_PARSE(app, argc, argv);
   try {
     return run(f);

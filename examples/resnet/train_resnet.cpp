@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/flag_checks.hpp"
 #include "../common/step_meter.hpp"
 #include "loom/loom.hpp"
 #include "loom/trace/profiler.hpp"
@@ -227,21 +228,23 @@ int main(int argc, char** argv) {
   app.add_option("--stem", f.stem, "cifar (3x3, no max-pool) or imagenet (7x7/2 + max-pool)");
   app.add_option("--data", f.data, "digits, or synthetic cifar / imagenet batches");
   app.add_option("--digits", f.digits_path, "digits.csv.gz (default: data/digits.csv.gz)");
-  app.add_option("--width", f.width, "channels of the first stage");
-  app.add_option("--batch", f.batch);
-  app.add_option("--epochs", f.epochs, "digits: passes over the 1,500 training images");
-  app.add_option("--steps", f.steps, "synthetic data: steps to run");
-  app.add_option("--lr", f.lr, "peak learning rate (cosine decay)");
-  app.add_option("--momentum", f.momentum);
-  app.add_option("--weight-decay", f.weight_decay);
-  app.add_option("--log-every", f.log_every);
-  app.add_option("--seed", f.seed);
+  app.add_option("--width", f.width, "channels of the first stage")->check(flags::at_least(1));
+  app.add_option("--batch", f.batch)->check(flags::at_least(1));
+  app.add_option("--epochs", f.epochs, "digits: passes over the 1,500 training images")
+      ->check(flags::at_least(1));
+  app.add_option("--steps", f.steps, "synthetic data: steps to run")->check(flags::at_least(1));
+  app.add_option("--lr", f.lr, "peak learning rate (cosine decay)")->check(flags::positive());
+  app.add_option("--momentum", f.momentum)->check(flags::between(0, 1));
+  app.add_option("--weight-decay", f.weight_decay)->check(flags::at_least(0));
+  app.add_option("--log-every", f.log_every)->check(flags::at_least(1));
+  app.add_option("--seed", f.seed)->check(flags::at_least(0));
   app.add_option("--device", f.device, "cpu or cuda:N");
   app.add_flag("--forward-only", f.forward_only, "time forward passes only (eval mode)");
   app.add_flag("--profile", f.profile, "per-op table at the end (also LOOM_PROFILE=1)");
   app.add_option("--trace", f.trace_path, "with --profile: write a Chrome trace here");
   app.add_option("--require-accuracy", f.require_accuracy,
-                 "digits: exit 1 unless the final test accuracy (0..1) reaches this");
+                 "digits: exit 1 unless the final test accuracy (0..1) reaches this")
+      ->check(flags::between(0, 1));
   CLI11_PARSE(app, argc, argv);
   try {
     return run(f);

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "comm/work_state.hpp"
+#include "core/env.hpp"
 #include "loom/core/logging.hpp"
 
 namespace loom::comm {
@@ -37,12 +38,7 @@ Milliseconds default_comm_timeout() {
 }
 
 bool debug_collectives_enabled() {
-  const char* text = std::getenv("LOOM_DEBUG_COLLECTIVES");
-  if (text == nullptr) return false;
-  std::string value(text);
-  std::transform(value.begin(), value.end(), value.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return value == "1" || value == "true" || value == "yes" || value == "on";
+  return loom::detail::env_switch("LOOM_DEBUG_COLLECTIVES").value_or(false);
 }
 
 Communicator::Communicator(std::string name, int rank, int size, std::vector<int> world_ranks)

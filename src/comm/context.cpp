@@ -108,12 +108,14 @@ void tell_peers_this_rank_failed(const std::string& cause) {
 
 std::string backend_choice(const InitOptions& options) {
   std::string backend = options.backend;
+  std::string source = "InitOptions::backend";
   if (backend.empty()) {
     const char* env = std::getenv("LOOM_COMM_BACKEND");
     backend = env && *env ? env : "mpi";
+    source = str_cat("LOOM_COMM_BACKEND='", backend, "'");
   }
-  LOOM_CHECK(backend == "mpi" || backend == "nccl", "communication backend '", backend,
-             "' is not available: the backends are 'mpi' and 'nccl'");
+  LOOM_CHECK(backend == "mpi" || backend == "nccl", "communication backend '", backend, "' (",
+             source, ") is not available: the backends are 'mpi' and 'nccl'");
   LOOM_CHECK(backend != "nccl" || built_with_nccl(),
              "communication backend 'nccl': Loom was built without NCCL; use 'mpi' (it also "
              "accepts CUDA tensors, staged through host memory)");

@@ -4,9 +4,11 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
+#include "core/env.hpp"
 #include "loom/config.hpp"
 #include "loom/core/error.hpp"
 
@@ -24,14 +26,9 @@ constexpr size_t kPage = 4096;
 
 // The most bytes of freed large blocks kept for reuse: $LOOM_HOST_CACHE_MB, default 2048.
 size_t host_cache_limit() {
-  if (const char* text = std::getenv("LOOM_HOST_CACHE_MB")) {
-    char* end = nullptr;
-    const unsigned long long mb = std::strtoull(text, &end, 10);
-    LOOM_CHECK(end != text && *end == '\0', "LOOM_HOST_CACHE_MB is '", text,
-               "'; it must be a whole number of MiB (0 turns the cache off)");
-    return static_cast<size_t>(mb) << 20;
-  }
-  return size_t{2048} << 20;
+  const std::optional<uint64_t> mb = detail::env_count(
+      "LOOM_HOST_CACHE_MB", uint64_t{1} << 30, "MiB of freed blocks kept; 0 turns the cache off");
+  return static_cast<size_t>(mb.value_or(2048)) << 20;
 }
 
 // Host memory from aligned_alloc. Large blocks (activations, gradient

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string_view>
 
+#include "core/env.hpp"
 #include "loom/comm/context.hpp"
 #include "loom/config.hpp"
 #include "loom/core/error.hpp"
@@ -364,10 +365,11 @@ std::vector<SpanRecord> Profiler::spans() {
 
 namespace {
 
-// LOOM_PROFILE=1 (any value but "" and "0") turns the profiler on at load time.
+// LOOM_PROFILE=1 turns the profiler on at load time. A value that is not an
+// on/off switch throws here, so the program ends before main() with the
+// variable, its value and the values it takes.
 const bool enabled_from_environment = [] {
-  const char* value = std::getenv("LOOM_PROFILE");
-  const bool on = value != nullptr && *value != '\0' && std::string_view(value) != "0";
+  const bool on = loom::detail::env_switch("LOOM_PROFILE").value_or(false);
   if (on) Profiler::instance().enable();
   return on;
 }();

@@ -151,6 +151,11 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::create(std::shared_ptr<Progres
                                                          MPI_Comm data, MPI_Comm control,
                                                          const std::string& name) {
   static std::atomic<uint64_t> next_id{1};
+  // The backend's settings are read now, so that a bad value fails here (at
+  // init(), before any rank communicates) rather than at the first large
+  // all-reduce or symmetric allocation.
+  (void)all_reduce_chunk_bytes();
+  (void)symmetric_memory_enabled();
   int rank = 0, size = 0;
   LOOM_MPI_CHECK(MPI_Comm_rank(data, &rank));
   LOOM_MPI_CHECK(MPI_Comm_size(data, &size));
