@@ -25,7 +25,10 @@ TEST_CASE("mpi: a layered communicator's collective numbers are reported through
   // Before layering, the bootstrap reports its own numbers (no collective yet).
   const auto own = bootstrap->peer_progress();
   REQUIRE(own);
-  for (int p = 0; p < n; ++p) CHECK((*own)[static_cast<size_t>(p)] == 0u);
+  for (int p = 0; p < n; ++p) {
+    INFO("rank " << r << " asks about rank " << p);
+    CHECK((*own)[static_cast<size_t>(p)] == 0u);
+  }
   run_on_every_rank([] { world().barrier().wait(20s); });  // every rank has answered
 
   auto issued = std::make_shared<std::atomic<uint64_t>>(0);

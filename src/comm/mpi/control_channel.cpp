@@ -12,6 +12,8 @@ namespace {
 // A control message: two numbers, then text (the abort reason), at most this long.
 constexpr size_t kHeaderBytes = 2 * sizeof(uint64_t);
 constexpr size_t kMaxText = 8192;
+// The second number of an abort: the sender waits for an abort ack.
+constexpr uint64_t kAckRequested = 1;
 
 // A fire-and-forget send of one control message.
 class ControlSend final : public MpiOp {
@@ -92,7 +94,8 @@ void ControlChannel::on_receive(ProgressEngine& engine) {
     }
     case abort:
       if (const auto peer = peer_.lock()) peer->on_peer_abort(static_cast<int>(a), text);
-      send(engine, source, abort_ack, 0, 0, "");  // after the abort was logged and applied
+      // NOTE [stale control messages]: only when asked for.
+      if (b == kAckRequested) send(engine, source, abort_ack, 0, 0, "");
       break;
     case abort_ack: {
       std::lock_guard lock(mutex_);
@@ -151,18 +154,19 @@ std::vector<std::optional<ControlChannel::Progress>> ControlChannel::query_progr
   return query->answers;
 }
 
-void ControlChannel::broadcast_abort(ProgressEngine& engine, int origin,
-                                     const std::string& reason) {
-  {
+void ControlChannel::broadcast_abort(ProgressEngine& engine, int origin, const std::string& reason,
+                                     bool ask_acknowledgement) {
+  if (ask_acknowledgement) {
     std::lock_guard lock(mutex_);
     for (int r = 0; r < size_; ++r) {
       if (r != rank_ && r != origin) abort_sent_to_.insert(r);
     }
   }
-  engine.post([self = shared_from_this(), origin, reason, &engine] {
+  const uint64_t flag = ask_acknowledgement ? kAckRequested : 0;
+  engine.post([self = shared_from_this(), origin, reason, flag, &engine] {
     for (int r = 0; r < self->size_; ++r) {
       if (r != self->rank_ && r != origin) {
-        self->send(engine, r, abort, static_cast<uint64_t>(origin), 0, reason);
+        self->send(engine, r, abort, static_cast<uint64_t>(origin), flag, reason);
       }
     }
   });

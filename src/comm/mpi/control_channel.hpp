@@ -14,8 +14,23 @@
 //                    started the abort, and it passes the message on; then it
 //                    answers the sender with
 //   abort ack     -> the receiver has logged the abort and failed its works:
-//                    a rank that is ending (NOTE [failing rank]) waits for
-//                    these before it goes, so its peers learn why.
+//                    a rank that is ending (NOTE [failing rank]) asks for
+//                    these and waits for them before it goes, so its peers
+//                    learn why.
+//
+// NOTE [stale control messages]
+// A control message must not be in flight on a channel when its receiver frees
+// the channel's communicators: Open MPI reuses the context id for the next
+// communicator, where the stale message is matched by the new channel's
+// receive and takes the message sequence number that a real message then
+// waits behind forever (seen: an abort ack sent on an aborted group, received
+// by the next group split, whose status reply never arrived). So nothing is
+// sent that the receiver does not wait for, except aborts (which a rank that
+// already aborted may receive late) and abort acks, which only a failing rank
+// asks for: it never frees its communicators (ProgressEngine::fail_process).
+// Aborts passed on between surviving ranks keep the risk; one never-freed
+// control communicator for the whole process, with the channel named in each
+// message, would remove it.
 // Because the progress thread services it even when the rank is busy
 // elsewhere (computing, or blocked in another wait), a timeout can tell "rank
 // 2 has not called it (its last collective is #1)" from "rank 2 did not
@@ -88,8 +103,11 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
                                                       Milliseconds wait);
   // Sends abort(origin, reason) to every peer (on the progress thread, best
   // effort). A rank that receives one passes it on unchanged, in case the
-  // origin died before reaching everybody.
-  void broadcast_abort(ProgressEngine& engine, int origin, const std::string& reason);
+  // origin died before reaching everybody. `ask_acknowledgement`: the peers
+  // answer with an abort ack (NOTE [stale control messages]: only a rank that
+  // will not free this channel may ask).
+  void broadcast_abort(ProgressEngine& engine, int origin, const std::string& reason,
+                       bool ask_acknowledgement = false);
   // Every rank this one sent an abort to has acknowledged it (true when none was sent).
   bool abort_acknowledged() const;
 

@@ -381,7 +381,7 @@ void MpiCommunicator::notify_peers_of_abort(const std::string& reason) {
     check->fail(CommError(CommError::Kind::peer_failed,
                           str_cat("group '", name(), "' was aborted: ", reason)));
   }
-  channel_->broadcast_abort(*engine_, origin, original);
+  channel_->broadcast_abort(*engine_, origin, original, ask_abort_acknowledgement_.load());
   engine_->post([e = engine_.get(), id = id_] { e->channel_aborted(id); });
 }
 

@@ -42,7 +42,11 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   }
   uint64_t splits_called() const override { return splits_.load(); }
   void on_peer_abort(int origin, const std::string& reason) override;
-  void abort_group(const std::string& reason) override { abort(reason); }
+  // NOTE [failing rank]: the peers acknowledge this abort.
+  void abort_group(const std::string& reason) override {
+    ask_abort_acknowledgement_ = true;
+    abort(reason);
+  }
 
  protected:
   void start_all_reduce(const Tensor& tensor, const AllReduceOptions& options,
@@ -91,6 +95,7 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   const std::shared_ptr<SymmetricRegistry> symmetric_ = std::make_shared<SymmetricRegistry>();
   uint64_t symmetric_allocations_ = 0;
   std::atomic<uint64_t> last_seq_{0};
+  std::atomic<bool> ask_abort_acknowledgement_{false};
   // report_layered_progress(): the upper communicator's numbers, reported instead.
   std::atomic<std::shared_ptr<const std::atomic<uint64_t>>> layered_;
   std::atomic<uint64_t> splits_{0};
