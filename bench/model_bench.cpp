@@ -43,10 +43,10 @@ struct LoomModel {
   double last_loss = 0;
 
   void step() {
-    loom::nn::Context ctx, loss_ctx;
-    Tensor logits = model->forward(inputs, ctx);
-    last_loss = loss_fn.forward(logits, targets, loss_ctx).item<float>();
-    model->backward(loss_fn.backward(loss_ctx), ctx);
+    loom::nn::Tape tape, loss_tape;
+    Tensor logits = model->forward(inputs, tape);
+    last_loss = loss_fn.forward(logits, targets, loss_tape).item<float>();
+    model->backward(loss_fn.backward(loss_tape), tape);
     optimizer->step();
     optimizer->zero_grad();
   }

@@ -121,10 +121,10 @@ int run_worker(const WorkerFlags& f) {
     const double thread_start = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
     const double process_start = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
     m.optimizer->zero_grad();
-    loom::nn::Context ctx, loss_ctx;
-    Tensor logits = m.model->forward(m.inputs, ctx);
-    loss_fn.forward(logits, m.targets, loss_ctx);
-    m.model->backward(loss_fn.backward(loss_ctx), ctx);
+    loom::nn::Tape tape, loss_tape;
+    Tensor logits = m.model->forward(m.inputs, tape);
+    loss_fn.forward(logits, m.targets, loss_tape);
+    m.model->backward(loss_fn.backward(loss_tape), tape);
     if (reducer) reducer->finish();
     m.optimizer->step();
     const double ms =

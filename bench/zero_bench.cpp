@@ -130,11 +130,11 @@ std::array<float, kFields> timed_step(Replica& r, const loom::bench::BenchmarkBa
   const auto t0 = clock::now();
   r.zero->zero_grad();
   const auto t1 = clock::now();
-  loom::nn::Context ctx, loss_ctx;
-  Tensor logits = r.model->forward(batch.inputs, ctx);
-  loss_fn.forward(logits, batch.targets, loss_ctx);
+  loom::nn::Tape tape, loss_tape;
+  Tensor logits = r.model->forward(batch.inputs, tape);
+  loss_fn.forward(logits, batch.targets, loss_tape);
   const auto t2 = clock::now();
-  r.model->backward(loss_fn.backward(loss_ctx), ctx);
+  r.model->backward(loss_fn.backward(loss_tape), tape);
   const auto t3 = clock::now();
   r.zero->finish();
   const auto t4 = clock::now();

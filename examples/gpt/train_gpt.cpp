@@ -78,9 +78,9 @@ double evaluate(loom::nn::Module& model, loom::nn::CrossEntropyLoss& loss_fn,
   double total = 0;
   int64_t count = 0;
   while (batches.next(batch)) {
-    loom::nn::Context ctx, loss_ctx;
-    loom::Tensor logits = model.forward(batch.inputs.to(device), ctx);
-    total += loss_fn.forward(logits, batch.targets.to(device), loss_ctx).item<float>();
+    loom::nn::Tape tape, loss_tape;
+    loom::Tensor logits = model.forward(batch.inputs.to(device), tape);
+    total += loss_fn.forward(logits, batch.targets.to(device), loss_tape).item<float>();
     ++count;
   }
   model.set_training(true);
@@ -200,11 +200,11 @@ int run(const Flags& f) {
     data::TokenBatch batch = loader.next();
     trace::StepScope profiled_step;
     meter.begin();
-    nn::Context ctx, loss_ctx;
-    ctx.set_random_seed(f.seed * 1000003 + static_cast<uint64_t>(step));
-    Tensor logits = model.forward(batch.inputs.to(device), ctx);
-    const double loss = loss_fn.forward(logits, batch.targets.to(device), loss_ctx).item<float>();
-    model.backward(loss_fn.backward(loss_ctx), ctx);
+    nn::Tape tape, loss_tape;
+    tape.set_random_seed(f.seed * 1000003 + static_cast<uint64_t>(step));
+    Tensor logits = model.forward(batch.inputs.to(device), tape);
+    const double loss = loss_fn.forward(logits, batch.targets.to(device), loss_tape).item<float>();
+    model.backward(loss_fn.backward(loss_tape), tape);
     if (reducer) {
       reducer->finish();
       comm_seconds += reducer->stats().comm_s;

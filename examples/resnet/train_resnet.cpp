@@ -94,8 +94,8 @@ double accuracy(loom::nn::Module& model, const loom::data::ImageDataset& test, i
   for (int64_t begin = 0; begin < test.size(); begin += batch) {
     const int64_t end = std::min(test.size(), begin + batch);
     auto b = gather(test, order, begin, end, device);
-    loom::nn::Context ctx;
-    const auto logits = model.forward(b.images, ctx).to_vector<float>();
+    loom::nn::Tape tape;
+    const auto logits = model.forward(b.images, tape).to_vector<float>();
     const auto labels = b.labels.to_vector<int32_t>();
     const int64_t classes = static_cast<int64_t>(logits.size()) / (end - begin);
     for (int64_t i = 0; i < end - begin; ++i) {
@@ -169,15 +169,15 @@ int run(const Flags& f) {
 
     trace::StepScope profiled_step;
     meter.begin();
-    nn::Context ctx, loss_ctx;
+    nn::Tape tape, loss_tape;
     double loss = std::nan("");
     if (f.forward_only) {
       model->set_training(false);
-      model->forward(batch.images, ctx);
+      model->forward(batch.images, tape);
     } else {
-      Tensor logits = model->forward(batch.images, ctx);
-      loss = loss_fn.forward(logits, batch.labels, loss_ctx).item<float>();
-      model->backward(loss_fn.backward(loss_ctx), ctx);
+      Tensor logits = model->forward(batch.images, tape);
+      loss = loss_fn.forward(logits, batch.labels, loss_tape).item<float>();
+      model->backward(loss_fn.backward(loss_tape), tape);
       optimizer.set_lr(schedule.lr_at(step));
       optimizer.step();
       optimizer.zero_grad();

@@ -116,52 +116,52 @@ Tensor GPT::positions(int64_t batch, int64_t seq) {
   return positions_;
 }
 
-Tensor GPT::forward(const Tensor& ids, nn::Context& ctx) {
+Tensor GPT::forward(const Tensor& ids, nn::Tape& tape) {
   LOOM_CHECK(ids.dim() == 2, "GPT '", name(), "' takes token ids [batch, seq]; got ", ids.str());
   LOOM_CHECK(ids.size(1) <= config_.seq_len, "GPT '", name(), "': sequence length ", ids.size(1),
              " exceeds seq_len ", config_.seq_len);
-  Tensor x = wte_.forward(ids, ctx);
-  Tensor pos = wpe_.forward(positions(ids.size(0), ids.size(1)), ctx);
+  Tensor x = wte_.forward(ids, tape);
+  Tensor pos = wpe_.forward(positions(ids.size(0), ids.size(1)), tape);
   {
     trace::OpScope scope("add.forward", kernels::elementwise_cost(kernels::ElementwiseOp::add, x),
                          x.device(), name());
     kernels::add(x, pos, x);
   }
-  if (embed_dropout_) x = embed_dropout_->forward(x, ctx);
-  x = blocks_.forward(x, ctx);
-  x = ln_f_.forward(x, ctx);
-  return head_.forward(x, ctx);
+  if (embed_dropout_) x = embed_dropout_->forward(x, tape);
+  x = blocks_.forward(x, tape);
+  x = ln_f_.forward(x, tape);
+  return head_.forward(x, tape);
 }
 
-Tensor GPT::embeddings_backward_input(const Tensor& dx, nn::Context& ctx) {
+Tensor GPT::embeddings_backward_input(const Tensor& dx, nn::Tape& tape) {
   // The sum's gradient goes to both tables unchanged.
-  wpe_.backward_input(dx, ctx);
-  return wte_.backward_input(dx, ctx);
+  wpe_.backward_input(dx, tape);
+  return wte_.backward_input(dx, tape);
 }
 
-Tensor GPT::backward_input(const Tensor& dlogits, nn::Context& ctx) {
-  Tensor dx = head_.backward_input(dlogits, ctx);
-  dx = ln_f_.backward_input(dx, ctx);
-  dx = blocks_.backward_input(dx, ctx);
-  if (embed_dropout_) dx = embed_dropout_->backward_input(dx, ctx);
-  return embeddings_backward_input(dx, ctx);
+Tensor GPT::backward_input(const Tensor& dlogits, nn::Tape& tape) {
+  Tensor dx = head_.backward_input(dlogits, tape);
+  dx = ln_f_.backward_input(dx, tape);
+  dx = blocks_.backward_input(dx, tape);
+  if (embed_dropout_) dx = embed_dropout_->backward_input(dx, tape);
+  return embeddings_backward_input(dx, tape);
 }
 
-void GPT::backward_weight(nn::Context& ctx) {
-  head_.backward_weight(ctx);
-  ln_f_.backward_weight(ctx);
-  blocks_.backward_weight(ctx);
-  wpe_.backward_weight(ctx);
-  wte_.backward_weight(ctx);
+void GPT::backward_weight(nn::Tape& tape) {
+  head_.backward_weight(tape);
+  ln_f_.backward_weight(tape);
+  blocks_.backward_weight(tape);
+  wpe_.backward_weight(tape);
+  wte_.backward_weight(tape);
 }
 
-Tensor GPT::backward(const Tensor& dlogits, nn::Context& ctx) {
-  Tensor dx = head_.backward(dlogits, ctx);
-  dx = ln_f_.backward(dx, ctx);
-  dx = blocks_.backward(dx, ctx);
-  if (embed_dropout_) dx = embed_dropout_->backward(dx, ctx);
-  wpe_.backward(dx, ctx);
-  return wte_.backward(dx, ctx);
+Tensor GPT::backward(const Tensor& dlogits, nn::Tape& tape) {
+  Tensor dx = head_.backward(dlogits, tape);
+  dx = ln_f_.backward(dx, tape);
+  dx = blocks_.backward(dx, tape);
+  if (embed_dropout_) dx = embed_dropout_->backward(dx, tape);
+  wpe_.backward(dx, tape);
+  return wte_.backward(dx, tape);
 }
 
 void GPT::collect_parameters(std::vector<nn::Parameter*>& out) {

@@ -8,7 +8,7 @@ struct ActivationModule::State : SavedState {
   Tensor x;
 };
 
-Tensor ActivationModule::forward(const Tensor& x, Context& ctx) {
+Tensor ActivationModule::forward(const Tensor& x, Tape& tape) {
   LOOM_CHECK(x.defined(), kernels::activation_name(function_), " '", name(),
              "': the input is undefined");
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -17,12 +17,12 @@ Tensor ActivationModule::forward(const Tensor& x, Context& ctx) {
     trace::OpScope scope(op, kernels::activation_forward_cost(function_, x), x.device(), name());
     kernels::activation_forward(function_, x, y);
   }
-  ctx.emplace<State>(*this).x = x;
+  tape.emplace<State>(*this).x = x;
   return y;
 }
 
-Tensor ActivationModule::backward_input(const Tensor& dy, Context& ctx) {
-  const Tensor x = ctx.get<State>(*this).x;
+Tensor ActivationModule::backward_input(const Tensor& dy, Tape& tape) {
+  const Tensor x = tape.get<State>(*this).x;
   LOOM_CHECK(dy.defined() && dy.shape() == x.shape(), kernels::activation_name(function_), " '",
              name(), "': output gradient ", dy, " must have the input's shape ",
              shape_str(x.shape()));
@@ -33,7 +33,7 @@ Tensor ActivationModule::backward_input(const Tensor& dy, Context& ctx) {
     trace::OpScope scope(op, kernels::activation_backward_cost(function_, x), x.device(), name());
     kernels::activation_backward(function_, x, dy, dx);
   }
-  ctx.release(*this);
+  tape.release(*this);
   return dx;
 }
 

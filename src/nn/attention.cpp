@@ -102,7 +102,7 @@ kernels::OpCost CausalSelfAttention::backward_cost(int64_t batch, int64_t tokens
   return cost;
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& qkv, Context& ctx) {
+Tensor CausalSelfAttention::forward(const Tensor& qkv, Tape& tape) {
   const int64_t channels = channels_of(qkv);
   const int64_t batch = qkv.size(0), tokens = qkv.size(1), head_dim = channels / heads_;
   const Device device = qkv.device();
@@ -110,7 +110,7 @@ Tensor CausalSelfAttention::forward(const Tensor& qkv, Context& ctx) {
   trace::OpScope scope("attention.forward", forward_cost(batch, tokens, channels, dtype), device,
                        name());
 
-  AttentionState& state = ctx.emplace<AttentionState>(*this);
+  AttentionState& state = tape.emplace<AttentionState>(*this);
   state.input_shape = qkv.shape();
   state.qkv_heads = Tensor::empty({3, batch, heads_, tokens, head_dim}, dtype, device);
   const Tensor q = state.qkv_heads.select(0), k = state.qkv_heads.select(1),
@@ -129,8 +129,8 @@ Tensor CausalSelfAttention::forward(const Tensor& qkv, Context& ctx) {
   return y;
 }
 
-Tensor CausalSelfAttention::backward_input(const Tensor& dy, Context& ctx) {
-  AttentionState& state = ctx.get<AttentionState>(*this);
+Tensor CausalSelfAttention::backward_input(const Tensor& dy, Tape& tape) {
+  AttentionState& state = tape.get<AttentionState>(*this);
   const Shape& in = state.input_shape;
   const int64_t batch = in[0], tokens = in[1], channels = in[2] / 3, head_dim = channels / heads_;
   LOOM_CHECK(dy.defined() && dy.shape() == Shape({batch, tokens, channels}) &&
@@ -161,7 +161,7 @@ Tensor CausalSelfAttention::backward_input(const Tensor& dy, Context& ctx) {
 
   const Tensor dqkv = Tensor::empty(in, dtype, device);
   kernels::merge_heads({dq, dk, dv}, dqkv);
-  ctx.release(*this);
+  tape.release(*this);
   return dqkv;
 }
 

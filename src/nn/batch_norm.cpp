@@ -37,11 +37,11 @@ void BatchNorm2d::set_stats_reducers(StatsReducer forward_reducer, StatsReducer 
   backward_reducer_ = std::move(backward_reducer);
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x, Context& ctx) {
+Tensor BatchNorm2d::forward(const Tensor& x, Tape& tape) {
   LOOM_CHECK(x.defined() && x.dim() == 4 && x.size(1) == channels_, "BatchNorm2d '", name(),
              "': input ", x, " must be [N, ", channels_, ", H, W]");
   const Device device = x.device();
-  State& state = ctx.emplace<State>(*this);
+  State& state = tape.emplace<State>(*this);
   state.x = x;
   state.mean = Tensor::empty({channels_}, DType::f32, device);
   state.invstd = Tensor::empty({channels_}, DType::f32, device);
@@ -70,8 +70,8 @@ Tensor BatchNorm2d::forward(const Tensor& x, Context& ctx) {
   return y;
 }
 
-Tensor BatchNorm2d::backward_input(const Tensor& dy, Context& ctx) {
-  State& state = ctx.get<State>(*this);
+Tensor BatchNorm2d::backward_input(const Tensor& dy, Tape& tape) {
+  State& state = tape.get<State>(*this);
   const Device device = state.x.device();
   state.local_grad_sums = Tensor::empty({2, channels_}, DType::f32, device);
   {
@@ -95,8 +95,8 @@ Tensor BatchNorm2d::backward_input(const Tensor& dy, Context& ctx) {
   return dx;
 }
 
-void BatchNorm2d::backward_weight(Context& ctx) {
-  State& state = ctx.get<State>(*this);
+void BatchNorm2d::backward_weight(Tape& tape) {
+  State& state = tape.get<State>(*this);
   LOOM_CHECK(state.local_grad_sums.defined(), "BatchNorm2d '", name(),
              "': backward_weight needs backward_input first (it computes the sums)");
   // grad_sums row 0 is sum dy = dL/dbias; row 1 is sum dy * xhat = dL/dweight.
@@ -111,7 +111,7 @@ void BatchNorm2d::backward_weight(Context& ctx) {
   };
   write(*weight_, state.local_grad_sums.select(1));
   write(*bias_, state.local_grad_sums.select(0));
-  ctx.release(*this);
+  tape.release(*this);
 }
 
 void BatchNorm2d::collect_parameters(std::vector<Parameter*>& out) {

@@ -5,7 +5,7 @@ namespace loom::nn {
 struct Checkpoint::State : SavedState {
   Tensor x;
   uint64_t seed = 0;
-  Context inner;  // the recomputed forward's state, between backward_input and backward_weight
+  Tape inner;  // the recomputed forward's state, between backward_input and backward_weight
   bool recomputed = false;
 };
 
@@ -14,54 +14,54 @@ Checkpoint::Checkpoint(std::string name, std::unique_ptr<Module> inner)
   LOOM_CHECK(inner_ != nullptr, "checkpoint '", this->name(), "': the inner module is null");
 }
 
-Tensor Checkpoint::forward(const Tensor& x, Context& ctx) {
+Tensor Checkpoint::forward(const Tensor& x, Tape& tape) {
   Tensor y;
   {
-    Context scratch;
-    scratch.set_random_seed(ctx.random_seed());
+    Tape scratch;
+    scratch.set_random_seed(tape.random_seed());
     y = inner_->forward(x, scratch);
   }  // everything inner saved is freed here
-  State& state = ctx.emplace<State>(*this);
+  State& state = tape.emplace<State>(*this);
   state.x = x;
-  state.seed = ctx.random_seed();
+  state.seed = tape.random_seed();
   return y;
 }
 
-Checkpoint::State& Checkpoint::recompute(Context& ctx) {
-  State& state = ctx.get<State>(*this);
+Checkpoint::State& Checkpoint::recompute(Tape& tape) {
+  State& state = tape.get<State>(*this);
   LOOM_CHECK(!state.recomputed, "checkpoint '", name(),
-             "': backward_input already ran for this context");
+             "': backward_input already ran for this tape");
   state.inner.set_random_seed(state.seed);
   inner_->forward(state.x, state.inner);
   state.recomputed = true;
   return state;
 }
 
-Tensor Checkpoint::backward_input(const Tensor& dy, Context& ctx) {
-  State& state = recompute(ctx);
+Tensor Checkpoint::backward_input(const Tensor& dy, Tape& tape) {
+  State& state = recompute(tape);
   Tensor dx = inner_->backward_input(dy, state.inner);
   // Without parameters there is no backward_weight to wait for: release now,
-  // as every parameter-free module does (nn/context.hpp).
+  // as every parameter-free module does (nn/tape.hpp).
   if (inner_->parameters().empty()) {
     inner_->backward_weight(state.inner);
-    ctx.release(*this);
+    tape.release(*this);
   }
   return dx;
 }
 
-void Checkpoint::backward_weight(Context& ctx) {
-  if (!ctx.has(*this) && inner_->parameters().empty()) return;  // released by backward_input
-  State& state = ctx.get<State>(*this);
+void Checkpoint::backward_weight(Tape& tape) {
+  if (!tape.has(*this) && inner_->parameters().empty()) return;  // released by backward_input
+  State& state = tape.get<State>(*this);
   LOOM_CHECK(state.recomputed, "checkpoint '", name(),
              "': backward_weight needs backward_input first");
   inner_->backward_weight(state.inner);
-  ctx.release(*this);
+  tape.release(*this);
 }
 
-Tensor Checkpoint::backward(const Tensor& dy, Context& ctx) {
-  State& state = recompute(ctx);
+Tensor Checkpoint::backward(const Tensor& dy, Tape& tape) {
+  State& state = recompute(tape);
   Tensor dx = inner_->backward(dy, state.inner);
-  ctx.release(*this);
+  tape.release(*this);
   return dx;
 }
 

@@ -37,7 +37,7 @@ Conv2d::Conv2d(std::string name, int64_t in_channels, int64_t out_channels, int6
   kernels::conv2d_output_shape({1, in_channels, kernel, kernel}, weight.shape(), params_);
 }
 
-Tensor Conv2d::forward(const Tensor& x, Context& ctx) {
+Tensor Conv2d::forward(const Tensor& x, Tape& tape) {
   const Tensor& w = weight_->value();
   const Tensor b = bias_ ? bias_->value() : Tensor();
   Tensor y = Tensor::empty(kernels::conv2d_output_shape(x.shape(), w.shape(), params_), x.dtype(),
@@ -49,12 +49,12 @@ Tensor Conv2d::forward(const Tensor& x, Context& ctx) {
                          x.device(), name());
     kernels::conv2d_forward(x, w, b, y, params_);
   }
-  ctx.emplace<State>(*this).x = x;
+  tape.emplace<State>(*this).x = x;
   return y;
 }
 
-Tensor Conv2d::backward_input(const Tensor& dy, Context& ctx) {
-  State& state = ctx.get<State>(*this);
+Tensor Conv2d::backward_input(const Tensor& dy, Tape& tape) {
+  State& state = tape.get<State>(*this);
   const Tensor& w = weight_->value();
   Tensor dx = Tensor::empty(state.x.shape(), state.x.dtype(), state.x.device());
   {
@@ -68,8 +68,8 @@ Tensor Conv2d::backward_input(const Tensor& dy, Context& ctx) {
   return dx;
 }
 
-void Conv2d::backward_weight(Context& ctx) {
-  State& state = ctx.get<State>(*this);
+void Conv2d::backward_weight(Tape& tape) {
+  State& state = tape.get<State>(*this);
   LOOM_CHECK(state.dy.defined(), "Conv2d '", name(),
              "': backward_weight needs backward_input first (it saves dy)");
   trace::OpScope scope(
@@ -99,7 +99,7 @@ void Conv2d::backward_weight(Context& ctx) {
     bias_->end_grad_write();
   }
   weight_->end_grad_write();
-  ctx.release(*this);
+  tape.release(*this);
 }
 
 void Conv2d::collect_parameters(std::vector<Parameter*>& out) {

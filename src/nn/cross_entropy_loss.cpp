@@ -16,7 +16,7 @@ struct CrossEntropyLoss::State : SavedState {
 CrossEntropyLoss::CrossEntropyLoss(std::string name, int64_t ignore_index)
     : name_(std::move(name)), ignore_index_(ignore_index) {}
 
-Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& targets, Context& ctx) {
+Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& targets, Tape& tape) {
   LOOM_CHECK(logits.defined() && logits.dim() >= 1 && logits.dtype() == DType::f32,
              "cross_entropy '", name(), "': logits ", logits,
              " must be an f32 [..., classes] tensor");
@@ -26,7 +26,7 @@ Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& targets, Co
              " (logits ", logits, ")");
   const int64_t classes = logits.size(-1);
   const int64_t rows = shape_numel(leading);
-  State& state = ctx.emplace<State>(this, name_);
+  State& state = tape.emplace<State>(this, name_);
   state.logits = logits.view({rows, classes});
   state.targets = targets.view({rows});
   state.lse = Tensor::empty({rows}, DType::f32, logits.device());
@@ -40,9 +40,9 @@ Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& targets, Co
   return loss;
 }
 
-Tensor CrossEntropyLoss::backward(Context& ctx, float dloss) {
-  const State state = ctx.get<State>(this, name_);
-  ctx.release(this);
+Tensor CrossEntropyLoss::backward(Tape& tape, float dloss) {
+  const State state = tape.get<State>(this, name_);
+  tape.release(this);
   Tensor dlogits = Tensor::empty(state.logits_shape, DType::f32, state.logits.device());
   trace::OpScope scope("cross_entropy.backward", kernels::cross_entropy_backward_cost(state.logits),
                        dlogits.device(), name());

@@ -16,26 +16,26 @@ Dropout::Dropout(std::string name, float p) : Module(std::move(name)), p_(p) {
              " must lie in [0, 1]");
 }
 
-RandomKey Dropout::key(const Context& ctx) const {
-  return RandomKey{ctx.random_seed(), random_stream_id(name())};
+RandomKey Dropout::key(const Tape& tape) const {
+  return RandomKey{tape.random_seed(), random_stream_id(name())};
 }
 
-Tensor Dropout::forward(const Tensor& x, Context& ctx) {
+Tensor Dropout::forward(const Tensor& x, Tape& tape) {
   LOOM_CHECK(x.defined(), "dropout '", name(), "': the input is undefined");
-  State& state = ctx.emplace<State>(*this);
+  State& state = tape.emplace<State>(*this);
   state.shape = x.shape();
   state.active = training() && p_ > 0.0f;
   if (!state.active) return x;
-  state.key = key(ctx);
+  state.key = key(tape);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   trace::OpScope scope("dropout.forward", kernels::dropout_cost(x), x.device(), name());
   kernels::dropout_forward(x, p_, state.key, y);
   return y;
 }
 
-Tensor Dropout::backward_input(const Tensor& dy, Context& ctx) {
-  const State state = ctx.get<State>(*this);
-  ctx.release(*this);
+Tensor Dropout::backward_input(const Tensor& dy, Tape& tape) {
+  const State state = tape.get<State>(*this);
+  tape.release(*this);
   LOOM_CHECK(dy.defined() && dy.shape() == state.shape, "dropout '", name(), "': output gradient ",
              dy, " must have the input's shape ", shape_str(state.shape));
   if (!state.active) return dy;

@@ -25,7 +25,7 @@ void Embedding::collect_parameters(std::vector<Parameter*>& out) {
   out.push_back(weight_.get());
 }
 
-Tensor Embedding::forward(const Tensor& ids, Context& ctx) {
+Tensor Embedding::forward(const Tensor& ids, Tape& tape) {
   LOOM_CHECK(ids.defined() && (ids.dtype() == DType::i32 || ids.dtype() == DType::i64),
              "embedding '", name(), "': ids ", ids, " must be an i32 or i64 tensor");
   Shape y_shape = ids.shape();
@@ -37,12 +37,12 @@ Tensor Embedding::forward(const Tensor& ids, Context& ctx) {
                          table.device(), name());
     kernels::embedding_forward(table, ids, y);
   }
-  ctx.emplace<State>(*this).ids = ids;
+  tape.emplace<State>(*this).ids = ids;
   return y;
 }
 
-Tensor Embedding::backward_input(const Tensor& dy, Context& ctx) {
-  State& state = ctx.get<State>(*this);
+Tensor Embedding::backward_input(const Tensor& dy, Tape& tape) {
+  State& state = tape.get<State>(*this);
   Shape y_shape = state.ids.shape();
   y_shape.push_back(dim_);
   LOOM_CHECK(dy.defined() && dy.shape() == y_shape, "embedding '", name(), "': output gradient ",
@@ -51,8 +51,8 @@ Tensor Embedding::backward_input(const Tensor& dy, Context& ctx) {
   return Tensor();
 }
 
-void Embedding::backward_weight(Context& ctx) {
-  State& state = ctx.get<State>(*this);
+void Embedding::backward_weight(Tape& tape) {
+  State& state = tape.get<State>(*this);
   LOOM_CHECK(state.dy.defined(), "embedding '", name(),
              "': backward_weight needs backward_input first (no output gradient saved)");
   {
@@ -63,7 +63,7 @@ void Embedding::backward_weight(Context& ctx) {
     kernels::embedding_backward(state.dy, state.ids, dw.grad, dw.accumulate);
     weight_->end_grad_write();
   }
-  ctx.release(*this);
+  tape.release(*this);
 }
 
 }  // namespace loom::nn

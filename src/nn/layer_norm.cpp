@@ -24,11 +24,11 @@ void LayerNorm::collect_parameters(std::vector<Parameter*>& out) {
   out.push_back(bias_.get());
 }
 
-Tensor LayerNorm::forward(const Tensor& x, Context& ctx) {
+Tensor LayerNorm::forward(const Tensor& x, Tape& tape) {
   LOOM_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == dim_, "layer_norm '", name(), "': input ",
              x, " must have last dimension ", dim_);
   const int64_t rows = x.numel() / dim_;
-  State& state = ctx.emplace<State>(*this);
+  State& state = tape.emplace<State>(*this);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   state.mean = Tensor::empty({rows}, DType::f32, x.device());
   state.rstd = Tensor::empty({rows}, DType::f32, x.device());
@@ -42,8 +42,8 @@ Tensor LayerNorm::forward(const Tensor& x, Context& ctx) {
   return y;
 }
 
-Tensor LayerNorm::backward_input(const Tensor& dy, Context& ctx) {
-  State& state = ctx.get<State>(*this);
+Tensor LayerNorm::backward_input(const Tensor& dy, Tape& tape) {
+  State& state = tape.get<State>(*this);
   LOOM_CHECK(dy.defined() && dy.shape() == state.x.shape(), "layer_norm '", name(),
              "': output gradient ", dy, " must have the input's shape ",
              shape_str(state.x.shape()));
@@ -57,8 +57,8 @@ Tensor LayerNorm::backward_input(const Tensor& dy, Context& ctx) {
   return dx;
 }
 
-void LayerNorm::backward_weight(Context& ctx) {
-  State& state = ctx.get<State>(*this);
+void LayerNorm::backward_weight(Tape& tape) {
+  State& state = tape.get<State>(*this);
   LOOM_CHECK(state.dy.defined(), "layer_norm '", name(),
              "': backward_weight needs backward_input first (no output gradient saved)");
   {
@@ -77,7 +77,7 @@ void LayerNorm::backward_weight(Context& ctx) {
     weight_->end_grad_write();
     bias_->end_grad_write();
   }
-  ctx.release(*this);
+  tape.release(*this);
 }
 
 }  // namespace loom::nn

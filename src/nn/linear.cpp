@@ -56,7 +56,7 @@ void Linear::collect_parameters(std::vector<Parameter*>& out) {
   if (bias_) out.push_back(bias_.get());
 }
 
-Tensor Linear::forward(const Tensor& x, Context& ctx) {
+Tensor Linear::forward(const Tensor& x, Tape& tape) {
   const Tensor& w = weight_->value();
   LOOM_CHECK(x.defined(), "linear '", name(), "': the input is undefined");
   LOOM_CHECK(x.dim() >= 1 && x.size(-1) == in_features_, "linear '", name(), "': input ", x,
@@ -77,14 +77,14 @@ Tensor Linear::forward(const Tensor& x, Context& ctx) {
     kernels::gemm(x2, w, y2, options);
     if (bias_) kernels::bias_add(y2, bias_->value());
   }
-  State& state = ctx.emplace<State>(*this);
+  State& state = tape.emplace<State>(*this);
   state.x = x2;
   state.x_shape = x.shape();
   return y;
 }
 
-Tensor Linear::backward_input(const Tensor& dy, Context& ctx) {
-  State& state = ctx.get<State>(*this);
+Tensor Linear::backward_input(const Tensor& dy, Tape& tape) {
+  State& state = tape.get<State>(*this);
   const Tensor& w = weight_->value();
   Shape y_shape = state.x_shape;
   y_shape.back() = out_features_;
@@ -104,8 +104,8 @@ Tensor Linear::backward_input(const Tensor& dy, Context& ctx) {
   return dx;
 }
 
-void Linear::backward_weight(Context& ctx) {
-  State& state = ctx.get<State>(*this);
+void Linear::backward_weight(Tape& tape) {
+  State& state = tape.get<State>(*this);
   LOOM_CHECK(state.dy.defined(), "linear '", name(),
              "': backward_weight needs backward_input first (no output gradient saved)");
   {
@@ -123,7 +123,7 @@ void Linear::backward_weight(Context& ctx) {
       bias_->end_grad_write();
     }
   }
-  ctx.release(*this);
+  tape.release(*this);
 }
 
 }  // namespace loom::nn

@@ -18,23 +18,23 @@ std::string Module::child_name(const std::string& local) const {
   return name_.empty() ? local : name_ + "." + local;
 }
 
-const std::string& Context::module_name(const Module& module) {
+const std::string& Tape::module_name(const Module& module) {
   return module.name();
 }
 
-void Context::throw_duplicate(std::string_view name) {
+void Tape::throw_duplicate(std::string_view name) {
   throw Error(str_cat("module '", name,
-                      "' already saved state in this context: a module called twice in one "
-                      "forward pass needs one Context per call"));
+                      "' already saved state in this tape: a module called twice in one "
+                      "forward pass needs one Tape per call"));
 }
 
-void Context::throw_missing(std::string_view name) {
+void Tape::throw_missing(std::string_view name) {
   throw Error(str_cat("module '", name,
-                      "' has no saved state in this context: backward needs a forward with the "
-                      "same context first, and runs once per forward"));
+                      "' has no saved state in this tape: backward needs a forward with the "
+                      "same tape first, and runs once per forward"));
 }
 
-void Context::throw_wrong_type(std::string_view name, const char* type) {
+void Tape::throw_wrong_type(std::string_view name, const char* type) {
   throw Error(str_cat("module '", name, "' saved state of another type than ", type));
 }
 

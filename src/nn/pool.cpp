@@ -27,7 +27,7 @@ struct MaxPool2d::State : SavedState {
 MaxPool2d::MaxPool2d(std::string name, int64_t kernel, int64_t stride, int64_t padding)
     : Module(std::move(name)), params_(checked(this->name(), kernel, stride, padding)) {}
 
-Tensor MaxPool2d::forward(const Tensor& x, Context& ctx) {
+Tensor MaxPool2d::forward(const Tensor& x, Tape& tape) {
   const Shape ys = kernels::pool2d_output_shape(x.shape(), params_);
   Tensor y = Tensor::empty(ys, x.dtype(), x.device());
   Tensor argmax = Tensor::empty(ys, DType::i32, x.device());
@@ -37,14 +37,14 @@ Tensor MaxPool2d::forward(const Tensor& x, Context& ctx) {
                          x.device(), name());
     kernels::max_pool2d_forward(x, y, argmax, params_);
   }
-  State& state = ctx.emplace<State>(*this);
+  State& state = tape.emplace<State>(*this);
   state.x_shape = x.shape();
   state.argmax = argmax;
   return y;
 }
 
-Tensor MaxPool2d::backward_input(const Tensor& dy, Context& ctx) {
-  State& state = ctx.get<State>(*this);
+Tensor MaxPool2d::backward_input(const Tensor& dy, Tape& tape) {
+  State& state = tape.get<State>(*this);
   Tensor dx = Tensor::empty(state.x_shape, dy.dtype(), dy.device());
   {
     trace::OpScope scope("max_pool2d.backward_input",
@@ -52,7 +52,7 @@ Tensor MaxPool2d::backward_input(const Tensor& dy, Context& ctx) {
                          dy.device(), name());
     kernels::max_pool2d_backward(dy, state.argmax, dx, params_);
   }
-  ctx.release(*this);
+  tape.release(*this);
   return dx;
 }
 
@@ -63,7 +63,7 @@ struct AvgPool2d::State : SavedState {
 AvgPool2d::AvgPool2d(std::string name, int64_t kernel, int64_t stride, int64_t padding)
     : Module(std::move(name)), params_(checked(this->name(), kernel, stride, padding)) {}
 
-Tensor AvgPool2d::forward(const Tensor& x, Context& ctx) {
+Tensor AvgPool2d::forward(const Tensor& x, Tape& tape) {
   Tensor y = Tensor::empty(kernels::pool2d_output_shape(x.shape(), params_), x.dtype(), x.device());
   {
     trace::OpScope scope(
@@ -72,12 +72,12 @@ Tensor AvgPool2d::forward(const Tensor& x, Context& ctx) {
         name());
     kernels::avg_pool2d_forward(x, y, params_);
   }
-  ctx.emplace<State>(*this).x_shape = x.shape();
+  tape.emplace<State>(*this).x_shape = x.shape();
   return y;
 }
 
-Tensor AvgPool2d::backward_input(const Tensor& dy, Context& ctx) {
-  State& state = ctx.get<State>(*this);
+Tensor AvgPool2d::backward_input(const Tensor& dy, Tape& tape) {
+  State& state = tape.get<State>(*this);
   Tensor dx = Tensor::empty(state.x_shape, dy.dtype(), dy.device());
   {
     trace::OpScope scope(
@@ -86,7 +86,7 @@ Tensor AvgPool2d::backward_input(const Tensor& dy, Context& ctx) {
         name());
     kernels::avg_pool2d_backward(dy, dx, params_);
   }
-  ctx.release(*this);
+  tape.release(*this);
   return dx;
 }
 
@@ -96,7 +96,7 @@ struct GlobalAvgPool::State : SavedState {
 
 GlobalAvgPool::GlobalAvgPool(std::string name) : Module(std::move(name)) {}
 
-Tensor GlobalAvgPool::forward(const Tensor& x, Context& ctx) {
+Tensor GlobalAvgPool::forward(const Tensor& x, Tape& tape) {
   LOOM_CHECK(x.defined() && x.dim() == 4, "GlobalAvgPool '", name(), "': input ", x,
              " must be [N, C, H, W]");
   Tensor y = Tensor::empty({x.size(0), x.size(1)}, x.dtype(), x.device());
@@ -106,12 +106,12 @@ Tensor GlobalAvgPool::forward(const Tensor& x, Context& ctx) {
                          x.device(), name());
     kernels::global_avg_pool_forward(x, y);
   }
-  ctx.emplace<State>(*this).x_shape = x.shape();
+  tape.emplace<State>(*this).x_shape = x.shape();
   return y;
 }
 
-Tensor GlobalAvgPool::backward_input(const Tensor& dy, Context& ctx) {
-  State& state = ctx.get<State>(*this);
+Tensor GlobalAvgPool::backward_input(const Tensor& dy, Tape& tape) {
+  State& state = tape.get<State>(*this);
   Tensor dx = Tensor::empty(state.x_shape, dy.dtype(), dy.device());
   {
     trace::OpScope scope(
@@ -120,7 +120,7 @@ Tensor GlobalAvgPool::backward_input(const Tensor& dy, Context& ctx) {
         name());
     kernels::global_avg_pool_backward(dy, dx);
   }
-  ctx.release(*this);
+  tape.release(*this);
   return dx;
 }
 

@@ -23,26 +23,26 @@ Tensor Residual::sum(const char* op, const Tensor& a, const Tensor& b) const {
   return out;
 }
 
-Tensor Residual::forward(const Tensor& x, Context& ctx) {
-  const Tensor y = inner_->forward(x, ctx);
-  const Tensor s = shortcut_ ? shortcut_->forward(x, ctx) : x;
+Tensor Residual::forward(const Tensor& x, Tape& tape) {
+  const Tensor y = inner_->forward(x, tape);
+  const Tensor s = shortcut_ ? shortcut_->forward(x, tape) : x;
   return sum("residual.forward", y, s);
 }
 
-Tensor Residual::backward_input(const Tensor& dy, Context& ctx) {
-  const Tensor dx = inner_->backward_input(dy, ctx);
-  const Tensor ds = shortcut_ ? shortcut_->backward_input(dy, ctx) : dy;
+Tensor Residual::backward_input(const Tensor& dy, Tape& tape) {
+  const Tensor dx = inner_->backward_input(dy, tape);
+  const Tensor ds = shortcut_ ? shortcut_->backward_input(dy, tape) : dy;
   return sum("residual.backward_input", dx, ds);
 }
 
-void Residual::backward_weight(Context& ctx) {
-  inner_->backward_weight(ctx);
-  if (shortcut_) shortcut_->backward_weight(ctx);
+void Residual::backward_weight(Tape& tape) {
+  inner_->backward_weight(tape);
+  if (shortcut_) shortcut_->backward_weight(tape);
 }
 
-Tensor Residual::backward(const Tensor& dy, Context& ctx) {
-  const Tensor dx = inner_->backward(dy, ctx);
-  const Tensor ds = shortcut_ ? shortcut_->backward(dy, ctx) : dy;
+Tensor Residual::backward(const Tensor& dy, Tape& tape) {
+  const Tensor dx = inner_->backward(dy, tape);
+  const Tensor ds = shortcut_ ? shortcut_->backward(dy, tape) : dy;
   return sum("residual.backward_input", dx, ds);
 }
 

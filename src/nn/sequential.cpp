@@ -17,26 +17,26 @@ std::unique_ptr<Module> Sequential::replace(size_t i, std::unique_ptr<Module> ch
   return child;
 }
 
-Tensor Sequential::forward(const Tensor& x, Context& ctx) {
+Tensor Sequential::forward(const Tensor& x, Tape& tape) {
   Tensor y = x;
-  for (auto& child : children_) y = child->forward(y, ctx);
+  for (auto& child : children_) y = child->forward(y, tape);
   return y;
 }
 
-Tensor Sequential::backward_input(const Tensor& dy, Context& ctx) {
+Tensor Sequential::backward_input(const Tensor& dy, Tape& tape) {
   Tensor g = dy;
   for (auto it = children_.rbegin(); it != children_.rend(); ++it)
-    g = (*it)->backward_input(g, ctx);
+    g = (*it)->backward_input(g, tape);
   return g;
 }
 
-void Sequential::backward_weight(Context& ctx) {
-  for (auto it = children_.rbegin(); it != children_.rend(); ++it) (*it)->backward_weight(ctx);
+void Sequential::backward_weight(Tape& tape) {
+  for (auto it = children_.rbegin(); it != children_.rend(); ++it) (*it)->backward_weight(tape);
 }
 
-Tensor Sequential::backward(const Tensor& dy, Context& ctx) {
+Tensor Sequential::backward(const Tensor& dy, Tape& tape) {
   Tensor g = dy;
-  for (auto it = children_.rbegin(); it != children_.rend(); ++it) g = (*it)->backward(g, ctx);
+  for (auto it = children_.rbegin(); it != children_.rend(); ++it) g = (*it)->backward(g, tape);
   return g;
 }
 

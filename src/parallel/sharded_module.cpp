@@ -12,28 +12,28 @@ ShardedModule::ShardedModule(std::unique_ptr<nn::Module> inner)
   Module::set_training(inner_->training());
 }
 
-Tensor ShardedModule::forward(const Tensor& x, nn::Context& ctx) {
-  if (!gatherer_) return inner_->forward(x, ctx);
+Tensor ShardedModule::forward(const Tensor& x, nn::Tape& tape) {
+  if (!gatherer_) return inner_->forward(x, tape);
   gatherer_->before_use(*this, Phase::forward);
-  Tensor y = inner_->forward(x, ctx);
+  Tensor y = inner_->forward(x, tape);
   gatherer_->after_use(*this, Phase::forward);
   return y;
 }
 
-Tensor ShardedModule::backward_input(const Tensor& dy, nn::Context& ctx) {
+Tensor ShardedModule::backward_input(const Tensor& dy, nn::Tape& tape) {
   if (gatherer_) gatherer_->before_use(*this, Phase::backward);
-  return inner_->backward_input(dy, ctx);  // kept gathered for backward_weight
+  return inner_->backward_input(dy, tape);  // kept gathered for backward_weight
 }
 
-void ShardedModule::backward_weight(nn::Context& ctx) {
-  inner_->backward_weight(ctx);
+void ShardedModule::backward_weight(nn::Tape& tape) {
+  inner_->backward_weight(tape);
   if (gatherer_) gatherer_->after_use(*this, Phase::backward);
 }
 
-Tensor ShardedModule::backward(const Tensor& dy, nn::Context& ctx) {
-  if (!gatherer_) return inner_->backward(dy, ctx);
+Tensor ShardedModule::backward(const Tensor& dy, nn::Tape& tape) {
+  if (!gatherer_) return inner_->backward(dy, tape);
   gatherer_->before_use(*this, Phase::backward);
-  Tensor dx = inner_->backward(dy, ctx);
+  Tensor dx = inner_->backward(dy, tape);
   gatherer_->after_use(*this, Phase::backward);
   return dx;
 }

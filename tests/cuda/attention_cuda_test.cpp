@@ -97,12 +97,12 @@ TEST_CASE("CUDA CausalSelfAttention matches the host forward and backward") {
   loom::nn::CausalSelfAttention attention("attn", H);
   const Tensor qkv = loom::test::random_tensor({B, T, 3 * C}, DType::f32, 51, -2.0f, 2.0f);
   const Tensor dy = loom::test::random_tensor({B, T, C}, DType::f32, 52);
-  loom::nn::Context host_ctx, dev_ctx;
-  const Tensor host_y = attention.forward(qkv, host_ctx);
-  const Tensor host_dx = attention.backward(dy, host_ctx);
-  const Tensor dev_y = attention.forward(qkv.to(kGpu), dev_ctx);
-  const Tensor dev_dx = attention.backward(dy.to(kGpu), dev_ctx);
-  CHECK(dev_ctx.empty());
+  loom::nn::Tape host_tape, dev_tape;
+  const Tensor host_y = attention.forward(qkv, host_tape);
+  const Tensor host_dx = attention.backward(dy, host_tape);
+  const Tensor dev_y = attention.forward(qkv.to(kGpu), dev_tape);
+  const Tensor dev_dx = attention.backward(dy.to(kGpu), dev_tape);
+  CHECK(dev_tape.empty());
   require_close(dev_y.to_vector<float>(), host_y.to_vector<float>(), 1e-5, 1e-4);
   require_close(dev_dx.to_vector<float>(), host_dx.to_vector<float>(), 1e-5, 1e-4);
 }

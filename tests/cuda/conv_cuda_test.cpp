@@ -186,16 +186,16 @@ TEST_CASE("Conv2d and BatchNorm2d run on CUDA like on the host") {
 
   const Tensor x = loom::test::random_tensor({4, 3, 12, 12}, DType::f32, 11);
   const Tensor dy = loom::test::random_tensor({4, 8, 6, 6}, DType::f32, 12);
-  loom::nn::Context hctx, gctx;
-  const Tensor hy = host_bn.forward(host_conv.forward(x, hctx), hctx);
-  const Tensor gyv = gpu_bn.forward(gpu_conv.forward(x.to(kGpu), gctx), gctx);
+  loom::nn::Tape htape, gtape;
+  const Tensor hy = host_bn.forward(host_conv.forward(x, htape), htape);
+  const Tensor gyv = gpu_bn.forward(gpu_conv.forward(x.to(kGpu), gtape), gtape);
   check_close("y", gyv, hy, 1e-4);
   host_conv.zero_grad();
   host_bn.zero_grad();
   gpu_conv.zero_grad();
   gpu_bn.zero_grad();
-  const Tensor hdx = host_conv.backward(host_bn.backward(dy, hctx), hctx);
-  const Tensor gdx = gpu_conv.backward(gpu_bn.backward(dy.to(kGpu), gctx), gctx);
+  const Tensor hdx = host_conv.backward(host_bn.backward(dy, htape), htape);
+  const Tensor gdx = gpu_conv.backward(gpu_bn.backward(dy.to(kGpu), gtape), gtape);
   check_close("dx", gdx, hdx, 1e-4);
   check_close("conv dw", gpu_conv.weight().grad(), host_conv.weight().grad(), 1e-4);
   check_close("bn dw", gpu_bn.weight().grad(), host_bn.weight().grad(), 1e-4);

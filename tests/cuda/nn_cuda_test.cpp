@@ -52,13 +52,13 @@ struct Model {
   float step(const Tensor& ids, const Tensor& targets) {
     embedding.zero_grad();
     body.zero_grad();
-    Context ctx;
-    ctx.set_random_seed(11);
-    const Tensor h = body.forward(embedding.forward(ids, ctx), ctx);
-    const Tensor value = loss.forward(head->forward(h, ctx), targets, ctx);
-    const Tensor dh = head->backward(loss.backward(ctx), ctx);
-    embedding.backward(body.backward(dh, ctx), ctx);
-    REQUIRE(ctx.empty());
+    Tape tape;
+    tape.set_random_seed(11);
+    const Tensor h = body.forward(embedding.forward(ids, tape), tape);
+    const Tensor value = loss.forward(head->forward(h, tape), targets, tape);
+    const Tensor dh = head->backward(loss.backward(tape), tape);
+    embedding.backward(body.backward(dh, tape), tape);
+    REQUIRE(tape.empty());
     return value.item<float>();
   }
 };

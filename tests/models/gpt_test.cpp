@@ -10,7 +10,7 @@
 using loom::Tensor;
 using loom::models::GPT;
 using loom::models::GPTConfig;
-using loom::nn::Context;
+using loom::nn::Tape;
 
 namespace {
 
@@ -71,7 +71,7 @@ TEST_CASE("GPT: split backward equals backward, every gradient is ready once", "
   for (auto* p : a.parameters()) {
     p->add_ready_hook([&](loom::nn::Parameter& q) { ++ready[q.name()]; });
   }
-  Context ca, cb;
+  Tape ca, cb;
   Tensor la = a.forward(tiny_ids(), ca);
   Tensor lb = b.forward(tiny_ids(), cb);
   CHECK(la.to_vector<float>() == lb.to_vector<float>());
@@ -96,7 +96,7 @@ TEST_CASE("GPT: checkpointed blocks give the same gradients", "[models][gpt]") {
   GPT plain("", c);
   c.checkpoint_blocks = true;
   GPT checkpointed("", c);
-  Context c1, c2;
+  Tape c1, c2;
   Tensor y1 = plain.forward(tiny_ids(), c1);
   Tensor y2 = checkpointed.forward(tiny_ids(), c2);
   CHECK(y1.to_vector<float>() == y2.to_vector<float>());
@@ -119,7 +119,7 @@ TEST_CASE("GPT: bad configurations and inputs are named", "[models][gpt]") {
   c.dropout = 1.0f;
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("dropout"));
   GPT gpt("", tiny_config());
-  Context ctx;
-  CHECK_THROWS_WITH(gpt.forward(Tensor::zeros({1, 7}, loom::DType::i32), ctx),
+  Tape tape;
+  CHECK_THROWS_WITH(gpt.forward(Tensor::zeros({1, 7}, loom::DType::i32), tape),
                     Catch::Contains("sequence length 7 exceeds seq_len 6"));
 }

@@ -43,13 +43,13 @@ TEST_CASE("ResNet parameter counts and names match torchvision", "[models][resne
 }
 
 TEST_CASE("ResNet output shapes for both stems", "[models][resnet]") {
-  loom::nn::Context ctx;
+  loom::nn::Tape tape;
   auto digits = models::make_resnet(
       "net", models::resnet18(
                  {.stem = models::ResNetStem::cifar, .in_channels = 1, .classes = 10, .width = 8}));
-  CHECK(digits->forward(Tensor::zeros({4, 1, 8, 8}), ctx).shape() == Shape{4, 10});
+  CHECK(digits->forward(Tensor::zeros({4, 1, 8, 8}), tape).shape() == Shape{4, 10});
   auto imagenet = models::make_resnet("net", models::resnet50({.width = 4}));
-  loom::nn::Context ctx2;
+  loom::nn::Tape ctx2;
   CHECK(imagenet->forward(loom::test::random_tensor({2, 3, 64, 64}, DType::f32, 1), ctx2).shape() ==
         Shape{2, 1000});
   models::ResNetConfig bad = models::resnet18();

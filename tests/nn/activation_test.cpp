@@ -24,8 +24,8 @@ TEST_CASE("GELU and ReLU pass the gradient check", "[nn][activation]") {
 TEST_CASE("activations: split backward equals backward, shape errors named", "[nn][activation]") {
   GELU gelu("h.0.act");
   testing::check_split_backward(gelu, random_input({4, 5}, 3), {4, 5});
-  Context ctx;
-  gelu.forward(random_input({4, 5}, 4), ctx);
-  CHECK_THROWS_WITH(gelu.backward(Tensor::zeros({5, 4}), ctx),
+  Tape tape;
+  gelu.forward(random_input({4, 5}, 4), tape);
+  CHECK_THROWS_WITH(gelu.backward(Tensor::zeros({5, 4}), tape),
                     Contains("h.0.act") && Contains("[4, 5]"));
 }

@@ -16,7 +16,7 @@ using Catch::Matchers::Contains;
 using loom::DType;
 using loom::Tensor;
 using loom::nn::CausalSelfAttention;
-using loom::nn::Context;
+using loom::nn::Tape;
 
 namespace {
 
@@ -57,8 +57,8 @@ TEST_CASE("attention matches a naive double-precision reference", "[attention][a
   const int64_t B = 2, T = 13, C = 24, H = 3;
   const Tensor qkv = loom::test::random_tensor({B, T, 3 * C}, DType::f32, 17, -2.0f, 2.0f);
   CausalSelfAttention attention("attn", H);
-  Context ctx;
-  const Tensor y = attention.forward(qkv, ctx);
+  Tape tape;
+  const Tensor y = attention.forward(qkv, tape);
   REQUIRE(y.shape() == loom::Shape{B, T, C});
   const std::vector<double> want = naive_attention(qkv.to_vector<float>(), B, T, C, H);
   const std::vector<float> got = y.to_vector<float>();
@@ -81,14 +81,14 @@ TEST_CASE("attention is causal: token t's input changes outputs from t on only",
   const int64_t B = 2, T = 9, C = 8, H = 2;
   CausalSelfAttention attention("attn", H);
   const Tensor qkv = loom::test::random_tensor({B, T, 3 * C}, DType::f32, 4);
-  Context ctx;
-  const std::vector<float> base = attention.forward(qkv, ctx).to_vector<float>();
+  Tape tape;
+  const std::vector<float> base = attention.forward(qkv, tape).to_vector<float>();
   for (int64_t t : {int64_t{0}, int64_t{4}, T - 1}) {
     const Tensor changed = qkv.clone();
     float* data = changed.data<float>();
     for (int64_t b = 0; b < B; ++b)
       for (int64_t i = 0; i < 3 * C; ++i) data[(b * T + t) * 3 * C + i] += 0.5f;
-    Context fresh;
+    Tape fresh;
     const std::vector<float> y = attention.forward(changed, fresh).to_vector<float>();
     for (int64_t b = 0; b < B; ++b)
       for (int64_t s = 0; s < T; ++s) {
@@ -107,24 +107,24 @@ TEST_CASE("attention backward consumes its state and checks the gradient shape",
           "[attention][attn]") {
   CausalSelfAttention attention("blk.attn", 2);
   const Tensor qkv = loom::test::random_tensor({1, 4, 12}, DType::f32, 5);
-  Context ctx;
-  const Tensor y = attention.forward(qkv, ctx);
-  CHECK_THROWS_WITH(attention.backward_input(Tensor::zeros({1, 4, 12}), ctx),
+  Tape tape;
+  const Tensor y = attention.forward(qkv, tape);
+  CHECK_THROWS_WITH(attention.backward_input(Tensor::zeros({1, 4, 12}), tape),
                     Contains("gradient must be [1, 4, 4]"));
-  const Tensor dx = attention.backward(Tensor::zeros(y.shape()), ctx);
+  const Tensor dx = attention.backward(Tensor::zeros(y.shape()), tape);
   CHECK(dx.shape() == qkv.shape());
-  CHECK(ctx.empty());
+  CHECK(tape.empty());
   CHECK(attention.parameters().empty());
-  CHECK_THROWS_WITH(attention.backward_input(Tensor::zeros(y.shape()), ctx),
+  CHECK_THROWS_WITH(attention.backward_input(Tensor::zeros(y.shape()), tape),
                     Contains("no saved state"));
 }
 
 TEST_CASE("attention rejects widths its heads do not divide", "[attention][attn]") {
   CausalSelfAttention attention("blk.attn", 4);
-  Context ctx;
-  CHECK_THROWS_WITH(attention.forward(Tensor::zeros({2, 3, 3 * 10}), ctx),
+  Tape tape;
+  CHECK_THROWS_WITH(attention.forward(Tensor::zeros({2, 3, 3 * 10}), tape),
                     Contains("model width C = 10 is not divisible by 4 heads"));
-  CHECK_THROWS_WITH(attention.forward(Tensor::zeros({2, 3, 10}), ctx),
+  CHECK_THROWS_WITH(attention.forward(Tensor::zeros({2, 3, 10}), tape),
                     Contains("must be [B, T, 3C]"));
   CHECK_THROWS_WITH(CausalSelfAttention("a", 0), Contains("at least one head"));
 }
@@ -135,10 +135,10 @@ TEST_CASE("attention counts the causal half of its GEMM work", "[attention][attn
   const Tensor qkv = loom::test::random_tensor({B, T, 3 * C}, DType::f32, 6);
   const double pairs = double(B * H) * T * (T + 1) / 2.0;
   const auto before = loom::trace::thread_counted_cost();
-  Context ctx;
-  const Tensor y = attention.forward(qkv, ctx);
+  Tape tape;
+  const Tensor y = attention.forward(qkv, tape);
   const auto after_forward = loom::trace::thread_counted_cost();
-  attention.backward(Tensor::zeros(y.shape()), ctx);
+  attention.backward(Tensor::zeros(y.shape()), tape);
   const auto after_backward = loom::trace::thread_counted_cost();
   // Two GEMMs forward, four backward, 2 d flops per unmasked pair each, plus 5 per pair of softmax.
   CHECK(after_forward.flops - before.flops == Approx(2 * 2.0 * d * pairs + 5 * pairs));

@@ -18,7 +18,7 @@ using loom::DType;
 using loom::Shape;
 using loom::Tensor;
 using loom::nn::BatchNorm2d;
-using loom::nn::Context;
+using loom::nn::Tape;
 namespace k = loom::kernels;
 
 namespace {
@@ -74,8 +74,8 @@ TEST_CASE("BatchNorm2d running statistics follow PyTorch's update", "[nn][batch_
       want_mean[c] = 0.75 * want_mean[c] + 0.25 * mean;
       want_var[c] = 0.75 * want_var[c] + 0.25 * unbiased;
     }
-    Context ctx;
-    bn.forward(x, ctx);
+    Tape tape;
+    bn.forward(x, tape);
   }
   const std::vector<float> mean = bn.running_mean().to_vector<float>();
   const std::vector<float> var = bn.running_var().to_vector<float>();
@@ -87,8 +87,8 @@ TEST_CASE("BatchNorm2d running statistics follow PyTorch's update", "[nn][batch_
   // Eval normalizes with them and leaves them alone.
   bn.set_training(false);
   const Tensor x = loom::test::random_tensor({1, 2, 1, 3}, DType::f32, 20);
-  Context ctx;
-  const std::vector<float> y = bn.forward(x, ctx).to_vector<float>();
+  Tape tape;
+  const std::vector<float> y = bn.forward(x, tape).to_vector<float>();
   const std::vector<float> xv = x.to_vector<float>();
   for (size_t i = 0; i < 6; ++i) {
     const size_t c = i / 3;
@@ -107,10 +107,10 @@ TEST_CASE("BatchNorm2d hooks synchronize statistics like one large batch", "[nn]
   BatchNorm2d whole("bn", 3), rank_a("bn", 3);
   randomize_affine(whole, 32);
   randomize_affine(rank_a, 32);
-  Context whole_ctx;
-  const Tensor y_whole = whole.forward(x, whole_ctx);
+  Tape whole_tape;
+  const Tensor y_whole = whole.forward(x, whole_tape);
   whole.zero_grad();
-  const Tensor dx_whole = whole.backward(dy, whole_ctx);
+  const Tensor dx_whole = whole.backward(dy, whole_tape);
 
   // B's statistics sums, and (with the global statistics) B's backward sums.
   const Tensor b_sums = Tensor::empty({2, 3});
@@ -140,10 +140,10 @@ TEST_CASE("BatchNorm2d hooks synchronize statistics like one large batch", "[nn]
         CHECK(count == 24);
         add(sums, b_grad_sums);
       });
-  Context ctx;
-  const Tensor ya = rank_a.forward(xa, ctx);
+  Tape tape;
+  const Tensor ya = rank_a.forward(xa, tape);
   rank_a.zero_grad();
-  const Tensor dxa = rank_a.backward(dya, ctx);
+  const Tensor dxa = rank_a.backward(dya, tape);
   CHECK(forward_calls == 1);
   CHECK(backward_calls == 1);
   check_close(ya.to_vector<float>(), y_whole.slice(0, 2).to_vector<float>(), 1e-5);
@@ -165,18 +165,18 @@ TEST_CASE("BatchNorm2d hooks synchronize statistics like one large batch", "[nn]
 
   // Eval mode: no hooks.
   rank_a.set_training(false);
-  Context eval_ctx;
-  rank_a.forward(xa, eval_ctx);
-  rank_a.backward(dya, eval_ctx);
+  Tape eval_tape;
+  rank_a.forward(xa, eval_tape);
+  rank_a.backward(dya, eval_tape);
   CHECK(forward_calls == 1);
   CHECK(backward_calls == 1);
 }
 
 TEST_CASE("BatchNorm2d rejects bad inputs with the rule", "[nn][batch_norm]") {
   BatchNorm2d bn("layer1.bn", 4);
-  Context ctx;
-  CHECK_THROWS_WITH(bn.forward(Tensor::zeros({2, 3, 4, 4}), ctx),
+  Tape tape;
+  CHECK_THROWS_WITH(bn.forward(Tensor::zeros({2, 3, 4, 4}), tape),
                     Contains("'layer1.bn'") && Contains("[N, 4, H, W]"));
-  CHECK_THROWS_WITH(bn.forward(Tensor::zeros({1, 4, 1, 1}), ctx), Contains("at least 2"));
+  CHECK_THROWS_WITH(bn.forward(Tensor::zeros({1, 4, 1, 1}), tape), Contains("at least 2"));
   CHECK_THROWS_WITH(BatchNorm2d("b", 0), Contains("channels 0"));
 }

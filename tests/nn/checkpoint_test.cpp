@@ -39,18 +39,18 @@ TEST_CASE("Checkpoint gives the inner module's output and gradients, holding les
 
   plain->zero_grad();
   checkpointed.zero_grad();
-  Context plain_ctx, ckpt_ctx;
-  plain_ctx.set_random_seed(17);
-  ckpt_ctx.set_random_seed(17);
-  const Tensor y_plain = plain->forward(x, plain_ctx);
-  const Tensor y_ckpt = checkpointed.forward(x, ckpt_ctx);
+  Tape plain_tape, ckpt_tape;
+  plain_tape.set_random_seed(17);
+  ckpt_tape.set_random_seed(17);
+  const Tensor y_plain = plain->forward(x, plain_tape);
+  const Tensor y_ckpt = checkpointed.forward(x, ckpt_tape);
   CHECK(y_plain.to_vector<float>() == y_ckpt.to_vector<float>());
-  CHECK(plain_ctx.size() == 4);  // every child saved its state
-  CHECK(ckpt_ctx.size() == 1);   // only the checkpoint's input
+  CHECK(plain_tape.size() == 4);  // every child saved its state
+  CHECK(ckpt_tape.size() == 1);   // only the checkpoint's input
 
-  const Tensor dx_plain = plain->backward(dy, plain_ctx);
-  const Tensor dx_ckpt = checkpointed.backward(dy, ckpt_ctx);
-  CHECK(ckpt_ctx.empty());
+  const Tensor dx_plain = plain->backward(dy, plain_tape);
+  const Tensor dx_ckpt = checkpointed.backward(dy, ckpt_tape);
+  CHECK(ckpt_tape.empty());
   CHECK(dx_plain.to_vector<float>() == dx_ckpt.to_vector<float>());
   const auto a = plain->parameters(), b = checkpointed.parameters();
   REQUIRE(a.size() == b.size());
@@ -66,9 +66,9 @@ TEST_CASE("Checkpoint passes the gradient check, split backward equals backward"
   testing::check_split_backward(checkpointed, random_input({3, 5}, 4), {3, 5});
   // Without parameters the state goes in backward_input, as for any parameter-free module.
   Checkpoint act("ckpt_act", std::make_unique<GELU>("act"));
-  Context ctx;
-  act.forward(random_input({2, 2}, 5), ctx);
-  act.backward_input(random_input({2, 2}, 6), ctx);
-  CHECK(ctx.empty());
-  act.backward_weight(ctx);
+  Tape tape;
+  act.forward(random_input({2, 2}, 5), tape);
+  act.backward_input(random_input({2, 2}, 6), tape);
+  CHECK(tape.empty());
+  act.backward_weight(tape);
 }

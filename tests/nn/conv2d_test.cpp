@@ -14,9 +14,9 @@
 
 using loom::DType;
 using loom::Tensor;
-using loom::nn::Context;
 using loom::nn::Conv2d;
 using loom::nn::Conv2dOptions;
+using loom::nn::Tape;
 
 TEST_CASE("Conv2d gradients match finite differences", "[nn][conv2d]") {
   SECTION("3x3, padding 1, bias") {
@@ -39,8 +39,8 @@ TEST_CASE("Conv2d gradients match finite differences", "[nn][conv2d]") {
 TEST_CASE("Conv2d forward matches a direct convolution", "[nn][conv2d]") {
   Conv2d conv("c", 2, 3, 3, {.stride = 2, .padding = 1, .bias = true});
   const Tensor x = loom::test::random_tensor({1, 2, 5, 4}, DType::f32, 4);
-  Context ctx;
-  const Tensor y = conv.forward(x, ctx);
+  Tape tape;
+  const Tensor y = conv.forward(x, tape);
   REQUIRE(y.shape() == loom::Shape{1, 3, 3, 2});
   const std::vector<float> xv = x.to_vector<float>(), yv = y.to_vector<float>();
   const std::vector<float> wv = conv.weight().value().to_vector<float>();
@@ -90,20 +90,20 @@ TEST_CASE("Conv2d accumulates gradients over micro-batches and counts FLOPs", "[
   const Tensor dy = loom::test::random_tensor({2, 2, 4, 4}, DType::f32, 7);
   conv.zero_grad();
   const double before = loom::trace::thread_counted_cost().flops;
-  Context ctx;
-  conv.forward(x, ctx);
-  conv.backward(dy, ctx);
+  Tape tape;
+  conv.forward(x, tape);
+  conv.backward(dy, tape);
   const double counted = loom::trace::thread_counted_cost().flops - before;
   const double macs = 2.0 * 2 * 16 * 2 * 9;  // N * C_out * OH * OW * C_in * KH * KW
   const double bias = 2.0 * 2 * 16;
   CHECK(counted == 3 * 2 * macs + 2 * bias);
   const std::vector<float> once = conv.weight().grad().to_vector<float>();
   const std::vector<float> bias_once = conv.bias()->grad().to_vector<float>();
-  conv.forward(x, ctx);
-  conv.backward(dy, ctx);
+  conv.forward(x, tape);
+  conv.backward(dy, tape);
   const std::vector<float> twice = conv.weight().grad().to_vector<float>();
   const std::vector<float> bias_twice = conv.bias()->grad().to_vector<float>();
   for (size_t i = 0; i < once.size(); ++i) CHECK(twice[i] == Approx(2 * once[i]));
   for (size_t i = 0; i < bias_once.size(); ++i) CHECK(bias_twice[i] == Approx(2 * bias_once[i]));
-  CHECK(ctx.empty());
+  CHECK(tape.empty());
 }

@@ -41,14 +41,14 @@ TEST_CASE("CrossEntropyLoss matches a double reference and passes a gradient che
   const Tensor logits = random_input({2, 3, classes}, 1, -4.0f, 4.0f);
   const Tensor t = Tensor::from_vector(targets, {2, 3});
   CrossEntropyLoss loss_fn;
-  Context ctx;
-  const Tensor loss = loss_fn.forward(logits, t, ctx);
+  Tape tape;
+  const Tensor loss = loss_fn.forward(logits, t, tape);
   CHECK(loss.dim() == 0);
   CHECK(loss.item<float>() ==
         Approx(reference_loss(logits.to_vector<float>(), targets, classes)).epsilon(1e-6));
   const float dloss = 0.7f;
-  const Tensor dlogits = loss_fn.backward(ctx, dloss);
-  CHECK(ctx.empty());
+  const Tensor dlogits = loss_fn.backward(tape, dloss);
+  CHECK(tape.empty());
   REQUIRE(dlogits.shape() == logits.shape());
 
   // Central differences of the double reference on every logit.
@@ -72,12 +72,12 @@ TEST_CASE("CrossEntropyLoss matches a double reference and passes a gradient che
 
 TEST_CASE("CrossEntropyLoss names shape and target errors", "[nn][cross_entropy]") {
   CrossEntropyLoss loss_fn("lm_loss");
-  Context ctx;
-  CHECK_THROWS_WITH(loss_fn.forward(Tensor::zeros({4, 5}), Tensor::zeros({3}, DType::i32), ctx),
+  Tape tape;
+  CHECK_THROWS_WITH(loss_fn.forward(Tensor::zeros({4, 5}), Tensor::zeros({3}, DType::i32), tape),
                     Contains("lm_loss") && Contains("[4]"));
   CHECK_THROWS_WITH(
-      loss_fn.forward(Tensor::zeros({2, 5}), Tensor::from_vector<int32_t>({1, 5}, {2}), ctx),
+      loss_fn.forward(Tensor::zeros({2, 5}), Tensor::from_vector<int32_t>({1, 5}, {2}), tape),
       Contains("target 5") && Contains("5 classes"));
-  Context fresh;
+  Tape fresh;
   CHECK_THROWS_WITH(loss_fn.backward(fresh), Contains("lm_loss"));
 }

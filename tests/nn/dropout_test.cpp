@@ -19,10 +19,10 @@ using loom::nn::testing::random_input;
 namespace {
 
 std::vector<float> run(Dropout& dropout, const Tensor& x, uint64_t seed) {
-  Context ctx;
-  ctx.set_random_seed(seed);
-  std::vector<float> y = dropout.forward(x, ctx).to_vector<float>();
-  dropout.backward(Tensor::zeros(x.shape()), ctx);
+  Tape tape;
+  tape.set_random_seed(seed);
+  std::vector<float> y = dropout.forward(x, tape).to_vector<float>();
+  dropout.backward(Tensor::zeros(x.shape()), tape);
   return y;
 }
 

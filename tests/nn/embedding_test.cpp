@@ -20,11 +20,11 @@ TEST_CASE("Embedding passes the gradient check", "[nn][embedding]") {
   options.check_input = false;
   options.samples = 40;
   testing::check_module_gradients(embedding, ids, options);
-  Context ctx;
-  embedding.forward(ids, ctx);
-  CHECK_FALSE(embedding.backward_input(Tensor::zeros({2, 3, 4}), ctx).defined());
-  embedding.backward_weight(ctx);
-  CHECK(ctx.empty());
+  Tape tape;
+  embedding.forward(ids, tape);
+  CHECK_FALSE(embedding.backward_input(Tensor::zeros({2, 3, 4}), tape).defined());
+  embedding.backward_weight(tape);
+  CHECK(tape.empty());
 }
 
 TEST_CASE("Embedding: initialisation, split backward, errors", "[nn][embedding]") {
@@ -33,10 +33,10 @@ TEST_CASE("Embedding: initialisation, split backward, errors", "[nn][embedding]"
   for (const float v : embedding.weight().value().to_vector<float>()) sq += double(v) * v;
   CHECK(std::sqrt(sq / (500 * 16)) == Approx(0.02).epsilon(0.05));
   testing::check_split_backward(embedding, Tensor::from_vector<int32_t>({1, 2, 1}, {3}), {3, 16});
-  Context ctx;
-  CHECK_THROWS_WITH(embedding.forward(Tensor::from_vector<int32_t>({1, 500}, {2}), ctx),
+  Tape tape;
+  CHECK_THROWS_WITH(embedding.forward(Tensor::from_vector<int32_t>({1, 500}, {2}), tape),
                     Contains("id 500") && Contains("vocabulary of 500"));
-  Context ctx2;
+  Tape ctx2;
   CHECK_THROWS_WITH(embedding.forward(Tensor::zeros({2}), ctx2),
                     Contains("wte") && Contains("i32 or i64"));
 }

@@ -86,19 +86,19 @@ inline void check_tensor_gradient(const std::string& what, const Tensor& v,
 inline void check_module_gradients(Module& module, const Tensor& input,
                                    const GradCheckOptions& options = {}) {
   std::mt19937_64 rng(options.seed);
-  Context ctx;
-  Tensor y = module.forward(input, ctx);
+  Tape tape;
+  Tensor y = module.forward(input, tape);
   std::vector<float> r(static_cast<size_t>(y.numel()));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& value : r) value = normal(rng);
   Tensor dy = Tensor::from_vector(r, y.shape());
 
   module.zero_grad();
-  Tensor dx = module.backward(dy, ctx);
-  CHECK(ctx.empty());
+  Tensor dx = module.backward(dy, tape);
+  CHECK(tape.empty());
 
   auto forward_loss = [&] {
-    Context fresh;
+    Tape fresh;
     Tensor out = module.forward(input, fresh);
     return loss_of(out, r);
   };

@@ -26,8 +26,8 @@ TEST_CASE("LayerNorm: split backward, initialisation, errors", "[nn][layer_norm]
   CHECK(norm.bias().value().to_vector<float>() == std::vector<float>(6, 0.0f));
   CHECK(norm.weight().name() == "h.0.ln_1.weight");
   testing::check_split_backward(norm, random_input({5, 6}, 8), {5, 6});
-  Context ctx;
-  CHECK_THROWS_WITH(norm.forward(Tensor::zeros({5, 7}), ctx),
+  Tape tape;
+  CHECK_THROWS_WITH(norm.forward(Tensor::zeros({5, 7}), tape),
                     Contains("h.0.ln_1") && Contains("last dimension 6"));
   CHECK_THROWS_WITH(LayerNorm("ln", 4, 0.0f), Contains("eps"));
 }

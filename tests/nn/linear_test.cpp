@@ -54,9 +54,9 @@ TEST_CASE("Linear accumulates over micro-batches and counts its FLOPs", "[nn][li
   auto grads = [&](const std::vector<std::pair<Tensor, Tensor>>& batches) {
     linear.zero_grad();
     for (const auto& [x, dy] : batches) {
-      Context ctx;
-      linear.forward(x, ctx);
-      linear.backward(dy, ctx);
+      Tape tape;
+      linear.forward(x, tape);
+      linear.backward(dy, tape);
     }
     return std::vector{linear.weight().grad().to_vector<float>(),
                        linear.bias()->grad().to_vector<float>()};
@@ -68,10 +68,10 @@ TEST_CASE("Linear accumulates over micro-batches and counts its FLOPs", "[nn][li
   }
 
   const double before = loom::trace::thread_counted_cost().flops;
-  Context ctx;
-  linear.forward(x1, ctx);
+  Tape tape;
+  linear.forward(x1, tape);
   CHECK(loom::trace::thread_counted_cost().flops - before == 2 * 5 * 4 * 3 + 5 * 3);
-  linear.backward(dy1, ctx);
+  linear.backward(dy1, tape);
   // dx: 2*5*3*4; dW: 2*5*3*4 (+ the accumulating beta term 2*3*4); db: 15 (+3).
   CHECK(loom::trace::thread_counted_cost().flops - before ==
         2 * 5 * 4 * 3 + 15 + 120 + 120 + 24 + 15 + 3);
@@ -94,14 +94,14 @@ TEST_CASE("a tied Linear shares the embedding, ready fires once after both contr
   const Tensor ids = Tensor::from_vector<int32_t>({1, 5, 1, 0, 6}, {5});
   const Tensor dy = random_input({5, vocab}, 7);
   embedding.zero_grad();
-  Context ctx;
-  const Tensor h = embedding.forward(ids, ctx);
-  head.forward(h, ctx);
-  const Tensor dh = head.backward(dy, ctx);
+  Tape tape;
+  const Tensor h = embedding.forward(ids, tape);
+  head.forward(h, tape);
+  const Tensor dh = head.backward(dy, tape);
   CHECK(fired == 0);
-  embedding.backward(dh, ctx);
+  embedding.backward(dh, tape);
   CHECK(fired == 1);
-  CHECK(ctx.empty());
+  CHECK(tape.empty());
 
   // The gradient is the head's dy^T h plus the embedding's scatter of dh.
   const Tensor expected = Tensor::empty({vocab, dim});
@@ -118,11 +118,11 @@ TEST_CASE("a tied Linear shares the embedding, ready fires once after both contr
 
 TEST_CASE("Linear names shape and dtype errors", "[nn][linear]") {
   Linear linear("blocks.0.fc", 4, 3);
-  Context ctx;
-  CHECK_THROWS_WITH(linear.forward(Tensor::zeros({2, 5}), ctx),
+  Tape tape;
+  CHECK_THROWS_WITH(linear.forward(Tensor::zeros({2, 5}), tape),
                     Contains("blocks.0.fc") && Contains("last dimension 4"));
-  CHECK_THROWS_WITH(linear.forward(Tensor::zeros({2, 4}, DType::i32), ctx), Contains("dtype"));
-  linear.forward(Tensor::zeros({2, 4}), ctx);
-  CHECK_THROWS_WITH(linear.backward(Tensor::zeros({2, 4}), ctx), Contains("[2, 3]"));
+  CHECK_THROWS_WITH(linear.forward(Tensor::zeros({2, 4}, DType::i32), tape), Contains("dtype"));
+  linear.forward(Tensor::zeros({2, 4}), tape);
+  CHECK_THROWS_WITH(linear.backward(Tensor::zeros({2, 4}), tape), Contains("[2, 3]"));
   CHECK_THROWS_WITH(Linear("fc", 0, 3), Contains("at least 1"));
 }

@@ -29,16 +29,16 @@ struct Gradients {
 // One forward and backward (split or not) from zeroed gradients.
 inline Gradients run_backward(Module& module, const Tensor& x, const Tensor& dy, bool split) {
   module.zero_grad();
-  Context ctx;
-  module.forward(x, ctx);
+  Tape tape;
+  module.forward(x, tape);
   Tensor dx;
   if (split) {
-    dx = module.backward_input(dy, ctx);
-    module.backward_weight(ctx);
+    dx = module.backward_input(dy, tape);
+    module.backward_weight(tape);
   } else {
-    dx = module.backward(dy, ctx);
+    dx = module.backward(dy, tape);
   }
-  CHECK(ctx.empty());
+  CHECK(tape.empty());
   Gradients g;
   if (dx.defined()) g.dx = dx.to_vector<float>();
   for (Parameter* p : module.parameters()) g.params.push_back(p->grad().to_vector<float>());

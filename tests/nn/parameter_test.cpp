@@ -2,13 +2,13 @@
 
 #include <vector>
 
-#include "loom/nn/context.hpp"
 #include "loom/nn/module.hpp"
 #include "loom/nn/parameter.hpp"
+#include "loom/nn/tape.hpp"
 
 using loom::Tensor;
-using loom::nn::Context;
 using loom::nn::Parameter;
+using loom::nn::Tape;
 
 TEST_CASE("Parameter: first write overwrites, later writes accumulate, zero_grad resets",
           "[nn][parameter]") {
@@ -81,22 +81,22 @@ struct Twice : loom::nn::Module {
   struct State : loom::nn::SavedState {
     Tensor x;
   };
-  Tensor forward(const Tensor& x, Context& ctx) override {
-    ctx.emplace<State>(*this).x = x;
+  Tensor forward(const Tensor& x, Tape& tape) override {
+    tape.emplace<State>(*this).x = x;
     return x;
   }
-  Tensor backward_input(const Tensor& dy, Context& ctx) override {
-    ctx.get<State>(*this);
-    ctx.release(*this);
+  Tensor backward_input(const Tensor& dy, Tape& tape) override {
+    tape.get<State>(*this);
+    tape.release(*this);
     return dy;
   }
 };
 
 }  // namespace
 
-TEST_CASE("Context: one state per module per micro-batch, named errors", "[nn][context]") {
+TEST_CASE("Tape: one state per module per micro-batch, named errors", "[nn][tape]") {
   Twice m;
-  Context a, b;
+  Tape a, b;
   m.forward(Tensor::zeros({1}), a);
   m.forward(Tensor::zeros({1}), b);  // two micro-batches in flight
   CHECK_THROWS_WITH(m.forward(Tensor::zeros({1}), a), Catch::Contains("'twice' already saved"));

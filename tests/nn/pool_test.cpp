@@ -15,7 +15,7 @@
 using Catch::Matchers::Contains;
 using loom::DType;
 using loom::Tensor;
-using loom::nn::Context;
+using loom::nn::Tape;
 
 namespace {
 
@@ -56,11 +56,11 @@ TEST_CASE("Pooling layers' gradients match finite differences", "[nn][pool]") {
 }
 
 TEST_CASE("Pooling layers' shapes and errors", "[nn][pool]") {
-  Context ctx;
+  Tape tape;
   loom::nn::MaxPool2d stem("stem.pool", 3, 2, 1);
-  CHECK(stem.forward(Tensor::zeros({2, 64, 112, 112}), ctx).shape() == loom::Shape{2, 64, 56, 56});
+  CHECK(stem.forward(Tensor::zeros({2, 64, 112, 112}), tape).shape() == loom::Shape{2, 64, 56, 56});
   loom::nn::GlobalAvgPool head("head.pool");
-  CHECK(head.forward(Tensor::zeros({2, 512, 7, 7}), ctx).shape() == loom::Shape{2, 512});
+  CHECK(head.forward(Tensor::zeros({2, 512, 7, 7}), tape).shape() == loom::Shape{2, 512});
   CHECK_THROWS_WITH(loom::nn::MaxPool2d("bad", 2, 2, 2),
                     Contains("'bad'") && Contains("padding 2"));
   CHECK_THROWS_WITH(loom::nn::AvgPool2d("bad", 2, 0), Contains("stride 0"));

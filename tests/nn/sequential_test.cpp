@@ -48,10 +48,10 @@ TEST_CASE("Sequential: gradients become ready last layer first, split backward",
   for (Parameter* p : seq->parameters()) {
     p->add_ready_hook([&](Parameter& ready) { order.push_back(ready.name()); });
   }
-  Context ctx;
-  const Tensor y = seq->forward(random_input({2, 6}, 2), ctx);
-  seq->backward(random_input({2, 6}, 3), ctx);
-  CHECK(ctx.empty());
+  Tape tape;
+  const Tensor y = seq->forward(random_input({2, 6}, 2), tape);
+  seq->backward(random_input({2, 6}, 3), tape);
+  CHECK(tape.empty());
   CHECK(order == std::vector<std::string>{"block.fc2.weight", "block.fc2.bias", "block.fc1.weight",
                                           "block.fc1.bias", "block.ln.weight", "block.ln.bias"});
   testing::check_split_backward(*seq, random_input({2, 6}, 4), {2, 6});
@@ -87,7 +87,7 @@ TEST_CASE("Residual with and without a shortcut passes the gradient check", "[nn
   testing::check_split_backward(projected, random_input({2, 4}, 10), {2, 4});
 
   Residual mismatched("res", std::make_unique<Linear>("res.fc", 4, 3));
-  Context ctx;
-  CHECK_THROWS_WITH(mismatched.forward(random_input({2, 4}, 11), ctx),
+  Tape tape;
+  CHECK_THROWS_WITH(mismatched.forward(random_input({2, 4}, 11), tape),
                     Contains("res") && Contains("one shape"));
 }

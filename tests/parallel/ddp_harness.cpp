@@ -54,10 +54,10 @@ std::unique_ptr<optim::Optimizer> make_optimizer(OptimizerKind kind,
 // Forward + backward of one micro-batch; the loss gradient is scaled by `scale`.
 double forward_backward(nn::Sequential& model, const Tensor& x, const Tensor& y, float scale) {
   nn::CrossEntropyLoss ce;
-  nn::Context ctx;
-  const Tensor logits = model.forward(x, ctx);
-  const double loss = ce.forward(logits, y, ctx).item<float>();
-  model.backward(ce.backward(ctx, scale), ctx);
+  nn::Tape tape;
+  const Tensor logits = model.forward(x, tape);
+  const double loss = ce.forward(logits, y, tape).item<float>();
+  model.backward(ce.backward(tape, scale), tape);
   return loss;
 }
 

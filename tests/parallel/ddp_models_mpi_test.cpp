@@ -17,18 +17,16 @@
 //
 // Tolerance (fp32): |dp - ref| <= 1e-5 + 1e-4 |ref| for every parameter
 // element (and BatchNorm running statistic) after 5 steps (3 for the ResNet
-// cases with micro-steps, NOTE [kinks]) and for every step's loss. The two runs add the same terms in another order (per-rank
-// sums averaged by the all-reduce vs one GEMM over the global batch), so each
-// gradient differs by a few ulps of the sum of its terms' magnitudes;
-// cancellation makes that relatively larger for small elements, and the
-// optimizer carries it over the steps (AdamW divides by sqrt(v), which turns
-// the relative error of a gradient into an absolute one of lr-sized updates).
-// 1e-4 relative is ~800 ulps: well above reordering after 5 steps (measured:
-// at most ~0.15 of the tolerance for GPT, ~0.03 for ResNet; rank 0 prints the
-// worst per case) and far below what real mistakes give: micro-steps left
-// unscaled, or rank-local BatchNorm statistics where synchronized ones are
-// due, give 10 .. 10^4 times the tolerance (tried).
-// Replicas must moreover stay bitwise identical across ranks.
+// cases with micro-steps, NOTE [kinks]) and for every step's loss. The two runs add the same terms
+// in another order (per-rank sums averaged by the all-reduce vs one GEMM over the global batch), so
+// each gradient differs by a few ulps of the sum of its terms' magnitudes; cancellation makes that
+// relatively larger for small elements, and the optimizer carries it over the steps (AdamW divides
+// by sqrt(v), which turns the relative error of a gradient into an absolute one of lr-sized
+// updates). 1e-4 relative is ~800 ulps: well above reordering after 5 steps (measured: at most
+// ~0.15 of the tolerance for GPT, ~0.03 for ResNet; rank 0 prints the worst per case) and far below
+// what real mistakes give: micro-steps left unscaled, or rank-local BatchNorm statistics where
+// synchronized ones are due, give 10 .. 10^4 times the tolerance (tried). Replicas must moreover
+// stay bitwise identical across ranks.
 //
 // Conditioning: the images are 3x16x16 and SGD's lr 0.01 so that training is
 // stable and the last stage's BatchNorm (2x2 positions) normalizes at least 8
@@ -108,10 +106,10 @@ double forward_backward(Model model_kind, nn::Module& model, const std::vector<i
                         float scale) {
   const SmallBatch batch = make_small_batch(model_kind, rows);
   nn::CrossEntropyLoss ce;
-  nn::Context ctx;
-  const Tensor logits = model.forward(batch.x, ctx);
-  const double loss = ce.forward(logits, batch.y, ctx).item<float>();
-  model.backward(ce.backward(ctx, scale), ctx);
+  nn::Tape tape;
+  const Tensor logits = model.forward(batch.x, tape);
+  const double loss = ce.forward(logits, batch.y, tape).item<float>();
+  model.backward(ce.backward(tape, scale), tape);
   return loss;
 }
 

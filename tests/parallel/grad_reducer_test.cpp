@@ -147,12 +147,12 @@ TEST_CASE("ddp: an unused parameter is an error naming it on every rank, even if
     for (nn::Parameter* p : extra.parameters()) params.push_back(p);
     GradReducer reducer(params, c);
     const Tensor x = Tensor::full({2, 4}, 1.0), dy = Tensor::full({2, 3}, 0.5);
-    nn::Context ctx;
-    used.forward(x, ctx);
-    used.backward(dy, ctx);
+    nn::Tape tape;
+    used.forward(x, tape);
+    used.backward(dy, tape);
     if (c.rank() == 0) {  // rank 1 leaves `extra` unused
-      extra.forward(x, ctx);
-      extra.backward(dy, ctx);
+      extra.forward(x, tape);
+      extra.backward(dy, tape);
     }
     try {
       reducer.finish();
@@ -171,9 +171,9 @@ TEST_CASE("ddp: zero_fill gives unused parameters a zero contribution", "[parall
   // The gradient `extra` gets on the one rank that uses it.
   nn::Linear lone("extra", 4, 3);
   {
-    nn::Context ctx;
-    lone.forward(x, ctx);
-    lone.backward(dy, ctx);
+    nn::Tape tape;
+    lone.forward(x, tape);
+    lone.backward(dy, tape);
   }
   const std::vector<float> local = lone.weight().grad().to_vector<float>();
   for (const int ranks : {2, 4}) {
@@ -185,12 +185,12 @@ TEST_CASE("ddp: zero_fill gives unused parameters a zero contribution", "[parall
       GradReducer reducer(params, c, {.unused = UnusedParameters::zero_fill});
       for (int step = 0; step < 2; ++step) {
         for (nn::Parameter* p : params) p->zero_grad();
-        nn::Context ctx;
-        used.forward(x, ctx);
-        used.backward(dy, ctx);
+        nn::Tape tape;
+        used.forward(x, tape);
+        used.backward(dy, tape);
         if (c.rank() == 0) {
-          extra.forward(x, ctx);
-          extra.backward(dy, ctx);
+          extra.forward(x, tape);
+          extra.backward(dy, tape);
         }
         REQUIRE_NOTHROW(reducer.finish());
         const std::vector<float> got = extra.weight().grad().to_vector<float>();

@@ -100,10 +100,10 @@ ZeroResult run_zero(const ZeroRun& run, comm::Communicator& dp) {
       std::vector<int64_t> rows(static_cast<size_t>(micro));
       for (int64_t i = 0; i < micro; ++i) rows[static_cast<size_t>(i)] = first + i;
       const SmallBatch batch = make_small_batch(run.model, rows);
-      nn::Context ctx;
-      const Tensor logits = model.forward(batch.x, ctx);
-      loss += ce.forward(logits, batch.y, ctx).item<float>() * scale;
-      model.backward(ce.backward(ctx, scale), ctx);
+      nn::Tape tape;
+      const Tensor logits = model.forward(batch.x, tape);
+      loss += ce.forward(logits, batch.y, tape).item<float>() * scale;
+      model.backward(ce.backward(tape, scale), tape);
     }
     zero.finish();
     if (run.clip > 0) result.norms.push_back(zero.clip_grad_norm(run.clip));

@@ -40,8 +40,8 @@ class ParamBag final : public nn::Module {
       params_.push_back(std::make_unique<nn::Parameter>(child_name(sizes[j].first), value));
     }
   }
-  Tensor forward(const Tensor& x, nn::Context&) override { return x; }
-  Tensor backward_input(const Tensor& dy, nn::Context&) override { return dy; }
+  Tensor forward(const Tensor& x, nn::Tape&) override { return x; }
+  Tensor backward_input(const Tensor& dy, nn::Tape&) override { return dy; }
   void collect_parameters(std::vector<nn::Parameter*>& out) override {
     for (auto& p : params_) out.push_back(p.get());
   }

@@ -51,13 +51,13 @@ class GPT : public nn::Module {
   GPT(std::string name, const GPTConfig& config);
 
   // ids [B, T] with T <= seq_len -> logits [B, T, vocab].
-  Tensor forward(const Tensor& ids, nn::Context& ctx) override;
+  Tensor forward(const Tensor& ids, nn::Tape& tape) override;
   // Returns an undefined tensor (token ids have no gradient).
-  Tensor backward_input(const Tensor& dlogits, nn::Context& ctx) override;
-  void backward_weight(nn::Context& ctx) override;
+  Tensor backward_input(const Tensor& dlogits, nn::Tape& tape) override;
+  void backward_weight(nn::Tape& tape) override;
   // Runs each part's full backward from the head down, so gradients become
   // ready (and data-parallel buckets can launch) while earlier layers still compute.
-  Tensor backward(const Tensor& dlogits, nn::Context& ctx) override;
+  Tensor backward(const Tensor& dlogits, nn::Tape& tape) override;
   void collect_parameters(std::vector<nn::Parameter*>& out) override;
   void set_training(bool training) override;
 
@@ -68,7 +68,7 @@ class GPT : public nn::Module {
  private:
   // Position ids [B, T] (cached per shape) for the wpe lookup.
   Tensor positions(int64_t batch, int64_t seq);
-  Tensor embeddings_backward_input(const Tensor& dx, nn::Context& ctx);
+  Tensor embeddings_backward_input(const Tensor& dx, nn::Tape& tape);
 
   GPTConfig config_;
   nn::Embedding wte_;

@@ -4,7 +4,7 @@
 //
 //   auto net = models::make_resnet("resnet", models::resnet18({.classes = 10,
 //                                  .stem = models::ResNetStem::cifar}));
-//   logits = net->forward(images, ctx);   // [N, C, H, W] -> [N, classes]
+//   logits = net->forward(images, tape);   // [N, C, H, W] -> [N, classes]
 //
 // Stems: imagenet = 7x7/2 convolution + BN + ReLU + 3x3/2 max pool (224x224
 // inputs); cifar = 3x3/1 convolution + BN + ReLU, no pooling (32x32 inputs,

@@ -15,8 +15,8 @@ class ActivationModule : public Module {
   ActivationModule(std::string name, kernels::Activation function)
       : Module(std::move(name)), function_(function) {}
 
-  Tensor forward(const Tensor& x, Context& ctx) override;
-  Tensor backward_input(const Tensor& dy, Context& ctx) override;
+  Tensor forward(const Tensor& x, Tape& tape) override;
+  Tensor backward_input(const Tensor& dy, Tape& tape) override;
   kernels::Activation function() const { return function_; }
 
  private:

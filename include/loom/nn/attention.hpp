@@ -9,7 +9,7 @@
 //          P = causal_softmax(q k^T / sqrt(d))
 //
 // Token t's output depends on tokens 0 .. t only. No parameters; forward
-// saves q, k, v (head-major) and P in the context, backward_input releases
+// saves q, k, v (head-major) and P in the tape, backward_input releases
 // them. Runs wherever the kernels do: host f32; CUDA f32, bf16 and f16.
 // FLOP counting: see NOTE [causal FLOPs] in src/nn/attention.cpp.
 #pragma once
@@ -29,8 +29,8 @@ class CausalSelfAttention : public Module {
 
   int64_t heads() const { return heads_; }
 
-  Tensor forward(const Tensor& qkv, Context& ctx) override;
-  Tensor backward_input(const Tensor& dy, Context& ctx) override;
+  Tensor forward(const Tensor& qkv, Tape& tape) override;
+  Tensor backward_input(const Tensor& dy, Tape& tape) override;
 
   // The work forward and backward_input count for a [batch, tokens, 3C] input.
   kernels::OpCost forward_cost(int64_t batch, int64_t tokens, int64_t channels,

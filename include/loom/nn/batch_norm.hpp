@@ -42,9 +42,9 @@ class BatchNorm2d : public Module {
 
   BatchNorm2d(std::string name, int64_t channels, const BatchNormOptions& options = {});
 
-  Tensor forward(const Tensor& x, Context& ctx) override;
-  Tensor backward_input(const Tensor& dy, Context& ctx) override;
-  void backward_weight(Context& ctx) override;
+  Tensor forward(const Tensor& x, Tape& tape) override;
+  Tensor backward_input(const Tensor& dy, Tape& tape) override;
+  void backward_weight(Tape& tape) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
 
   // Installs (or, with empty functions, removes) the synchronization hooks.

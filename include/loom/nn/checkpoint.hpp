@@ -1,14 +1,14 @@
 // Checkpoint (activation checkpointing): trade compute for memory.
 //
-// forward runs inner in a scratch context that is dropped right after, and
+// forward runs inner in a scratch tape that is dropped right after, and
 // keeps only the input (and the micro-batch's random seed). backward runs
-// inner's forward again in a fresh context carrying that seed (so Dropout
+// inner's forward again in a fresh tape carrying that seed (so Dropout
 // draws the same mask), then inner's backward on it. The gradients equal
 // those of inner alone; the FLOPs of the recomputation are counted again
 // (they are executed: hardware FLOPs, not model FLOPs).
 //
 // Split backward: backward_input recomputes and runs inner's backward_input,
-// holding the recomputed context until backward_weight finishes with it.
+// holding the recomputed tape until backward_weight finishes with it.
 #pragma once
 
 #include <memory>
@@ -22,10 +22,10 @@ class Checkpoint : public Module {
  public:
   Checkpoint(std::string name, std::unique_ptr<Module> inner);
 
-  Tensor forward(const Tensor& x, Context& ctx) override;
-  Tensor backward_input(const Tensor& dy, Context& ctx) override;
-  void backward_weight(Context& ctx) override;
-  Tensor backward(const Tensor& dy, Context& ctx) override;
+  Tensor forward(const Tensor& x, Tape& tape) override;
+  Tensor backward_input(const Tensor& dy, Tape& tape) override;
+  void backward_weight(Tape& tape) override;
+  Tensor backward(const Tensor& dy, Tape& tape) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
   void set_training(bool training) override;
 
@@ -33,7 +33,7 @@ class Checkpoint : public Module {
 
  private:
   struct State;
-  State& recompute(Context& ctx);
+  State& recompute(Tape& tape);
 
   std::unique_ptr<Module> inner_;
 };

@@ -1,7 +1,7 @@
 // Conv2d: a 2-D convolution layer over NCHW input (kernels/conv2d.hpp).
 //
 //   nn::Conv2d conv("layer1.0.conv1", 64, 64, 3, {.stride = 1, .padding = 1});
-//   y = conv.forward(x, ctx);   // x [N, 64, H, W] -> y [N, 64, H', W']
+//   y = conv.forward(x, tape);   // x [N, 64, H, W] -> y [N, 64, H', W']
 //
 // Parameters: "<name>.weight" [out, in, kernel, kernel] and, with bias,
 // "<name>.bias" [out]. Both are initialised like PyTorch's default
@@ -32,9 +32,9 @@ class Conv2d : public Module {
   Conv2d(std::string name, int64_t in_channels, int64_t out_channels, int64_t kernel,
          const Conv2dOptions& options = {});
 
-  Tensor forward(const Tensor& x, Context& ctx) override;
-  Tensor backward_input(const Tensor& dy, Context& ctx) override;
-  void backward_weight(Context& ctx) override;
+  Tensor forward(const Tensor& x, Tape& tape) override;
+  Tensor backward_input(const Tensor& dy, Tape& tape) override;
+  void backward_weight(Tape& tape) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
 
   Parameter& weight() { return *weight_; }

@@ -1,13 +1,13 @@
 // CrossEntropyLoss: the mean negative log-likelihood of softmax(logits) at
 // the targets (kernels/cross_entropy.hpp), fused and numerically stable.
 //
-//   Tensor loss = ce.forward(logits [..., V] f32, targets [...] i32/i64, ctx);
-//   Tensor dlogits = ce.backward(ctx, dloss = 1);   // logits' shape
+//   Tensor loss = ce.forward(logits [..., V] f32, targets [...] i32/i64, tape);
+//   Tensor dlogits = ce.backward(tape, dloss = 1);   // logits' shape
 //
 // Leading dimensions are flattened into rows. Rows whose target equals
 // ignore_index (-1 by default) are left out of the mean and get a zero
 // gradient. loss is a scalar (shape {}) f32 tensor on the logits' device.
-// forward keeps the logits, targets and one logsumexp per row in ctx (not the
+// forward keeps the logits, targets and one logsumexp per row in tape (not the
 // probabilities); backward releases them. Not a Module (it takes two inputs
 // and has no input gradient to pass on besides dlogits).
 #pragma once
@@ -16,7 +16,7 @@
 #include <string>
 
 #include "loom/core/tensor.hpp"
-#include "loom/nn/context.hpp"
+#include "loom/nn/tape.hpp"
 
 namespace loom::nn {
 
@@ -24,8 +24,8 @@ class CrossEntropyLoss {
  public:
   explicit CrossEntropyLoss(std::string name = "loss", int64_t ignore_index = -1);
 
-  Tensor forward(const Tensor& logits, const Tensor& targets, Context& ctx);
-  Tensor backward(Context& ctx, float dloss = 1.0f);
+  Tensor forward(const Tensor& logits, const Tensor& targets, Tape& tape);
+  Tensor backward(Tape& tape, float dloss = 1.0f);
 
   const std::string& name() const { return name_; }
   int64_t ignore_index() const { return ignore_index_; }

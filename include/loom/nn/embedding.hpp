@@ -23,9 +23,9 @@ class Embedding : public Module {
   Embedding(std::string name, int64_t vocab, int64_t dim, ModuleOptions options = {},
             float init_std = 0.02f);
 
-  Tensor forward(const Tensor& ids, Context& ctx) override;
-  Tensor backward_input(const Tensor& dy, Context& ctx) override;
-  void backward_weight(Context& ctx) override;
+  Tensor forward(const Tensor& ids, Tape& tape) override;
+  Tensor backward_input(const Tensor& dy, Tape& tape) override;
+  void backward_weight(Tape& tape) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
 
   int64_t vocab() const { return vocab_; }

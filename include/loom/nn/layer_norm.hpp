@@ -17,9 +17,9 @@ class LayerNorm : public Module {
  public:
   LayerNorm(std::string name, int64_t dim, float eps = 1e-5f, ModuleOptions options = {});
 
-  Tensor forward(const Tensor& x, Context& ctx) override;
-  Tensor backward_input(const Tensor& dy, Context& ctx) override;
-  void backward_weight(Context& ctx) override;
+  Tensor forward(const Tensor& x, Tape& tape) override;
+  Tensor backward_input(const Tensor& dy, Tape& tape) override;
+  void backward_weight(Tape& tape) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
 
   int64_t dim() const { return dim_; }

@@ -39,9 +39,9 @@ class Linear : public Module {
   // A bias-free Linear whose weight is `shared` (a [out, in] matrix owned elsewhere).
   Linear(std::string name, Parameter& shared_weight);
 
-  Tensor forward(const Tensor& x, Context& ctx) override;
-  Tensor backward_input(const Tensor& dy, Context& ctx) override;
-  void backward_weight(Context& ctx) override;
+  Tensor forward(const Tensor& x, Tape& tape) override;
+  Tensor backward_input(const Tensor& dy, Tape& tape) override;
+  void backward_weight(Tape& tape) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
 
   int64_t in_features() const { return in_features_; }

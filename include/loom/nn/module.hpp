@@ -1,13 +1,13 @@
 // Module: a layer with an explicit forward and a split backward
 // (docs/design.md, decision 1).
 //
-//   y  = m.forward(x, ctx);          // saves what backward needs in ctx
-//   dx = m.backward_input(dy, ctx);  // dL/dx; keeps dy in ctx if it has weights
-//   m.backward_weight(ctx);          // accumulates dL/dW, fires ready hooks,
-//                                    // releases ctx's state for m
-//   dx = m.backward(dy, ctx);        // both, in that order
+//   y  = m.forward(x, tape);          // saves what backward needs in tape
+//   dx = m.backward_input(dy, tape);  // dL/dx; keeps dy in tape if it has weights
+//   m.backward_weight(tape);          // accumulates dL/dW, fires ready hooks,
+//                                    // releases tape's state for m
+//   dx = m.backward(dy, tape);        // both, in that order
 //
-// backward_input must run before backward_weight for the same ctx. A module
+// backward_input must run before backward_weight for the same tape. A module
 // whose input is not differentiable (Embedding's token ids) returns an
 // undefined tensor from backward_input.
 //
@@ -24,8 +24,8 @@
 #include "loom/core/device.hpp"
 #include "loom/core/dtype.hpp"
 #include "loom/core/tensor.hpp"
-#include "loom/nn/context.hpp"
 #include "loom/nn/parameter.hpp"
+#include "loom/nn/tape.hpp"
 
 namespace loom::nn {
 
@@ -45,13 +45,13 @@ class Module {
 
   const std::string& name() const { return name_; }
 
-  virtual Tensor forward(const Tensor& x, Context& ctx) = 0;
-  virtual Tensor backward_input(const Tensor& dy, Context& ctx) = 0;
+  virtual Tensor forward(const Tensor& x, Tape& tape) = 0;
+  virtual Tensor backward_input(const Tensor& dy, Tape& tape) = 0;
   // Modules without parameters have nothing to do here.
-  virtual void backward_weight(Context& ctx) { (void)ctx; }
-  virtual Tensor backward(const Tensor& dy, Context& ctx) {
-    Tensor dx = backward_input(dy, ctx);
-    backward_weight(ctx);
+  virtual void backward_weight(Tape& tape) { (void)tape; }
+  virtual Tensor backward(const Tensor& dy, Tape& tape) {
+    Tensor dx = backward_input(dy, tape);
+    backward_weight(tape);
     return dx;
   }
 

@@ -19,8 +19,8 @@ namespace loom::nn {
 class MaxPool2d : public Module {
  public:
   MaxPool2d(std::string name, int64_t kernel, int64_t stride, int64_t padding = 0);
-  Tensor forward(const Tensor& x, Context& ctx) override;
-  Tensor backward_input(const Tensor& dy, Context& ctx) override;
+  Tensor forward(const Tensor& x, Tape& tape) override;
+  Tensor backward_input(const Tensor& dy, Tape& tape) override;
 
  private:
   struct State;
@@ -30,8 +30,8 @@ class MaxPool2d : public Module {
 class AvgPool2d : public Module {
  public:
   AvgPool2d(std::string name, int64_t kernel, int64_t stride, int64_t padding = 0);
-  Tensor forward(const Tensor& x, Context& ctx) override;
-  Tensor backward_input(const Tensor& dy, Context& ctx) override;
+  Tensor forward(const Tensor& x, Tape& tape) override;
+  Tensor backward_input(const Tensor& dy, Tape& tape) override;
 
  private:
   struct State;
@@ -41,8 +41,8 @@ class AvgPool2d : public Module {
 class GlobalAvgPool : public Module {
  public:
   explicit GlobalAvgPool(std::string name);
-  Tensor forward(const Tensor& x, Context& ctx) override;
-  Tensor backward_input(const Tensor& dy, Context& ctx) override;
+  Tensor forward(const Tensor& x, Tape& tape) override;
+  Tensor backward_input(const Tensor& dy, Tape& tape) override;
 
  private:
   struct State;

@@ -18,10 +18,10 @@ class Residual : public Module {
   Residual(std::string name, std::unique_ptr<Module> inner,
            std::unique_ptr<Module> shortcut = nullptr);
 
-  Tensor forward(const Tensor& x, Context& ctx) override;
-  Tensor backward_input(const Tensor& dy, Context& ctx) override;
-  void backward_weight(Context& ctx) override;
-  Tensor backward(const Tensor& dy, Context& ctx) override;
+  Tensor forward(const Tensor& x, Tape& tape) override;
+  Tensor backward_input(const Tensor& dy, Tape& tape) override;
+  void backward_weight(Tape& tape) override;
+  Tensor backward(const Tensor& dy, Tape& tape) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
   void set_training(bool training) override;
 

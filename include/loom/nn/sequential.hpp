@@ -38,10 +38,10 @@ class Sequential : public Module {
   // parallel::shard_children); `child` may be null only until it is swapped back.
   std::unique_ptr<Module> replace(size_t i, std::unique_ptr<Module> child);
 
-  Tensor forward(const Tensor& x, Context& ctx) override;
-  Tensor backward_input(const Tensor& dy, Context& ctx) override;
-  void backward_weight(Context& ctx) override;
-  Tensor backward(const Tensor& dy, Context& ctx) override;
+  Tensor forward(const Tensor& x, Tape& tape) override;
+  Tensor backward_input(const Tensor& dy, Tape& tape) override;
+  void backward_weight(Tape& tape) override;
+  Tensor backward(const Tensor& dy, Tape& tape) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
   void set_training(bool training) override;
 

@@ -43,10 +43,10 @@ class ShardedModule : public nn::Module {
   // Takes the inner module's name.
   explicit ShardedModule(std::unique_ptr<nn::Module> inner);
 
-  Tensor forward(const Tensor& x, nn::Context& ctx) override;
-  Tensor backward_input(const Tensor& dy, nn::Context& ctx) override;
-  void backward_weight(nn::Context& ctx) override;
-  Tensor backward(const Tensor& dy, nn::Context& ctx) override;
+  Tensor forward(const Tensor& x, nn::Tape& tape) override;
+  Tensor backward_input(const Tensor& dy, nn::Tape& tape) override;
+  void backward_weight(nn::Tape& tape) override;
+  Tensor backward(const Tensor& dy, nn::Tape& tape) override;
   void collect_parameters(std::vector<nn::Parameter*>& out) override;
   void set_training(bool training) override;
 

@@ -1,10 +1,10 @@
-// Context: what one micro-batch's forward pass saved for its backward pass.
+// Tape: what one micro-batch's forward pass saved for its backward pass.
 //
-// The caller owns one Context per micro-batch in flight (a 1F1B pipeline keeps
-// up to p of them alive). forward(x, ctx) stores each module's state in ctx;
+// The caller owns one Tape per micro-batch in flight (a 1F1B pipeline keeps
+// up to p of them alive). forward(x, tape) stores each module's state in tape;
 // backward consumes and releases it. A module with parameters releases its
 // state in backward_weight(), a module without in backward_input(), so after a
-// complete backward the context is empty again and can be reused.
+// complete backward the tape is empty again and can be reused.
 #pragma once
 
 #include <cstddef>
@@ -27,17 +27,17 @@ struct SavedState {
   virtual ~SavedState() = default;
 };
 
-class Context {
+class Tape {
  public:
-  Context() = default;
-  Context(const Context&) = delete;
-  Context& operator=(const Context&) = delete;
-  Context(Context&&) = default;
-  Context& operator=(Context&&) = default;
+  Tape() = default;
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+  Tape(Tape&&) = default;
+  Tape& operator=(Tape&&) = default;
 
   // Creates `owner`'s state for this micro-batch. Throws naming it if it
   // already has one (a module called twice in one forward pass needs one
-  // Context per call). The owner is usually a module; anything with a stable
+  // Tape per call). The owner is usually a module; anything with a stable
   // address may own state (CrossEntropyLoss, which takes two inputs, is not a
   // Module). `name` only goes into error messages.
   template <typename State>
@@ -71,7 +71,7 @@ class Context {
 
   // Seed for random ops in this micro-batch (Dropout): a module derives its key
   // from this and its name, so activation checkpointing's recompute, which
-  // copies the seed into a fresh context, draws the same mask.
+  // copies the seed into a fresh tape, draws the same mask.
   void set_random_seed(uint64_t seed) { random_seed_ = seed; }
   uint64_t random_seed() const { return random_seed_; }
 
