@@ -148,18 +148,4 @@ RunResult run_single_rank(const DdpRun& run, int ranks, bool accumulate_per_rank
   return result;
 }
 
-double worst_relative_error(const std::vector<std::vector<float>>& a,
-                            const std::vector<std::vector<float>>& b, double atol, double rtol) {
-  double worst = a.size() == b.size() ? 0.0 : INFINITY;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    if (a[i].size() != b[i].size()) return INFINITY;
-    for (size_t k = 0; k < a[i].size(); ++k) {
-      const double err =
-          std::abs(double(a[i][k]) - double(b[i][k])) / (atol + rtol * std::abs(double(b[i][k])));
-      worst = std::max(worst, std::isnan(err) ? INFINITY : err);
-    }
-  }
-  return worst;
-}
-
 }  // namespace loom::testing

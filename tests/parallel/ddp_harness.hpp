@@ -3,6 +3,8 @@
 // rank and, for comparison, on one rank over the concatenated global batch.
 #pragma once
 
+#include "support/compare.hpp"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,9 +48,5 @@ RunResult run_data_parallel(const DdpRun& run, comm::Communicator& comm);
 // `accumulate_per_rank` it runs each rank's sub-batch separately and
 // accumulates gradients (scaled by 1 / ranks): the reference for per-rank BatchNorm.
 RunResult run_single_rank(const DdpRun& run, int ranks, bool accumulate_per_rank = false);
-
-// max over elements of |a - b| / (atol + rtol |b|): <= 1 means within tolerance.
-double worst_relative_error(const std::vector<std::vector<float>>& a,
-                            const std::vector<std::vector<float>>& b, double atol, double rtol);
 
 }  // namespace loom::testing

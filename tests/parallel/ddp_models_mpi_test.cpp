@@ -223,12 +223,12 @@ void check_equivalent(const std::string& label, const ModelRun& run) {
                << ref.losses[step]);
     CHECK(ratio <= 1.0);
   }
-  const double worst_params = worst_relative_error(dp.params, ref.params, kAtol, kRtol);
+  const double worst_params = loom::test::tolerance_ratio(dp.params, ref.params, kAtol, kRtol);
   INFO(label << ": worst parameter error " << worst_params << " of the tolerance");
   CHECK(worst_params <= 1.0);
   if (run.sync_bn) {
     // Synchronized BatchNorm also updates the running statistics with the global batch's.
-    CHECK(worst_relative_error(dp.bn_stats, ref.bn_stats, kAtol, kRtol) <= 1.0);
+    CHECK(loom::test::tolerance_ratio(dp.bn_stats, ref.bn_stats, kAtol, kRtol) <= 1.0);
   }
   CHECK(replicas_identical(world, dp.params));
   // The losses must move, or the comparison would prove little.

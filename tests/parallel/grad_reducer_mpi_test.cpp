@@ -34,7 +34,7 @@ void check_equivalent(const DdpRun& run) {
     INFO("step " << step << ": " << losses[step] << " vs " << ref.losses[step]);
     CHECK(std::abs(losses[step] - ref.losses[step]) <= 2e-5 + 1e-4 * std::abs(ref.losses[step]));
   }
-  CHECK(worst_relative_error(dp.params, ref.params, 2e-5, 1e-4) <= 1.0);
+  CHECK(loom::test::tolerance_ratio(dp.params, ref.params, 2e-5, 1e-4) <= 1.0);
   CHECK(dp.rebuilds == 1);
   CHECK(dp.stats.step == run.steps);
   if (world.rank() == 0) std::fprintf(stderr, "ddp (mpi): %s\n", dp.stats.summary().c_str());
@@ -62,5 +62,5 @@ TEST_CASE("ddp over mpi: bf16 compression stays close", "[ddp_mpi]") {
   const RunResult ref = run_single_rank(run, world.size());
   // Two bf16 roundings of each gradient, times lr 0.1 over two steps: far
   // below 1e-3 in the parameters.
-  CHECK(worst_relative_error(dp.params, ref.params, 1e-3, 0.0) <= 1.0);
+  CHECK(loom::test::tolerance_ratio(dp.params, ref.params, 1e-3, 0.0) <= 1.0);
 }

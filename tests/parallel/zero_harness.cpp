@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 
+#include "loom/comm/local.hpp"
 #include "loom/core/error.hpp"
 #include "loom/models/gpt.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
@@ -45,6 +46,15 @@ parallel::OptimizerOptions optimizer_options(ZeroOptim kind) {
 }
 
 }  // namespace
+
+ZeroResult run_single_rank_reference(const ZeroRun& run, int ranks) {
+  ZeroRun single = run;
+  single.stage = 0;
+  single.per_rank_batch = run.per_rank_batch * ranks;
+  single.micro_steps = run.micro_steps * ranks;
+  const auto group = comm::make_local_group(1, "single");
+  return run_zero(single, *group[0]);
+}
 
 std::string describe(const ZeroRun& run) {
   return str_cat(run.model == ZeroModel::gpt ? "gpt" : "resnet", " ",
@@ -124,20 +134,6 @@ std::vector<double> mean_over_ranks(comm::Communicator& comm, const std::vector<
   comm.all_reduce(t, {.op = comm::ReduceOp::avg}).wait();
   const std::vector<float> mean = t.to_vector<float>();
   return {mean.begin(), mean.end()};
-}
-
-double worst_ratio(const std::vector<std::vector<float>>& a,
-                   const std::vector<std::vector<float>>& b, double atol, double rtol) {
-  LOOM_CHECK(a.size() == b.size(), "worst_ratio: ", a.size(), " vs ", b.size(), " tensors");
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    LOOM_CHECK(a[i].size() == b[i].size(), "worst_ratio: tensor ", i, " sizes differ");
-    for (size_t k = 0; k < a[i].size(); ++k) {
-      const double ref = b[i][k];
-      worst = std::max(worst, std::abs(a[i][k] - ref) / (atol + rtol * std::abs(ref)));
-    }
-  }
-  return worst;
 }
 
 }  // namespace loom::testing

@@ -6,6 +6,8 @@
 // Stage 0 (GradReducer + full optimizer) is the reference each stage must match.
 #pragma once
 
+#include "support/compare.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,12 +45,16 @@ struct ZeroResult {
 
 ZeroResult run_zero(const ZeroRun& run, comm::Communicator& dp);
 
+// The single-rank reference of `run` on `ranks` ranks: one rank (in-process
+// backend), no ZeRO, training on the global batch of every step. The global
+// batch is taken as ranks x micro_steps micro-batches of the per-rank
+// micro-batch size, each the rows one rank's micro-batch holds in the parallel
+// run, so per-rank BatchNorm statistics are the same; its losses are the mean
+// over the ranks' losses (compare with mean_over_ranks).
+ZeroResult run_single_rank_reference(const ZeroRun& run, int ranks);
+
 // The mean over ranks of per-step values.
 std::vector<double> mean_over_ranks(comm::Communicator& comm, const std::vector<double>& values);
-
-// max over elements of |a - b| / (atol + rtol |b|).
-double worst_ratio(const std::vector<std::vector<float>>& a,
-                   const std::vector<std::vector<float>>& b, double atol, double rtol);
 
 std::string describe(const ZeroRun& run);
 

@@ -132,6 +132,25 @@ std::string out_of_tolerance(const std::vector<T>& got, const std::vector<U>& wa
   return out_of_tolerance(std::span<const T>(got), std::span<const U>(want), atol, rtol);
 }
 
+// The largest |got - want| / (atol + rtol * |want|) over lists of tensors (a
+// model's parameters, say): <= 1 means every element is close(). +infinity for
+// a NaN anywhere or a size mismatch, so `CHECK(tolerance_ratio(...) <= 1)`
+// cannot pass on NaN; the ratio itself says how near the tolerance a run came.
+inline double tolerance_ratio(const std::vector<std::vector<float>>& got,
+                              const std::vector<std::vector<float>>& want, double atol,
+                              double rtol) {
+  if (got.size() != want.size()) return std::numeric_limits<double>::infinity();
+  WorstError worst;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i].size() != want[i].size()) return std::numeric_limits<double>::infinity();
+    for (size_t k = 0; k < got[i].size(); ++k) {
+      const double w = want[i][k];
+      worst.add_error(error_of(got[i][k], w) / (atol + rtol * std::abs(w)));
+    }
+  }
+  return worst.saw_nan ? std::numeric_limits<double>::infinity() : worst.value;
+}
+
 // The smallest and largest of the values added. A running std::min/std::max
 // keeps its first argument when the other is NaN, so a NaN would vanish from
 // it; here a NaN widens the range to [-infinity, +infinity], which fails every

@@ -142,3 +142,14 @@ TEST_CASE("compare: ValueRange keeps a NaN, which fails any bound on the range",
   CHECK_FALSE(nan.hi == 1.0);
   CHECK(nan.count == 3);
 }
+
+TEST_CASE("compare: tolerance_ratio is infinite for a NaN and above 1 off tolerance", "[support]") {
+  using loom::test::tolerance_ratio;
+  const std::vector<std::vector<float>> want{{1.0f, 2.0f}, {4.0f}};
+  CHECK(tolerance_ratio(want, want, 1e-6, 0.0) == 0.0);
+  CHECK(tolerance_ratio({{1.0f, 2.0f}, {4.0003f}}, want, 0.0, 1e-4) <= 1.0);
+  CHECK(tolerance_ratio({{1.0f, 2.0f}, {4.0005f}}, want, 0.0, 1e-4) > 1.0);
+  CHECK(tolerance_ratio({{1.0f, std::nanf("")}, {4.0f}}, want, 1e9, 0.0) == kInf);
+  CHECK(tolerance_ratio({{1.0f, 2.0f}}, want, 1e9, 0.0) == kInf);
+  CHECK(tolerance_ratio({{1.0f}, {4.0f}}, want, 1e9, 0.0) == kInf);
+}
