@@ -20,10 +20,12 @@
 #include <vector>
 
 #include "loom/comm/local.hpp"
+#include "loom/core/error.hpp"
 #include "loom/core/half.hpp"
 #include "loom/nn/module.hpp"
 #include "loom/parallel/sharded_module.hpp"
 #include "loom/parallel/zero.hpp"
+#include "support/compare.hpp"
 
 using namespace loom;
 
@@ -107,6 +109,8 @@ struct RankResult {
   size_t state_bytes = 0;
 };
 
+// Runs on a rank thread: its checks throw (run_local_ranks rethrows on the
+// test's thread; Catch2's macros are not thread-safe).
 RankResult run_rank(const MasterRun& run, comm::Communicator& c) {
   std::vector<std::vector<float>> init;
   for (size_t j = 0; j < kParams; ++j) init.push_back(initial(j));
@@ -130,7 +134,7 @@ RankResult run_rank(const MasterRun& run, comm::Communicator& c) {
       std::vector<float> g(static_cast<size_t>(size_of(j)));
       for (size_t k = 0; k < g.size(); ++k) g[k] = gradient(c.rank(), t, j, k);
       nn::Parameter::GradWrite w = params[j]->begin_grad_write();
-      REQUIRE(!w.accumulate);
+      LOOM_CHECK(!w.accumulate, params[j]->name(), ": the first write after zero_grad accumulates");
       w.grad.copy_from(Tensor::from_vector(g, {size_of(j)}));  // rounds to the dtype
       params[j]->end_grad_write();
     }
@@ -144,19 +148,20 @@ RankResult run_rank(const MasterRun& run, comm::Communicator& c) {
   out.state_bytes = zero.optimizer().state_bytes();
   zero.gather_parameters();
   for (nn::Parameter* p : params) {
-    REQUIRE(p->dtype() == run.dtype);
+    LOOM_CHECK(p->dtype() == run.dtype, p->name(), " is ", p->dtype(), ", not ", run.dtype);
     out.values.push_back(p->value().to_vector<float>());
   }
   zero.release_parameters();
   // Slots are named "<parameter>[begin:end]".
   for (const optim::ParamSlot& slot : zero.optimizer().slots()) {
-    REQUIRE(slot.value.dtype() == DType::f32);
+    LOOM_CHECK(slot.value.dtype() == DType::f32, "master slot ", slot.name, " is ",
+               slot.value.dtype(), ", not f32");
     const size_t open = slot.name.rfind('[');
     const size_t colon = slot.name.find(':', open);
     const std::string name = slot.name.substr(0, open);
     size_t j = 0;
     while (j < kParams && params[j]->name() != name) ++j;
-    REQUIRE(j < kParams);
+    LOOM_CHECK(j < kParams, "master slot ", slot.name, " names no parameter");
     const int64_t begin = std::stoll(slot.name.substr(open + 1, colon - open - 1));
     out.master.emplace_back(j, begin, slot.value.to_vector<float>());
   }
@@ -258,8 +263,7 @@ void check_master_run(const MasterRun& run) {
         const size_t at = static_cast<size_t>(begin) + k;
         ++covered[j][at];
         const float want = ref[j][at];
-        const double ratio = std::abs(piece[k] - want) / (1e-6 + 1e-6 * std::abs(want));
-        CHECK(ratio <= 1.0);
+        CHECK(loom::test::close(piece[k], want, 1e-6, 1e-6));
         // The parameter is its master rounded to nearest even.
         CHECK(res.values[j][at] == round_to(run.dtype, piece[k]));
         const float ulps =
