@@ -31,14 +31,20 @@ Tensor tiny_ids() {
 
 }  // namespace
 
-TEST_CASE("GPT: parameter count follows the formula, GPT-2 124M is expressible", "[models][gpt]") {
-  GPT tiny("", tiny_config());
+TEST_CASE("GPT: GPT-2 124M built here has GPT-2's published 124,439,808 parameters",
+          "[models][gpt]") {
+  // Built, not computed: every parameter the model creates is counted (about
+  // 3.5 s to initialise 124M values on one core), against the figure OpenAI
+  // published for GPT-2 small; the formula agrees with both.
+  GPT gpt2("", GPTConfig::gpt2_124m());
   int64_t counted = 0;
+  for (auto* p : gpt2.parameters()) counted += p->numel();
+  CHECK(counted == 124439808);
+  CHECK(GPTConfig::gpt2_124m().parameter_count() == 124439808);
+  GPT tiny("", tiny_config());
+  counted = 0;
   for (auto* p : tiny.parameters()) counted += p->numel();
   CHECK(counted == tiny_config().parameter_count());
-  CHECK(GPTConfig::gpt2_124m().parameter_count() == 124439808);
-  GPTConfig bench;  // issue 4's benchmark shape
-  CHECK(bench.parameter_count() == (8192 + 128) * 256 + 4 * (12 * 256 * 256 + 13 * 256) + 512);
 }
 
 TEST_CASE("GPT: parameter names follow GPT-2's, the head is tied to wte", "[models][gpt]") {
