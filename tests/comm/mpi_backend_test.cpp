@@ -17,6 +17,7 @@
 #include "collective_checks.hpp"
 #include "comm/mpi/collective_ops.hpp"
 #include "mpi_test_support.hpp"
+#include "support/eventually.hpp"
 #include "support/skip.hpp"
 
 using Catch::Matchers::Contains;
@@ -225,12 +226,8 @@ TEST_CASE("mpi: symmetric tensors are reduced in place, and ranks that disagree 
                           Contains("every rank must allocate the same shape"));
   }
   // Unmapped with the last tensor viewing it (the progress thread lets go of
-  // an operation's tensors just after completing its Work).
-  const auto deadline = std::chrono::steady_clock::now() + 2s;
-  while (symmetric_mappings() != before && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(1ms);
-  }
-  CHECK(symmetric_mappings() == before);
+  // an operation's tensors just after completing its Work, so this waits for it).
+  CHECK(loom::test::eventually([&] { return symmetric_mappings() == before; }));
 }
 
 TEST_CASE("mpi: waiting threads drive small operations, and what nobody waits on completes") {
@@ -358,7 +355,9 @@ TEST_CASE("mpi: LOOM_DEBUG_COLLECTIVES turns mismatched collectives into errors 
     // Nothing moved: the mismatch was found before any data was posted.
     CHECK(t.to_vector<float>() == std::vector<float>(static_cast<size_t>(count), r + 1.0f));
   };
-  const std::string others = n == 2 ? "rank 1" : loom::str_cat("ranks 1, 2, 3");
+  // "rank 1" at 2 ranks, "ranks 1, 2" at 3, "ranks 1, 2, 3" at 4...
+  std::string others = n == 2 ? "rank 1" : "ranks 1";
+  for (int i = 2; i < n; ++i) others += loom::str_cat(", ", i);
   expect_mismatch(
       [&](const Tensor& t) {
         return r == 0 ? debug->all_reduce(t) : debug->broadcast(t, {.root = 0});

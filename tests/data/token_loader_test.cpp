@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "loom/data/token_loader.hpp"
+#include "support/eventually.hpp"
 #include "temp_dir.hpp"
 
 using Catch::Matchers::Contains;
@@ -241,9 +242,13 @@ TEST_CASE("the prefetcher stays at most depth batches ahead and stops when destr
           return b;
         },
         0, 2);
+    // The producer fills the queue (2 batches) and then must wait: give it a
+    // moment to overrun once it got there (an unbounded one would).
+    CHECK(loom::test::eventually([&] { return made >= 2; }));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    CHECK(made == 2);  // the queue is full; the producer waits
+    CHECK(made == 2);
     CHECK(prefetch.next().step == 0);
+    CHECK(loom::test::eventually([&] { return made >= 3; }));  // one slot freed: one more
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     CHECK(made == 3);
     // Destroyed with a full queue and a waiting producer: must join, not hang.
