@@ -1,11 +1,15 @@
 // Shared helpers of Loom's benchmarks: robust timing (median of repeats, each
-// repeat long enough to swamp timer noise) and a plain-text table printer.
+// repeat long enough to swamp timer noise), a plain-text table printer, and
+// what a run records about how it ran (CPU share, binding, CPU, peak RSS).
 #pragma once
 
+#include <sched.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -30,6 +34,81 @@ inline double cpu_seconds(clockid_t clock) {
   timespec t{};
   clock_gettime(clock, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// CPU time of the whole process (every thread, user + system, as getrusage
+// counts it) over the wall time of the spans measured between start() and
+// stop(): 1.0 is one core kept busy. Benchmarks that compare with a peer
+// measure both sides this way over their timed steps.
+class CpuShare {
+ public:
+  void start() {
+    cpu_at_ = process_cpu();
+    wall_at_ = std::chrono::steady_clock::now();
+  }
+  void stop() {
+    cpu_ += process_cpu() - cpu_at_;
+    wall_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_at_).count();
+  }
+  double share() const { return wall_ > 0 ? cpu_ / wall_ : 0.0; }
+
+ private:
+  static double process_cpu() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    auto seconds = [](const timeval& t) {
+      return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec);
+    };
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+  }
+  double cpu_ = 0, wall_ = 0, cpu_at_ = 0;
+  std::chrono::steady_clock::time_point wall_at_;
+};
+
+// The cores the calling thread may run on (what mpirun's binding left it).
+inline std::vector<int> cpu_affinity() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cores;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cores.push_back(c);
+  }
+  return cores;
+}
+
+// "0-3,8": the form the peers' --cores takes for one rank.
+inline std::string cores_text(const std::vector<int>& cores) {
+  std::string text;
+  for (size_t i = 0; i < cores.size();) {
+    size_t j = i;
+    while (j + 1 < cores.size() && cores[j + 1] == cores[j] + 1) ++j;
+    if (!text.empty()) text += ',';
+    text += std::to_string(cores[i]);
+    if (j > i) text.append("-").append(std::to_string(cores[j]));
+    i = j + 1;
+  }
+  return text;
+}
+
+// The "model name" of /proc/cpuinfo.
+inline std::string cpu_model() {
+  std::ifstream info("/proc/cpuinfo");
+  for (std::string line; std::getline(info, line);) {
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      std::string name = line.substr(line.find(':') + 1);
+      name.erase(0, name.find_first_not_of(' '));
+      return name;
+    }
+  }
+  return "unknown";
+}
+
+// The process's peak resident set (getrusage ru_maxrss), bytes.
+inline int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux counts KiB
 }
 
 struct TimingOptions {

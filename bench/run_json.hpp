@@ -1,5 +1,5 @@
 // Runs a helper process (an mpirun'd benchmark worker, a PyTorch peer) and
-// reads the JSON object it prints on its last non-empty line.
+// reads the JSON object it prints last.
 #pragma once
 
 #include <array>
@@ -8,12 +8,14 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace loom::bench {
 
-// Runs `command` (stderr merged into stdout); returns the JSON object on its
-// last non-empty output line, or nullopt with `why` saying what went wrong
-// (with the command's output).
+// Runs `command` (stderr merged into stdout); returns the last output line
+// that is a JSON object, or nullopt with `why` saying what went wrong (with
+// the command's output). Lines after it are ignored: under mpirun another
+// rank's late warning can follow rank 0's result.
 inline std::optional<nlohmann::json> run_json(const std::string& command, std::string& why) {
   FILE* pipe = popen((command + " 2>&1").c_str(), "r");
   if (pipe == nullptr) {
@@ -24,21 +26,24 @@ inline std::optional<nlohmann::json> run_json(const std::string& command, std::s
   std::array<char, 4096> chunk;
   while (fgets(chunk.data(), chunk.size(), pipe) != nullptr) output += chunk.data();
   const int status = pclose(pipe);
-  std::string last_line;
-  std::istringstream lines(output);
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty()) last_line = line;
-  }
   if (status != 0) {
     why = "'" + command + "' failed:\n" + output;
     return std::nullopt;
   }
-  try {
-    return nlohmann::json::parse(last_line);
-  } catch (const nlohmann::json::exception&) {
-    why = "'" + command + "' did not end with a JSON line:\n" + output;
-    return std::nullopt;
+  std::vector<std::string> lines;
+  std::istringstream stream(output);
+  for (std::string line; std::getline(stream, line);) lines.push_back(line);
+  for (auto line = lines.rbegin(); line != lines.rend(); ++line) {
+    if (line->empty() || line->front() != '{') continue;
+    try {
+      nlohmann::json value = nlohmann::json::parse(*line);
+      if (value.is_object()) return value;
+    } catch (const nlohmann::json::exception&) {
+      // not a result line: keep looking
+    }
   }
+  why = "'" + command + "' printed no JSON line:\n" + output;
+  return std::nullopt;
 }
 
 }  // namespace loom::bench
