@@ -1,9 +1,22 @@
 // model_bench: one training step of Loom's GPT and ResNet-18 next to
-// PyTorch's (bench/peers/torch_models.py, Debian's python3-torch on CPU), in
-// the same invocation, one compute thread each. Rounds alternate Loom and the
-// peer so both see the same machine load; each round reports the median step
-// time of `--steps` steps after `--warmup`, and the table gives the median
-// over rounds and the ratio Loom / PyTorch (below 1: Loom is faster).
+// PyTorch's (bench/peers/torch_models.py, current torch from the peers'
+// virtual environment, `bash scripts/setup.sh --peers`), in the same
+// invocation, one thread each. Rounds alternate Loom and the peer so both see
+// the same machine load; each round reports the median step time of `--steps`
+// steps after `--warmup`, and the table gives the median over rounds and the
+// ratio Loom / PyTorch (below 1: Loom is faster).
+//
+// Peer columns, each a fresh model in one peer process per round:
+//   eager    fp32 eager mode, what Loom does;
+//   compile  torch.compile (Inductor on CPU); the first step, which
+//            compiles, is reported apart (compile s) and is not a step time;
+//   bf16     torch.autocast(device_type="cpu", dtype=torch.bfloat16): the
+//            peer's alone (Loom has no bf16 training yet), no ratio.
+// The peer starts with OMP_NUM_THREADS=MKL_NUM_THREADS=OPENBLAS_NUM_THREADS=1,
+// uses one intra-op and one inter-op thread and is bound to the cores this
+// process runs on (Loom's single rank here). Both sides' CPU time over the
+// wall time of their timed steps is recorded; a comparison where either used
+// more than 1.15 cores is refused (exit 1).
 //
 // Configurations (issue 4), identical on both sides:
 //   gpt:    vocab 8192, 4 layers, d_model 256, 4 heads, seq 128, micro-batch 8,
@@ -17,15 +30,19 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench_models.hpp"
 #include "bench_util.hpp"
 #include "loom/loom.hpp"
+#include "peer.hpp"
 #include "run_json.hpp"
 
 namespace {
@@ -65,12 +82,15 @@ LoomModel make_model(const std::string& name) {
 struct RoundResult {
   double median_ms = 0;
   double mfu = 0;
+  double cpu_share = 0;  // over the timed steps
 };
 
 RoundResult time_loom(LoomModel& m, int warmup, int steps, const loom::trace::Roofline& peak) {
   for (int i = 0; i < warmup; ++i) m.step();
   std::vector<double> ms;
   std::vector<double> flops;
+  loom::bench::CpuShare share;
+  share.start();
   for (int i = 0; i < steps; ++i) {
     const double before = loom::trace::thread_counted_cost().flops;
     const auto start = std::chrono::steady_clock::now();
@@ -79,23 +99,27 @@ RoundResult time_loom(LoomModel& m, int warmup, int steps, const loom::trace::Ro
                      .count());
     flops.push_back(loom::trace::thread_counted_cost().flops - before);
   }
+  share.stop();
   const double t = median(ms);
-  return {t, loom::trace::mfu(median(flops), t / 1e3, peak, loom::trace::Precision::fp32)};
+  return {t, loom::trace::mfu(median(flops), t / 1e3, peak, loom::trace::Precision::fp32),
+          share.share()};
 }
 
-// Runs the peer script; returns its median step time, or a negative value (and
-// `why`) when it cannot run.
-double time_peer(const std::string& python, const std::string& script, const std::string& model,
-                 int warmup, int steps, std::string& why) {
-  const std::string command = python + " " + script + " --model " + model + " --steps " +
-                              std::to_string(steps) + " --warmup " + std::to_string(warmup) +
-                              " --threads 1";
-  const std::optional<nlohmann::json> result = loom::bench::run_json(command, why);
-  if (!result) {
-    why += " (install the peer with: bash scripts/setup.sh --peers)";
-    return -1;
-  }
-  return result->at("median_ms").get<double>();
+// The peer's columns, in the order the peer runs them.
+const std::vector<std::string> kColumns = {"eager", "compile", "bf16"};
+
+// What every round measured for one peer column.
+struct PeerSeries {
+  std::vector<double> ms, cpu_share, compile_s;
+  std::string error;  // compilation failed: why
+};
+
+std::string cell(double value, int digits) {
+  return value >= 0 ? loom::bench::fixed(value, digits) : "-";
+}
+
+double max_of(const std::vector<double>& values) {
+  return values.empty() ? -1 : *std::max_element(values.begin(), values.end());
 }
 
 }  // namespace
@@ -103,67 +127,207 @@ double time_peer(const std::string& python, const std::string& script, const std
 int main(int argc, char** argv) {
   CLI::App app{"Loom vs PyTorch: single-rank training step time of GPT and ResNet-18"};
   std::vector<std::string> models = {"gpt", "resnet"};
+  std::vector<std::string> columns = kColumns;
   int steps = 10;
   int warmup = 2;
   int rounds = 3;
-  std::string python = "/usr/bin/python3";
-  std::string script = std::string(LOOM_SOURCE_DIR) + "/bench/peers/torch_models.py";
+  int peer_threads = 1;
+  std::string python = loom::bench::default_peer_python(LOOM_SOURCE_DIR);
+  const std::string script = std::string(LOOM_SOURCE_DIR) + "/bench/peers/torch_models.py";
   bool no_peer = false;
   std::string json_path;
-  app.add_option("--models", models, "gpt and/or resnet");
-  app.add_option("--steps", steps, "timed steps per round");
-  app.add_option("--warmup", warmup, "untimed steps before each round");
-  app.add_option("--rounds", rounds, "alternating Loom/PyTorch rounds");
-  app.add_option("--python", python, "interpreter with torch (Debian's python3-torch)");
+  app.add_option("--models", models, "gpt and/or resnet")->delimiter(',');
+  app.add_option("--peer-columns", columns, "peer columns: eager, compile, bf16")
+      ->delimiter(',')
+      ->check(CLI::IsMember(kColumns));
+  app.add_option("--steps", steps, "timed steps per round")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "untimed steps before each round")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--rounds", rounds, "alternating Loom/PyTorch rounds")->check(CLI::PositiveNumber);
+  app.add_option("--python", python,
+                 "peer interpreter (default: $LOOM_PEERS_VENV/bin/python, <source>/.peers-venv)");
+  app.add_option("--peer-threads", peer_threads,
+                 "threads of the peer: anything but 1 exists to see the CPU-share refusal")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--no-peer", no_peer, "time Loom only");
   app.add_option("--json", json_path, "also write the results here");
   CLI11_PARSE(app, argc, argv);
 
   try {
     const auto peak = loom::trace::Roofline::for_device(loom::Device::cpu());
-    std::printf("model_bench: %d round(s) x %d steps (+%d warm-up), 1 thread each; %s\n", rounds,
-                steps, warmup, peak.device_name.c_str());
-    loom::bench::Table table({"model", "Loom ms/step", "PyTorch ms/step", "Loom/PyTorch",
-                              "Loom MFU", "Loom loss", "rounds (Loom/PyTorch ms)"});
+    const std::vector<int> cores = loom::bench::cpu_affinity();
+    std::printf("model_bench: %d round(s) x %d steps (+%d warm-up), 1 thread each, cores %s; %s\n",
+                rounds, steps, warmup, loom::bench::cores_text(cores).c_str(),
+                peak.device_name.c_str());
+    bool peer_on = !no_peer;
+    if (peer_on && !loom::bench::peer_installed(python)) {
+      std::printf("%s\n", loom::bench::kPeerNotInstalled);
+      peer_on = false;
+    }
+    std::fflush(stdout);
+    // Inductor's on-disk cache starts empty in each invocation, so that the
+    // first round's compile time is a compilation, not a cache hit left by an
+    // earlier run; later rounds hit it, as a user's second run would.
+    std::string inductor_cache;
+    if (peer_on) {
+      std::string pattern = "/tmp/loom-model-bench-inductor-XXXXXX";
+      LOOM_CHECK(mkdtemp(pattern.data()) != nullptr, "mkdtemp ", pattern, " failed");
+      inductor_cache = pattern;
+    }
+    struct RemoveOnExit {
+      std::string path;
+      ~RemoveOnExit() {
+        std::error_code ignored;
+        if (!path.empty()) std::filesystem::remove_all(path, ignored);
+      }
+    } remove_cache{inductor_cache};
+    const auto has = [&](const std::string& c) {
+      return std::find(columns.begin(), columns.end(), c) != columns.end();
+    };
+    std::string rounds_header = "rounds Loom";
+    for (const auto& c : columns) rounds_header.append("/").append(c);
+    loom::bench::Table table({"model", "Loom ms/step", "eager ms", "Loom/eager", "compile ms",
+                              "Loom/compile", "compile s", "bf16 ms (peer only)", "Loom MFU",
+                              "Loom loss", "cores Loom|peer", rounds_header + " ms"});
     nlohmann::json results = nlohmann::json::array();
+    nlohmann::json peer_record;  // the last peer output: torch version, config, binding
+    std::vector<std::string> notes;
     for (const auto& name : models) {
       LOOM_CHECK(loom::bench::is_benchmark_model(name), "--models: '", name,
                  "' is not one of gpt, resnet");
       LoomModel m = make_model(name);
-      std::vector<double> loom_ms, peer_ms, mfus;
+      std::vector<double> loom_ms, mfus, loom_share;
+      std::map<std::string, PeerSeries> peer;
       std::string why;
       std::string per_round;
       for (int r = 0; r < rounds; ++r) {
         const RoundResult loom_round = time_loom(m, warmup, steps, peak);
         loom_ms.push_back(loom_round.median_ms);
         mfus.push_back(loom_round.mfu);
-        double peer = -1;
-        if (!no_peer && why.empty()) peer = time_peer(python, script, name, warmup, steps, why);
-        if (peer > 0) peer_ms.push_back(peer);
-        char cell[64];
-        std::snprintf(cell, sizeof(cell), "%s%.0f/%s", r ? " " : "", loom_round.median_ms,
-                      peer > 0 ? std::to_string(static_cast<int>(peer + 0.5)).c_str() : "-");
-        per_round += cell;
+        loom_share.push_back(loom_round.cpu_share);
+        per_round += (r ? " " : "") + loom::bench::fixed(loom_round.median_ms, 0);
+        std::optional<nlohmann::json> out;
+        if (peer_on && why.empty()) {
+          std::string column_list;
+          for (const auto& c : columns) column_list += (column_list.empty() ? "" : ",") + c;
+          out = loom::bench::run_json(
+              loom::bench::peer_environment(peer_threads) +
+                  "TORCHINDUCTOR_CACHE_DIR=" + loom::bench::shell_quote(inductor_cache) + " " +
+                  loom::bench::shell_quote(python) + " " + loom::bench::shell_quote(script) +
+                  " --model " + name + " --columns " + column_list + " --steps " +
+                  std::to_string(steps) + " --warmup " + std::to_string(warmup) + " --threads " +
+                  std::to_string(peer_threads) + " --cores " + loom::bench::cores_text(cores),
+              why);
+        }
+        // A comparison is made this round: both sides ran one thread, or it is refused.
+        if (out) loom::bench::require_one_core("Loom", 0, loom_round.cpu_share);
+        for (const auto& c : columns) {
+          if (!out) {
+            per_round += "/-";
+            continue;
+          }
+          for (const auto& col : out->at("columns")) {
+            if (col.at("column") != c) continue;
+            PeerSeries& s = peer[c];
+            if (col.contains("error")) {
+              s.error = col.at("error").get<std::string>();
+              per_round += "/-";
+              continue;
+            }
+            const double share = col.at("cpu_share").get<double>();
+            loom::bench::require_one_core("PyTorch " + c, 0, share);
+            s.ms.push_back(col.at("median_ms").get<double>());
+            s.cpu_share.push_back(share);
+            if (col.contains("compile_s")) s.compile_s.push_back(col.at("compile_s").get<double>());
+            per_round.append("/").append(loom::bench::fixed(s.ms.back(), 0));
+          }
+        }
+        if (out) peer_record = *out;
       }
       const double loom_median = median(loom_ms);
-      const double peer_median = peer_ms.empty() ? -1 : median(peer_ms);
-      char a[32], b[32], c[32], d[32], e[32];
-      std::snprintf(a, sizeof(a), "%.1f", loom_median);
-      std::snprintf(b, sizeof(b), peer_median > 0 ? "%.1f" : "-", peer_median);
-      std::snprintf(c, sizeof(c), peer_median > 0 ? "%.2f" : "-", loom_median / peer_median);
-      std::snprintf(d, sizeof(d), "%.1f%%", 100.0 * median(mfus));
-      std::snprintf(e, sizeof(e), "%.3f", m.last_loss);
-      table.add({name, a, b, c, d, e, per_round});
+      auto peer_median = [&](const std::string& c) {
+        return peer.count(c) && !peer.at(c).ms.empty() ? median(peer.at(c).ms) : -1.0;
+      };
+      auto ratio = [&](const std::string& c) {
+        const double p = peer_median(c);
+        return p > 0 ? cell(loom_median / p, 2) : std::string("-");
+      };
+      std::string compile_s = "-";
+      if (peer.count("compile") && !peer.at("compile").compile_s.empty()) {
+        const auto& cs = peer.at("compile").compile_s;
+        compile_s = loom::bench::fixed(cs.front(), 1);
+        if (cs.size() > 1) {
+          compile_s +=
+              " (then " +
+              loom::bench::fixed(median(std::vector<double>(cs.begin() + 1, cs.end())), 1) + ")";
+        }
+      }
+      if (peer.count("compile") && !peer.at("compile").error.empty()) {
+        compile_s = "failed";
+        notes.push_back("torch.compile failed for " + name + ": " + peer.at("compile").error);
+      }
+      std::string shares = loom::bench::fixed(max_of(loom_share), 2) + " |";
+      for (const auto& c : columns) {
+        shares += " " + (peer.count(c) ? cell(max_of(peer.at(c).cpu_share), 2) : std::string("-"));
+      }
+      table.add({name, cell(loom_median, 1), has("eager") ? cell(peer_median("eager"), 1) : "",
+                 has("eager") ? ratio("eager") : "",
+                 has("compile") ? cell(peer_median("compile"), 1) : "",
+                 has("compile") ? ratio("compile") : "", has("compile") ? compile_s : "",
+                 has("bf16") ? cell(peer_median("bf16"), 1) : "",
+                 loom::bench::fixed(100.0 * median(mfus), 1) + "%",
+                 loom::bench::fixed(m.last_loss, 3), shares, per_round});
       if (!why.empty()) std::printf("peer unavailable for %s: %s\n", name.c_str(), why.c_str());
-      results.push_back({{"model", name},
-                         {"loom_ms", loom_ms},
-                         {"peer_ms", peer_ms},
-                         {"loom_median_ms", loom_median},
-                         {"peer_median_ms", peer_median},
-                         {"ratio", peer_median > 0 ? loom_median / peer_median : -1.0},
-                         {"loom_mfu", median(mfus)}});
+      nlohmann::json peers = nlohmann::json::array();
+      for (const auto& c : columns) {
+        if (!peer.count(c)) continue;
+        const PeerSeries& s = peer.at(c);
+        nlohmann::json p = loom::bench::peer_facts(peer_record);
+        p["column"] = c;
+        p["label"] = c == "eager"     ? "torch eager fp32"
+                     : c == "compile" ? "torch.compile (inductor) fp32"
+                                      : "torch eager, bf16 autocast (peer only: no Loom bf16 "
+                                        "training yet)";
+        p["peer_ms"] = s.ms;
+        p["peer_median_ms"] = peer_median(c);
+        p["ratio"] = c != "bf16" && peer_median(c) > 0 ? loom_median / peer_median(c) : -1.0;
+        p["peer_cpu_share"] = {max_of(s.cpu_share)};  // one rank: its highest round
+        p["peer_rounds_cpu_share"] = s.cpu_share;
+        if (c == "compile") {
+          p["compile_s"] = s.compile_s;
+          if (!s.error.empty()) p["error"] = s.error;
+        }
+        peers.push_back(p);
+      }
+      results.push_back(
+          {{"model", name},
+           {"loom_ms", loom_ms},
+           {"loom_median_ms", loom_median},
+           {"loom_mfu", median(mfus)},
+           {"cpu_share", {max_of(loom_share)}},
+           {"rounds_cpu_share", loom_share},
+           {"binding", {cores}},
+           {"cpu_model", loom::bench::cpu_model()},
+           {"peer_ms", peer.count("eager") ? peer.at("eager").ms : std::vector<double>{}},
+           {"peer_median_ms", peer_median("eager")},
+           {"ratio", peer_median("eager") > 0 ? loom_median / peer_median("eager") : -1.0},
+           {"peers", peers}});
     }
     table.print();
+    if (!peer_record.is_null()) {
+      std::printf(
+          "peer: torch %s, one process bound to cores %s like Loom; eager and compile are fp32 "
+          "like Loom, bf16 is the peer's alone\n%s",
+          peer_record.at("peer_torch_version").get<std::string>().c_str(),
+          loom::bench::bindings_text(peer_record.at("peer_binding")).c_str(),
+          loom::bench::peer_config_text(peer_record).c_str());
+      std::printf(
+          "compile s: the first step, which compiles (round 1 with an empty Inductor cache, "
+          "later rounds hit it), not in the step time; cores: CPU time / wall time of the timed "
+          "steps, the "
+          "highest round, Loom | each peer column\n");
+    }
+    for (const auto& note : notes) std::printf("%s\n", note.c_str());
     if (!json_path.empty()) {
       loom::bench::write_file_atomically(
           json_path, nlohmann::json{{"peak_flops", peak.fp32_flops}, {"results", results}}.dump(2));

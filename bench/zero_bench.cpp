@@ -1,12 +1,19 @@
 // zero_bench: ZeRO stages 0 to 3 (issue 6) on scaling_bench's GPT and
 // ResNet-18 training steps (same models, optimizers and per-rank batch: GPT
 // 8 x 128 tokens with AdamW, ResNet-18 CIFAR 32 images with SGD), 2 ranks
-// with one compute thread each, next to PyTorch's ZeroRedundancyOptimizer
-// (bench/peers/torch_ddp.py --zero: DDP over gloo, the stage-1 equivalent) measured
-// in the same invocation.
+// with one compute thread each, next to PyTorch (bench/peers/torch_ddp.py,
+// gloo, current torch from the peers' virtual environment) measured in the
+// same invocation, one peer per stage:
+//   stage 0  DistributedDataParallel, bucket_cap_mb = Loom's bucket cap
+//   stage 1  the same with ZeroRedundancyOptimizer (optimizer state sharded)
+//   stage 2  FSDP2 (fully_shard) with reshard_after_forward=False
+//   stage 3  FSDP2 with reshard_after_forward=True
+// FSDP2 shards the units Loom's stage 3 shards (every GPT block, every ResNet
+// child) and then the whole model.
 //
 //   zero_bench --drive [--models gpt,resnet] [--stages 0,1,2,3] [--ranks 2]
 //              [--rounds 3] [--steps 5] [--warmup 2] [--no-peer] [--json FILE]
+//              [--python PATH]
 //
 // The worker (this binary without --drive, under `mpirun -np N`) builds one
 // replica per stage and runs their steps interleaved: step i of every stage,
@@ -19,11 +26,19 @@
 // cannot hide it behind each other). Its time is the slowest rank's; a run
 // reports the median over its timed steps.
 //
-// The driver alternates, per model and round, the Loom worker and the peer
-// (2 processes, then 1 process: the single-process baseline of the peer's
-// weak-scaling efficiency), starting with Loom in even rounds and with the
-// peer in odd ones. Ratios (stage k / stage 0, peer efficiency) are computed
-// per round and the table gives medians over rounds.
+// The driver alternates, per model and round, the Loom worker and the peers
+// (each stage's, then 1 process without any wrapper: the single-process
+// baseline of the peers' weak-scaling efficiency), starting with Loom in
+// even rounds and with the peers in odd ones. Ratios (stage k / stage 0, peer
+// efficiency) are computed per round and the table gives medians over rounds.
+//
+// The peers run one process per rank, started by the same mpirun command as
+// Loom's ranks (so bound the same way; each process also binds itself to the
+// cores Loom's rank of the same number reported) with
+// OMP_NUM_THREADS=MKL_NUM_THREADS=OPENBLAS_NUM_THREADS=1 and one torch thread.
+// Both sides report per rank their cores, CPU time over the wall time of the
+// timed steps and peak RSS; a comparison where either side used more than
+// 1.15 cores on a rank is refused (exit 1).
 #include <time.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
@@ -48,6 +63,8 @@
 #include "loom/loom.hpp"
 #include "loom/parallel/sharded_module.hpp"
 #include "loom/parallel/zero.hpp"
+#include "peer.hpp"
+#include "rank_facts.hpp"
 #include "run_json.hpp"
 
 namespace {
@@ -171,13 +188,17 @@ int run_worker(const WorkerFlags& f) {
   const size_t n = replicas.size();
   // record[s]: kFields floats per timed step of replica s.
   std::vector<std::vector<float>> record(n);
+  loom::bench::CpuShare share;  // over the timed steps of every stage
   for (int step = 0; step < f.warmup + f.steps; ++step) {
+    if (step == f.warmup) share.start();
     for (size_t k = 0; k < n; ++k) {
       const size_t s = (static_cast<size_t>(step) + k) % n;  // rotate who goes first
       const auto fields = timed_step(replicas[s], batch);
       if (step >= f.warmup) record[s].insert(record[s].end(), fields.begin(), fields.end());
     }
   }
+  share.stop();
+  const json facts = loom::bench::gather_rank_facts(dp, share.share());
   // The slowest rank's figure, field by field.
   std::vector<float> flat;
   for (const auto& r : record) flat.insert(flat.end(), r.begin(), r.end());
@@ -199,8 +220,9 @@ int run_worker(const WorkerFlags& f) {
     for (size_t j = 0; j < kFields; ++j) out[kFieldNames[j]] = median(series[j]);
     stages.push_back(out);
   }
-  std::printf("%s\n",
-              json{{"model", f.model}, {"ranks", dp.size()}, {"stages", stages}}.dump().c_str());
+  json out{{"model", f.model}, {"ranks", dp.size()}, {"stages", stages}};
+  out.update(facts);
+  std::printf("%s\n", out.dump().c_str());
   return 0;
 }
 
@@ -213,7 +235,8 @@ struct DriverFlags {
   int ranks = 2;
   int rounds = 3;
   bool no_peer = false;
-  std::string python = "/usr/bin/python3";
+  int peer_threads = 1;
+  std::string python = loom::bench::default_peer_python(LOOM_SOURCE_DIR);
   std::string peer_script = std::string(LOOM_SOURCE_DIR) + "/bench/peers/torch_ddp.py";
   std::string mpirun = LOOM_MPIEXEC;
   std::string mpirun_args = "";
@@ -227,12 +250,47 @@ struct Series {
   json memory;                                        // the last round's (identical each round)
 };
 
+// What every round measured for one peer configuration.
+struct PeerSeries {
+  std::vector<double> step_ms, efficiency, rss_mib;
+  std::vector<std::vector<double>> cpu_share;  // per round, per rank
+  json last;                                   // the last output
+};
+
+// The peer beside each ZeRO stage (torch_ddp.py --mode) and what to call it.
+const std::map<int, std::pair<std::string, std::string>> kPeerOf = {
+    {0, {"ddp", "DDP"}},
+    {1, {"zero1", "ZeroRedundancyOptimizer"}},
+    {2, {"fsdp2", "FSDP2 reshard_after_forward=False"}},
+    {3, {"fsdp2-reshard", "FSDP2 reshard_after_forward=True"}}};
+
 std::string cell(double value, int digits) {
   return value >= 0 ? loom::bench::fixed(value, digits) : "-";
 }
 
-std::string mib(size_t bytes) {
-  return loom::bench::fixed(static_cast<double>(bytes) / (1024.0 * 1024.0), 1);
+std::string mib(double bytes) {
+  return loom::bench::fixed(bytes / (1024.0 * 1024.0), 1);
+}
+
+double max_of(const std::vector<double>& values) {
+  return values.empty() ? -1 : *std::max_element(values.begin(), values.end());
+}
+
+// Per rank, the highest share over the rounds.
+std::vector<double> highest_share(const std::vector<std::vector<double>>& rounds) {
+  std::vector<double> out;
+  for (const auto& round : rounds) {
+    if (out.size() < round.size()) out.resize(round.size(), 0.0);
+    for (size_t r = 0; r < round.size(); ++r) out[r] = std::max(out[r], round[r]);
+  }
+  return out;
+}
+
+// The highest of a per-rank list of byte counts.
+double highest(const json& per_rank) {
+  double most = 0;
+  for (const auto& v : per_rank) most = std::max(most, v.get<double>());
+  return most;
 }
 
 int run_driver(const WorkerFlags& w, const DriverFlags& f) {
@@ -251,24 +309,44 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   std::string stage_list;
   for (int s : w.stages) stage_list += (stage_list.empty() ? "" : ",") + std::to_string(s);
+  // DDP's buckets (stages 0 and 1) are capped like Loom's (ZeroOptions' default or
+  // --bucket-cap-mib).
+  const double cap_mib =
+      w.bucket_cap_mib > 0
+          ? w.bucket_cap_mib
+          : static_cast<double>(loom::parallel::ZeroOptions{}.bucket_cap_bytes) / (1 << 20);
+  bool peer_on = !f.no_peer;
   std::printf(
       "zero_bench: %d rank(s), stages %s interleaved per step, %d round(s) x %d steps (+%d "
       "warm-up), 1 compute thread per rank, %u cores; Loom under %s, peer %s\n",
       f.ranks, stage_list.c_str(), f.rounds, w.steps, w.warmup, std::thread::hardware_concurrency(),
-      f.mpirun.c_str(), f.no_peer ? "off" : "PyTorch ZeroRedundancyOptimizer + DDP (gloo)");
+      f.mpirun.c_str(),
+      peer_on
+          ? ("PyTorch over gloo (DDP bucket_cap_mb " + loom::bench::fixed(cap_mib, 1) + ")").c_str()
+          : "off");
+  if (peer_on && !loom::bench::peer_installed(f.python)) {
+    std::printf("%s\n", loom::bench::kPeerNotInstalled);
+    peer_on = false;
+  }
   std::fflush(stdout);
 
   loom::bench::Table table({"model", "stage", "Loom ms/step", "vs stage 0",
                             "fwd/bwd/finish/opt+wait ms", "CPU main+other", "params MiB",
-                            "grads MiB", "optim MiB", "peak MiB", "PyTorch ZeRO-1 ms",
-                            "PyTorch 1-proc ms", "PyTorch eff", "rounds Loom ms"});
+                            "grads MiB", "optim MiB", "peak MiB", "PyTorch peer", "PyTorch ms",
+                            "Loom/PyTorch", "PyTorch eff", "PyTorch p/g/o MiB", "PyTorch RSS MiB",
+                            "cores/rank Loom|PyTorch", "rounds Loom; PyTorch ms"});
   json results = json::array();
   std::string peer_why;
+  json peer_last, peer_binding_many, loom_binding_last;  // for the binding line
+  std::vector<std::string> footer;
   for (const auto& model : f.models) {
     std::map<int, Series> loom;
-    std::vector<double> peer_ms, peer_one_ms, peer_eff;
+    std::vector<std::vector<double>> loom_share;  // per round, per rank
+    std::vector<double> loom_rss_mib;
+    json loom_binding;
+    std::map<std::string, PeerSeries> peer;  // by torch_ddp.py --mode, "plain" included
     std::map<int, std::string> per_round;
-    std::string peer_rounds;
+    std::map<std::string, std::string> peer_rounds;
     auto run_loom = [&] {
       const std::string command =
           f.mpirun + " -np " + std::to_string(f.ranks) + " --oversubscribe " + f.mpirun_args + " " +
@@ -291,26 +369,52 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
         series.memory = s.at("memory");
         per_round[stage] += (per_round[stage].empty() ? "" : " ") + loom::bench::fixed(t, 0);
       }
+      loom_share.push_back(out->at("cpu_share").get<std::vector<double>>());
+      loom_rss_mib.push_back(highest(out->at("peak_rss_bytes")) / (1024.0 * 1024.0));
+      loom_binding = out->at("binding");
+      loom_binding_last = loom_binding;
+    };
+    // One peer run of `ranks` processes bound as Loom's ranks are; its time, or -1.
+    auto run_one_peer = [&](const std::string& mode, int ranks) -> double {
+      json cores = loom_binding;
+      if (ranks == 1 && !cores.empty()) cores = json::array({cores.at(0)});
+      const auto out = run_json(
+          loom::bench::peer_environment(f.peer_threads) +
+              "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(loom::bench::free_tcp_port()) +
+              " " + f.mpirun + " -np " + std::to_string(ranks) + " --oversubscribe " +
+              f.mpirun_args + loom::bench::mpirun_forward_threads() +
+              " -x MASTER_ADDR -x MASTER_PORT " + loom::bench::shell_quote(f.python) + " " +
+              loom::bench::shell_quote(f.peer_script) + " --model " + model + " --mode " + mode +
+              " --steps " + std::to_string(w.steps) + " --warmup " + std::to_string(w.warmup) +
+              " --threads " + std::to_string(f.peer_threads) + " --bucket-cap-mib " +
+              loom::bench::fixed(cap_mib, 3) +
+              (cores.empty() ? "" : " --cores " + loom::bench::bindings_text(cores)),
+          peer_why);
+      if (!out) return -1;
+      loom::bench::require_one_core("PyTorch " + mode,
+                                    out->at("peer_cpu_share").get<std::vector<double>>());
+      PeerSeries& p = peer[mode];
+      const double t = out->at("median_ms").get<double>();
+      p.step_ms.push_back(t);
+      p.cpu_share.push_back(out->at("peer_cpu_share").get<std::vector<double>>());
+      p.rss_mib.push_back(highest(out->at("peer_peak_rss_bytes")) / (1024.0 * 1024.0));
+      p.last = *out;
+      peer_last = *out;
+      if (ranks > 1) peer_binding_many = out->at("peer_binding");
+      peer_rounds[mode] += (peer_rounds[mode].empty() ? "" : " ") + loom::bench::fixed(t, 0);
+      return t;
     };
     auto run_peer = [&] {
-      if (f.no_peer || !peer_why.empty()) return;
-      auto peer = [&](int ranks) -> double {
-        const auto out =
-            run_json(f.python + " " + f.peer_script + " --model " + model + " --ranks " +
-                         std::to_string(ranks) + " --steps " + std::to_string(w.steps) +
-                         " --warmup " + std::to_string(w.warmup) + " --threads 1 --zero",
-                     peer_why);
-        return out ? out->at("median_ms").get<double>() : -1;
-      };
-      const double many = peer(f.ranks);
-      if (many < 0) return;
-      const double one = peer(1);  // back to back with the N-process run
+      if (!peer_on || !peer_why.empty()) return;
+      std::map<std::string, double> many;
+      for (int stage : w.stages) {
+        const std::string& mode = kPeerOf.at(stage).first;
+        many[mode] = run_one_peer(mode, f.ranks);
+        if (many[mode] < 0) return;
+      }
+      const double one = run_one_peer("plain", 1);  // right after the N-process runs
       if (one < 0) return;
-      peer_ms.push_back(many);
-      peer_one_ms.push_back(one);
-      peer_eff.push_back(one / many);
-      peer_rounds += (peer_rounds.empty() ? "" : " ") + loom::bench::fixed(many, 0) + "/" +
-                     loom::bench::fixed(one, 0);
+      for (const auto& [mode, t] : many) peer[mode].efficiency.push_back(one / t);
     };
     for (int r = 0; r < f.rounds; ++r) {
       if (r % 2 == 0) {
@@ -320,50 +424,112 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
         run_peer();
         run_loom();
       }
+      // A comparison was made this round: Loom's ranks must have run one thread too.
+      if (peer.count("plain") && peer.at("plain").step_ms.size() == static_cast<size_t>(r + 1)) {
+        loom::bench::require_one_core("Loom", loom_share.back());
+      }
       std::printf("  %s round %d/%d done\n", model.c_str(), r + 1, f.rounds);
       std::fflush(stdout);
     }
-    const double p_ms = median(peer_ms), p_one = median(peer_one_ms), p_eff = median(peer_eff);
+    const std::vector<double> loom_cores = highest_share(loom_share);
     for (int stage : w.stages) {
       const Series& s = loom.at(stage);
       auto med = [&](const char* name) { return median(s.fields.at(name)); };
       const json& m = s.memory;
-      const bool show_peer = stage == 1;  // ZeroRedundancyOptimizer shards optimizer state only
-      table.add(
-          {model, std::to_string(stage), cell(med("step_ms"), 1), cell(median(s.ratio), 3),
-           cell(med("forward_ms"), 0) + "/" + cell(med("backward_ms"), 0) + "/" +
-               cell(med("finish_ms"), 0) + "/" +
-               cell(med("optim_ms") + med("gather_wait_ms") + med("zero_grad_ms"), 0),
-           cell(med("compute_cpu_ms"), 0) + "+" + cell(med("other_cpu_ms"), 0),
-           mib(m.at("param_bytes").get<size_t>()), mib(m.at("grad_bytes").get<size_t>()),
-           mib(m.at("optimizer_bytes").get<size_t>()), mib(m.at("peak_bytes").get<size_t>()),
-           show_peer ? cell(p_ms, 1) : "", show_peer ? cell(p_one, 1) : "",
-           show_peer ? cell(p_eff, 3) : "",
-           per_round[stage] + (show_peer && !peer_rounds.empty()
-                                   ? "; PyTorch " + std::to_string(f.ranks) + "/1: " + peer_rounds
-                                   : "")});
+      const auto& [mode, label] = kPeerOf.at(stage);
+      const PeerSeries* p = peer.count(mode) ? &peer.at(mode) : nullptr;
+      const double p_ms = p ? median(p->step_ms) : -1;
+      std::string p_bytes = "-", p_cores = "-";
+      if (p) {
+        p_bytes = mib(highest(p->last.at("peer_param_bytes"))) + "/" +
+                  mib(highest(p->last.at("peer_grad_bytes"))) + "/" +
+                  mib(highest(p->last.at("peer_optimizer_bytes")));
+        p_cores = loom::bench::shares_text(highest_share(p->cpu_share));
+      }
+      std::string rounds_cell = per_round[stage];
+      if (p) rounds_cell.append("; ").append(peer_rounds[mode]);
+      table.add({model, std::to_string(stage), cell(med("step_ms"), 1), cell(median(s.ratio), 3),
+                 cell(med("forward_ms"), 0) + "/" + cell(med("backward_ms"), 0) + "/" +
+                     cell(med("finish_ms"), 0) + "/" +
+                     cell(med("optim_ms") + med("gather_wait_ms") + med("zero_grad_ms"), 0),
+                 cell(med("compute_cpu_ms"), 0) + "+" + cell(med("other_cpu_ms"), 0),
+                 mib(m.at("param_bytes").get<double>()), mib(m.at("grad_bytes").get<double>()),
+                 mib(m.at("optimizer_bytes").get<double>()), mib(m.at("peak_bytes").get<double>()),
+                 p ? label : "-", cell(p_ms, 1), p_ms > 0 ? cell(med("step_ms") / p_ms, 2) : "-",
+                 p && !p->efficiency.empty() ? cell(median(p->efficiency), 3) : "-", p_bytes,
+                 p ? cell(max_of(p->rss_mib), 0) : "-",
+                 loom::bench::shares_text(loom_cores) + " | " + p_cores, rounds_cell});
       json row{{"model", model},
                {"ranks", f.ranks},
                {"stage", stage},
                {"ratio_to_stage0", median(s.ratio)},
                {"rounds_step_ms", s.fields.at("step_ms")},
                {"rounds_ratio_to_stage0", s.ratio},
-               {"memory", m}};
+               {"memory", m},
+               {"binding", loom_binding},
+               {"cpu_share", loom_cores},
+               {"rounds_cpu_share", loom_share},
+               {"peak_rss_mib_all_stages", max_of(loom_rss_mib)},
+               {"cpu_model", loom::bench::cpu_model()}};
       for (const char* name : kFieldNames) row[name] = med(name);
-      if (show_peer) {
+      if (p) {
+        row.update(loom::bench::peer_facts(p->last));
+        row["peer"] = label;
+        row["peer_mode"] = mode;
         row["peer_step_ms"] = p_ms;
-        row["peer_one_process_ms"] = p_one;
-        row["peer_efficiency"] = p_eff;
-        row["peer_rounds_step_ms"] = peer_ms;
-        row["peer_rounds_one_process_ms"] = peer_one_ms;
+        row["peer_rounds_step_ms"] = p->step_ms;
+        row["peer_efficiency"] = p->efficiency.empty() ? -1.0 : median(p->efficiency);
+        row["peer_rounds_efficiency"] = p->efficiency;
+        row["peer_cpu_share"] = highest_share(p->cpu_share);
+        row["peer_rounds_cpu_share"] = p->cpu_share;
+        row["peer_peak_rss_mib"] = max_of(p->rss_mib);
+        for (const char* key : {"peer_param_bytes", "peer_grad_bytes", "peer_optimizer_bytes"}) {
+          row[key] = p->last.at(key);
+        }
+        if (stage <= 1) row["peer_bucket_cap_mib"] = cap_mib;
       }
       results.push_back(row);
+    }
+    if (peer.count("plain")) {
+      const PeerSeries& one = peer.at("plain");
+      footer.push_back(model + ": PyTorch 1 process (no wrapper) " +
+                       loom::bench::fixed(median(one.step_ms), 1) + " ms/step (rounds " +
+                       peer_rounds["plain"] + "), cores " +
+                       loom::bench::shares_text(highest_share(one.cpu_share)) + ", RSS " +
+                       cell(max_of(one.rss_mib), 0) + " MiB; Loom RSS " +
+                       cell(max_of(loom_rss_mib), 0) + " MiB (all stages in one process)");
+      results.push_back({{"model", model},
+                         {"peer", "torch, one process, no wrapper"},
+                         {"peer_mode", "plain"},
+                         {"peer_step_ms", median(one.step_ms)},
+                         {"peer_rounds_step_ms", one.step_ms},
+                         {"peer_cpu_share", highest_share(one.cpu_share)},
+                         {"peer_peak_rss_mib", max_of(one.rss_mib)}});
+      results.back().update(loom::bench::peer_facts(one.last));
     }
   }
   table.print();
   std::printf(
-      "bytes per rank: params/grads at rest after a step, optimizer state, peak of their sum "
-      "during the run (ZeroOptimizer::memory(); activations not counted)\n");
+      "Loom bytes per rank: params/grads at rest after a step, optimizer state, peak of their sum "
+      "during the run (ZeroOptimizer::memory(); activations not counted)\n"
+      "PyTorch p/g/o: bytes of parameters/gradients/optimizer state a rank holds after the last "
+      "step (local shards under FSDP2; DDP's bucket buffers not counted), highest rank; RSS: peak "
+      "resident set (getrusage ru_maxrss: libraries, activations, buffers), highest rank and "
+      "round; eff: T(1 process) / T(%d processes), per round\n"
+      "cores/rank: CPU time / wall time of the timed steps per rank, highest round (Loom: one "
+      "figure over all stages)\n",
+      f.ranks);
+  for (const auto& line : footer) std::printf("%s\n", line.c_str());
+  if (!peer_last.is_null()) {
+    std::printf(
+        "peer: torch %s, 1 thread per process; binding: Loom %s, PyTorch %s (%d processes), %s "
+        "(1 process)\n%s",
+        peer_last.at("peer_torch_version").get<std::string>().c_str(),
+        loom::bench::bindings_text(loom_binding_last).c_str(),
+        loom::bench::bindings_text(peer_binding_many).c_str(), f.ranks,
+        loom::bench::bindings_text(peer_last.at("peer_binding")).c_str(),
+        loom::bench::peer_config_text(peer_last).c_str());
+  }
   if (!peer_why.empty()) std::printf("peer unavailable: %s\n", peer_why.c_str());
   if (!f.json_path.empty()) {
     loom::bench::write_file_atomically(f.json_path,
@@ -398,7 +564,13 @@ int main(int argc, char** argv) {
   app.add_option("--ranks", d.ranks, "driver: ranks (and peer processes)");
   app.add_option("--rounds", d.rounds, "driver: rounds alternating Loom and the peer");
   app.add_flag("--no-peer", d.no_peer, "driver: time Loom only");
-  app.add_option("--python", d.python, "driver: interpreter with torch (Debian's python3-torch)");
+  app.add_option("--python", d.python,
+                 "driver: peer interpreter (default: $LOOM_PEERS_VENV/bin/python, "
+                 "<source>/.peers-venv)");
+  app.add_option("--peer-threads", d.peer_threads,
+                 "driver: threads per peer process: anything but 1 exists to see the CPU-share "
+                 "refusal")
+      ->check(CLI::PositiveNumber);
   app.add_option("--mpirun", d.mpirun, "driver: MPI launcher");
   app.add_option("--mpirun-args", d.mpirun_args,
                  "driver: extra launcher flags (e.g. -x LOOM_MPI_PROGRESS=poll)");
