@@ -3,8 +3,12 @@
 # (Debian 12 / Ubuntu 22.04). Installs only what is missing; asks nothing.
 # Uses sudo when not run as root. The CUDA toolkit is not installed here: when
 # it is present (e.g. /usr/local/cuda) the build picks it up by itself.
-# With --peers it also installs the PyTorch peer the model benchmark compares
-# with (Debian's python3-torch, CPU; run through /usr/bin/python3).
+# With --peers it also makes the PyTorch peers' virtual environment, which the
+# benchmarks under bench/ compare with: ${LOOM_PEERS_VENV:-<repo>/.peers-venv}
+# with the exact versions of bench/peers/requirements.txt from PyPI (about
+# 5 GB: PyPI's torch wheel brings the CUDA libraries, which the CPU peers do
+# not use). Neither scripts/test.sh nor CI runs it: the benchmarks' smoke
+# tests run without the peers.
 set -euo pipefail
 
 packages=(
@@ -15,12 +19,12 @@ packages=(
   nlohmann-json3-dev libcli11-dev   # JSON output, command-line flags
   libopenblas0-pthread              # peer SGEMM in the kernel benchmark; PyTorch's BLAS
   zlib1g-dev                        # reading the digits dataset (.csv.gz)
-  python3 python3-venv              # test tools; a venv with the safetensors package (below)
+  python3 python3-venv              # test tools; venvs: safetensors for a test, --peers (below)
   slurmctld slurmd slurm-client     # the Slurm test (tests/slurm): a private two-node Slurm
 )
-if [ "${1:-}" = "--peers" ]; then
-  packages+=(python3-torch)         # bench/peers: PyTorch 1.13 CPU
-fi
+# --peers needs python3-venv as well, which the list above already has.
+peers=false
+if [ "${1:-}" = "--peers" ]; then peers=true; fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -49,9 +53,44 @@ setup_test_venv() {
   fi
 }
 
+# torch, numpy and safetensors at the versions of bench/peers/requirements.txt
+# in their own virtual environment, for the benchmarks' PyTorch peers. Any
+# failure ends the script with one line naming what failed.
+setup_peers_venv() {
+  local root venv requirements log installed line complete=true
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  venv=${LOOM_PEERS_VENV:-$root/.peers-venv}
+  requirements=$root/bench/peers/requirements.txt
+  log=$venv/setup.log
+  # Already there at exactly these versions: nothing to download.
+  installed=$("$venv/bin/python" -m pip freeze --disable-pip-version-check 2>/dev/null) ||
+    complete=false
+  while read -r line; do
+    if [ -n "$line" ] && ! grep -qixF "$line" <<<"$installed"; then complete=false; fi
+  done <"$requirements"
+  if $complete; then
+    echo "setup: $venv has bench/peers/requirements.txt"
+    return 0
+  fi
+  echo "setup: installing bench/peers/requirements.txt into $venv (about 5 GB from PyPI)"
+  mkdir -p "$venv"
+  if ! python3 -m venv "$venv" >"$log" 2>&1; then
+    echo "setup: error: python3 -m venv $venv failed: $(tail -n 1 "$log")" >&2
+    exit 1
+  fi
+  if ! "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements" \
+       >>"$log" 2>&1; then
+    echo "setup: error: pip install -r bench/peers/requirements.txt into $venv failed:" \
+         "$(grep -m 1 '^ERROR' "$log" || tail -n 1 "$log") (full output: $log)" >&2
+    exit 1
+  fi
+  echo "setup: peers ready: $venv/bin/python"
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages present"
   setup_test_venv
+  if $peers; then setup_peers_venv; fi
   exit 0
 fi
 
@@ -76,4 +115,5 @@ export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
   "${missing[@]}" >/dev/null
 setup_test_venv
+if $peers; then setup_peers_venv; fi
 echo "setup: done"
