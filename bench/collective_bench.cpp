@@ -40,9 +40,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
+#include "../examples/common/flag_checks.hpp"
 #include "bench_util.hpp"
 #include "loom/comm/context.hpp"
 #include "loom/loom.hpp"
@@ -327,21 +330,30 @@ bool start_gloo(loom::bench::PeerProcess& gloo, const Options& opt, int rank, in
   return false;
 }
 
-size_t parse_bytes(const std::string& text) {
-  size_t pos = 0;
-  const double value = std::stod(text, &pos);
-  const std::string unit = text.substr(pos);
-  double scale = 1;
-  if (unit == "K" || unit == "KiB")
-    scale = 1 << 10;
-  else if (unit == "M" || unit == "MiB")
-    scale = 1 << 20;
-  else if (unit == "G" || unit == "GiB")
-    scale = 1 << 30;
-  else
-    LOOM_CHECK(unit.empty() || unit == "B", "size '", text,
-               "' must be a number with an optional unit K, M or G");
+// "4K" -> 4096: a number >= 0 with an optional unit (B, K, M, G, or KiB, MiB,
+// GiB); nullopt for anything else.
+std::optional<size_t> parse_bytes(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !(value >= 0) || !std::isfinite(value)) return std::nullopt;
+  const std::string unit = end;
+  double scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  if (unit == "K" || unit == "KiB") scale = 1 << 10;
+  if (unit == "M" || unit == "MiB") scale = 1 << 20;
+  if (unit == "G" || unit == "GiB") scale = 1 << 30;
+  if (scale == 0) return std::nullopt;
   return static_cast<size_t>(value * scale);
+}
+
+// A CLI11 check for a size flag ("--max-bytes: 8Q is not a size: ...").
+CLI::Validator byte_size() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (parse_bytes(text)) return "";
+        return text + " is not a size: a number >= 0 with an optional unit K, M or G";
+      },
+      "SIZE");
 }
 
 }  // namespace
@@ -352,15 +364,17 @@ int main(int argc, char** argv) {
       "as peers"};
   Options opt;
   std::string min_bytes = "4K", max_bytes = "256M";
-  app.add_option("--min-bytes", min_bytes, "smallest size (bytes, or with K/M/G)");
-  app.add_option("--max-bytes", max_bytes, "largest size");
+  app.add_option("--min-bytes", min_bytes, "smallest size (bytes, or with K/M/G)")
+      ->check(byte_size());
+  app.add_option("--max-bytes", max_bytes, "largest size")->check(byte_size());
   app.add_option("--ops", opt.ops, "operations")
       ->delimiter(',')
       ->check(CLI::IsMember(
           {"all_reduce", "all_reduce_symmetric", "reduce_scatter", "all_gather", "broadcast"}));
-  app.add_option("--iters", opt.iters, "calls per measurement (default: by size)");
+  app.add_option("--iters", opt.iters, "calls per measurement (default, 0: by size)")
+      ->check(flags::at_least(0));
   app.add_option("--repeats", opt.repeats, "measurements per size (median reported)")
-      ->check(CLI::PositiveNumber);
+      ->check(flags::at_least(1));
   app.add_option("--json", opt.json, "write one JSON record per op and size to this file");
   app.add_flag("--no-peer", opt.no_peer, "no gloo column (raw MPI is still measured)");
   app.add_option("--python", opt.python,
@@ -368,15 +382,20 @@ int main(int argc, char** argv) {
                  "<source>/.peers-venv)");
   app.add_option("--peer-threads", opt.peer_threads,
                  "threads of the gloo peer: anything but 1 exists to see the CPU-share refusal")
-      ->check(CLI::PositiveNumber);
+      ->check(flags::at_least(1));
   CLI11_PARSE(app, argc, argv);
+  opt.min_bytes = *parse_bytes(min_bytes);
+  opt.max_bytes = *parse_bytes(max_bytes);
+  if (opt.min_bytes > opt.max_bytes) {
+    std::fprintf(stderr, "--min-bytes %s must not exceed --max-bytes %s\n", min_bytes.c_str(),
+                 max_bytes.c_str());
+    return 2;
+  }
 
   loom::Context context = loom::init();
   const std::shared_ptr<Communicator> world = context.world();
   const int n = world->size(), rank = world->rank();
   try {
-    opt.min_bytes = parse_bytes(min_bytes);
-    opt.max_bytes = parse_bytes(max_bytes);
     // The physical bound on one node: single-thread memcpy of a DRAM-sized buffer.
     loom::bench::TimingOptions timing;
     const size_t copy_bytes = 256u << 20;

@@ -1,9 +1,9 @@
 // Compute slowdown while communication is in flight, on the mpi backend.
 //
-// Overlap only pays if the waiting side gives its core back (docs/design.md, "Waiting costs a core"): a
-// progress thread that spins in an MPI wait on the compute thread's core
-// halves the compute rate. This benchmark measures, on every rank, the rate of
-// a compute loop on the main thread (chunks of cache-resident arithmetic)
+// Overlap only pays if the waiting side gives its core back (docs/design.md, "Waiting costs a
+// core"): a progress thread that spins in an MPI wait on the compute thread's core halves the
+// compute rate. This benchmark measures, on every rank, the rate of a compute loop on the main
+// thread (chunks of cache-resident arithmetic)
 //
 //   idle       no communication at all: the reference;
 //   waiting    an all_reduce is in flight but a peer has not called it yet, so
@@ -27,6 +27,7 @@
 #include <fstream>
 #include <vector>
 
+#include "../examples/common/flag_checks.hpp"
 #include "loom/comm/context.hpp"
 
 namespace {
@@ -78,11 +79,11 @@ int main(int argc, char** argv) {
   double mib = 4, seconds = 1;
   int transfers = 50;
   std::string json_path;
-  app.add_option("--mib", mib, "all_reduce size in MiB (f32)")->check(CLI::PositiveNumber);
+  app.add_option("--mib", mib, "all_reduce size in MiB (f32)")->check(flags::positive());
   app.add_option("--seconds", seconds, "length of the idle and waiting phases")
-      ->check(CLI::PositiveNumber);
+      ->check(flags::positive());
   app.add_option("--transfers", transfers, "all_reduces in the transfer phase")
-      ->check(CLI::PositiveNumber);
+      ->check(flags::at_least(1));
   app.add_option("--json", json_path, "rank 0 also writes the results as JSON here");
   bool overlaps_compute = false;
   app.add_flag("--overlaps-compute", overlaps_compute,

@@ -22,6 +22,7 @@
 #include <map>
 #include <optional>
 
+#include "../examples/common/flag_checks.hpp"
 #include "bench_util.hpp"
 #include "loom/loom.hpp"
 #include "openblas_peer.hpp"
@@ -336,7 +337,7 @@ int main(int argc, char** argv) {
   loom::bench::TimingOptions timing;
   app.add_option("--json", json_path, "also write the results as JSON to this file");
   app.add_option("--repeats", timing.repeats, "measurements per op (the median is reported)")
-      ->check(CLI::PositiveNumber);
+      ->check(flags::at_least(1));
   app.add_option("--device", device_choice, "cpu, cuda or all (cuda only when a GPU is usable)")
       ->check(CLI::IsMember({"cpu", "cuda", "all"}));
   app.add_flag("--quick", quick, "smaller problems and shorter measurements (for smoke tests)");

@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "../examples/common/flag_checks.hpp"
 #include "bench_models.hpp"
 #include "bench_util.hpp"
 #include "loom/loom.hpp"
@@ -136,19 +137,20 @@ int main(int argc, char** argv) {
   const std::string script = std::string(LOOM_SOURCE_DIR) + "/bench/peers/torch_models.py";
   bool no_peer = false;
   std::string json_path;
-  app.add_option("--models", models, "gpt and/or resnet")->delimiter(',');
+  app.add_option("--models", models, "gpt and/or resnet")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"gpt", "resnet"}));
   app.add_option("--peer-columns", columns, "peer columns: eager, compile, bf16")
       ->delimiter(',')
       ->check(CLI::IsMember(kColumns));
-  app.add_option("--steps", steps, "timed steps per round")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup, "untimed steps before each round")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--rounds", rounds, "alternating Loom/PyTorch rounds")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "timed steps per round")->check(flags::at_least(1));
+  app.add_option("--warmup", warmup, "untimed steps before each round")->check(flags::at_least(0));
+  app.add_option("--rounds", rounds, "alternating Loom/PyTorch rounds")->check(flags::at_least(1));
   app.add_option("--python", python,
                  "peer interpreter (default: $LOOM_PEERS_VENV/bin/python, <source>/.peers-venv)");
   app.add_option("--peer-threads", peer_threads,
                  "threads of the peer: anything but 1 exists to see the CPU-share refusal")
-      ->check(CLI::PositiveNumber);
+      ->check(flags::at_least(1));
   app.add_flag("--no-peer", no_peer, "time Loom only");
   app.add_option("--json", json_path, "also write the results here");
   CLI11_PARSE(app, argc, argv);
@@ -193,8 +195,6 @@ int main(int argc, char** argv) {
     nlohmann::json peer_record;  // the last peer output: torch version, config, binding
     std::vector<std::string> notes;
     for (const auto& name : models) {
-      LOOM_CHECK(loom::bench::is_benchmark_model(name), "--models: '", name,
-                 "' is not one of gpt, resnet");
       LoomModel m = make_model(name);
       std::vector<double> loom_ms, mfus, loom_share;
       std::map<std::string, PeerSeries> peer;

@@ -59,6 +59,7 @@
 #include <thread>
 #include <vector>
 
+#include "../examples/common/flag_checks.hpp"
 #include "bench_models.hpp"
 #include "bench_util.hpp"
 #include "loom/loom.hpp"
@@ -267,11 +268,6 @@ void add_rank_facts(Series& s, const json& out, const char* prefix) {
 int run_driver(const DriverFlags& f) {
   LOOM_CHECK(std::find(f.ranks.begin(), f.ranks.end(), 1) != f.ranks.end(),
              "--ranks must include 1: efficiency is measured against one rank");
-  for (int n : f.ranks) LOOM_CHECK(n >= 1, "--ranks: ", n, " is not a rank count");
-  for (const auto& name : f.models) {
-    LOOM_CHECK(loom::bench::is_benchmark_model(name), "--models: '", name,
-               "' is not one of gpt, resnet");
-  }
   // Open MPI refuses to start as root without these.
   if (geteuid() == 0) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
@@ -474,16 +470,22 @@ int main(int argc, char** argv) {
   WorkerFlags w;
   DriverFlags d;
   app.add_flag("--drive", drive, "launch the runs (mpirun + peer) and print the table");
-  app.add_option("--model", w.model, "worker: gpt or resnet");
+  app.add_option("--model", w.model, "worker: gpt or resnet")
+      ->check(CLI::IsMember({"gpt", "resnet"}));
   app.add_flag("--no-overlap", w.no_overlap, "worker: one bucket, reduced after backward");
   app.add_flag("--independent", w.independent,
                "worker: every rank trains alone (no gradient reduction): the machine's ceiling");
-  app.add_option("--steps", w.steps, "timed steps per run");
-  app.add_option("--warmup", w.warmup, "untimed steps before each run's timed steps");
-  app.add_option("--models", d.models, "driver: gpt and/or resnet")->delimiter(',');
+  app.add_option("--steps", w.steps, "timed steps per run")->check(flags::at_least(1));
+  app.add_option("--warmup", w.warmup, "untimed steps before each run's timed steps")
+      ->check(flags::at_least(0));
+  app.add_option("--models", d.models, "driver: gpt and/or resnet")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"gpt", "resnet"}));
   app.add_option("--ranks", d.ranks, "driver: rank counts (must include 1), e.g. 1,2,4")
-      ->delimiter(',');
-  app.add_option("--rounds", d.rounds, "driver: rounds alternating Loom and the peer");
+      ->delimiter(',')
+      ->check(flags::at_least(1));
+  app.add_option("--rounds", d.rounds, "driver: rounds alternating Loom and the peer")
+      ->check(flags::at_least(1));
   app.add_flag("--no-peer", d.no_peer, "driver: time Loom only");
   app.add_option("--python", d.python,
                  "driver: peer interpreter (default: $LOOM_PEERS_VENV/bin/python, "
@@ -491,13 +493,14 @@ int main(int argc, char** argv) {
   app.add_option("--peer-threads", d.peer_threads,
                  "driver: threads per peer process: anything but 1 exists to see the CPU-share "
                  "refusal")
-      ->check(CLI::PositiveNumber);
+      ->check(flags::at_least(1));
   app.add_option("--mpirun", d.mpirun, "driver: MPI launcher");
   app.add_option("--mpirun-args", d.mpirun_args,
                  "driver: extra launcher flags (e.g. --bind-to none)");
   app.add_option("--json", d.json_path, "driver: also write the results here");
   app.add_option("--bucket-cap-mib", w.bucket_cap_mib,
-                 "cap of the buckets after the first, MiB (default: GradReducer's 25)");
+                 "cap of the buckets after the first, MiB (default: GradReducer's 25)")
+      ->check(flags::positive());
   CLI11_PARSE(app, argc, argv);
   try {
     if (!drive) return run_worker(w);

@@ -58,6 +58,7 @@
 #include <thread>
 #include <vector>
 
+#include "../examples/common/flag_checks.hpp"
 #include "bench_models.hpp"
 #include "bench_util.hpp"
 #include "loom/loom.hpp"
@@ -294,14 +295,8 @@ double highest(const json& per_rank) {
 }
 
 int run_driver(const WorkerFlags& w, const DriverFlags& f) {
-  LOOM_CHECK(f.ranks >= 2, "--ranks ", f.ranks, " shards nothing; ZeRO needs at least 2 ranks");
   LOOM_CHECK(!w.stages.empty() && w.stages.front() == 0,
              "--stages must include 0: every stage is compared with stage 0");
-  for (int s : w.stages) LOOM_CHECK(s >= 0 && s <= 3, "--stages: ", s, " is not a ZeRO stage");
-  for (const auto& name : f.models) {
-    LOOM_CHECK(loom::bench::is_benchmark_model(name), "--models: '", name,
-               "' is not one of gpt, resnet");
-  }
   if (geteuid() == 0) {  // Open MPI refuses to start as root without these.
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
@@ -553,16 +548,25 @@ int main(int argc, char** argv) {
   WorkerFlags w;
   DriverFlags d;
   app.add_flag("--drive", drive, "launch the runs (mpirun + peer) and print the table");
-  app.add_option("--model", w.model, "worker: gpt or resnet");
+  app.add_option("--model", w.model, "worker: gpt or resnet")
+      ->check(CLI::IsMember({"gpt", "resnet"}));
   app.add_option("--stages", w.stages, "stages to compare (must include 0), e.g. 0,1,2,3")
-      ->delimiter(',');
-  app.add_option("--steps", w.steps, "timed steps per run (per stage)");
-  app.add_option("--warmup", w.warmup, "untimed steps before each run's timed steps");
+      ->delimiter(',')
+      ->check(flags::between(0, 3));
+  app.add_option("--steps", w.steps, "timed steps per run (per stage)")->check(flags::at_least(1));
+  app.add_option("--warmup", w.warmup, "untimed steps before each run's timed steps")
+      ->check(flags::at_least(0));
   app.add_option("--bucket-cap-mib", w.bucket_cap_mib,
-                 "bucket cap after the first bucket, MiB (default: ZeroOptions' 4)");
-  app.add_option("--models", d.models, "driver: gpt and/or resnet")->delimiter(',');
-  app.add_option("--ranks", d.ranks, "driver: ranks (and peer processes)");
-  app.add_option("--rounds", d.rounds, "driver: rounds alternating Loom and the peer");
+                 "bucket cap after the first bucket, MiB (default: ZeroOptions' 4)")
+      ->check(flags::positive());
+  app.add_option("--models", d.models, "driver: gpt and/or resnet")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"gpt", "resnet"}));
+  app.add_option("--ranks", d.ranks,
+                 "driver: ranks (and peer processes); ZeRO shards over at least 2")
+      ->check(flags::at_least(2));
+  app.add_option("--rounds", d.rounds, "driver: rounds alternating Loom and the peer")
+      ->check(flags::at_least(1));
   app.add_flag("--no-peer", d.no_peer, "driver: time Loom only");
   app.add_option("--python", d.python,
                  "driver: peer interpreter (default: $LOOM_PEERS_VENV/bin/python, "
@@ -570,7 +574,7 @@ int main(int argc, char** argv) {
   app.add_option("--peer-threads", d.peer_threads,
                  "driver: threads per peer process: anything but 1 exists to see the CPU-share "
                  "refusal")
-      ->check(CLI::PositiveNumber);
+      ->check(flags::at_least(1));
   app.add_option("--mpirun", d.mpirun, "driver: MPI launcher");
   app.add_option("--mpirun-args", d.mpirun_args,
                  "driver: extra launcher flags (e.g. -x LOOM_MPI_PROGRESS=poll)");
