@@ -14,45 +14,54 @@ namespace loom::models {
 namespace {
 
 constexpr float kInitStd = 0.02f;
-
-std::unique_ptr<nn::Module> residual_branch_end(const std::string& name, float dropout) {
-  if (dropout > 0.0f) return std::make_unique<nn::Dropout>(name, dropout);
-  return nullptr;
-}
-
-// x + c_proj(attn(c_attn(ln_1(x)))), with optional dropout on the branch.
-std::unique_ptr<nn::Module> attention_branch(const std::string& block, const GPTConfig& c) {
-  const nn::LinearOptions linear{.bias = true, .init_std = kInitStd, .module = c.module};
-  auto branch = std::make_unique<nn::Sequential>(block + ".attn");
-  branch->emplace<nn::LayerNorm>(block + ".ln_1", c.d_model, 1e-5f, c.module);
-  branch->emplace<nn::Linear>(block + ".attn.c_attn", c.d_model, 3 * c.d_model, linear);
-  branch->emplace<nn::CausalSelfAttention>(block + ".attn.core", c.heads);
-  branch->emplace<nn::Linear>(block + ".attn.c_proj", c.d_model, c.d_model, linear);
-  if (auto drop = residual_branch_end(block + ".attn.dropout", c.dropout)) {
-    branch->add(std::move(drop));
-  }
-  return std::make_unique<nn::Residual>(block + ".attn_residual", std::move(branch));
-}
-
-// x + c_proj(gelu(c_fc(ln_2(x)))), with optional dropout on the branch.
-std::unique_ptr<nn::Module> mlp_branch(const std::string& block, const GPTConfig& c) {
-  const nn::LinearOptions linear{.bias = true, .init_std = kInitStd, .module = c.module};
-  auto branch = std::make_unique<nn::Sequential>(block + ".mlp");
-  branch->emplace<nn::LayerNorm>(block + ".ln_2", c.d_model, 1e-5f, c.module);
-  branch->emplace<nn::Linear>(block + ".mlp.c_fc", c.d_model, 4 * c.d_model, linear);
-  branch->emplace<nn::GELU>(block + ".mlp.gelu");
-  branch->emplace<nn::Linear>(block + ".mlp.c_proj", 4 * c.d_model, c.d_model, linear);
-  if (auto drop = residual_branch_end(block + ".mlp.dropout", c.dropout)) {
-    branch->add(std::move(drop));
-  }
-  return std::make_unique<nn::Residual>(block + ".mlp_residual", std::move(branch));
-}
+constexpr float kLayerNormEps = 1e-5f;
 
 std::string prefixed(const std::string& name, const std::string& local) {
   return name.empty() ? local : name + "." + local;
 }
 
+std::unique_ptr<nn::Module> dropout_or_null(const std::string& name, float dropout) {
+  if (dropout > 0.0f) return std::make_unique<nn::Dropout>(name, dropout);
+  return nullptr;
+}
+
+nn::LinearOptions block_linear(const GPTConfig& c) {
+  return nn::LinearOptions{.bias = true, .init_std = kInitStd, .module = c.module};
+}
+
+using Role = GPTLayerFactory::LinearRole;
+
+// x + c_proj(attn(c_attn(ln_1(x)))), with optional dropout on the branch.
+std::unique_ptr<nn::Module> attention_branch(const std::string& block, const GPTConfig& c,
+                                             const GPTLayerFactory& layers) {
+  auto branch = std::make_unique<nn::Sequential>(block + ".attn");
+  branch->emplace<nn::LayerNorm>(block + ".ln_1", c.d_model, kLayerNormEps, c.module);
+  branch->add(layers.linear(Role::attn_qkv, block + ".attn.c_attn", c.d_model, 3 * c.d_model,
+                            block_linear(c)));
+  branch->add(layers.attention(block + ".attn.core", c.heads));
+  branch->add(layers.linear(Role::attn_proj, block + ".attn.c_proj", c.d_model, c.d_model,
+                            block_linear(c)));
+  if (auto drop = dropout_or_null(block + ".attn.dropout", c.dropout)) branch->add(std::move(drop));
+  return std::make_unique<nn::Residual>(block + ".attn_residual", std::move(branch));
+}
+
+// x + c_proj(gelu(c_fc(ln_2(x)))), with optional dropout on the branch.
+std::unique_ptr<nn::Module> mlp_branch(const std::string& block, const GPTConfig& c,
+                                       const GPTLayerFactory& layers) {
+  auto branch = std::make_unique<nn::Sequential>(block + ".mlp");
+  branch->emplace<nn::LayerNorm>(block + ".ln_2", c.d_model, kLayerNormEps, c.module);
+  branch->add(
+      layers.linear(Role::mlp_fc, block + ".mlp.c_fc", c.d_model, 4 * c.d_model, block_linear(c)));
+  branch->emplace<nn::GELU>(block + ".mlp.gelu");
+  branch->add(layers.linear(Role::mlp_proj, block + ".mlp.c_proj", 4 * c.d_model, c.d_model,
+                            block_linear(c)));
+  if (auto drop = dropout_or_null(block + ".mlp.dropout", c.dropout)) branch->add(std::move(drop));
+  return std::make_unique<nn::Residual>(block + ".mlp_residual", std::move(branch));
+}
+
 }  // namespace
+
+// ---- GPTConfig ------------------------------------------------------------------------------
 
 GPTConfig GPTConfig::gpt2_124m() {
   GPTConfig c;
@@ -81,45 +90,63 @@ int64_t GPTConfig::parameter_count() const {
   return (vocab + seq_len) * d + layers * (12 * d * d + 13 * d) + 2 * d;
 }
 
-GPT::GPT(std::string name, const GPTConfig& config)
-    : Module(std::move(name)),
-      config_((config.validate(), config)),
-      wte_(child_name("wte"), config.vocab, config.d_model, config.module, kInitStd),
-      wpe_(child_name("wpe"), config.seq_len, config.d_model, config.module, kInitStd),
-      blocks_(child_name("h")),
-      ln_f_(child_name("ln_f"), config.d_model, 1e-5f, config.module),
-      head_(child_name("lm_head"), wte_.weight()) {
-  if (config.dropout > 0.0f) {
-    embed_dropout_ = std::make_unique<nn::Dropout>(child_name("drop"), config.dropout);
-  }
-  for (int64_t i = 0; i < config.layers; ++i) {
-    const std::string block_name = prefixed(blocks_.name(), std::to_string(i));
-    auto block = std::make_unique<nn::Sequential>(block_name);
-    block->add(attention_branch(block_name, config));
-    block->add(mlp_branch(block_name, config));
-    if (config.checkpoint_blocks) {
-      blocks_.add(std::make_unique<nn::Checkpoint>(block_name + ".checkpoint", std::move(block)));
-    } else {
-      blocks_.add(std::move(block));
-    }
-  }
+// ---- layers and blocks ----------------------------------------------------------------------
+
+std::unique_ptr<nn::Module> GPTLayerFactory::linear(LinearRole role, const std::string& name,
+                                                    int64_t in_features, int64_t out_features,
+                                                    const nn::LinearOptions& options) const {
+  (void)role;
+  return std::make_unique<nn::Linear>(name, in_features, out_features, options);
 }
 
-Tensor GPT::positions(int64_t batch, int64_t seq) {
+std::unique_ptr<nn::Module> GPTLayerFactory::attention(const std::string& name,
+                                                       int64_t heads) const {
+  return std::make_unique<nn::CausalSelfAttention>(name, heads);
+}
+
+const GPTLayerFactory& default_gpt_layers() {
+  static const GPTLayerFactory factory;
+  return factory;
+}
+
+std::unique_ptr<nn::Module> make_gpt_block(const std::string& model, int64_t index,
+                                           const GPTConfig& config, const GPTLayerFactory& layers) {
+  LOOM_CHECK(index >= 0 && index < config.layers, "GPT block ", index,
+             " does not exist; the GPT has ", config.layers, " blocks");
+  const std::string name = prefixed(prefixed(model, "h"), std::to_string(index));
+  auto block = std::make_unique<nn::Sequential>(name);
+  block->add(attention_branch(name, config, layers));
+  block->add(mlp_branch(name, config, layers));
+  if (config.checkpoint_blocks) {
+    return std::make_unique<nn::Checkpoint>(name + ".checkpoint", std::move(block));
+  }
+  return block;
+}
+
+// ---- GPTEmbeddings --------------------------------------------------------------------------
+
+GPTEmbeddings::GPTEmbeddings(const std::string& model, const GPTConfig& config)
+    : Module(prefixed(model, "embeddings")),
+      seq_len_(config.seq_len),
+      wte_(prefixed(model, "wte"), config.vocab, config.d_model, config.module, kInitStd),
+      wpe_(prefixed(model, "wpe"), config.seq_len, config.d_model, config.module, kInitStd),
+      dropout_(dropout_or_null(prefixed(model, "drop"), config.dropout)) {}
+
+Tensor GPTEmbeddings::positions(int64_t batch, int64_t seq) {
   if (!positions_.defined() || positions_.size(0) != batch || positions_.size(1) != seq) {
     std::vector<int32_t> ids(static_cast<size_t>(batch * seq));
     for (int64_t b = 0; b < batch; ++b) {
       std::iota(ids.begin() + b * seq, ids.begin() + (b + 1) * seq, 0);
     }
-    positions_ = Tensor::from_vector(ids, {batch, seq}, config_.module.device);
+    positions_ = Tensor::from_vector(ids, {batch, seq}, wte_.weight().device());
   }
   return positions_;
 }
 
-Tensor GPT::forward(const Tensor& ids, nn::Tape& tape) {
+Tensor GPTEmbeddings::forward(const Tensor& ids, nn::Tape& tape) {
   LOOM_CHECK(ids.dim() == 2, "GPT '", name(), "' takes token ids [batch, seq]; got ", ids.str());
-  LOOM_CHECK(ids.size(1) <= config_.seq_len, "GPT '", name(), "': sequence length ", ids.size(1),
-             " exceeds seq_len ", config_.seq_len);
+  LOOM_CHECK(ids.size(1) <= seq_len_, "GPT '", name(), "': sequence length ", ids.size(1),
+             " exceeds seq_len ", seq_len_);
   Tensor x = wte_.forward(ids, tape);
   Tensor pos = wpe_.forward(positions(ids.size(0), ids.size(1)), tape);
   {
@@ -127,55 +154,174 @@ Tensor GPT::forward(const Tensor& ids, nn::Tape& tape) {
                          x.device(), name());
     kernels::add(x, pos, x);
   }
-  if (embed_dropout_) x = embed_dropout_->forward(x, tape);
-  x = blocks_.forward(x, tape);
-  x = ln_f_.forward(x, tape);
-  return head_.forward(x, tape);
+  if (dropout_) x = dropout_->forward(x, tape);
+  return x;
 }
 
-Tensor GPT::embeddings_backward_input(const Tensor& dx, nn::Tape& tape) {
+Tensor GPTEmbeddings::backward_input(const Tensor& dx, nn::Tape& tape) {
   // The sum's gradient goes to both tables unchanged.
-  wpe_.backward_input(dx, tape);
-  return wte_.backward_input(dx, tape);
+  const Tensor d = dropout_ ? dropout_->backward_input(dx, tape) : dx;
+  wpe_.backward_input(d, tape);
+  return wte_.backward_input(d, tape);
 }
 
-Tensor GPT::backward_input(const Tensor& dlogits, nn::Tape& tape) {
-  Tensor dx = head_.backward_input(dlogits, tape);
-  dx = ln_f_.backward_input(dx, tape);
-  dx = blocks_.backward_input(dx, tape);
-  if (embed_dropout_) dx = embed_dropout_->backward_input(dx, tape);
-  return embeddings_backward_input(dx, tape);
-}
-
-void GPT::backward_weight(nn::Tape& tape) {
-  head_.backward_weight(tape);
-  ln_f_.backward_weight(tape);
-  blocks_.backward_weight(tape);
+void GPTEmbeddings::backward_weight(nn::Tape& tape) {
   wpe_.backward_weight(tape);
   wte_.backward_weight(tape);
 }
 
-Tensor GPT::backward(const Tensor& dlogits, nn::Tape& tape) {
-  Tensor dx = head_.backward(dlogits, tape);
-  dx = ln_f_.backward(dx, tape);
-  dx = blocks_.backward(dx, tape);
-  if (embed_dropout_) dx = embed_dropout_->backward(dx, tape);
-  wpe_.backward(dx, tape);
-  return wte_.backward(dx, tape);
+Tensor GPTEmbeddings::backward(const Tensor& dx, nn::Tape& tape) {
+  const Tensor d = dropout_ ? dropout_->backward(dx, tape) : dx;
+  wpe_.backward(d, tape);
+  return wte_.backward(d, tape);
 }
 
-void GPT::collect_parameters(std::vector<nn::Parameter*>& out) {
+void GPTEmbeddings::collect_parameters(std::vector<nn::Parameter*>& out) {
   wte_.collect_parameters(out);
   wpe_.collect_parameters(out);
-  blocks_.collect_parameters(out);
-  ln_f_.collect_parameters(out);
-  head_.collect_parameters(out);  // the tied weight is listed once, by wte
 }
 
-void GPT::set_training(bool training) {
+void GPTEmbeddings::set_training(bool training) {
   Module::set_training(training);
-  if (embed_dropout_) embed_dropout_->set_training(training);
+  if (dropout_) dropout_->set_training(training);
+}
+
+std::vector<nn::Module*> GPTEmbeddings::children() {
+  if (dropout_) return {&wte_, &wpe_, dropout_.get()};
+  return {&wte_, &wpe_};
+}
+
+// ---- GPTHead --------------------------------------------------------------------------------
+
+GPTHead::GPTHead(const std::string& model, const GPTConfig& config, nn::Parameter& token_table)
+    : Module(prefixed(model, "head")),
+      ln_f_(prefixed(model, "ln_f"), config.d_model, kLayerNormEps, config.module),
+      projection_(std::make_unique<nn::Linear>(prefixed(model, "lm_head"), token_table)) {}
+
+GPTHead::GPTHead(const std::string& model, const GPTConfig& config)
+    : Module(prefixed(model, "head")),
+      ln_f_(prefixed(model, "ln_f"), config.d_model, kLayerNormEps, config.module),
+      projection_(std::make_unique<nn::Linear>(
+          prefixed(model, "lm_head"), config.d_model, config.vocab,
+          nn::LinearOptions{.bias = false,
+                            .init_std = kInitStd,
+                            .module = config.module,
+                            .weight_name = prefixed(model, "wte.weight")})) {}
+
+Tensor GPTHead::forward(const Tensor& x, nn::Tape& tape) {
+  return projection_->forward(ln_f_.forward(x, tape), tape);
+}
+
+Tensor GPTHead::backward_input(const Tensor& dlogits, nn::Tape& tape) {
+  return ln_f_.backward_input(projection_->backward_input(dlogits, tape), tape);
+}
+
+void GPTHead::backward_weight(nn::Tape& tape) {
+  projection_->backward_weight(tape);
+  ln_f_.backward_weight(tape);
+}
+
+Tensor GPTHead::backward(const Tensor& dlogits, nn::Tape& tape) {
+  return ln_f_.backward(projection_->backward(dlogits, tape), tape);
+}
+
+void GPTHead::collect_parameters(std::vector<nn::Parameter*>& out) {
+  ln_f_.collect_parameters(out);
+  projection_->collect_parameters(out);  // nothing when tied: the embeddings list the table
+}
+
+// ---- GPTPart --------------------------------------------------------------------------------
+
+GPTPartSpec GPTPartSpec::stage(const GPTConfig& config, int stage, int stages) {
+  LOOM_CHECK(stages >= 1 && stage >= 0 && stage < stages, "pipeline stage ", stage,
+             " does not exist among ", stages, " stages");
+  LOOM_CHECK(config.layers % stages == 0, "GPT layers ", config.layers,
+             " cannot be split evenly over ", stages, " pipeline stages");
+  const int64_t per_stage = config.layers / stages;
+  return GPTPartSpec{.first_block = stage * per_stage,
+                     .end_block = (stage + 1) * per_stage,
+                     .embeddings = stage == 0,
+                     .head = stage == stages - 1};
+}
+
+GPTPart::GPTPart(std::string name, const GPTConfig& config, const GPTPartSpec& spec,
+                 const GPTLayerFactory& layers)
+    : Module(std::move(name)),
+      config_((config.validate(), config)),
+      spec_(spec),
+      blocks_(child_name("h")) {
+  if (spec_.end_block < 0) spec_.end_block = config_.layers;
+  LOOM_CHECK(spec_.first_block >= 0 && spec_.first_block <= spec_.end_block &&
+                 spec_.end_block <= config_.layers,
+             "GPT part '", this->name(), "': blocks [", spec_.first_block, ", ", spec_.end_block,
+             ") are not a range of the model's ", config_.layers, " blocks");
+  LOOM_CHECK(spec_.embeddings || spec_.head || spec_.first_block < spec_.end_block, "GPT part '",
+             this->name(), "' holds nothing: no embeddings, no blocks, no head");
+  if (spec_.embeddings) embeddings_ = std::make_unique<GPTEmbeddings>(this->name(), config_);
+  for (int64_t i = spec_.first_block; i < spec_.end_block; ++i) {
+    blocks_.add(make_gpt_block(this->name(), i, config_, layers));
+  }
+  if (spec_.head && embeddings_) {
+    head_ = std::make_unique<GPTHead>(this->name(), config_, embeddings_->token_table());
+  } else if (spec_.head) {
+    head_ = std::make_unique<GPTHead>(this->name(), config_);
+  }
+}
+
+Tensor GPTPart::forward(const Tensor& input, nn::Tape& tape) {
+  Tensor x = input;
+  if (embeddings_) {
+    x = embeddings_->forward(x, tape);
+  } else {
+    LOOM_CHECK(x.dim() == 3 && x.size(2) == config_.d_model, "GPT part '", name(),
+               "' takes activations [batch, seq, ", config_.d_model, "]; got ", x.str());
+  }
+  x = blocks_.forward(x, tape);
+  return head_ ? head_->forward(x, tape) : x;
+}
+
+Tensor GPTPart::backward_input(const Tensor& dy, nn::Tape& tape) {
+  Tensor dx = head_ ? head_->backward_input(dy, tape) : dy;
+  dx = blocks_.backward_input(dx, tape);
+  return embeddings_ ? embeddings_->backward_input(dx, tape) : dx;
+}
+
+void GPTPart::backward_weight(nn::Tape& tape) {
+  if (head_) head_->backward_weight(tape);
+  blocks_.backward_weight(tape);
+  if (embeddings_) embeddings_->backward_weight(tape);
+}
+
+Tensor GPTPart::backward(const Tensor& dy, nn::Tape& tape) {
+  Tensor dx = head_ ? head_->backward(dy, tape) : dy;
+  dx = blocks_.backward(dx, tape);
+  return embeddings_ ? embeddings_->backward(dx, tape) : dx;
+}
+
+void GPTPart::collect_parameters(std::vector<nn::Parameter*>& out) {
+  if (embeddings_) embeddings_->collect_parameters(out);
+  blocks_.collect_parameters(out);
+  if (head_) head_->collect_parameters(out);
+}
+
+void GPTPart::set_training(bool training) {
+  Module::set_training(training);
+  if (embeddings_) embeddings_->set_training(training);
   blocks_.set_training(training);
+}
+
+std::vector<nn::Module*> GPTPart::children() {
+  std::vector<nn::Module*> out;
+  if (embeddings_) out.push_back(embeddings_.get());
+  out.push_back(&blocks_);
+  if (head_) out.push_back(head_.get());
+  return out;
+}
+
+nn::Parameter* GPTPart::token_table() {
+  if (embeddings_) return &embeddings_->token_table();
+  if (head_) return &head_->token_table();
+  return nullptr;
 }
 
 }  // namespace loom::models

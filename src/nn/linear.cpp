@@ -22,7 +22,8 @@ Linear::Linear(std::string name, int64_t in_features, int64_t out_features, Line
   LOOM_CHECK(options.init_std >= 0.0f, "linear '", this->name(), "': init_std ", options.init_std,
              " must not be negative");
   const ModuleOptions& m = options.module;
-  const std::string weight_name = child_name("weight");
+  const std::string weight_name =
+      options.weight_name.empty() ? child_name("weight") : options.weight_name;
   Tensor w = Tensor::empty({out_features, in_features}, m.dtype, m.device);
   const float bound = 1.0f / std::sqrt(static_cast<float>(in_features));
   if (options.init_std > 0.0f) {

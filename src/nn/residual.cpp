@@ -51,6 +51,11 @@ void Residual::collect_parameters(std::vector<Parameter*>& out) {
   if (shortcut_) shortcut_->collect_parameters(out);
 }
 
+std::vector<Module*> Residual::children() {
+  if (shortcut_) return {inner_.get(), shortcut_.get()};
+  return {inner_.get()};
+}
+
 void Residual::set_training(bool training) {
   Module::set_training(training);
   inner_->set_training(training);

@@ -44,6 +44,13 @@ void Sequential::collect_parameters(std::vector<Parameter*>& out) {
   for (auto& child : children_) child->collect_parameters(out);
 }
 
+std::vector<Module*> Sequential::children() {
+  std::vector<Module*> out;
+  out.reserve(children_.size());
+  for (auto& child : children_) out.push_back(child.get());
+  return out;
+}
+
 void Sequential::set_training(bool training) {
   Module::set_training(training);
   for (auto& child : children_) child->set_training(training);

@@ -74,6 +74,14 @@ int ParallelLayout::group_index(int world_rank, MeshDims dims) const {
   return index;
 }
 
+std::vector<int> ParallelLayout::embedding_group(int world_rank) const {
+  const MeshCoord me = coord(world_rank);
+  if (pp_ == 1) return {world_rank};
+  if (me.pp != 0 && me.pp != pp_ - 1) return {};
+  return {this->world_rank(MeshCoord{me.tp, me.dp, 0}),
+          this->world_rank(MeshCoord{me.tp, me.dp, pp_ - 1})};
+}
+
 std::string ParallelLayout::describe() const {
   return str_cat("tp ", tp_, " x dp ", dp_, " x pp ", pp_, " = ", world_size(),
                  " ranks (tp innermost, then dp, then pp)");
@@ -90,7 +98,7 @@ ParallelGroups make_parallel_groups(const std::shared_ptr<comm::Communicator>& w
   LOOM_CHECK(layout.world_size() == world->size(), "parallel layout ", layout.describe(),
              " does not fit the ", world->size(), " ranks of group '", world->name(), "'");
   const int rank = world->rank();
-  ParallelGroups groups{layout, layout.coord(rank), world, {}, {}, {}, {}, {}};
+  ParallelGroups groups{layout, layout.coord(rank), world, {}, {}, {}, {}, {}, {}};
   auto split = [&](MeshDims dims, const char* name) {
     const std::vector<int> members = layout.group(rank, dims);
     const int key =
@@ -103,6 +111,11 @@ ParallelGroups make_parallel_groups(const std::shared_ptr<comm::Communicator>& w
   groups.pp = split(MeshDims::pp, "pp");
   groups.dp_tp = split(MeshDims::dp_tp, "dp_tp");
   groups.tp_pp = split(MeshDims::tp_pp, "tp_pp");
+  // One embedding group per (tp, dp) pair: its first and last stage's ranks.
+  const std::vector<int> embedding = layout.embedding_group(rank);
+  const int embedding_color = embedding.empty() ? -1 : layout.group_index(rank, MeshDims::pp);
+  const int embedding_key = embedding.empty() || embedding.front() == rank ? 0 : 1;
+  groups.embedding = world->split(embedding_color, embedding_key, "embedding");
   return groups;
 }
 

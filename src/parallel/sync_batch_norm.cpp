@@ -2,10 +2,6 @@
 
 #include <memory>
 
-#include "loom/nn/checkpoint.hpp"
-#include "loom/nn/residual.hpp"
-#include "loom/nn/sequential.hpp"
-
 namespace loom::parallel {
 
 namespace {
@@ -34,16 +30,8 @@ nn::BatchNorm2d::StatsReducer make_backward_reducer(std::shared_ptr<comm::Commun
 }
 
 void collect(nn::Module& module, std::vector<nn::BatchNorm2d*>& out) {
-  if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(&module)) {
-    out.push_back(bn);
-  } else if (auto* seq = dynamic_cast<nn::Sequential*>(&module)) {
-    for (size_t i = 0; i < seq->size(); ++i) collect((*seq)[i], out);
-  } else if (auto* res = dynamic_cast<nn::Residual*>(&module)) {
-    collect(res->inner(), out);
-    if (res->shortcut() != nullptr) collect(*res->shortcut(), out);
-  } else if (auto* ckpt = dynamic_cast<nn::Checkpoint*>(&module)) {
-    collect(ckpt->inner(), out);
-  }
+  if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(&module)) out.push_back(bn);
+  for (nn::Module* child : module.children()) collect(*child, out);
 }
 
 }  // namespace

@@ -58,4 +58,14 @@ ResNetConfig resnet50(const ResNetOptions& options = {});
 // The network as a Sequential named `name` (its children named as above).
 std::unique_ptr<nn::Sequential> make_resnet(const std::string& name, const ResNetConfig& config);
 
+// The network's top-level layers, in order: conv1, bn1, relu, maxpool
+// (imagenet stem only), every block of the four stages, avgpool, fc.
+int64_t resnet_layer_count(const ResNetConfig& config);
+// Layers [first, end) of that list only (a pipeline stage's share), built
+// without the others, named as in the whole network; their forward equals
+// the whole network's run layer by layer. Throws naming the range when it is
+// not one.
+std::unique_ptr<nn::Sequential> make_resnet(const std::string& name, const ResNetConfig& config,
+                                            int64_t first, int64_t end);
+
 }  // namespace loom::models

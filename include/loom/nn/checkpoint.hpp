@@ -29,6 +29,7 @@ class Checkpoint : public Module {
   void collect_parameters(std::vector<Parameter*>& out) override;
   void set_training(bool training) override;
 
+  std::vector<Module*> children() override { return {inner_.get()}; }
   Module& inner() { return *inner_; }
 
  private:

@@ -31,6 +31,10 @@ struct LinearOptions {
   bool bias = true;
   float init_std = 0.0f;  // 0: PyTorch-like uniform(+-1/sqrt(in)); > 0: normal(0, init_std)
   ModuleOptions module = {};
+  // The weight's name; empty: name + ".weight". A copy of a weight held
+  // elsewhere too (GPT's output head on another pipeline stage than the token
+  // embedding) takes that weight's name, so both copies are initialised alike.
+  std::string weight_name = {};
 };
 
 class Linear : public Module {

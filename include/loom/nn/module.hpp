@@ -57,6 +57,10 @@ class Module {
 
   // This module's parameters, then its children's, in registration order.
   std::vector<Parameter*> parameters();
+  // The modules this one holds directly, in order (none for a leaf). Walkers
+  // (finding BatchNorm layers, naming, counting) descend through this instead
+  // of asking for container types.
+  virtual std::vector<Module*> children() { return {}; }
   virtual void collect_parameters(std::vector<Parameter*>& out) { (void)out; }
   // Training mode (Dropout drops, BatchNorm uses batch statistics); on by default.
   virtual void set_training(bool training) { training_ = training; }

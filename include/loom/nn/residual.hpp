@@ -25,6 +25,7 @@ class Residual : public Module {
   void collect_parameters(std::vector<Parameter*>& out) override;
   void set_training(bool training) override;
 
+  std::vector<Module*> children() override;
   Module& inner() { return *inner_; }
   Module* shortcut() { return shortcut_.get(); }
 

@@ -44,6 +44,7 @@ class Sequential : public Module {
   Tensor backward(const Tensor& dy, Tape& tape) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
   void set_training(bool training) override;
+  std::vector<Module*> children() override;
 
   size_t size() const { return children_.size(); }
   Module& operator[](size_t i) { return *children_.at(i); }

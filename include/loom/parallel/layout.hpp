@@ -57,6 +57,12 @@ class ParallelLayout {
   std::vector<int> pp_group(int world_rank) const { return group(world_rank, MeshDims::pp); }
   // Index of `world_rank`'s group among the groups spanning `dims` (0, 1, ...).
   int group_index(int world_rank, MeshDims dims) const;
+  // The embedding group of `world_rank`: the ranks of the first and the last
+  // pipeline stage at its tp and dp coordinates, in that order, which hold the
+  // two copies of a weight tied across the pipeline (GPT's token table, NOTE
+  // [tied token table] in models/gpt_parts.hpp) and sum its gradient. Just the
+  // rank itself when pp = 1; empty for a rank of a middle stage.
+  std::vector<int> embedding_group(int world_rank) const;
 
   // "tp 2 x dp 2 x pp 4 = 16 ranks (tp innermost, then dp, then pp)"
   std::string describe() const;
@@ -70,11 +76,13 @@ class ParallelLayout {
 
 // The communicators of one rank. world is the communicator they were split
 // from; dp_tp spans data and tensor parallelism (one pipeline stage), tp_pp
-// the model-parallel ranks of one data-parallel replica.
+// the model-parallel ranks of one data-parallel replica; embedding is the
+// rank's embedding group (ParallelLayout::embedding_group), null on a middle
+// pipeline stage.
 struct ParallelGroups {
   ParallelLayout layout;
   MeshCoord coord;
-  std::shared_ptr<comm::Communicator> world, tp, dp, pp, dp_tp, tp_pp;
+  std::shared_ptr<comm::Communicator> world, tp, dp, pp, dp_tp, tp_pp, embedding;
 };
 
 // Splits `world` into the groups of `layout`. Collective over `world`: every

@@ -50,6 +50,7 @@ class ShardedModule : public nn::Module {
   void collect_parameters(std::vector<nn::Parameter*>& out) override;
   void set_training(bool training) override;
 
+  std::vector<nn::Module*> children() override { return {inner_.get()}; }
   nn::Module& inner() { return *inner_; }
   // Set (and cleared) by ZeroOptimizer; at most one at a time.
   void attach(ParameterGatherer* gatherer);

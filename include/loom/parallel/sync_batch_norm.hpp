@@ -34,8 +34,9 @@ void sync_batch_norm(nn::BatchNorm2d& bn, comm::Communicator& dp);
 // Removes them (per-rank BatchNorm again).
 void unsync_batch_norm(nn::BatchNorm2d& bn);
 
-// The BatchNorm2d modules inside `root`, found through the containers that
-// expose their children (Sequential, Residual, Checkpoint), in forward order.
+// The BatchNorm2d modules inside `root` (root itself included), found through
+// Module::children() (so inside any container: Sequential, Residual,
+// Checkpoint, ShardedModule, a model's parts), in forward order.
 std::vector<nn::BatchNorm2d*> find_batch_norms(nn::Module& root);
 // sync_batch_norm() on each of find_batch_norms(root); returns how many.
 size_t sync_batch_norms(nn::Module& root, comm::Communicator& dp);

@@ -1,0 +1,29 @@
+// GPTConfig: the sizes of a GPT (models/gpt.hpp) and its checks.
+#pragma once
+
+#include <cstdint>
+
+#include "loom/nn/module.hpp"
+
+namespace loom::models {
+
+struct GPTConfig {
+  int64_t vocab = 8192;
+  int64_t layers = 4;
+  int64_t d_model = 256;
+  int64_t heads = 4;
+  int64_t seq_len = 128;  // the longest sequence (rows of the position table)
+  float dropout = 0.0f;
+  bool checkpoint_blocks = false;
+  nn::ModuleOptions module = {};
+
+  // GPT-2 small: vocab 50257, 12 layers, d_model 768, 12 heads, seq 1024 (124M parameters).
+  static GPTConfig gpt2_124m();
+  // Throws loom::Error naming the value and the rule (positive sizes, heads divide d_model,
+  // dropout in [0, 1)).
+  void validate() const;
+  // Parameters: (V + T) d + L (12 d^2 + 13 d) + 2 d.
+  int64_t parameter_count() const;
+};
+
+}  // namespace loom::models

@@ -1,0 +1,170 @@
+// A GPT in parts, so that a pipeline stage builds only the layers it holds
+// and tensor parallelism builds its own layers into the same model code
+// (docs/design.md, decision 10).
+//
+//   ids [B, T] -> GPTEmbeddings -> block first .. block end-1 -> GPTHead -> logits [B, T, V]
+//                 (wte + wpe,      (make_gpt_block, layers     (ln_f + projection tied
+//                  dropout)         from a GPTLayerFactory)     to wte)
+//
+// GPTPart holds a contiguous range of blocks and, optionally, the embeddings
+// (then it takes token ids) and the head (then it returns logits); otherwise
+// it takes and returns activations [B, T, d_model]. GPT (models/gpt.hpp) is
+// the part that holds everything.
+//
+// NOTE [tied token table] The output projection is tied to wte. A part that
+// holds both ends has one Parameter, used twice per backward. A part that
+// holds the head alone (the last pipeline stage) holds its own copy, named
+// like the original ("wte.weight") and so initialised to the same values;
+// the copies' gradients must be summed over the embedding group (the first
+// and the last stage, parallel/layout.hpp) before the optimizer steps, which
+// keeps the copies equal. token_table() gives the part's copy.
+//
+// Names are the whole model's, whatever the part: block i is "h.i" in every
+// part, so parameters, checkpoints and initialisation agree across layouts.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/models/gpt_config.hpp"
+#include "loom/nn/embedding.hpp"
+#include "loom/nn/layer_norm.hpp"
+#include "loom/nn/linear.hpp"
+#include "loom/nn/module.hpp"
+#include "loom/nn/sequential.hpp"
+
+namespace loom::models {
+
+// The layers a transformer block is built from. The default makes nn::Linear
+// and nn::CausalSelfAttention; tensor parallelism supplies layers that hold a
+// shard of each and communicate, without a copy of the model code.
+class GPTLayerFactory {
+ public:
+  enum class LinearRole {
+    attn_qkv,   // d -> 3d, the fused q, k, v projection ("attn.c_attn")
+    attn_proj,  // d -> d, the attention output projection ("attn.c_proj")
+    mlp_fc,     // d -> 4d ("mlp.c_fc")
+    mlp_proj,   // 4d -> d ("mlp.c_proj")
+  };
+  virtual ~GPTLayerFactory() = default;
+  virtual std::unique_ptr<nn::Module> linear(LinearRole role, const std::string& name,
+                                             int64_t in_features, int64_t out_features,
+                                             const nn::LinearOptions& options) const;
+  // Causal self-attention over `heads` heads: [B, T, 3d] (q, k, v) -> [B, T, d].
+  virtual std::unique_ptr<nn::Module> attention(const std::string& name, int64_t heads) const;
+};
+
+// The factory every GPT uses unless told otherwise.
+const GPTLayerFactory& default_gpt_layers();
+
+// Block `index` of a GPT named `model` ("h.<index>"): pre-LayerNorm attention
+// and MLP residual branches, wrapped in nn::Checkpoint when
+// config.checkpoint_blocks.
+std::unique_ptr<nn::Module> make_gpt_block(const std::string& model, int64_t index,
+                                           const GPTConfig& config,
+                                           const GPTLayerFactory& layers = default_gpt_layers());
+
+// wte(ids) + wpe(0..T-1), then dropout when config.dropout > 0.
+class GPTEmbeddings : public nn::Module {
+ public:
+  // `model`: the GPT's name (parameters "<model>.wte.weight", ...).
+  GPTEmbeddings(const std::string& model, const GPTConfig& config);
+
+  // ids [B, T] (i32/i64, T <= seq_len) -> [B, T, d_model].
+  Tensor forward(const Tensor& ids, nn::Tape& tape) override;
+  // Returns an undefined tensor (token ids have no gradient).
+  Tensor backward_input(const Tensor& dx, nn::Tape& tape) override;
+  void backward_weight(nn::Tape& tape) override;
+  Tensor backward(const Tensor& dx, nn::Tape& tape) override;
+  void collect_parameters(std::vector<nn::Parameter*>& out) override;
+  void set_training(bool training) override;
+  std::vector<nn::Module*> children() override;
+
+  nn::Parameter& token_table() { return wte_.weight(); }
+
+ private:
+  // Position ids [B, T] (cached per shape) for the wpe lookup.
+  Tensor positions(int64_t batch, int64_t seq);
+
+  int64_t seq_len_;
+  nn::Embedding wte_;
+  nn::Embedding wpe_;
+  std::unique_ptr<nn::Module> dropout_;
+  Tensor positions_;
+};
+
+// ln_f, then the output projection x @ wte^T -> logits [B, T, vocab].
+class GPTHead : public nn::Module {
+ public:
+  // Tied to `token_table`, which this rank's GPTEmbeddings holds.
+  GPTHead(const std::string& model, const GPTConfig& config, nn::Parameter& token_table);
+  // With its own copy of the token table (NOTE [tied token table]).
+  GPTHead(const std::string& model, const GPTConfig& config);
+
+  Tensor forward(const Tensor& x, nn::Tape& tape) override;
+  Tensor backward_input(const Tensor& dlogits, nn::Tape& tape) override;
+  void backward_weight(nn::Tape& tape) override;
+  Tensor backward(const Tensor& dlogits, nn::Tape& tape) override;
+  // ln_f's parameters, and the token table when this head holds its own copy.
+  void collect_parameters(std::vector<nn::Parameter*>& out) override;
+  std::vector<nn::Module*> children() override { return {&ln_f_, projection_.get()}; }
+
+  nn::Parameter& token_table() { return projection_->weight(); }
+  bool owns_token_table() const { return !projection_->ties_weight(); }
+
+ private:
+  nn::LayerNorm ln_f_;
+  std::unique_ptr<nn::Linear> projection_;
+};
+
+// Which part of a GPT to build.
+struct GPTPartSpec {
+  int64_t first_block = 0;
+  int64_t end_block = -1;  // one past the last block held; -1: config.layers
+  bool embeddings = true;  // holds GPTEmbeddings: takes token ids
+  bool head = true;        // holds GPTHead: returns logits
+
+  // Pipeline stage `stage` of `stages`: layers / stages consecutive blocks
+  // (stages must divide the layers), the embeddings on stage 0 and the head
+  // on the last. Throws naming the numbers when they do not fit.
+  static GPTPartSpec stage(const GPTConfig& config, int stage, int stages);
+};
+
+class GPTPart : public nn::Module {
+ public:
+  GPTPart(std::string name, const GPTConfig& config, const GPTPartSpec& spec,
+          const GPTLayerFactory& layers = default_gpt_layers());
+
+  // ids [B, T] when it holds the embeddings, else x [B, T, d_model];
+  // -> logits [B, T, vocab] when it holds the head, else x [B, T, d_model].
+  Tensor forward(const Tensor& input, nn::Tape& tape) override;
+  // The input's gradient: undefined when the part takes token ids.
+  Tensor backward_input(const Tensor& dy, nn::Tape& tape) override;
+  void backward_weight(nn::Tape& tape) override;
+  // Each piece's full backward from the last down, so gradients become ready
+  // (and buckets can launch) while earlier layers still compute.
+  Tensor backward(const Tensor& dy, nn::Tape& tape) override;
+  void collect_parameters(std::vector<nn::Parameter*>& out) override;
+  void set_training(bool training) override;
+  std::vector<nn::Module*> children() override;
+
+  const GPTConfig& config() const { return config_; }
+  const GPTPartSpec& spec() const { return spec_; }
+  // The blocks held, "h.<first_block>" .. (e.g. to wrap each in a parallel::ShardedModule).
+  nn::Sequential& blocks() { return blocks_; }
+  GPTEmbeddings* embeddings() { return embeddings_.get(); }
+  GPTHead* head() { return head_.get(); }
+  // This part's copy of the tied token table, or null when it holds neither end.
+  nn::Parameter* token_table();
+
+ private:
+  GPTConfig config_;
+  GPTPartSpec spec_;
+  std::unique_ptr<GPTEmbeddings> embeddings_;
+  nn::Sequential blocks_;
+  std::unique_ptr<GPTHead> head_;
+};
+
+}  // namespace loom::models
