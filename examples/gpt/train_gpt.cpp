@@ -187,7 +187,6 @@ int run(const Flags& f) {
   say("ranks: %d (data parallel), %lld sequences per rank per step; device %s, %s\n", dp.size(),
       static_cast<long long>(f.batch), device.str().c_str(), meter.peak_description().c_str());
   if (f.profile) {
-    trace::Profiler::instance().set_rank(launch.rank());
     trace::Profiler::instance().enable();
   }
 

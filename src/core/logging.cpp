@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -31,10 +32,12 @@ std::atomic<int>& level_storage() {
   return level;
 }
 
+constexpr const char* kRankVariables[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID",
+                                          "PMI_RANK", "RANK"};
+
 // The rank the launcher gave this process, before loom::init() knows better.
 std::string rank_from_env() {
-  for (const char* rank_var :
-       {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "PMI_RANK", "RANK"}) {
+  for (const char* rank_var : kRankVariables) {
     if (const char* rank = std::getenv(rank_var)) {
       const char* size = nullptr;
       for (const char* size_var :
@@ -55,6 +58,11 @@ std::mutex& prefix_mutex() {
 std::string& rank_prefix() {
   static std::string prefix = rank_from_env();
   return prefix;
+}
+
+std::atomic<int>& set_rank() {
+  static std::atomic<int> rank{-1};  // -1: set_log_rank() not called yet
+  return rank;
 }
 
 }  // namespace
@@ -105,6 +113,20 @@ bool log_enabled(LogLevel level) {
 void set_log_rank(int rank, int world_size) {
   std::lock_guard lock(prefix_mutex());
   rank_prefix() = str_cat("r", rank, "/", world_size);
+  set_rank().store(rank);
+}
+
+int process_rank() {
+  if (const int rank = set_rank().load(); rank >= 0) return rank;
+  for (const char* name : kRankVariables) {
+    const char* text = std::getenv(name);
+    if (text == nullptr) continue;
+    char* end = nullptr;
+    const long rank = std::strtol(text, &end, 10);
+    // A malformed launcher variable is loom::init()'s to report, not this one's.
+    return end != text && *end == '\0' && rank >= 0 && rank <= INT_MAX ? static_cast<int>(rank) : 0;
+  }
+  return 0;
 }
 
 void log_line(LogLevel level, std::string_view message) {

@@ -18,9 +18,9 @@
 #include <string_view>
 
 #include "core/env.hpp"
-#include "loom/comm/context.hpp"
 #include "loom/config.hpp"
 #include "loom/core/error.hpp"
+#include "loom/core/logging.hpp"
 #include "loom/core/stream.hpp"
 #include "trace/profiling_flag.hpp"
 
@@ -82,15 +82,6 @@ int thread_index() {
   return this_thread;
 }
 
-int rank_from_environment() {
-  try {
-    const int rank = detect_launch().rank;
-    return rank >= 0 ? rank : 0;
-  } catch (const Error&) {
-    return 0;  // a malformed launcher variable is comm's to report, not the profiler's
-  }
-}
-
 int64_t system_now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -109,7 +100,7 @@ struct Profiler::State {
   bool has_origin = false;
   bool saw_cuda = false;
   ClockOrigin origin;
-  int rank = -1;  // -1: not set; read from the launcher's environment on first use
+  int rank = -1;  // -1: not set; the process's rank (core's process_rank()) applies
 
   // Host time of a recorded CUDA event (NOTE [device clock]); waits for it.
   int64_t host_time(const Event& event) {
@@ -198,10 +189,9 @@ void Profiler::set_rank(int rank) {
 
 int Profiler::rank() const {
   std::lock_guard lock(state_->mutex);
-  // Resolved lazily: LOOM_PROFILE may enable the profiler during static
-  // initialisation, before the launcher detection's own statics exist.
-  if (state_->rank < 0) state_->rank = rank_from_environment();
-  return state_->rank;
+  // Asked each time, not cached: loom::init() may learn the rank after
+  // LOOM_PROFILE enabled the profiler during static initialisation.
+  return state_->rank >= 0 ? state_->rank : process_rank();
 }
 
 ClockOrigin Profiler::clock_origin() const {

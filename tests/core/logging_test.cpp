@@ -27,3 +27,10 @@ TEST_CASE("set_log_level filters by level") {
   CHECK(evaluated == 0);
   loom::set_log_level(saved);
 }
+
+TEST_CASE("process_rank is the rank set_log_rank was told (loom::init() tells it)") {
+  loom::set_log_rank(2, 4);
+  CHECK(loom::process_rank() == 2);
+  loom::set_log_rank(0, 1);
+  CHECK(loom::process_rank() == 0);
+}

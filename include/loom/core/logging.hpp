@@ -30,8 +30,14 @@ LogLevel log_level();
 void set_log_level(LogLevel level);
 bool log_enabled(LogLevel level);
 
-// Sets the prefix used for this process's lines ("r<rank>/<world>").
+// Sets the prefix used for this process's lines ("r<rank>/<world>") and
+// process_rank().
 void set_log_rank(int rank, int world_size);
+// This process's rank: what set_log_rank() was told (loom::init() tells it),
+// else the launcher's variable (OMPI_COMM_WORLD_RANK, PMIX_RANK,
+// SLURM_PROCID, PMI_RANK, RANK) when it is a rank, else 0. For the layers
+// below comm (the profiler's trace) that need the rank and must not ask comm.
+int process_rank();
 
 // Writes one line at `level` (whether or not the level is enabled; the macros check).
 void log_line(LogLevel level, std::string_view message);

@@ -126,9 +126,9 @@ class Profiler {
   // Drops everything recorded (scopes still open are not recorded).
   void clear();
 
-  // The rank written into the trace (Chrome-trace pid). Default: the rank the
-  // launcher's environment says (OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID,
-  // RANK), else 0.
+  // The rank written into the trace (Chrome-trace pid). Default: the
+  // process's rank (core/logging.hpp process_rank(): the one loom::init()
+  // found, else the launcher's variable, else 0).
   void set_rank(int rank);
   int rank() const;
 
