@@ -166,8 +166,10 @@ int run(const Flags& f) {
   data::TokenLoaderOptions loader_options{.batch = f.batch,
                                           .seq_len = f.seq,
                                           .seed = f.seed,
-                                          .dp_rank = launch.rank(),
-                                          .dp_size = launch.world_size()};
+                                          // The data-parallel group's coordinates, not the
+                                          // world's: they differ once tp or pp exist.
+                                          .dp_rank = dp.rank(),
+                                          .dp_size = dp.size()};
   data::TokenLoader loader(file, loader_options);
   const auto train_tokens = file->tokens(file->train_range(loader_options.validation_fraction));
   const double unigram = data::unigram_entropy(train_tokens);
