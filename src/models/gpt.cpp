@@ -181,11 +181,6 @@ void GPTEmbeddings::collect_parameters(std::vector<nn::Parameter*>& out) {
   wpe_.collect_parameters(out);
 }
 
-void GPTEmbeddings::set_training(bool training) {
-  Module::set_training(training);
-  if (dropout_) dropout_->set_training(training);
-}
-
 std::vector<nn::Module*> GPTEmbeddings::children() {
   if (dropout_) return {&wte_, &wpe_, dropout_.get()};
   return {&wte_, &wpe_};
@@ -302,12 +297,6 @@ void GPTPart::collect_parameters(std::vector<nn::Parameter*>& out) {
   if (embeddings_) embeddings_->collect_parameters(out);
   blocks_.collect_parameters(out);
   if (head_) head_->collect_parameters(out);
-}
-
-void GPTPart::set_training(bool training) {
-  Module::set_training(training);
-  if (embeddings_) embeddings_->set_training(training);
-  blocks_.set_training(training);
 }
 
 std::vector<nn::Module*> GPTPart::children() {

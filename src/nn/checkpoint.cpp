@@ -69,9 +69,4 @@ void Checkpoint::collect_parameters(std::vector<Parameter*>& out) {
   inner_->collect_parameters(out);
 }
 
-void Checkpoint::set_training(bool training) {
-  Module::set_training(training);
-  inner_->set_training(training);
-}
-
 }  // namespace loom::nn

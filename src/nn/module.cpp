@@ -10,6 +10,11 @@ std::vector<Parameter*> Module::parameters() {
   return out;
 }
 
+void Module::set_training(bool training) {
+  training_ = training;
+  for (Module* child : children()) child->set_training(training);
+}
+
 void Module::zero_grad() {
   for (Parameter* p : parameters()) p->zero_grad();
 }

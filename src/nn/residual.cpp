@@ -56,10 +56,4 @@ std::vector<Module*> Residual::children() {
   return {inner_.get()};
 }
 
-void Residual::set_training(bool training) {
-  Module::set_training(training);
-  inner_->set_training(training);
-  if (shortcut_) shortcut_->set_training(training);
-}
-
 }  // namespace loom::nn

@@ -51,9 +51,4 @@ std::vector<Module*> Sequential::children() {
   return out;
 }
 
-void Sequential::set_training(bool training) {
-  Module::set_training(training);
-  for (auto& child : children_) child->set_training(training);
-}
-
 }  // namespace loom::nn

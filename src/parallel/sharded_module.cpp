@@ -42,11 +42,6 @@ void ShardedModule::collect_parameters(std::vector<nn::Parameter*>& out) {
   inner_->collect_parameters(out);
 }
 
-void ShardedModule::set_training(bool training) {
-  Module::set_training(training);
-  inner_->set_training(training);
-}
-
 void ShardedModule::attach(ParameterGatherer* gatherer) {
   LOOM_CHECK(gatherer == nullptr || gatherer_ == nullptr || gatherer_ == gatherer,
              "ShardedModule '", name(), "' is already attached to another ZeroOptimizer");

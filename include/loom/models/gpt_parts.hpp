@@ -79,7 +79,6 @@ class GPTEmbeddings : public nn::Module {
   void backward_weight(nn::Tape& tape) override;
   Tensor backward(const Tensor& dx, nn::Tape& tape) override;
   void collect_parameters(std::vector<nn::Parameter*>& out) override;
-  void set_training(bool training) override;
   std::vector<nn::Module*> children() override;
 
   nn::Parameter& token_table() { return wte_.weight(); }
@@ -147,7 +146,6 @@ class GPTPart : public nn::Module {
   // (and buckets can launch) while earlier layers still compute.
   Tensor backward(const Tensor& dy, nn::Tape& tape) override;
   void collect_parameters(std::vector<nn::Parameter*>& out) override;
-  void set_training(bool training) override;
   std::vector<nn::Module*> children() override;
 
   const GPTConfig& config() const { return config_; }

@@ -27,7 +27,6 @@ class Checkpoint : public Module {
   void backward_weight(Tape& tape) override;
   Tensor backward(const Tensor& dy, Tape& tape) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
-  void set_training(bool training) override;
 
   std::vector<Module*> children() override { return {inner_.get()}; }
   Module& inner() { return *inner_; }

@@ -62,8 +62,10 @@ class Module {
   // of asking for container types.
   virtual std::vector<Module*> children() { return {}; }
   virtual void collect_parameters(std::vector<Parameter*>& out) { (void)out; }
-  // Training mode (Dropout drops, BatchNorm uses batch statistics); on by default.
-  virtual void set_training(bool training) { training_ = training; }
+  // Training mode (Dropout drops, BatchNorm uses batch statistics); on by
+  // default. Applies to this module and, through children(), to every module
+  // inside it.
+  virtual void set_training(bool training);
   bool training() const { return training_; }
   void zero_grad();
 

@@ -23,7 +23,6 @@ class Residual : public Module {
   void backward_weight(Tape& tape) override;
   Tensor backward(const Tensor& dy, Tape& tape) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
-  void set_training(bool training) override;
 
   std::vector<Module*> children() override;
   Module& inner() { return *inner_; }

@@ -43,7 +43,6 @@ class Sequential : public Module {
   void backward_weight(Tape& tape) override;
   Tensor backward(const Tensor& dy, Tape& tape) override;
   void collect_parameters(std::vector<Parameter*>& out) override;
-  void set_training(bool training) override;
   std::vector<Module*> children() override;
 
   size_t size() const { return children_.size(); }

@@ -48,7 +48,6 @@ class ShardedModule : public nn::Module {
   void backward_weight(nn::Tape& tape) override;
   Tensor backward(const Tensor& dy, nn::Tape& tape) override;
   void collect_parameters(std::vector<nn::Parameter*>& out) override;
-  void set_training(bool training) override;
 
   std::vector<nn::Module*> children() override { return {inner_.get()}; }
   nn::Module& inner() { return *inner_; }
