@@ -100,14 +100,14 @@ void BatchNorm2d::backward_weight(Tape& tape) {
   LOOM_CHECK(state.local_grad_sums.defined(), "BatchNorm2d '", name(),
              "': backward_weight needs backward_input first (it computes the sums)");
   // grad_sums row 0 is sum dy = dL/dbias; row 1 is sum dy * xhat = dL/dweight.
-  const auto write = [](Parameter& p, const Tensor& contribution) {
+  const auto write = [&tape](Parameter& p, const Tensor& contribution) {
     const Parameter::GradWrite g = p.begin_grad_write();
     if (g.accumulate) {
       kernels::axpy(1.0f, contribution, g.grad);
     } else {
       g.grad.copy_from(contribution);
     }
-    p.end_grad_write();
+    p.end_grad_write(tape);
   };
   write(*weight_, state.local_grad_sums.select(1));
   write(*bias_, state.local_grad_sums.select(0));

@@ -19,6 +19,7 @@ Tensor Checkpoint::forward(const Tensor& x, Tape& tape) {
   {
     Tape scratch;
     scratch.set_random_seed(tape.random_seed());
+    scratch.set_micro_batch(tape.micro_batch());
     y = inner_->forward(x, scratch);
   }  // everything inner saved is freed here
   State& state = tape.emplace<State>(*this);
@@ -32,6 +33,7 @@ Checkpoint::State& Checkpoint::recompute(Tape& tape) {
   LOOM_CHECK(!state.recomputed, "checkpoint '", name(),
              "': backward_input already ran for this tape");
   state.inner.set_random_seed(state.seed);
+  state.inner.set_micro_batch(tape.micro_batch());
   inner_->forward(state.x, state.inner);
   state.recomputed = true;
   return state;

@@ -96,9 +96,9 @@ void Conv2d::backward_weight(Tape& tape) {
         db.grad.copy_from(bias_grad);
       }
     }
-    bias_->end_grad_write();
+    bias_->end_grad_write(tape);
   }
-  weight_->end_grad_write();
+  weight_->end_grad_write(tape);
   tape.release(*this);
 }
 

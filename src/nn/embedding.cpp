@@ -61,7 +61,7 @@ void Embedding::backward_weight(Tape& tape) {
                          kernels::embedding_backward_cost(dw.grad, state.ids, dw.accumulate),
                          dw.grad.device(), name());
     kernels::embedding_backward(state.dy, state.ids, dw.grad, dw.accumulate);
-    weight_->end_grad_write();
+    weight_->end_grad_write(tape);
   }
   tape.release(*this);
 }

@@ -74,8 +74,8 @@ void LayerNorm::backward_weight(Tape& tape) {
                          state.x.device(), name());
     kernels::layer_norm_backward_weight(state.dy, state.x, state.mean, state.rstd, dw.grad, db.grad,
                                         accumulate);
-    weight_->end_grad_write();
-    bias_->end_grad_write();
+    weight_->end_grad_write(tape);
+    bias_->end_grad_write(tape);
   }
   tape.release(*this);
 }

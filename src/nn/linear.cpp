@@ -117,11 +117,11 @@ void Linear::backward_weight(Tape& tape) {
     if (bias_) cost += kernels::bias_grad_cost(state.dy, bias_->grad_written());
     trace::OpScope scope("linear.backward_weight", cost, dw.grad.device(), name());
     kernels::gemm(state.dy, state.x, dw.grad, options);
-    weight_->end_grad_write();
+    weight_->end_grad_write(tape);
     if (bias_) {
       const Parameter::GradWrite db = bias_->begin_grad_write();
       kernels::bias_grad(state.dy, db.grad, db.accumulate);
-      bias_->end_grad_write();
+      bias_->end_grad_write(tape);
     }
   }
   tape.release(*this);

@@ -1,5 +1,6 @@
 #include "loom/nn/module.hpp"
 
+#include <atomic>
 #include <typeinfo>
 
 namespace loom::nn {
@@ -21,6 +22,11 @@ void Module::zero_grad() {
 
 std::string Module::child_name(const std::string& local) const {
   return name_.empty() ? local : name_ + "." + local;
+}
+
+Tape::Tape() {
+  static std::atomic<uint64_t> next_micro_batch{1};
+  micro_batch_ = next_micro_batch.fetch_add(1, std::memory_order_relaxed);
 }
 
 const std::string& Tape::module_name(const Module& module) {

@@ -64,7 +64,7 @@ Tensor Parameter::fresh_grad(bool zero) {
 void Parameter::release_grad() {
   grad_ = Tensor();
   grad_written_ = false;
-  pending_uses_ = 0;
+  pending_uses_.clear();
 }
 
 const Tensor& Parameter::grad() {
@@ -78,6 +78,7 @@ const Tensor& Parameter::grad() {
 
 void Parameter::zero_grad() {
   grad_written_ = false;
+  pending_uses_.clear();
 }
 
 void Parameter::set_grad_buffer(const Tensor& buffer) {
@@ -98,19 +99,35 @@ Parameter::GradWrite Parameter::begin_grad_write() {
   return GradWrite{grad_, grad_written_};
 }
 
-void Parameter::end_grad_write() {
+void Parameter::end_grad_write(uint64_t micro_batch) {
   grad_written_ = true;
-  if (++pending_uses_ >= uses_per_backward_) {
-    pending_uses_ = 0;
-    mark_ready();
+  if (uses_per_backward_ == 1) {
+    mark_ready(micro_batch);
+    return;
   }
+  auto it = std::find_if(pending_uses_.begin(), pending_uses_.end(),
+                         [&](const auto& entry) { return entry.first == micro_batch; });
+  if (it == pending_uses_.end()) {
+    pending_uses_.emplace_back(micro_batch, 1);
+    return;
+  }
+  if (++it->second < uses_per_backward_) return;
+  pending_uses_.erase(it);
+  mark_ready(micro_batch);
+}
+
+uint64_t Parameter::incomplete_micro_batch(uint64_t except) const {
+  for (const auto& [id, uses] : pending_uses_) {
+    if (id != except) return id;
+  }
+  return 0;
 }
 
 void Parameter::set_uses_per_backward(int uses) {
   LOOM_CHECK(uses >= 1, "parameter '", name_, "': uses_per_backward is ", uses,
              "; it must be at least 1");
   uses_per_backward_ = uses;
-  pending_uses_ = 0;
+  pending_uses_.clear();
 }
 
 int Parameter::add_ready_hook(ReadyHook hook) {
@@ -122,8 +139,44 @@ void Parameter::remove_ready_hook(int id) {
   std::erase_if(hooks_, [id](const auto& entry) { return entry.first == id; });
 }
 
-void Parameter::mark_ready() {
-  for (auto& [id, hook] : hooks_) hook(*this);
+void Parameter::mark_ready(uint64_t micro_batch) {
+  for (auto& [id, hook] : hooks_) hook(*this, micro_batch);
+}
+
+void Parameter::set_placement(Placement placement) {
+  if (placement.global_shape.empty()) placement.global_shape = shape_;
+  const Shape& global = placement.global_shape;
+  LOOM_CHECK(global.size() == shape_.size(), "parameter '", name_, "': global shape ",
+             shape_str(global), " has ", global.size(), " dimensions but the parameter ",
+             shape_str(shape_), " has ", shape_.size());
+  const int dims = static_cast<int>(shape_.size());
+  LOOM_CHECK(placement.shard_dim >= -1 && placement.shard_dim < dims, "parameter '", name_,
+             "': shard_dim is ", placement.shard_dim,
+             "; it must be -1 (not sharded) or a dimension of ", shape_str(shape_));
+  for (int d = 0; d < dims; ++d) {
+    if (d == placement.shard_dim) {
+      LOOM_CHECK(placement.shard_offset >= 0 && placement.shard_offset + shape_[d] <= global[d],
+                 "parameter '", name_, "': the shard [", placement.shard_offset, ", ",
+                 placement.shard_offset + shape_[d], ") along dimension ", d,
+                 " does not fit the global size ", global[d]);
+    } else {
+      LOOM_CHECK(global[d] == shape_[d], "parameter '", name_, "': global shape ",
+                 shape_str(global), " differs from ", shape_str(shape_), " in dimension ", d,
+                 ", which is not the shard dimension (", placement.shard_dim, ")");
+    }
+  }
+  LOOM_CHECK(placement.shard_dim >= 0 || placement.shard_offset == 0, "parameter '", name_,
+             "': shard_offset is ", placement.shard_offset, " but the parameter is not sharded");
+  LOOM_CHECK(!(placement.shard_dim >= 0 && placement.sum_grad_over_tp), "parameter '", name_,
+             "' is sharded over tensor parallelism (dimension ", placement.shard_dim,
+             ") and cannot also be a replica whose gradient is summed over it");
+  placement_ = std::move(placement);
+}
+
+ShardSpec Parameter::shard_spec() const {
+  ShardSpec spec{.global_shape = global_shape(), .offsets = Shape(shape_.size(), 0)};
+  if (placement_.shard_dim >= 0) spec.offsets[placement_.shard_dim] = placement_.shard_offset;
+  return spec;
 }
 
 }  // namespace loom::nn

@@ -7,12 +7,12 @@
 #include "loom/core/error.hpp"
 #include "loom/trace/profiler.hpp"
 #include "parallel/control.hpp"
+#include "parallel/grad_buckets.hpp"
 
 namespace loom::parallel {
 
 namespace {
 
-constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
 // Gradient offsets inside a bucket start on 64-byte boundaries, so every
 // gradient view is as aligned as a fresh allocation for vectorised kernels.
 constexpr int64_t kAlignBytes = 64;
@@ -31,10 +31,6 @@ void validate(const std::vector<nn::Parameter*>& params, const ReducerOptions& o
              options.first_bucket_bytes, "; it must be at least 1 (bytes of the first bucket)");
   LOOM_CHECK(options.bucket_cap_bytes >= 1, "ReducerOptions.bucket_cap_bytes is ",
              options.bucket_cap_bytes, "; it must be at least 1 (bytes per bucket)");
-  LOOM_CHECK(
-      options.unused == UnusedParameters::error || options.unused == UnusedParameters::zero_fill,
-      "ReducerOptions.unused is ", static_cast<int>(options.unused),
-      "; it must be UnusedParameters::error or ::zero_fill");
   LOOM_CHECK(options.compression == GradCompression::none ||
                  options.compression == GradCompression::bf16 ||
                  options.compression == GradCompression::f16,
@@ -58,12 +54,12 @@ void validate(const std::vector<nn::Parameter*>& params, const ReducerOptions& o
 struct GradReducer::Bucket {
   DType dtype = DType::f32;
   Device device = Device::cpu();
+  bool group_sum = false;        // holds parameters summed over tp / the embedding group first
   std::vector<size_t> params;    // parameter indices, in bucket order
   std::vector<int64_t> offsets;  // element offset of each parameter's gradient
   int64_t numel = 0;
   Tensor buffer;  // the flat gradients; each parameter's grad() is a view into it
   Tensor wire;    // half-precision copy that is reduced instead, when compressing
-  int pending = 0;
   bool launched = false;
   comm::Work work;
   int64_t launch_ns = 0;
@@ -74,6 +70,9 @@ GradReducer::GradReducer(std::vector<nn::Parameter*> params, comm::Communicator&
     : params_(std::move(params)), comm_(dp), options_(options) {
   validate(params_, options_);
   control_device_ = params_[0]->value().device();
+  engine_ = std::make_unique<detail::GradBuckets>("GradReducer", params_, comm_, options_.groups,
+                                                  options_.unused,
+                                                  [this](size_t bucket) { launch(bucket); });
 
   detail::check_parameter_agreement(comm_, params_, control_device_);
   if (options_.broadcast_parameters && comm_.size() > 1) {
@@ -87,14 +86,12 @@ GradReducer::GradReducer(std::vector<nn::Parameter*> params, comm::Communicator&
   std::vector<size_t> order(params_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
   build_buckets(order);
-  ready_.assign(params_.size(), false);
-  observed_.assign(params_.size(), false);
-  install_hooks();
+  engine_->set_observing(options_.rebuild_buckets);
   last_finish_end_ns_ = trace::now_ns();
 }
 
 GradReducer::~GradReducer() {
-  for (size_t i = 0; i < hook_ids_.size(); ++i) params_[i]->remove_ready_hook(hook_ids_[i]);
+  engine_.reset();  // no more ready hooks
   // The backend uses the bucket buffers until the collectives finish.
   for (auto& bucket : buckets_) {
     if (!bucket->launched) continue;
@@ -103,13 +100,6 @@ GradReducer::~GradReducer() {
     } catch (const std::exception&) {
       // Already reported to whoever called finish(); nothing to add while unwinding.
     }
-  }
-}
-
-void GradReducer::install_hooks() {
-  hook_ids_.reserve(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) {
-    hook_ids_.push_back(params_[i]->add_ready_hook([this, i](nn::Parameter&) { on_ready(i); }));
   }
 }
 
@@ -143,12 +133,17 @@ GradReducer::BucketPlan GradReducer::plan_buckets(const std::vector<size_t>& ord
   for (size_t first = 0; first < order.size(); ++first) {
     if (seen[order[first]]) continue;
     const Tensor& value = params_[order[first]]->value();
-    KindCaps kind{.dtype = value.dtype(), .device = value.device()};
+    KindCaps kind{.dtype = value.dtype(),
+                  .device = value.device(),
+                  .group_sum = engine_->needs_group_sum(order[first])};
     std::vector<size_t> members;  // this kind's parameters, in `order`
     size_t total = 0;
     for (size_t k = first; k < order.size(); ++k) {
       const Tensor& v = params_[order[k]]->value();
-      if (v.dtype() != kind.dtype || v.device() != kind.device) continue;
+      if (v.dtype() != kind.dtype || v.device() != kind.device ||
+          engine_->needs_group_sum(order[k]) != kind.group_sum) {
+        continue;
+      }
       members.push_back(order[k]);
       seen[order[k]] = true;
       total += bytes_of(order[k]);
@@ -171,15 +166,19 @@ GradReducer::BucketPlan GradReducer::plan_buckets(const std::vector<size_t>& ord
   return plan;
 }
 
-void GradReducer::build_buckets(const std::vector<size_t>& order) {
+void GradReducer::build_buckets(std::vector<size_t> order) {
+  // NOTE [group sums] in grad_buckets.hpp: their buckets launch in finish(), so they go last.
+  std::stable_partition(order.begin(), order.end(),
+                        [&](size_t i) { return !engine_->needs_group_sum(i); });
   const BucketPlan plan = plan_buckets(order);
   std::vector<std::unique_ptr<Bucket>> built;
   std::vector<size_t> open;          // indices into `built` still accepting parameters
   std::vector<size_t> last_of_kind;  // NOTE [bucket sizes]: those created so far
-  auto new_bucket = [&](DType dtype, Device device, std::vector<size_t>& list) {
+  auto new_bucket = [&](DType dtype, Device device, bool group_sum, std::vector<size_t>& list) {
     auto bucket = std::make_unique<Bucket>();
     bucket->dtype = dtype;
     bucket->device = device;
+    bucket->group_sum = group_sum;
     built.push_back(std::move(bucket));
     list.push_back(built.size() - 1);
     return list.end() - 1;
@@ -188,33 +187,35 @@ void GradReducer::build_buckets(const std::vector<size_t>& order) {
     const nn::Parameter& p = *params_[index];
     const DType dtype = p.value().dtype();
     const Device device = p.value().device();
+    const bool group_sum = engine_->needs_group_sum(index);
     const size_t element = dtype_size(dtype);
     auto same_kind = [&](size_t b) {
-      return built[b]->dtype == dtype && built[b]->device == device;
+      return built[b]->dtype == dtype && built[b]->device == device &&
+             built[b]->group_sum == group_sum;
     };
 
     size_t target = 0;
     if (plan.last[index]) {
       // The kind's other parameters all came before (these are its last in `order`).
       auto slot = std::find_if(last_of_kind.begin(), last_of_kind.end(), same_kind);
-      if (slot == last_of_kind.end()) slot = new_bucket(dtype, device, last_of_kind);
+      if (slot == last_of_kind.end()) slot = new_bucket(dtype, device, group_sum, last_of_kind);
       target = *slot;
     } else {
       auto slot = std::find_if(open.begin(), open.end(), same_kind);
       if (slot != open.end()) {
         const Bucket& b = *built[*slot];
-        const bool first_of_kind = std::find_if(built.begin(), built.end(), [&](const auto& other) {
-                                     return other->dtype == dtype && other->device == device;
-                                   })->get() == &b;
-        const size_t cap =
-            first_of_kind ? options_.first_bucket_bytes : plan.later_cap(dtype, device);
+        const auto first = std::find_if(built.begin(), built.end(), [&](const auto& other) {
+          return other->dtype == dtype && other->device == device && other->group_sum == group_sum;
+        });
+        const size_t cap = first->get() == &b ? options_.first_bucket_bytes
+                                              : plan.later_cap(dtype, device, group_sum);
         const size_t after = static_cast<size_t>(align_up(b.numel, element) + p.numel()) * element;
         if (after > cap) {
           open.erase(slot);
           slot = open.end();
         }
       }
-      if (slot == open.end()) slot = new_bucket(dtype, device, open);
+      if (slot == open.end()) slot = new_bucket(dtype, device, group_sum, open);
       target = *slot;
     }
     Bucket& b = *built[target];
@@ -226,7 +227,7 @@ void GradReducer::build_buckets(const std::vector<size_t>& order) {
 
   // Buckets are numbered by their first parameter's position in `order`
   // (creation order), which is the order they are expected to fill.
-  bucket_of_.assign(params_.size(), 0);
+  std::vector<std::vector<size_t>> members;
   for (size_t bi = 0; bi < built.size(); ++bi) {
     Bucket& b = *built[bi];
     // In memory the peers map where the backend can (NOTE [symmetric memory] in
@@ -240,39 +241,11 @@ void GradReducer::build_buckets(const std::vector<size_t>& order) {
       nn::Parameter& p = *params_[b.params[k]];
       // Copies a gradient already written (a rebuild after the first step).
       p.set_grad_buffer(b.buffer.flat_view(b.offsets[k], p.shape()));
-      bucket_of_[b.params[k]] = bi;
     }
-    b.pending = static_cast<int>(b.params.size());
+    members.push_back(b.params);
   }
   buckets_ = std::move(built);
-  next_launch_ = 0;
-}
-
-void GradReducer::on_ready(size_t index) {
-  if (options_.rebuild_buckets && rebuilds_ == 0 && !observed_[index]) {
-    observed_[index] = true;
-    observed_order_.push_back(index);
-  }
-  if (!syncing_) return;  // no_sync: the gradient stays in the bucket and accumulates
-  mark_ready(index);
-}
-
-void GradReducer::mark_ready(size_t index) {
-  LOOM_CHECK(!ready_[index], "GradReducer: parameter '", params_[index]->name(),
-             "' became ready twice in one synchronized backward; call finish() after each "
-             "synchronized backward (and build a parameter used k times per backward with "
-             "uses_per_backward = k)");
-  if (first_ready_ns_ == 0) first_ready_ns_ = trace::now_ns();
-  ready_[index] = true;
-  Bucket& bucket = *buckets_[bucket_of_[index]];
-  if (--bucket.pending == 0) launch_ready_buckets();
-}
-
-void GradReducer::launch_ready_buckets() {
-  // Strictly in index order: a bucket that fills early waits for its predecessors.
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_]->pending == 0) {
-    launch(next_launch_++);
-  }
+  engine_->set_buckets(std::move(members));
 }
 
 void GradReducer::launch(size_t index) {
@@ -289,90 +262,50 @@ void GradReducer::launch(size_t index) {
 }
 
 void GradReducer::finish() {
-  LOOM_CHECK(syncing_,
+  LOOM_CHECK(engine_->syncing(),
              "GradReducer::finish() called inside no_sync(); end the no_sync scope and run the "
              "last micro-batch's backward first");
   const int64_t start_ns = trace::now_ns();
-
-  // Parameters that did not signal ready in this synchronized pass.
-  int64_t first_unused = kNone;
-  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
-    const std::vector<size_t> members = buckets_[bi]->params;
-    for (const size_t index : members) {
-      if (ready_[index]) continue;
-      nn::Parameter& p = *params_[index];
-      if (p.grad_written()) {
-        mark_ready(index);  // written during no_sync micro-steps only: already complete
-      } else if (options_.unused == UnusedParameters::zero_fill) {
-        // A real (zero) write, so grad() keeps the reduced value afterwards
-        // and other ready hooks see the parameter as every other.
-        nn::Parameter::GradWrite write = p.begin_grad_write();
-        if (!write.accumulate) write.grad.zero();
-        for (int use = 0; use < p.uses_per_backward() && !ready_[index]; ++use) p.end_grad_write();
-        if (!ready_[index]) mark_ready(index);
-      } else {
-        // Still reduce (zeros), so every rank issues the same collectives;
-        // the verdict below then fails all ranks together.
-        first_unused = std::min(first_unused, static_cast<int64_t>(index));
-        p.grad();
-        mark_ready(index);
-      }
-    }
-  }
-  LOOM_ASSERT(next_launch_ == buckets_.size(), "every bucket is launched by now");
-
+  const int64_t first_ready_ns = engine_->first_ready_ns();
+  engine_->launch_remaining();
   for (auto& bucket : buckets_) {
     bucket->work.block_stream(current_stream(bucket->device));
     bucket->work.wait();
     if (bucket->wire.defined()) bucket->buffer.copy_from(bucket->wire);
   }
-  record_stats(start_ns, trace::now_ns());
-
+  record_stats(start_ns, trace::now_ns(), first_ready_ns);
   for (auto& bucket : buckets_) {
-    bucket->pending = static_cast<int>(bucket->params.size());
     bucket->launched = false;
     bucket->work = comm::Work();
   }
-  std::fill(ready_.begin(), ready_.end(), false);
-  next_launch_ = 0;
-  first_ready_ns_ = 0;
-
-  if (options_.unused == UnusedParameters::error) check_unused_across_ranks(first_unused);
+  engine_->end_step();  // throws on every rank for an unused parameter under `error`
   if (options_.rebuild_buckets && rebuilds_ == 0) rebuild_from_observed_order();
   last_finish_end_ns_ = trace::now_ns();
-}
-
-void GradReducer::check_unused_across_ranks(int64_t first_unused) {
-  const int64_t size = comm_.size();
-  const int64_t key = first_unused == kNone ? kNone : first_unused * size + comm_.rank();
-  const int64_t agreed = detail::all_reduce_min(comm_, key, control_device_);
-  if (agreed == kNone) return;
-  const auto index = static_cast<size_t>(agreed / size);
-  const int rank = static_cast<int>(agreed % size);
-  throw Error(str_cat(
-      "GradReducer: parameter '", params_[index]->name(), "' received no gradient on ",
-      comm_.describe_rank(rank),
-      " before finish() (it took no part in the loss); if some parameters are unused by design, "
-      "construct the reducer with ReducerOptions{.unused = UnusedParameters::zero_fill}, or "
-      "leave the parameter out of the list"));
 }
 
 void GradReducer::rebuild_from_observed_order() {
   // Parameters never seen (unused ones under zero_fill are seen) go last, in
   // the current bucket order.
+  std::vector<int64_t> mine(engine_->observed_order().begin(), engine_->observed_order().end());
   for (const auto& bucket : buckets_) {
     for (const size_t index : bucket->params) {
-      if (!observed_[index]) observed_order_.push_back(index);
+      if (!engine_->observed(index)) mine.push_back(static_cast<int64_t>(index));
     }
   }
-  std::vector<int64_t> mine(observed_order_.begin(), observed_order_.end());
   const std::vector<int64_t> agreed =
       detail::broadcast_indices(comm_, std::move(mine), 0, control_device_);
-  std::vector<size_t> order(agreed.begin(), agreed.end());
-  build_buckets(order);
+  build_buckets(std::vector<size_t>(agreed.begin(), agreed.end()));
   rebuilds_ = 1;
-  observed_order_.clear();
-  observed_order_.shrink_to_fit();
+  engine_->set_observing(false);
+  engine_->clear_observed();
+}
+
+bool GradReducer::syncing() const {
+  return engine_->syncing();
+}
+
+void GradReducer::set_last_micro_batch(const nn::Tape& tape) {
+  engine_->set_final_micro_batch(tape.micro_batch());
 }
 
 std::vector<std::vector<std::string>> GradReducer::bucket_parameters() const {
@@ -384,7 +317,8 @@ std::vector<std::vector<std::string>> GradReducer::bucket_parameters() const {
   return out;
 }
 
-void GradReducer::record_stats(int64_t finish_start_ns, int64_t finish_end_ns) {
+void GradReducer::record_stats(int64_t finish_start_ns, int64_t finish_end_ns,
+                               int64_t first_ready_ns) {
   ReducerStats s;
   s.step = stats_.step + 1;
   std::vector<std::pair<int64_t, int64_t>> intervals;
@@ -413,7 +347,7 @@ void GradReducer::record_stats(int64_t finish_start_ns, int64_t finish_end_ns) {
   s.exposed_s = static_cast<double>(finish_end_ns - finish_start_ns) * 1e-9;
   s.compute_s = static_cast<double>(finish_start_ns - last_finish_end_ns_) * 1e-9;
   s.backward_s =
-      first_ready_ns_ == 0 ? 0.0 : static_cast<double>(finish_start_ns - first_ready_ns_) * 1e-9;
+      first_ready_ns == 0 ? 0.0 : static_cast<double>(finish_start_ns - first_ready_ns) * 1e-9;
   s.hidden_fraction =
       s.comm_s > 0 ? std::clamp((s.comm_s - s.exposed_s) / s.comm_s, 0.0, 1.0) : 1.0;
   trace::record_span("comm", "finish (exposed communication)", finish_start_ns, finish_end_ns,
@@ -421,12 +355,13 @@ void GradReducer::record_stats(int64_t finish_start_ns, int64_t finish_end_ns) {
   stats_ = s;
 }
 
-GradReducer::NoSync::NoSync(GradReducer& reducer) : reducer_(reducer), previous_(reducer.syncing_) {
-  reducer_.syncing_ = false;
+GradReducer::NoSync::NoSync(GradReducer& reducer)
+    : reducer_(reducer), previous_(reducer.engine_->syncing()) {
+  reducer_.engine_->set_syncing(false);
 }
 
 GradReducer::NoSync::~NoSync() {
-  reducer_.syncing_ = previous_;
+  reducer_.engine_->set_syncing(previous_);
 }
 
 }  // namespace loom::parallel

@@ -4,16 +4,6 @@
 
 namespace loom::parallel {
 
-std::string_view unused_parameters_name(UnusedParameters value) {
-  switch (value) {
-    case UnusedParameters::error:
-      return "error";
-    case UnusedParameters::zero_fill:
-      return "zero_fill";
-  }
-  return "unknown";
-}
-
 std::string_view grad_compression_name(GradCompression value) {
   switch (value) {
     case GradCompression::none:

@@ -1,9 +1,11 @@
 # parallel/: the parallel layout and data parallelism (gradient reducer, synchronized BatchNorm, ZeRO).
 target_sources(loom PRIVATE
   parallel/control.cpp
+  parallel/grad_buckets.cpp
   parallel/grad_reducer.cpp
   parallel/layout.cpp
   parallel/reducer_stats.cpp
+  parallel/reduction.cpp
   parallel/sharded_module.cpp
   parallel/sync_batch_norm.cpp
   parallel/zero_layout.cpp

@@ -53,8 +53,9 @@ std::vector<std::string> ZeroLayout::describe(const std::vector<nn::Parameter*>&
 }
 
 ZeroLayout build_zero_layout(const std::vector<nn::Parameter*>& params,
-                             const std::vector<size_t>& unit_of, int ranks, size_t element_size,
-                             size_t first_bucket_bytes, size_t bucket_cap_bytes) {
+                             const std::vector<size_t>& unit_of, const std::vector<bool>& group_sum,
+                             int ranks, size_t element_size, size_t first_bucket_bytes,
+                             size_t bucket_cap_bytes) {
   const size_t n = params.size();
   const size_t unit_count = n == 0 ? 0 : *std::max_element(unit_of.begin(), unit_of.end()) + 1;
   // A unit's gradients are expected complete once its earliest-registered
@@ -99,7 +100,8 @@ ZeroLayout build_zero_layout(const std::vector<nn::Parameter*>& params,
     if (!layout.buckets.empty()) {
       const LayoutBucket& b = layout.buckets.back();
       const auto bytes = static_cast<size_t>(e.offset + e.numel - b.range.begin) * element_size;
-      fits = bytes <= cap_of(layout.buckets.size() - 1);
+      fits = bytes <= cap_of(layout.buckets.size() - 1) &&
+             group_sum[b.params.back()] == group_sum[e.param];
     }
     if (!fits) {
       const int64_t begin = layout.buckets.empty() ? 0 : e.offset;

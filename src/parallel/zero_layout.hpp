@@ -68,9 +68,12 @@ struct ZeroLayout {
 };
 
 // `unit_of[i]`: the unit of parameter i (units numbered 0..units-1 in any order).
+// `group_sum[i]`: its gradient is summed over another group first (NOTE
+// [group sums] in grad_buckets.hpp); no bucket mixes such parameters with others.
 ZeroLayout build_zero_layout(const std::vector<nn::Parameter*>& params,
-                             const std::vector<size_t>& unit_of, int ranks, size_t element_size,
-                             size_t first_bucket_bytes, size_t bucket_cap_bytes);
+                             const std::vector<size_t>& unit_of, const std::vector<bool>& group_sum,
+                             int ranks, size_t element_size, size_t first_bucket_bytes,
+                             size_t bucket_cap_bytes);
 
 // Compares the layout across ranks (a hash first, lines on a difference); on
 // a difference every rank throws naming the first differing line and both versions.

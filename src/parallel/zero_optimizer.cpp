@@ -15,6 +15,7 @@
 
 #include <cstdio>
 #include "parallel/control.hpp"
+#include "parallel/grad_buckets.hpp"
 #include "parallel/zero_layout.hpp"
 
 namespace loom::parallel {
@@ -89,7 +90,6 @@ std::string MemoryStats::summary() const {
 struct ZeroOptimizer::Impl final : ParameterGatherer {
   struct Bucket {
     Tensor buffer;  // stage 1: a view of the full gradient; stages 2, 3: transient
-    int pending = 0;
     bool launched = false;
     comm::Work work;
   };
@@ -126,12 +126,9 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
   // 2) or kept at rest (stage 3). Both are undefined for f32 parameters.
   Tensor master;
   Tensor master_grad;
+  std::unique_ptr<detail::GradBuckets> engine;  // stages 1 to 3
   std::vector<Bucket> buckets;
   std::vector<size_t> bucket_of;
-  std::vector<bool> ready;
-  size_t next_launch = 0;
-  std::vector<int> hook_ids;
-  bool syncing = true;
 
   Tensor gather_send;  // stages 1, 2: a copy of the stepped shard while the all-gather runs
   comm::Work gather_work;
@@ -175,8 +172,9 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
           params, comm,
           ReducerOptions{.first_bucket_bytes = options.first_bucket_bytes,
                          .bucket_cap_bytes = options.bucket_cap_bytes,
-                         .unused = UnusedParameters::zero_fill,
-                         .broadcast_parameters = options.broadcast_parameters});
+                         .unused = options.unused,
+                         .broadcast_parameters = options.broadcast_parameters,
+                         .groups = options.groups});
       opt = make_optimizer(std::move(decay), optimizer);
       for (const nn::Parameter* p : params) {
         param_bytes += static_cast<int64_t>(p->numel() * element);
@@ -187,8 +185,13 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
       return;
     }
 
+    engine = std::make_unique<detail::GradBuckets>("ZeroOptimizer", params, comm, options.groups,
+                                                   options.unused,
+                                                   [this](size_t bucket) { launch(bucket); });
+    std::vector<bool> group_sum(params.size());
+    for (size_t i = 0; i < params.size(); ++i) group_sum[i] = engine->needs_group_sum(i);
     detail::check_parameter_agreement(comm, params, device);
-    layout = detail::build_zero_layout(params, unit_of, comm.size(), element,
+    layout = detail::build_zero_layout(params, unit_of, group_sum, comm.size(), element,
                                        options.first_bucket_bytes, options.bucket_cap_bytes);
     detail::check_layout_agreement(comm, layout.describe(params), device);
     if (options.broadcast_parameters) {
@@ -246,20 +249,18 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
 
     buckets.resize(layout.buckets.size());
     bucket_of.assign(params.size(), 0);
+    std::vector<std::vector<size_t>> members;
     for (size_t b = 0; b < layout.buckets.size(); ++b) {
       for (const size_t i : layout.buckets[b].params) bucket_of[i] = b;
-      buckets[b].pending = static_cast<int>(layout.buckets[b].params.size());
+      members.push_back(layout.buckets[b].params);
       if (stage == 1) buckets[b].buffer = flat_range(flat_grad, layout.buckets[b].range);
     }
+    engine->set_buckets(std::move(members));
     if (stage >= 2) {
       for (size_t i = 0; i < params.size(); ++i) {
         params[i]->release_grad();
         params[i]->set_grad_provider([this, i](nn::Parameter&) { return grad_view(i); });
       }
-    }
-    ready.assign(params.size(), false);
-    for (size_t i = 0; i < params.size(); ++i) {
-      hook_ids.push_back(params[i]->add_ready_hook([this, i](nn::Parameter&) { on_ready(i); }));
     }
 
     if (dtype != DType::f32) {
@@ -295,12 +296,23 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
     track(0, 0);
   }
 
+  bool syncing() const { return reducer ? reducer->syncing() : engine->syncing(); }
+  void set_syncing(bool syncing) {
+    if (reducer) {
+      // GradReducer's NoSync is a scope; flip it the same way through one.
+      if (!syncing && !reducer_no_sync) reducer_no_sync.emplace(*reducer);
+      if (syncing) reducer_no_sync.reset();
+    } else {
+      engine->set_syncing(syncing);
+    }
+  }
+
   // This rank's shard of the parameter values / reduced gradients, in the parameters' dtype.
   Tensor low_value_shard() const { return stage == 3 ? shard_value : flat_range(flat_value, mine); }
   Tensor low_grad_shard() const { return stage == 1 ? flat_range(flat_grad, mine) : shard_grad; }
 
   ~Impl() override {
-    for (size_t i = 0; i < hook_ids.size(); ++i) params[i]->remove_ready_hook(hook_ids[i]);
+    engine.reset();  // no more ready hooks
     if (stage >= 2) {
       for (nn::Parameter* p : params) p->set_grad_provider({});
     }
@@ -386,22 +398,6 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
     return b.buffer.flat_view(e.offset - range.begin, params[i]->shape());
   }
 
-  void on_ready(size_t i) {
-    if (syncing) mark_ready(i);
-  }
-
-  void mark_ready(size_t i) {
-    LOOM_CHECK(!ready[i], "ZeroOptimizer: parameter '", params[i]->name(),
-               "' became ready twice in one synchronized backward; call finish() after each "
-               "synchronized backward");
-    ready[i] = true;
-    if (--buckets[bucket_of[i]].pending == 0) {
-      while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
-        launch(next_launch++);
-      }
-    }
-  }
-
   void launch(size_t index) {
     Bucket& b = buckets[index];
     const Range range = layout.buckets[index].range;
@@ -430,19 +426,10 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
   }
 
   void finish() {
-    LOOM_CHECK(syncing,
+    LOOM_CHECK(engine->syncing(),
                "ZeroOptimizer::finish() called inside no_sync(); end the no_sync scope "
                "and run the last micro-batch's backward first");
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      const std::vector<size_t> members = layout.buckets[b].params;
-      for (const size_t i : members) {
-        if (ready[i]) continue;
-        // Unused in this pass (or written under no_sync only): its gradient as it stands.
-        if (!params[i]->grad_written()) (void)params[i]->grad();
-        mark_ready(i);
-      }
-    }
-    LOOM_ASSERT(next_launch == buckets.size(), "every bucket is launched by now");
+    engine->launch_remaining();
     for (size_t b = 0; b < buckets.size(); ++b) {
       if (stage == 1) {
         buckets[b].work.block_stream(current_stream(device));
@@ -450,12 +437,10 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
       } else {
         release_bucket(b);
       }
-      buckets[b].pending = static_cast<int>(layout.buckets[b].params.size());
       buckets[b].launched = false;
       buckets[b].work = comm::Work();
     }
-    std::fill(ready.begin(), ready.end(), false);
-    next_launch = 0;
+    engine->end_step();  // throws on every rank for an unused parameter under `error`
     // Widening is exact, so the norm and the update see the reduced gradient as it is.
     if (master.defined()) master_grad.copy_from(low_grad_shard());
     if (stage == 3) {
@@ -641,16 +626,20 @@ void ZeroOptimizer::release_parameters() {
   }
 }
 
-ZeroOptimizer::NoSync::NoSync(ZeroOptimizer& zero) : zero_(zero), previous_(zero.impl_->syncing) {
-  zero_.impl_->syncing = false;
-  if (zero_.impl_->reducer && !zero_.impl_->reducer_no_sync) {
-    zero_.impl_->reducer_no_sync.emplace(*zero_.impl_->reducer);
-  }
+ZeroOptimizer::NoSync::NoSync(ZeroOptimizer& zero) : zero_(zero), previous_(zero.impl_->syncing()) {
+  zero_.impl_->set_syncing(false);
 }
 
 ZeroOptimizer::NoSync::~NoSync() {
-  zero_.impl_->syncing = previous_;
-  if (previous_) zero_.impl_->reducer_no_sync.reset();
+  zero_.impl_->set_syncing(previous_);
+}
+
+void ZeroOptimizer::set_last_micro_batch(const nn::Tape& tape) {
+  if (impl_->reducer) {
+    impl_->reducer->set_last_micro_batch(tape);
+  } else {
+    impl_->engine->set_final_micro_batch(tape.micro_batch());
+  }
 }
 
 int ZeroOptimizer::stage() const {

@@ -75,7 +75,7 @@ TEST_CASE("GPT: split backward equals backward, every gradient is ready once", "
   GPT b("", tiny_config());
   std::map<std::string, int> ready;
   for (auto* p : a.parameters()) {
-    p->add_ready_hook([&](loom::nn::Parameter& q) { ++ready[q.name()]; });
+    p->add_ready_hook([&](loom::nn::Parameter& q, uint64_t) { ++ready[q.name()]; });
   }
   Tape ca, cb;
   Tensor la = a.forward(tiny_ids(), ca);

@@ -89,7 +89,7 @@ TEST_CASE("a tied Linear shares the embedding, ready fires once after both contr
   CHECK(head.in_features() == dim);
   CHECK(head.out_features() == vocab);
   int fired = 0;
-  table.add_ready_hook([&](Parameter&) { ++fired; });
+  table.add_ready_hook([&](Parameter&, uint64_t) { ++fired; });
 
   const Tensor ids = Tensor::from_vector<int32_t>({1, 5, 1, 0, 6}, {5});
   const Tensor dy = random_input({5, vocab}, 7);

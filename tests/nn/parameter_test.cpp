@@ -36,7 +36,7 @@ TEST_CASE("Parameter: first write overwrites, later writes accumulate, zero_grad
 TEST_CASE("Parameter: ready hooks fire after every uses_per_backward-th write", "[nn][parameter]") {
   Parameter tied("wte", Tensor::zeros({2, 2}), 2);
   std::vector<std::string> fired;
-  int id = tied.add_ready_hook([&](Parameter& p) { fired.push_back(p.name()); });
+  int id = tied.add_ready_hook([&](Parameter& p, uint64_t) { fired.push_back(p.name()); });
   tied.begin_grad_write();
   tied.end_grad_write();
   CHECK(fired.empty());

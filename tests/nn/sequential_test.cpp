@@ -46,7 +46,7 @@ TEST_CASE("Sequential: gradients become ready last layer first, split backward",
   auto seq = small_stack("block");
   std::vector<std::string> order;
   for (Parameter* p : seq->parameters()) {
-    p->add_ready_hook([&](Parameter& ready) { order.push_back(ready.name()); });
+    p->add_ready_hook([&](Parameter& ready, uint64_t) { order.push_back(ready.name()); });
   }
   Tape tape;
   const Tensor y = seq->forward(random_input({2, 6}, 2), tape);

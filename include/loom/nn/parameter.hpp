@@ -2,13 +2,17 @@
 // "gradient ready" signal reducers subscribe to (docs/design.md, decision 2).
 //
 // NOTE [gradient contributions] A module writes a parameter's gradient through
-// begin_grad_write() / end_grad_write(). The first write after zero_grad()
+// begin_grad_write() / end_grad_write(tape). The first write after zero_grad()
 // overwrites (accumulate == false: e.g. GEMM with beta = 0, so zero_grad() never
 // has to touch memory); later writes in the same step add to it (gradient
 // accumulation over micro-batches). A parameter used k times in one backward
-// pass (tied embeddings: k = 2) is built with uses_per_backward = k; after every
-// k-th end_grad_write() its ready hooks fire, once per micro-batch backward.
-// Reducers decide what a ready signal means (a no_sync micro-step ignores it).
+// pass (tied embeddings: k = 2) is built with uses_per_backward = k. Uses are
+// counted per micro-batch (the tape's id, nn/tape.hpp): when micro-batch m has
+// written its k-th contribution, the ready hooks fire with m, once per
+// micro-batch backward, whatever the other micro-batches in flight wrote in
+// between (a zero-bubble schedule interleaves them). Reducers decide what a
+// ready signal means (a micro-batch that is not the step's last only
+// accumulates; parallel/grad_buckets.hpp).
 //
 // A reducer may move the gradient into its own flat buffer with
 // set_grad_buffer(): the gradient then is a view of the bucket (no copy).
@@ -26,13 +30,41 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/random.hpp"
 #include "loom/core/tensor.hpp"
+#include "loom/nn/tape.hpp"
 
 namespace loom::nn {
 
+// NOTE [parameter placement] Where a parameter sits in the model that every
+// layout shares (docs/design.md, decision 12), and which reductions its
+// gradient needs beyond data parallelism. A tensor-parallel layer holds a
+// shard: the slice [shard_offset, shard_offset + shape[shard_dim]) of the
+// global tensor along shard_dim, whole along every other dimension. A
+// parameter that is not sharded (shard_dim = -1) is replicated over the
+// tensor-parallel group when there is one. Initialisation draws the shard as
+// the exact slice of the global tensor (shard_spec()), the gradient clipper
+// counts each element of the global model once, and checkpoints store this
+// description so another layout can re-slice it.
+struct Placement {
+  Shape global_shape;        // empty: the parameter's own shape (not sharded)
+  int shard_dim = -1;        // the dimension split over the tensor-parallel group; -1: none
+  int64_t shard_offset = 0;  // where this shard starts along shard_dim
+  // The gradient is partial on each tensor-parallel rank and must be summed
+  // over the group (a replicated weight that sees only part of the sequence:
+  // LayerNorm under sequence parallelism).
+  bool sum_grad_over_tp = false;
+  // One copy of a weight tied across pipeline stages (GPT's token table on
+  // the first and the last stage): the copies' gradients are summed over the
+  // embedding group (parallel/layout.hpp), and the first copy counts for the
+  // global norm.
+  bool tied_across_stages = false;
+};
+
 class Parameter {
  public:
-  using ReadyHook = std::function<void(Parameter&)>;
+  // `micro_batch` is the id of the tape whose writes completed (0: none).
+  using ReadyHook = std::function<void(Parameter&, uint64_t micro_batch)>;
 
   Parameter(std::string name, Tensor value, int uses_per_backward = 1);
   Parameter(const Parameter&) = delete;
@@ -83,16 +115,34 @@ class Parameter {
     bool accumulate = false;  // false: overwrite (beta = 0); true: add (beta = 1)
   };
   GradWrite begin_grad_write();
-  void end_grad_write();
+  // One use of micro-batch `tape` written.
+  void end_grad_write(const Tape& tape) { end_grad_write(tape.micro_batch()); }
+  // A write outside any tape (micro-batch 0), or for the micro-batch with this id.
+  void end_grad_write(uint64_t micro_batch = 0);
 
   int uses_per_backward() const { return uses_per_backward_; }
   void set_uses_per_backward(int uses);
+  // A micro-batch other than `micro_batch` that has written some but not all
+  // of its uses, or 0 when there is none.
+  uint64_t incomplete_micro_batch(uint64_t except) const;
 
   // Hooks run on the thread that finished the write, in registration order.
   int add_ready_hook(ReadyHook hook);
   void remove_ready_hook(int id);
-  // Fires the hooks now (used for unused parameters a reducer marks ready).
-  void mark_ready();
+  // Fires the hooks now for `micro_batch`.
+  void mark_ready(uint64_t micro_batch = 0);
+
+  // See NOTE [parameter placement]. set_placement() checks it against the
+  // shape and throws naming the parameter and the rule.
+  const Placement& placement() const { return placement_; }
+  void set_placement(Placement placement);
+  // The global shape (the own shape when not sharded).
+  const Shape& global_shape() const {
+    return placement_.global_shape.empty() ? shape_ : placement_.global_shape;
+  }
+  bool sharded() const { return placement_.shard_dim >= 0; }
+  // Where the shard sits in the global tensor, for fill_uniform / fill_normal.
+  ShardSpec shard_spec() const;
 
  private:
   [[noreturn]] void throw_released() const;
@@ -108,7 +158,9 @@ class Parameter {
   Tensor grad_;
   bool grad_written_ = false;
   int uses_per_backward_ = 1;
-  int pending_uses_ = 0;
+  // Micro-batches with some but not all uses written: (id, uses so far).
+  std::vector<std::pair<uint64_t, int>> pending_uses_;
+  Placement placement_;
   int next_hook_id_ = 0;
   std::vector<std::pair<int, ReadyHook>> hooks_;
 };

@@ -5,6 +5,13 @@
 // backward consumes and releases it. A module with parameters releases its
 // state in backward_weight(), a module without in backward_input(), so after a
 // complete backward the tape is empty again and can be reused.
+//
+// Every tape has a micro-batch id, unique in the process, that gradient
+// writes carry to their parameter (NOTE [gradient contributions] in
+// nn/parameter.hpp): uses are counted per micro-batch, so two micro-batches
+// whose writes to a tied weight interleave do not make each other's gradient
+// look complete. A tape that recomputes part of a micro-batch (activation
+// checkpointing) takes the id of the tape it works for.
 #pragma once
 
 #include <cstddef>
@@ -29,7 +36,7 @@ struct SavedState {
 
 class Tape {
  public:
-  Tape() = default;
+  Tape();
   Tape(const Tape&) = delete;
   Tape& operator=(const Tape&) = delete;
   Tape(Tape&&) = default;
@@ -75,6 +82,11 @@ class Tape {
   void set_random_seed(uint64_t seed) { random_seed_ = seed; }
   uint64_t random_seed() const { return random_seed_; }
 
+  // See the file comment. Ids start at 1; 0 means "no micro-batch" (a
+  // gradient written outside any tape).
+  uint64_t micro_batch() const { return micro_batch_; }
+  void set_micro_batch(uint64_t id) { micro_batch_ = id; }
+
   bool has(const void* owner) const { return states_.count(owner) != 0; }
   bool has(const Module& module) const { return has(&module); }
   void release(const void* owner) { states_.erase(owner); }
@@ -91,6 +103,7 @@ class Tape {
 
   std::unordered_map<const void*, std::unique_ptr<SavedState>> states_;
   uint64_t random_seed_ = 0;
+  uint64_t micro_batch_ = 0;
 };
 
 }  // namespace loom::nn

@@ -29,6 +29,14 @@
 //  - After the first synchronized step the buckets are rebuilt once, in the
 //    order gradients actually became ready on rank 0 (broadcast, so every
 //    rank gets the same buckets).
+//  - Buckets are counted and launched by the gradient-bucket engine that
+//    ZeroOptimizer shares (src/parallel/grad_buckets.hpp): ready signals are
+//    counted per micro-batch, and set_last_micro_batch(tape) names the step's
+//    last one when several are in flight (a pipeline schedule): signals of the
+//    others only accumulate.
+//  - Parameters whose nn::Placement asks for a sum over the tensor-parallel or
+//    the embedding group (ReducerOptions.groups) get buckets of their own,
+//    last; finish() sums them over their group, then averages them over dp.
 //  - no_sync(): ready signals start nothing; gradients keep accumulating in
 //    the buckets; the next synchronized backward + finish() reduces the sum.
 //    Convention: the reducer averages over ranks only. Scale each
@@ -59,12 +67,16 @@
 
 #include "loom/comm/communicator.hpp"
 #include "loom/nn/parameter.hpp"
+#include "loom/nn/tape.hpp"
+#include "loom/parallel/reduction.hpp"
 
 namespace loom::parallel {
 
-enum class UnusedParameters { error, zero_fill };
+namespace detail {
+class GradBuckets;
+}
+
 enum class GradCompression { none, bf16, f16 };
-std::string_view unused_parameters_name(UnusedParameters value);
 std::string_view grad_compression_name(GradCompression value);
 
 struct ReducerOptions {
@@ -83,6 +95,8 @@ struct ReducerOptions {
   bool rebuild_buckets = true;
   // Broadcast rank 0's parameter values at construction.
   bool broadcast_parameters = true;
+  // Groups beyond dp that some gradients are summed over (parallel/reduction.hpp).
+  ReductionGroups groups = {};
 };
 
 // Metrics of the last synchronized step (all times in seconds).
@@ -125,7 +139,12 @@ class GradReducer {
     bool previous_;
   };
   [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
-  bool syncing() const { return syncing_; }
+  bool syncing() const;
+
+  // The backward of `tape` is the step's last micro-batch: ready signals of
+  // other micro-batches accumulate without launching anything (a pipeline
+  // schedule's explicit no_sync). Until finish(), which clears it.
+  void set_last_micro_batch(const nn::Tape& tape);
 
   const ReducerOptions& options() const { return options_; }
   comm::Communicator& communicator() const { return comm_; }
@@ -136,32 +155,28 @@ class GradReducer {
 
  private:
   struct Bucket;
-  void install_hooks();
-  void on_ready(size_t index);
-  void mark_ready(size_t index);
-  void launch_ready_buckets();
   void launch(size_t bucket);
   // NOTE [bucket sizes] in grad_reducer.cpp.
   struct KindCaps {
     DType dtype = DType::f32;
     Device device = Device::cpu();
+    bool group_sum = false;
     size_t later_cap = 0;
   };
   struct BucketPlan {
     std::vector<KindCaps> kinds;
     std::vector<bool> last;  // per parameter: in its kind's last bucket
-    size_t later_cap(DType dtype, Device device) const {
+    size_t later_cap(DType dtype, Device device, bool group_sum) const {
       for (const KindCaps& k : kinds) {
-        if (k.dtype == dtype && k.device == device) return k.later_cap;
+        if (k.dtype == dtype && k.device == device && k.group_sum == group_sum) return k.later_cap;
       }
       return 0;
     }
   };
   BucketPlan plan_buckets(const std::vector<size_t>& order) const;
-  void build_buckets(const std::vector<size_t>& order);
+  void build_buckets(std::vector<size_t> order);
   void rebuild_from_observed_order();
-  void check_unused_across_ranks(int64_t first_unused);
-  void record_stats(int64_t finish_start_ns, int64_t finish_end_ns);
+  void record_stats(int64_t finish_start_ns, int64_t finish_end_ns, int64_t first_ready_ns);
 
   std::vector<nn::Parameter*> params_;
   comm::Communicator& comm_;
@@ -169,19 +184,10 @@ class GradReducer {
   Device control_device_;  // where small control tensors live (the first parameter's device)
 
   std::vector<std::unique_ptr<Bucket>> buckets_;
-  std::vector<size_t> bucket_of_;  // parameter index -> bucket index
-  std::vector<bool> ready_;        // per parameter, in the current synchronized pass
-  size_t next_launch_ = 0;
-  std::vector<int> hook_ids_;
-  bool syncing_ = true;
-
-  // Ready order observed until the first finish() (for the one rebuild).
-  std::vector<size_t> observed_order_;
-  std::vector<bool> observed_;
+  std::unique_ptr<detail::GradBuckets> engine_;
   int rebuilds_ = 0;
 
   int64_t last_finish_end_ns_ = 0;
-  int64_t first_ready_ns_ = 0;
   ReducerStats stats_;
 };
 

@@ -38,7 +38,11 @@
 //  - Every rank must call finish() after each synchronized backward, and
 //    no_sync() works as GradReducer's (gradients accumulate in the buckets,
 //    which then stay allocated until the synchronized backward's finish()).
-//  - Parameters that received no gradient count as zero gradients.
+//  - Stages 1 to 3 count ready gradients with the bucket engine GradReducer
+//    uses (stage 0 is a GradReducer): the same per-micro-batch counting,
+//    set_last_micro_batch(), no_sync(), group sums (ZeroOptions.groups; the
+//    buckets holding such parameters launch in finish()) and unused-parameter
+//    policy (ZeroOptions.unused, the same as ReducerOptions.unused).
 //  - Stage 2 and 3: after finish() the model's Parameter::grad() no longer
 //    holds the gradient (it was reduce-scattered); use grad_shards().
 //  - memory(): bytes this object keeps per rank for parameters, gradients
@@ -65,6 +69,7 @@
 #include "loom/optim/optimizer.hpp"
 #include "loom/optim/param_slot.hpp"
 #include "loom/optim/sgd.hpp"
+#include "loom/parallel/reduction.hpp"
 #include "loom/parallel/sharded_module.hpp"
 
 namespace loom::parallel {
@@ -82,6 +87,10 @@ struct ZeroOptions {
   // Stage 3: the wrappers that gather parameters (every parameter inside one).
   std::vector<ShardedModule*> modules = {};
   bool broadcast_parameters = true;
+  UnusedParameters unused = UnusedParameters::error;
+  // Groups beyond dp that some gradients are summed over, and that the
+  // gradient norm sums over (parallel/reduction.hpp).
+  ReductionGroups groups = {};
 };
 
 using OptimizerOptions = std::variant<optim::SgdOptions, optim::AdamWOptions>;
@@ -137,6 +146,9 @@ class ZeroOptimizer {
     bool previous_;
   };
   [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+  // The backward of `tape` is the step's last micro-batch (GradReducer's
+  // set_last_micro_batch); cleared by finish().
+  void set_last_micro_batch(const nn::Tape& tape);
 
   // The stage in effect (0 when the group has one rank).
   int stage() const;
