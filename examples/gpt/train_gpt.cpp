@@ -134,33 +134,19 @@ int run(const Flags& f) {
   schedule.validate();
   const optim::AdamWOptions adamw{
       .lr = f.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = f.weight_decay};
-  // Data parallelism: parameters checked and broadcast from rank 0, gradients
-  // averaged bucket by bucket while backward runs (stage 0), or reduce-scattered
-  // with sharded optimizer state, gradients and parameters (ZeRO stages 1-3).
-  std::unique_ptr<parallel::GradReducer> reducer;
-  std::unique_ptr<optim::AdamW> optimizer;
-  std::unique_ptr<parallel::ZeroOptimizer> zero;
-  const size_t first_bucket = static_cast<size_t>(f.first_bucket_mib * (1 << 20));
-  const size_t bucket_cap = static_cast<size_t>(f.bucket_cap_mib * (1 << 20));
-  if (f.zero_stage > 0) {
-    zero = std::make_unique<parallel::ZeroOptimizer>(
-        model.parameters(), dp, adamw,
-        parallel::ZeroOptions{.stage = f.zero_stage,
-                              .first_bucket_bytes = first_bucket,
-                              .bucket_cap_bytes = bucket_cap,
-                              .decay = optim::DecayPolicy::matrices_only,
-                              .modules = units,
-                              .broadcast_parameters = true});
-  } else {
-    if (dp.size() > 1) {
-      parallel::ReducerOptions options;
-      options.first_bucket_bytes = first_bucket;
-      options.bucket_cap_bytes = bucket_cap;
-      reducer = std::make_unique<parallel::GradReducer>(model.parameters(), dp, options);
-    }
-    optimizer = std::make_unique<optim::AdamW>(
-        optim::param_slots(model.parameters(), optim::DecayPolicy::matrices_only), adamw);
-  }
+  // One optimizer path for every stage: parameters checked and broadcast from
+  // rank 0, gradients averaged bucket by bucket while backward runs (stage 0:
+  // plain data parallelism), or reduce-scattered with sharded optimizer state,
+  // gradients and parameters (ZeRO stages 1-3).
+  parallel::ZeroOptimizer zero(
+      model.parameters(), dp, adamw,
+      parallel::ZeroOptions{
+          .stage = f.zero_stage,
+          .first_bucket_bytes = static_cast<size_t>(f.first_bucket_mib * (1 << 20)),
+          .bucket_cap_bytes = static_cast<size_t>(f.bucket_cap_mib * (1 << 20)),
+          .decay = optim::DecayPolicy::matrices_only,
+          .modules = units,
+          .broadcast_parameters = true});
   nn::CrossEntropyLoss loss_fn;
 
   data::TokenLoaderOptions loader_options{.batch = f.batch,
@@ -206,24 +192,15 @@ int run(const Flags& f) {
     Tensor logits = model.forward(batch.inputs.to(device), tape);
     const double loss = loss_fn.forward(logits, batch.targets.to(device), loss_tape).item<float>();
     model.backward(loss_fn.backward(loss_tape), tape);
-    if (reducer) {
-      reducer->finish();
+    zero.finish();
+    if (const parallel::GradReducer* reducer = zero.reducer()) {
       comm_seconds += reducer->stats().comm_s;
       exposed_seconds += reducer->stats().exposed_s;
     }
-    double norm = 0;
-    if (zero) {
-      zero->finish();
-      norm = f.clip > 0 ? zero->clip_grad_norm(f.clip) : 0.0;
-      zero->optimizer().set_lr(schedule.lr_at(step));
-      if (std::isfinite(norm)) zero->step();
-      zero->zero_grad();
-    } else {
-      norm = f.clip > 0 ? optim::clip_grad_norm(model.parameters(), f.clip) : 0.0;
-      optimizer->set_lr(schedule.lr_at(step));
-      if (std::isfinite(norm)) optimizer->step();
-      optimizer->zero_grad();
-    }
+    const double norm = f.clip > 0 ? zero.clip_grad_norm(f.clip) : 0.0;
+    zero.optimizer().set_lr(schedule.lr_at(step));
+    if (std::isfinite(norm)) zero.step();
+    zero.zero_grad();
     meter.end(tokens_per_step);
     train_seconds += meter.seconds();
 
@@ -232,9 +209,11 @@ int run(const Flags& f) {
       say("step %5lld  loss %.4f  lr %.2e  norm %.3f  %7.1f ms  %8.0f tok/s  MFU %5.1f%%\n",
           static_cast<long long>(step), global_loss, schedule.lr_at(step), norm,
           meter.seconds() * 1e3, meter.items_per_second(), 100.0 * meter.mfu());
-      if (reducer) say("           %s\n", reducer->stats().summary().c_str());
-      if (zero)
-        say("           ZeRO stage %d: %s\n", zero->stage(), zero->memory().summary().c_str());
+      if (const parallel::GradReducer* reducer = zero.reducer()) {
+        if (dp.size() > 1) say("           %s\n", reducer->stats().summary().c_str());
+      } else {
+        say("           ZeRO stage %d: %s\n", zero.stage(), zero.memory().summary().c_str());
+      }
     }
     // Every rank must stop at the same step: rank 0's clock decides.
     bool out_of_time = f.max_seconds > 0 && train_seconds >= f.max_seconds;
@@ -245,9 +224,9 @@ int run(const Flags& f) {
     }
     if ((f.eval_every > 0 && (step + 1) % f.eval_every == 0) || step + 1 == f.steps ||
         out_of_time) {
-      if (zero && zero->stage() == 3) zero->gather_parameters();
+      if (zero.stage() == 3) zero.gather_parameters();
       last_val = evaluate(model, loss_fn, file, loader_options, f.eval_batches, device, dp);
-      if (zero && zero->stage() == 3) zero->release_parameters();
+      if (zero.stage() == 3) zero.release_parameters();
       say("step %5lld  validation loss %.4f nats (%.3f bits/byte; unigram baseline %.3f)\n",
           static_cast<long long>(step), last_val, last_val / std::log(2.0), unigram);
     }
@@ -260,7 +239,7 @@ int run(const Flags& f) {
       "%.3f\n",
       static_cast<long long>(step), train_seconds, tokens_per_step * step / train_seconds,
       dp.size(), last_val, unigram);
-  if (reducer) {
+  if (zero.reducer() != nullptr && dp.size() > 1) {
     const double hidden = comm_seconds > 0 ? 1.0 - exposed_seconds / comm_seconds : 1.0;
     say("overlap: gradient all-reduce %.1f ms per step, %.1f ms exposed after backward; %.0f%% of "
         "communication hidden behind backward (rank 0)\n",

@@ -191,7 +191,12 @@ std::vector<nn::Module*> GPTEmbeddings::children() {
 GPTHead::GPTHead(const std::string& model, const GPTConfig& config, nn::Parameter& token_table)
     : Module(prefixed(model, "head")),
       ln_f_(prefixed(model, "ln_f"), config.d_model, kLayerNormEps, config.module),
-      projection_(std::make_unique<nn::Linear>(prefixed(model, "lm_head"), token_table)) {}
+      projection_(std::make_unique<nn::Linear>(prefixed(model, "lm_head"), token_table)) {
+  // One Parameter for both uses on this rank: nothing to sum across stages.
+  nn::Placement placement = token_table.placement();
+  placement.tied_across_stages = false;
+  token_table.set_placement(placement);
+}
 
 GPTHead::GPTHead(const std::string& model, const GPTConfig& config)
     : Module(prefixed(model, "head")),
@@ -201,7 +206,11 @@ GPTHead::GPTHead(const std::string& model, const GPTConfig& config)
           nn::LinearOptions{.bias = false,
                             .init_std = kInitStd,
                             .module = config.module,
-                            .weight_name = prefixed(model, "wte.weight")})) {}
+                            .weight_name = prefixed(model, "wte.weight")})) {
+  nn::Placement placement = token_table().placement();
+  placement.tied_across_stages = true;  // NOTE [tied token table]
+  token_table().set_placement(placement);
+}
 
 Tensor GPTHead::forward(const Tensor& x, nn::Tape& tape) {
   return projection_->forward(ln_f_.forward(x, tape), tape);
@@ -240,7 +249,7 @@ GPTPartSpec GPTPartSpec::stage(const GPTConfig& config, int stage, int stages) {
 }
 
 GPTPart::GPTPart(std::string name, const GPTConfig& config, const GPTPartSpec& spec,
-                 const GPTLayerFactory& layers)
+                 const GPTLayerFactory& layers, nn::Parameter* token_table)
     : Module(std::move(name)),
       config_((config.validate(), config)),
       spec_(spec),
@@ -252,12 +261,25 @@ GPTPart::GPTPart(std::string name, const GPTConfig& config, const GPTPartSpec& s
              ") are not a range of the model's ", config_.layers, " blocks");
   LOOM_CHECK(spec_.embeddings || spec_.head || spec_.first_block < spec_.end_block, "GPT part '",
              this->name(), "' holds nothing: no embeddings, no blocks, no head");
-  if (spec_.embeddings) embeddings_ = std::make_unique<GPTEmbeddings>(this->name(), config_);
+  LOOM_CHECK(token_table == nullptr || (spec_.head && !spec_.embeddings), "GPT part '",
+             this->name(),
+             "': a token table to tie to is for a part holding the head without the embeddings");
+  if (spec_.embeddings) {
+    embeddings_ = std::make_unique<GPTEmbeddings>(this->name(), config_);
+    if (!spec_.head) {
+      // The head lives in another part: a copy there, or a tie (which clears this).
+      nn::Placement placement = embeddings_->token_table().placement();
+      placement.tied_across_stages = true;
+      embeddings_->token_table().set_placement(placement);
+    }
+  }
   for (int64_t i = spec_.first_block; i < spec_.end_block; ++i) {
     blocks_.add(make_gpt_block(this->name(), i, config_, layers));
   }
   if (spec_.head && embeddings_) {
     head_ = std::make_unique<GPTHead>(this->name(), config_, embeddings_->token_table());
+  } else if (spec_.head && token_table != nullptr) {
+    head_ = std::make_unique<GPTHead>(this->name(), config_, *token_table);
   } else if (spec_.head) {
     head_ = std::make_unique<GPTHead>(this->name(), config_);
   }

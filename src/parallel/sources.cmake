@@ -2,6 +2,7 @@
 target_sources(loom PRIVATE
   parallel/control.cpp
   parallel/grad_buckets.cpp
+  parallel/grad_clip.cpp
   parallel/grad_reducer.cpp
   parallel/layout.cpp
   parallel/reducer_stats.cpp

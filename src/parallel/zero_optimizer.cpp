@@ -10,6 +10,7 @@
 #include "loom/core/logging.hpp"
 #include "loom/core/stream.hpp"
 #include "loom/optim/grad_clip.hpp"
+#include "loom/parallel/grad_clip.hpp"
 #include "loom/parallel/grad_reducer.hpp"
 #include "loom/parallel/zero.hpp"
 
@@ -127,6 +128,7 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
   Tensor master;
   Tensor master_grad;
   std::unique_ptr<detail::GradBuckets> engine;  // stages 1 to 3
+  std::vector<const nn::Parameter*> slot_params;  // the parameter of each optimizer slot
   std::vector<Bucket> buckets;
   std::vector<size_t> bucket_of;
 
@@ -274,6 +276,7 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
 
     // Optimizer slots: the pieces of this rank's shard, one per parameter it touches.
     std::vector<optim::ParamSlot> slots;
+    slot_params.clear();
     for (const auto& e : layout.entries) {
       const Range piece = detail::intersect(e.range(), mine);
       if (piece.size() == 0) continue;
@@ -286,6 +289,7 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
         value = stage == 3 ? flat_range(shard_value, local) : flat_range(flat_value, piece);
         grad = stage == 1 ? flat_range(flat_grad, piece) : flat_range(shard_grad, local);
       }
+      slot_params.push_back(params[e.param]);
       slots.push_back(
           optim::ParamSlot::buffer(str_cat(params[e.param]->name(), "[", piece.begin - e.offset,
                                            ":", piece.end - e.offset, "]"),
@@ -580,22 +584,32 @@ void ZeroOptimizer::finish() {
 }
 
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
-  if (impl_->stage == 0) return optim::clip_grad_norm(impl_->params, max_norm);
-  LOOM_CHECK(max_norm > 0 && std::isfinite(max_norm), "ZeroOptimizer::clip_grad_norm: max_norm is ",
-             max_norm, "; it must be positive and finite");
-  const std::vector<Tensor> pieces = grad_shards();
-  const double local = optim::grad_sum_squares(pieces);
-  // Two f32 words (value and remainder) carry the double sum nearly exactly.
-  const auto hi = static_cast<float>(local);
-  const auto lo = static_cast<float>(local - static_cast<double>(hi));
-  Tensor sums = Tensor::from_vector(std::vector<float>{hi, lo}, {2}, impl_->device);
-  impl_->comm.all_reduce(sums, {.op = comm::ReduceOp::sum}).wait();
-  const std::vector<float> total = sums.to_vector<float>();
-  const double norm = std::sqrt(static_cast<double>(total[0]) + static_cast<double>(total[1]));
-  if (std::isfinite(norm) && norm > max_norm) {
-    optim::scale_grads(pieces, optim::clip_coefficient(norm, max_norm));
+  if (impl_->stage == 0) {
+    return parallel::clip_grad_norm(impl_->params, options_.groups, max_norm);
   }
-  return norm;
+  const std::vector<Tensor> grads = grad_shards();
+  std::vector<GradPiece> pieces;
+  pieces.reserve(grads.size());
+  for (size_t k = 0; k < grads.size(); ++k) pieces.push_back({impl_->slot_params[k], grads[k]});
+  return parallel::clip_grad_norm(pieces, options_.groups, max_norm, &impl_->comm);
+}
+
+std::vector<ShardPiece> ZeroOptimizer::shard_pieces(int rank) const {
+  const Impl& z = *impl_;
+  LOOM_CHECK(rank >= 0 && rank < z.comm.size(), "ZeroOptimizer::shard_pieces: rank ", rank,
+             " is not in the data-parallel group of ", z.comm.size());
+  std::vector<ShardPiece> out;
+  if (z.stage == 0) {
+    for (nn::Parameter* p : z.params) out.push_back({p, 0, p->numel()});
+    return out;
+  }
+  const detail::Range shard = z.layout.shard_of(rank);
+  for (const auto& e : z.layout.entries) {
+    const detail::Range piece = detail::intersect(e.range(), shard);
+    if (piece.size() == 0) continue;
+    out.push_back({z.params[e.param], piece.begin - e.offset, piece.end - e.offset});
+  }
+  return out;
 }
 
 void ZeroOptimizer::step() {
@@ -644,6 +658,10 @@ void ZeroOptimizer::set_last_micro_batch(const nn::Tape& tape) {
 
 int ZeroOptimizer::stage() const {
   return impl_->stage;
+}
+
+const GradReducer* ZeroOptimizer::reducer() const {
+  return impl_->reducer.get();
 }
 
 optim::Optimizer& ZeroOptimizer::optimizer() {

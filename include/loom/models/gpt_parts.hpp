@@ -12,12 +12,15 @@
 // the part that holds everything.
 //
 // NOTE [tied token table] The output projection is tied to wte. A part that
-// holds both ends has one Parameter, used twice per backward. A part that
-// holds the head alone (the last pipeline stage) holds its own copy, named
-// like the original ("wte.weight") and so initialised to the same values;
-// the copies' gradients must be summed over the embedding group (the first
-// and the last stage, parallel/layout.hpp) before the optimizer steps, which
-// keeps the copies equal. token_table() gives the part's copy.
+// holds both ends has one Parameter, used twice per backward; so do two parts
+// on one rank when the head's part is given the embeddings' token table (an
+// interleaved schedule placing the first and the last chunk on one rank). A
+// part that holds the head alone otherwise (the last pipeline stage) holds its
+// own copy, named like the original ("wte.weight") and so initialised to the
+// same values. Both copies are marked Placement.tied_across_stages: the
+// gradient-bucket engine sums their gradients over the embedding group (the
+// first and the last stage, parallel/layout.hpp) before the optimizer steps,
+// which keeps the copies equal. token_table() gives the part's copy.
 //
 // Names are the whole model's, whatever the part: block i is "h.i" in every
 // part, so parameters, checkpoints and initialisation agree across layouts.
@@ -133,8 +136,12 @@ struct GPTPartSpec {
 
 class GPTPart : public nn::Module {
  public:
+  // `token_table`: for a part holding the head but not the embeddings, the
+  // token table of the part on this rank that holds them, which the head then
+  // ties to instead of holding a copy (NOTE [tied token table]).
   GPTPart(std::string name, const GPTConfig& config, const GPTPartSpec& spec,
-          const GPTLayerFactory& layers = default_gpt_layers());
+          const GPTLayerFactory& layers = default_gpt_layers(),
+          nn::Parameter* token_table = nullptr);
 
   // ids [B, T] when it holds the embeddings, else x [B, T, d_model];
   // -> logits [B, T, vocab] when it holds the head, else x [B, T, d_model].

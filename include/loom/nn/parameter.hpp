@@ -47,7 +47,7 @@ namespace loom::nn {
 // counts each element of the global model once, and checkpoints store this
 // description so another layout can re-slice it.
 struct Placement {
-  Shape global_shape;        // empty: the parameter's own shape (not sharded)
+  Shape global_shape = {};   // empty: the parameter's own shape (not sharded)
   int shard_dim = -1;        // the dimension split over the tensor-parallel group; -1: none
   int64_t shard_offset = 0;  // where this shard starts along shard_dim
   // The gradient is partial on each tensor-parallel rank and must be summed

@@ -10,8 +10,10 @@
 // writes carry to their parameter (NOTE [gradient contributions] in
 // nn/parameter.hpp): uses are counted per micro-batch, so two micro-batches
 // whose writes to a tied weight interleave do not make each other's gradient
-// look complete. A tape that recomputes part of a micro-batch (activation
-// checkpointing) takes the id of the tape it works for.
+// look complete. Tapes that hold parts of one micro-batch share its id: a
+// schedule running several model parts on one rank gives each part's tape
+// the id of the micro-batch's first (set_micro_batch), and activation
+// checkpointing's recompute tape takes the id of the tape it works for.
 #pragma once
 
 #include <cstddef>

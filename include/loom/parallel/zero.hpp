@@ -69,6 +69,7 @@
 #include "loom/optim/optimizer.hpp"
 #include "loom/optim/param_slot.hpp"
 #include "loom/optim/sgd.hpp"
+#include "loom/parallel/grad_reducer.hpp"
 #include "loom/parallel/reduction.hpp"
 #include "loom/parallel/sharded_module.hpp"
 
@@ -94,6 +95,17 @@ struct ZeroOptions {
 };
 
 using OptimizerOptions = std::variant<optim::SgdOptions, optim::AdamWOptions>;
+
+// Elements [begin, end) of a parameter (row-major, in the parameter's own
+// shape; its nn::Placement says where that sits in the global tensor) that a
+// rank owns in ZeRO's flat layout: the optimizer state and, at stages 2 and
+// 3, the reduced gradient and the value at rest of exactly these elements
+// live on that rank.
+struct ShardPiece {
+  nn::Parameter* param = nullptr;
+  int64_t begin = 0;
+  int64_t end = 0;
+};
 
 struct MemoryStats {
   size_t param_bytes = 0;      // parameter storage this rank holds now
@@ -121,9 +133,10 @@ class ZeroOptimizer {
   void zero_grad();
   // Launches the buckets not yet launched, waits for all of them.
   void finish();
-  // After finish(): the global L2 norm of the gradients (squares summed over
-  // this rank's shard, all-reduced); scales them when it exceeds max_norm.
-  // Returns the norm before clipping.
+  // After finish(): the true global L2 norm of the gradients (parallel/
+  // grad_clip.hpp: squares of this rank's shard, summed over dp and over
+  // ZeroOptions.groups.model, replicas counted once); scales them when it
+  // exceeds max_norm. Returns the norm before clipping.
   double clip_grad_norm(double max_norm);
   // Steps this rank's shard (every slot at stage 0) and starts the all-gather (stages 1, 2).
   void step();
@@ -154,12 +167,17 @@ class ZeroOptimizer {
   int stage() const;
   int requested_stage() const { return options_.stage; }
   optim::Optimizer& optimizer();
+  // Stage 0's data-parallel reducer (its overlap stats()); null at stages 1 to 3.
+  const GradReducer* reducer() const;
   // After finish(): this rank's gradient pieces, one per optimizer slot
   // (f32, widened, when the optimizer steps an fp32 master).
   std::vector<Tensor> grad_shards() const;
   MemoryStats memory() const;
   // Elements per rank of the flat buffers (0 at stage 0).
   int64_t shard_numel() const;
+  // What data-parallel rank `rank` owns, in layout order (stage 0: every
+  // parameter whole). The same on every rank: the layout is agreed.
+  std::vector<ShardPiece> shard_pieces(int rank) const;
 
   struct Impl;
 
