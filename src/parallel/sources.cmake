@@ -9,6 +9,8 @@ target_sources(loom PRIVATE
   parallel/reduction.cpp
   parallel/sharded_module.cpp
   parallel/sync_batch_norm.cpp
+  parallel/zero_gather.cpp
+  parallel/zero_grads.cpp
   parallel/zero_layout.cpp
   parallel/zero_optimizer.cpp
 )

@@ -1,33 +1,23 @@
+// ZeroOptimizer: validation, construction of the flat layout and the
+// optimizer over this rank's shard, and the public façade (zero.hpp). The
+// gradient buckets are in zero_grads.cpp, stage 3's gathering in zero_gather.cpp.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
-#include <limits>
-#include <optional>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "loom/core/error.hpp"
 #include "loom/core/logging.hpp"
 #include "loom/core/stream.hpp"
-#include "loom/optim/grad_clip.hpp"
 #include "loom/parallel/grad_clip.hpp"
-#include "loom/parallel/grad_reducer.hpp"
 #include "loom/parallel/zero.hpp"
-
-#include <cstdio>
 #include "parallel/control.hpp"
-#include "parallel/grad_buckets.hpp"
-#include "parallel/zero_layout.hpp"
+#include "parallel/zero_impl.hpp"
 
 namespace loom::parallel {
 
 namespace {
-
-using detail::Range;
-
-Tensor flat_range(const Tensor& flat, Range range) {
-  return flat.slice(range.begin, range.end);
-}
 
 std::unique_ptr<optim::Optimizer> make_optimizer(std::vector<optim::ParamSlot> slots,
                                                  const OptimizerOptions& options) {
@@ -88,477 +78,182 @@ std::string MemoryStats::summary() const {
                  mib(optimizer_bytes), ", peak ", mib(peak_bytes));
 }
 
-struct ZeroOptimizer::Impl final : ParameterGatherer {
-  struct Bucket {
-    Tensor buffer;  // stage 1: a view of the full gradient; stages 2, 3: transient
-    bool launched = false;
-    comm::Work work;
-  };
-  enum class UnitState { released, gathering, gathered };
-  struct Unit {
-    Tensor buffer;
-    comm::Work work;
-    UnitState state = UnitState::released;
-    int uses = 0;
-  };
+ZeroOptimizer::Impl::Impl(std::vector<nn::Parameter*> list, comm::Communicator& dp,
+                          const OptimizerOptions& optimizer, const ZeroOptions& zero)
+    : params(std::move(list)), comm(dp), options(zero) {
+  validate(params, options);
+  device = params[0]->device();
+  dtype = params[0]->dtype();
+  element = dtype_size(dtype);
+  stage = options.stage;
+  if (stage > 0 && comm.size() == 1) {
+    LOOM_LOG_INFO("ZeroOptimizer: the data-parallel group has one rank; stage ", stage,
+                  " shards nothing and runs as stage 0");
+    stage = 0;
+  }
+  std::vector<size_t> unit_of(params.size(), 0);
+  if (stage == 3) unit_of = assign_units();
 
-  std::vector<nn::Parameter*> params;
-  comm::Communicator& comm;
-  ZeroOptions options;
-  int stage = 0;
-  Device device = Device::cpu();
-  DType dtype = DType::f32;  // the parameters' (flat values, gradients, buckets, gathers)
-  size_t element = 4;
-
-  std::unique_ptr<GradReducer> reducer;  // stage 0
-  std::optional<GradReducer::NoSync> reducer_no_sync;
-  std::unique_ptr<optim::Optimizer> opt;
-
-  detail::ZeroLayout layout;
-  Range mine;
-  Tensor flat_value;   // stages 1, 2: every parameter is a view of it
-  Tensor shard_value;  // stage 3: this rank's shard only
-  Tensor flat_grad;    // stage 1
-  Tensor shard_grad;   // stages 2, 3
-  // NOTE [fp32 master] bf16/f16 parameters at stages 1 to 3: the optimizer
-  // steps an f32 copy of this rank's shard (master) with the reduced gradient
-  // shard widened to f32 (master_grad, filled by finish()); step() rounds the
-  // master into the low-precision shard, which is then all-gathered (stages 1,
-  // 2) or kept at rest (stage 3). Both are undefined for f32 parameters.
-  Tensor master;
-  Tensor master_grad;
-  std::unique_ptr<detail::GradBuckets> engine;  // stages 1 to 3
-  std::vector<const nn::Parameter*> slot_params;  // the parameter of each optimizer slot
-  std::vector<Bucket> buckets;
-  std::vector<size_t> bucket_of;
-
-  Tensor gather_send;  // stages 1, 2: a copy of the stepped shard while the all-gather runs
-  comm::Work gather_work;
-  bool gather_pending = false;
-
-  // Stage 3.
-  std::vector<Unit> units;                                        // layout order
-  std::unordered_map<const ShardedModule*, long> unit_of_module;  // -1: no own parameters
-  std::vector<size_t> order[2];  // units by first use per phase, recorded in the first step
-  bool recording = true;
-  // NOTE [prefetch budget] (stage 3): the elements of the two largest units.
-  // A unit is prefetched only if the gathered units then stay within it, so
-  // the parameter peak stays below the shard plus the two largest units even
-  // when an outer unit stays gathered around the inner ones (GPT's, which
-  // holds the embedding tied to the output head): there the next block is
-  // gathered when its turn comes instead.
-  int64_t prefetch_budget = 0;
-
-  int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
-  int64_t peak = 0, peak_params = 0, peak_grads = 0;
-
-  Impl(std::vector<nn::Parameter*> list, comm::Communicator& dp, const OptimizerOptions& optimizer,
-       const ZeroOptions& zero)
-      : params(std::move(list)), comm(dp), options(zero) {
-    validate(params, options);
-    device = params[0]->device();
-    dtype = params[0]->dtype();
-    element = dtype_size(dtype);
-    stage = options.stage;
-    if (stage > 0 && comm.size() == 1) {
-      LOOM_LOG_INFO("ZeroOptimizer: the data-parallel group has one rank; stage ", stage,
-                    " shards nothing and runs as stage 0");
-      stage = 0;
+  std::vector<optim::ParamSlot> decay = optim::param_slots(params, options.decay);
+  if (stage == 0) {
+    reducer = std::make_unique<GradReducer>(
+        params, comm,
+        ReducerOptions{.first_bucket_bytes = options.first_bucket_bytes,
+                       .bucket_cap_bytes = options.bucket_cap_bytes,
+                       .unused = options.unused,
+                       .broadcast_parameters = options.broadcast_parameters,
+                       .groups = options.groups});
+    opt = make_optimizer(std::move(decay), optimizer);
+    for (const nn::Parameter* p : params) {
+      param_bytes += static_cast<int64_t>(p->numel() * element);
     }
-    std::vector<size_t> unit_of(params.size(), 0);
-    if (stage == 3) unit_of = assign_units();
+    grad_bytes = param_bytes;  // the reducer's buckets (without their alignment padding)
+    optimizer_bytes = static_cast<int64_t>(opt->state_bytes());
+    track(0, 0);
+    return;
+  }
 
-    std::vector<optim::ParamSlot> decay = optim::param_slots(params, options.decay);
-    if (stage == 0) {
-      reducer = std::make_unique<GradReducer>(
-          params, comm,
-          ReducerOptions{.first_bucket_bytes = options.first_bucket_bytes,
-                         .bucket_cap_bytes = options.bucket_cap_bytes,
-                         .unused = options.unused,
-                         .broadcast_parameters = options.broadcast_parameters,
-                         .groups = options.groups});
-      opt = make_optimizer(std::move(decay), optimizer);
-      for (const nn::Parameter* p : params) {
-        param_bytes += static_cast<int64_t>(p->numel() * element);
-      }
-      grad_bytes = param_bytes;  // the reducer's buckets (without their alignment padding)
-      optimizer_bytes = static_cast<int64_t>(opt->state_bytes());
-      track(0, 0);
-      return;
-    }
+  engine = std::make_unique<detail::GradBuckets>("ZeroOptimizer", params, comm, options.groups,
+                                                 options.unused,
+                                                 [this](size_t bucket) { launch(bucket); });
+  std::vector<bool> group_sum(params.size());
+  for (size_t i = 0; i < params.size(); ++i) group_sum[i] = engine->needs_group_sum(i);
+  detail::check_parameter_agreement(comm, params, device);
+  layout = detail::build_zero_layout(params, unit_of, group_sum, comm.size(), element,
+                                     options.first_bucket_bytes, options.bucket_cap_bytes);
+  detail::check_layout_agreement(comm, layout.describe(params), device);
+  if (options.broadcast_parameters) {
+    std::vector<comm::Work> works;
+    for (nn::Parameter* p : params) works.push_back(comm.broadcast(p->value(), {.root = 0}));
+    comm::wait_all(works);
+  }
+  mine = layout.shard_of(comm.rank());
+  const auto shard_bytes = static_cast<int64_t>(layout.shard * element);
 
-    engine = std::make_unique<detail::GradBuckets>("ZeroOptimizer", params, comm, options.groups,
-                                                   options.unused,
-                                                   [this](size_t bucket) { launch(bucket); });
-    std::vector<bool> group_sum(params.size());
-    for (size_t i = 0; i < params.size(); ++i) group_sum[i] = engine->needs_group_sum(i);
-    detail::check_parameter_agreement(comm, params, device);
-    layout = detail::build_zero_layout(params, unit_of, group_sum, comm.size(), element,
-                                       options.first_bucket_bytes, options.bucket_cap_bytes);
-    detail::check_layout_agreement(comm, layout.describe(params), device);
-    if (options.broadcast_parameters) {
-      std::vector<comm::Work> works;
-      for (nn::Parameter* p : params) works.push_back(comm.broadcast(p->value(), {.root = 0}));
-      comm::wait_all(works);
+  if (stage < 3) {
+    flat_value = Tensor::zeros({layout.total}, dtype, device);
+    for (const auto& e : layout.entries) {
+      params[e.param]->set_value_buffer(flat_value.flat_view(e.offset, params[e.param]->shape()));
     }
-    mine = layout.shard_of(comm.rank());
-    const auto shard_bytes = static_cast<int64_t>(layout.shard * element);
-
-    if (stage < 3) {
-      flat_value = Tensor::zeros({layout.total}, dtype, device);
-      for (const auto& e : layout.entries) {
-        params[e.param]->set_value_buffer(flat_value.flat_view(e.offset, params[e.param]->shape()));
-      }
-      track(static_cast<int64_t>(flat_value.nbytes()), 0);
-    } else {
-      shard_value = Tensor::zeros({layout.shard}, dtype, device);
-      for (const auto& e : layout.entries) {
-        const Range piece = detail::intersect(e.range(), mine);
-        if (piece.size() == 0) continue;
-        flat_range(shard_value, {piece.begin - mine.begin, piece.end - mine.begin})
-            .copy_from(flat_range(params[e.param]->value().flatten(),
-                                  {piece.begin - e.offset, piece.end - e.offset}));
-      }
-      for (nn::Parameter* p : params) p->release_value();
-      track(shard_bytes, 0);
-      units.resize(layout.units.size());
-      for (size_t j = 0; j < options.modules.size(); ++j) unit_of_module[options.modules[j]] = -1;
-      for (size_t i = 0; i < params.size(); ++i) {
-        unit_of_module[options.modules[unit_of[i]]] =
-            static_cast<long>(layout.entries[layout.entry_of[i]].unit);
-      }
-      for (ShardedModule* m : options.modules) m->attach(this);
-      // NOTE [prefetch budget]: prefetching never makes the gathered units
-      // exceed the two largest units together.
-      std::vector<int64_t> sizes;
-      for (const auto& unit : layout.units) sizes.push_back(unit.range.size());
-      std::sort(sizes.begin(), sizes.end(), std::greater<>());
-      for (size_t i = 0; i < std::min<size_t>(2, sizes.size()); ++i) prefetch_budget += sizes[i];
-    }
-
-    if (stage == 1) {
-      // The buckets are slices at the same offsets on every rank: in symmetric
-      // memory the backend can all-reduce them in place (NOTE [symmetric memory]).
-      flat_grad = comm.allocate_symmetric({layout.total}, dtype, device);
-      for (const auto& e : layout.entries) {
-        params[e.param]->set_grad_buffer(flat_grad.flat_view(e.offset, params[e.param]->shape()));
-      }
-      track(0, static_cast<int64_t>(flat_grad.nbytes()));
-    } else {
-      shard_grad = Tensor::zeros({layout.shard}, dtype, device);
-      track(0, shard_bytes);
-    }
-
-    buckets.resize(layout.buckets.size());
-    bucket_of.assign(params.size(), 0);
-    std::vector<std::vector<size_t>> members;
-    for (size_t b = 0; b < layout.buckets.size(); ++b) {
-      for (const size_t i : layout.buckets[b].params) bucket_of[i] = b;
-      members.push_back(layout.buckets[b].params);
-      if (stage == 1) buckets[b].buffer = flat_range(flat_grad, layout.buckets[b].range);
-    }
-    engine->set_buckets(std::move(members));
-    if (stage >= 2) {
-      for (size_t i = 0; i < params.size(); ++i) {
-        params[i]->release_grad();
-        params[i]->set_grad_provider([this, i](nn::Parameter&) { return grad_view(i); });
-      }
-    }
-
-    if (dtype != DType::f32) {
-      // See NOTE [fp32 master]: the master starts as the (broadcast) values, widened.
-      master = Tensor::empty({layout.shard}, DType::f32, device);
-      master.copy_from(low_value_shard());
-      master_grad = Tensor::zeros({layout.shard}, DType::f32, device);
-      optimizer_bytes += static_cast<int64_t>(master.nbytes());
-      track(0, static_cast<int64_t>(master_grad.nbytes()));
-    }
-
-    // Optimizer slots: the pieces of this rank's shard, one per parameter it touches.
-    std::vector<optim::ParamSlot> slots;
-    slot_params.clear();
+    track(static_cast<int64_t>(flat_value.nbytes()), 0);
+  } else {
+    shard_value = Tensor::zeros({layout.shard}, dtype, device);
     for (const auto& e : layout.entries) {
       const Range piece = detail::intersect(e.range(), mine);
       if (piece.size() == 0) continue;
-      const Range local{piece.begin - mine.begin, piece.end - mine.begin};
-      Tensor value, grad;
-      if (master.defined()) {
-        value = flat_range(master, local);
-        grad = flat_range(master_grad, local);
-      } else {
-        value = stage == 3 ? flat_range(shard_value, local) : flat_range(flat_value, piece);
-        grad = stage == 1 ? flat_range(flat_grad, piece) : flat_range(shard_grad, local);
-      }
-      slot_params.push_back(params[e.param]);
-      slots.push_back(
-          optim::ParamSlot::buffer(str_cat(params[e.param]->name(), "[", piece.begin - e.offset,
-                                           ":", piece.end - e.offset, "]"),
-                                   value, grad, decay[e.param].weight_decay));
+      flat_range(shard_value, {piece.begin - mine.begin, piece.end - mine.begin})
+          .copy_from(flat_range(params[e.param]->value().flatten(),
+                                {piece.begin - e.offset, piece.end - e.offset}));
     }
-    opt = make_optimizer(std::move(slots), optimizer);
-    optimizer_bytes += static_cast<int64_t>(opt->state_bytes());
-    track(0, 0);
-  }
-
-  bool syncing() const { return reducer ? reducer->syncing() : engine->syncing(); }
-  void set_syncing(bool syncing) {
-    if (reducer) {
-      // GradReducer's NoSync is a scope; flip it the same way through one.
-      if (!syncing && !reducer_no_sync) reducer_no_sync.emplace(*reducer);
-      if (syncing) reducer_no_sync.reset();
-    } else {
-      engine->set_syncing(syncing);
-    }
-  }
-
-  // This rank's shard of the parameter values / reduced gradients, in the parameters' dtype.
-  Tensor low_value_shard() const { return stage == 3 ? shard_value : flat_range(flat_value, mine); }
-  Tensor low_grad_shard() const { return stage == 1 ? flat_range(flat_grad, mine) : shard_grad; }
-
-  ~Impl() override {
-    engine.reset();  // no more ready hooks
-    if (stage >= 2) {
-      for (nn::Parameter* p : params) p->set_grad_provider({});
-    }
-    for (ShardedModule* m : options.modules) m->attach(nullptr);
-    // The backend uses these buffers until the operations finish.
-    auto quiet_wait = [](const comm::Work& work) {
-      try {
-        work.wait();
-      } catch (const std::exception&) {
-        // Already reported to whoever waited first; nothing to add while unwinding.
-      }
-    };
-    for (const Bucket& b : buckets) quiet_wait(b.work);
-    for (const Unit& u : units) quiet_wait(u.work);
-    quiet_wait(gather_work);
-  }
-
-  // Each parameter goes to the innermost module that contains it (the one with fewest parameters).
-  std::vector<size_t> assign_units() {
-    std::unordered_map<const nn::Parameter*, size_t> index;
-    for (size_t i = 0; i < params.size(); ++i) index[params[i]] = i;
-    constexpr size_t kUnassigned = std::numeric_limits<size_t>::max();
-    std::vector<size_t> unit_of(params.size(), kUnassigned), best(params.size(), kUnassigned);
-    for (size_t j = 0; j < options.modules.size(); ++j) {
-      const std::vector<nn::Parameter*> own = options.modules[j]->parameters();
-      for (const nn::Parameter* p : own) {
-        const auto it = index.find(p);
-        LOOM_CHECK(it != index.end(), "ZeroOptimizer: parameter '", p->name(),
-                   "' of ShardedModule '", options.modules[j]->name(),
-                   "' is not in the parameter list");
-        if (own.size() < best[it->second]) {
-          best[it->second] = own.size();
-          unit_of[it->second] = j;
-        }
-      }
-    }
+    for (nn::Parameter* p : params) p->release_value();
+    track(shard_bytes, 0);
+    units.resize(layout.units.size());
+    for (size_t j = 0; j < options.modules.size(); ++j) unit_of_module[options.modules[j]] = -1;
     for (size_t i = 0; i < params.size(); ++i) {
-      LOOM_CHECK(unit_of[i] != kUnassigned, "ZeroOptimizer: stage 3 parameter '", params[i]->name(),
-                 "' is inside none of ZeroOptions.modules; wrap the whole model in a "
-                 "ShardedModule too (its own parameters are those no inner wrapper holds)");
+      unit_of_module[options.modules[unit_of[i]]] =
+          static_cast<long>(layout.entries[layout.entry_of[i]].unit);
     }
-    return unit_of;
+    for (ShardedModule* m : options.modules) m->attach(this);
+    // NOTE [prefetch budget]: prefetching never makes the gathered units
+    // exceed the two largest units together.
+    std::vector<int64_t> sizes;
+    for (const auto& unit : layout.units) sizes.push_back(unit.range.size());
+    std::sort(sizes.begin(), sizes.end(), std::greater<>());
+    for (size_t i = 0; i < std::min<size_t>(2, sizes.size()); ++i) prefetch_budget += sizes[i];
   }
 
-  long unit_of(const ShardedModule& module) const {
-    const auto it = unit_of_module.find(&module);
-    return it == unit_of_module.end() ? -1 : it->second;
-  }
-
-  const ShardedModule* owner_of_unit(size_t unit) const {
-    for (const auto& [module, u] : unit_of_module) {
-      if (u == static_cast<long>(unit)) return module;
+  if (stage == 1) {
+    // The buckets are slices at the same offsets on every rank: in symmetric
+    // memory the backend can all-reduce them in place (NOTE [symmetric memory]).
+    flat_grad = comm.allocate_symmetric({layout.total}, dtype, device);
+    for (const auto& e : layout.entries) {
+      params[e.param]->set_grad_buffer(flat_grad.flat_view(e.offset, params[e.param]->shape()));
     }
-    return nullptr;
+    track(0, static_cast<int64_t>(flat_grad.nbytes()));
+  } else {
+    shard_grad = Tensor::zeros({layout.shard}, dtype, device);
+    track(0, shard_bytes);
   }
 
-  // The part of `range` this rank owns, as positions in its shard (empty: 0..0).
-  Range local_piece(Range range) const {
-    const Range piece = detail::intersect(range, mine);
-    if (piece.size() == 0) return {0, 0};
-    return {piece.begin - mine.begin, piece.end - mine.begin};
+  buckets.resize(layout.buckets.size());
+  bucket_of.assign(params.size(), 0);
+  std::vector<std::vector<size_t>> members;
+  for (size_t b = 0; b < layout.buckets.size(); ++b) {
+    for (const size_t i : layout.buckets[b].params) bucket_of[i] = b;
+    members.push_back(layout.buckets[b].params);
+    if (stage == 1) buckets[b].buffer = flat_range(flat_grad, layout.buckets[b].range);
   }
-
-  void track(int64_t param_delta, int64_t grad_delta) {
-    param_bytes += param_delta;
-    grad_bytes += grad_delta;
-    peak_params = std::max(peak_params, param_bytes);
-    peak_grads = std::max(peak_grads, grad_bytes);
-    peak = std::max(peak, param_bytes + grad_bytes + optimizer_bytes);
-  }
-
-  // ---- gradients (stages 1 to 3) ----------------------------------------------------------
-
-  // Stages 2, 3: where parameter i's next gradient goes (its bucket, allocated on first use).
-  Tensor grad_view(size_t i) {
-    const auto& e = layout.entries[layout.entry_of[i]];
-    const auto& range = layout.buckets[bucket_of[i]].range;
-    Bucket& b = buckets[bucket_of[i]];
-    if (!b.buffer.defined()) {
-      b.buffer = Tensor::zeros({range.size()}, dtype, device);
-      track(0, static_cast<int64_t>(b.buffer.nbytes()));
+  engine->set_buckets(std::move(members));
+  if (stage >= 2) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      params[i]->release_grad();
+      params[i]->set_grad_provider([this, i](nn::Parameter&) { return grad_view(i); });
     }
-    return b.buffer.flat_view(e.offset - range.begin, params[i]->shape());
   }
 
-  void launch(size_t index) {
-    Bucket& b = buckets[index];
-    const Range range = layout.buckets[index].range;
-    if (stage == 1) {
-      b.work = comm.all_reduce(b.buffer, {.op = comm::ReduceOp::avg, .overlaps_compute = true});
+  if (dtype != DType::f32) {
+    // See NOTE [fp32 master]: the master starts as the (broadcast) values, widened.
+    master = Tensor::empty({layout.shard}, DType::f32, device);
+    master.copy_from(low_value_shard());
+    master_grad = Tensor::zeros({layout.shard}, DType::f32, device);
+    optimizer_bytes += static_cast<int64_t>(master.nbytes());
+    track(0, static_cast<int64_t>(master_grad.nbytes()));
+  }
+
+  // Optimizer slots: the pieces of this rank's shard, one per parameter it touches.
+  std::vector<optim::ParamSlot> slots;
+  slot_params.clear();
+  for (const auto& e : layout.entries) {
+    const Range piece = detail::intersect(e.range(), mine);
+    if (piece.size() == 0) continue;
+    const Range local{piece.begin - mine.begin, piece.end - mine.begin};
+    Tensor value, grad;
+    if (master.defined()) {
+      value = flat_range(master, local);
+      grad = flat_range(master_grad, local);
     } else {
-      // Keep at most two full-size buckets in flight: free the older ones first.
-      for (size_t k = 0; k + 1 < index; ++k) release_bucket(k);
-      if (!b.buffer.defined()) (void)grad_view(layout.buckets[index].params.front());
-      b.work = comm.reduce_scatter(
-          b.buffer, flat_range(shard_grad, local_piece(range)),
-          {.op = comm::ReduceOp::avg, .counts = layout.counts(range), .overlaps_compute = true});
+      value = stage == 3 ? flat_range(shard_value, local) : flat_range(flat_value, piece);
+      grad = stage == 1 ? flat_range(flat_grad, piece) : flat_range(shard_grad, local);
     }
-    b.launched = true;
+    slot_params.push_back(params[e.param]);
+    slots.push_back(
+        optim::ParamSlot::buffer(str_cat(params[e.param]->name(), "[", piece.begin - e.offset, ":",
+                                         piece.end - e.offset, "]"),
+                                 value, grad, decay[e.param].weight_decay));
   }
+  opt = make_optimizer(std::move(slots), optimizer);
+  optimizer_bytes += static_cast<int64_t>(opt->state_bytes());
+  track(0, 0);
+}
 
-  // Stages 2, 3: waits for a launched bucket and frees its full-size buffer.
-  void release_bucket(size_t index) {
-    Bucket& b = buckets[index];
-    if (!b.launched || !b.buffer.defined()) return;
-    b.work.block_stream(current_stream(device));
-    b.work.wait();
-    for (const size_t i : layout.buckets[index].params) params[i]->release_grad();
-    track(0, -static_cast<int64_t>(b.buffer.nbytes()));
-    b.buffer = Tensor();
+void ZeroOptimizer::Impl::set_syncing(bool syncing) {
+  if (reducer) {
+    // GradReducer's NoSync is a scope; flip it the same way through one.
+    if (!syncing && !reducer_no_sync) reducer_no_sync.emplace(*reducer);
+    if (syncing) reducer_no_sync.reset();
+  } else {
+    engine->set_syncing(syncing);
   }
+}
 
-  void finish() {
-    LOOM_CHECK(engine->syncing(),
-               "ZeroOptimizer::finish() called inside no_sync(); end the no_sync scope "
-               "and run the last micro-batch's backward first");
-    engine->launch_remaining();
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      if (stage == 1) {
-        buckets[b].work.block_stream(current_stream(device));
-        buckets[b].work.wait();
-      } else {
-        release_bucket(b);
-      }
-      buckets[b].launched = false;
-      buckets[b].work = comm::Work();
+ZeroOptimizer::Impl::~Impl() {
+  engine.reset();  // no more ready hooks
+  if (stage >= 2) {
+    for (nn::Parameter* p : params) p->set_grad_provider({});
+  }
+  for (ShardedModule* m : options.modules) m->attach(nullptr);
+  // The backend uses these buffers until the operations finish.
+  auto quiet_wait = [](const comm::Work& work) {
+    try {
+      work.wait();
+    } catch (const std::exception&) {
+      // Already reported to whoever waited first; nothing to add while unwinding.
     }
-    engine->end_step();  // throws on every rank for an unused parameter under `error`
-    // Widening is exact, so the norm and the update see the reduced gradient as it is.
-    if (master.defined()) master_grad.copy_from(low_grad_shard());
-    if (stage == 3) {
-      for (size_t u = 0; u < units.size(); ++u) {
-        LOOM_CHECK(units[u].uses == 0, "ZeroOptimizer: ShardedModule '",
-                   owner_of_unit(u) ? owner_of_unit(u)->name() : std::string("?"),
-                   "' still holds its gathered parameters at finish(): a backward_input without "
-                   "its backward_weight");
-        if (units[u].state != UnitState::released) release_unit(u);  // an unused prefetch
-      }
-      recording = false;
-    }
-  }
-
-  // ---- parameters ---------------------------------------------------------------------------
-
-  void step() {
-    wait_parameters();
-    opt->step();
-    if (master.defined()) low_value_shard().copy_from(master);  // round to nearest even
-    if (stage == 1 || stage == 2) {
-      gather_send = flat_range(flat_value, mine).clone();
-      track(static_cast<int64_t>(gather_send.nbytes()), 0);
-      gather_work = comm.all_gather(gather_send, flat_value);
-      gather_pending = true;
-    }
-  }
-
-  void wait_parameters() {
-    if (!gather_pending) return;
-    gather_work.block_stream(current_stream(device));
-    gather_work.wait();
-    gather_pending = false;
-    track(-static_cast<int64_t>(gather_send.nbytes()), 0);
-    gather_send = Tensor();
-  }
-
-  // ---- stage 3: ParameterGatherer --------------------------------------------------------------
-
-  // Elements of the units gathered or being gathered now.
-  int64_t gathered_elements() const {
-    int64_t total = 0;
-    for (size_t u = 0; u < units.size(); ++u) {
-      if (units[u].state != UnitState::released) total += layout.units[u].range.size();
-    }
-    return total;
-  }
-
-  void start_gather(size_t u) {
-    Unit& unit = units[u];
-    if (unit.state != UnitState::released) return;
-    const Range range = layout.units[u].range;
-    unit.buffer = Tensor::empty({range.size()}, dtype, device);
-    track(static_cast<int64_t>(unit.buffer.nbytes()), 0);
-    unit.work = comm.all_gather(flat_range(shard_value, local_piece(range)), unit.buffer,
-                                {.counts = layout.counts(range)});
-    unit.state = UnitState::gathering;
-  }
-
-  void complete_gather(size_t u) {
-    Unit& unit = units[u];
-    if (unit.state == UnitState::gathered) return;
-    start_gather(u);
-    unit.work.block_stream(current_stream(device));
-    unit.work.wait();
-    unit.work = comm::Work();
-    const Range range = layout.units[u].range;
-    for (const size_t i : layout.units[u].params) {
-      const auto& e = layout.entries[layout.entry_of[i]];
-      params[i]->bind_value(unit.buffer.flat_view(e.offset - range.begin, params[i]->shape()));
-    }
-    unit.state = UnitState::gathered;
-  }
-
-  void release_unit(size_t u) {
-    Unit& unit = units[u];
-    if (unit.state == UnitState::gathering) {
-      unit.work.wait();
-      unit.work = comm::Work();
-    }
-    for (const size_t i : layout.units[u].params) params[i]->release_value();
-    track(-static_cast<int64_t>(unit.buffer.nbytes()), 0);
-    unit.buffer = Tensor();
-    unit.state = UnitState::released;
-  }
-
-  void before_use(ShardedModule& module, Phase phase) override {
-    const long found = unit_of(module);
-    if (found < 0) return;
-    const auto u = static_cast<size_t>(found);
-    std::vector<size_t>& seen = order[static_cast<int>(phase)];
-    if (recording && std::find(seen.begin(), seen.end(), u) == seen.end()) seen.push_back(u);
-    complete_gather(u);
-    ++units[u].uses;
-    if (!recording) {
-      // Prefetch the unit that comes next in this phase while this one
-      // computes, if it fits the budget (NOTE [prefetch budget]).
-      const auto it = std::find(seen.begin(), seen.end(), u);
-      if (it != seen.end() && it + 1 != seen.end() &&
-          gathered_elements() + layout.units[*(it + 1)].range.size() <= prefetch_budget) {
-        start_gather(*(it + 1));
-      }
-    }
-  }
-
-  void after_use(ShardedModule& module, Phase) override {
-    const long found = unit_of(module);
-    if (found < 0) return;
-    const auto u = static_cast<size_t>(found);
-    LOOM_CHECK(units[u].uses > 0, "ShardedModule '", module.name(),
-               "': after_use without before_use");
-    if (--units[u].uses == 0) release_unit(u);
-  }
-};
+  };
+  for (const Bucket& b : buckets) quiet_wait(b.work);
+  for (const Unit& u : units) quiet_wait(u.work);
+  quiet_wait(gather_work);
+}
 
 ZeroOptimizer::ZeroOptimizer(std::vector<nn::Parameter*> params, comm::Communicator& dp,
                              const OptimizerOptions& optimizer, const ZeroOptions& options)

@@ -1,0 +1,159 @@
+// ZeroOptimizer's state (internal to parallel/). The façade and the
+// construction are in zero_optimizer.cpp, the gradient buckets and the
+// parameter all-gather of stages 1 and 2 in zero_grads.cpp, stage 3's
+// gathering and prefetch in zero_gather.cpp. The buckets' ready counting and
+// launch order are the shared engine's (grad_buckets.hpp).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "loom/parallel/grad_reducer.hpp"
+#include "loom/parallel/zero.hpp"
+#include "parallel/grad_buckets.hpp"
+#include "parallel/zero_layout.hpp"
+
+namespace loom::parallel {
+
+struct ZeroOptimizer::Impl final : ParameterGatherer {
+  using Range = detail::Range;
+  static Tensor flat_range(const Tensor& flat, Range range) {
+    return flat.slice(range.begin, range.end);
+  }
+
+  struct Bucket {
+    Tensor buffer;  // stage 1: a view of the full gradient; stages 2, 3: transient
+    bool launched = false;
+    comm::Work work;
+  };
+  enum class UnitState { released, gathering, gathered };
+  struct Unit {
+    Tensor buffer;
+    comm::Work work;
+    UnitState state = UnitState::released;
+    int uses = 0;
+  };
+
+  std::vector<nn::Parameter*> params;
+  comm::Communicator& comm;
+  ZeroOptions options;
+  int stage = 0;
+  Device device = Device::cpu();
+  DType dtype = DType::f32;  // the parameters' (flat values, gradients, buckets, gathers)
+  size_t element = 4;
+
+  std::unique_ptr<GradReducer> reducer;  // stage 0
+  std::optional<GradReducer::NoSync> reducer_no_sync;
+  std::unique_ptr<optim::Optimizer> opt;
+
+  detail::ZeroLayout layout;
+  Range mine;
+  Tensor flat_value;   // stages 1, 2: every parameter is a view of it
+  Tensor shard_value;  // stage 3: this rank's shard only
+  Tensor flat_grad;    // stage 1
+  Tensor shard_grad;   // stages 2, 3
+  // NOTE [fp32 master] bf16/f16 parameters at stages 1 to 3: the optimizer
+  // steps an f32 copy of this rank's shard (master) with the reduced gradient
+  // shard widened to f32 (master_grad, filled by finish()); step() rounds the
+  // master into the low-precision shard, which is then all-gathered (stages 1,
+  // 2) or kept at rest (stage 3). Both are undefined for f32 parameters.
+  Tensor master;
+  Tensor master_grad;
+  std::unique_ptr<detail::GradBuckets> engine;    // stages 1 to 3
+  std::vector<const nn::Parameter*> slot_params;  // the parameter of each optimizer slot
+  std::vector<Bucket> buckets;
+  std::vector<size_t> bucket_of;
+
+  Tensor gather_send;  // stages 1, 2: a copy of the stepped shard while the all-gather runs
+  comm::Work gather_work;
+  bool gather_pending = false;
+
+  // Stage 3.
+  std::vector<Unit> units;                                        // layout order
+  std::unordered_map<const ShardedModule*, long> unit_of_module;  // -1: no own parameters
+  std::vector<size_t> order[2];  // units by first use per phase, recorded in the first step
+  bool recording = true;
+  // NOTE [prefetch budget] (stage 3): the elements of the two largest units.
+  // A unit is prefetched only if the gathered units then stay within it, so
+  // the parameter peak stays below the shard plus the two largest units even
+  // when an outer unit stays gathered around the inner ones (GPT's, which
+  // holds the embedding tied to the output head): there the next block is
+  // gathered when its turn comes instead.
+  int64_t prefetch_budget = 0;
+
+  int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
+  int64_t peak = 0, peak_params = 0, peak_grads = 0;
+
+  Impl(std::vector<nn::Parameter*> list, comm::Communicator& dp, const OptimizerOptions& optimizer,
+       const ZeroOptions& zero);
+
+  bool syncing() const { return reducer ? reducer->syncing() : engine->syncing(); }
+  void set_syncing(bool syncing);
+
+  // This rank's shard of the parameter values / reduced gradients, in the parameters' dtype.
+  Tensor low_value_shard() const { return stage == 3 ? shard_value : flat_range(flat_value, mine); }
+  Tensor low_grad_shard() const { return stage == 1 ? flat_range(flat_grad, mine) : shard_grad; }
+
+  ~Impl() override;
+
+  // Each parameter goes to the innermost module that contains it (the one with fewest parameters).
+  std::vector<size_t> assign_units();
+
+  long unit_of(const ShardedModule& module) const;
+
+  const ShardedModule* owner_of_unit(size_t unit) const;
+
+  // The part of `range` this rank owns, as positions in its shard (empty: 0..0).
+  Range local_piece(Range range) const {
+    const Range piece = detail::intersect(range, mine);
+    if (piece.size() == 0) return {0, 0};
+    return {piece.begin - mine.begin, piece.end - mine.begin};
+  }
+
+  void track(int64_t param_delta, int64_t grad_delta) {
+    param_bytes += param_delta;
+    grad_bytes += grad_delta;
+    peak_params = std::max(peak_params, param_bytes);
+    peak_grads = std::max(peak_grads, grad_bytes);
+    peak = std::max(peak, param_bytes + grad_bytes + optimizer_bytes);
+  }
+
+  // ---- gradients (stages 1 to 3) ----------------------------------------------------------
+
+  // Stages 2, 3: where parameter i's next gradient goes (its bucket, allocated on first use).
+  Tensor grad_view(size_t i);
+
+  void launch(size_t index);
+
+  // Stages 2, 3: waits for a launched bucket and frees its full-size buffer.
+  void release_bucket(size_t index);
+
+  void finish();
+
+  // ---- parameters ---------------------------------------------------------------------------
+
+  void step();
+
+  void wait_parameters();
+
+  // ---- stage 3: ParameterGatherer --------------------------------------------------------------
+
+  // Elements of the units gathered or being gathered now.
+  int64_t gathered_elements() const;
+
+  void start_gather(size_t u);
+
+  void complete_gather(size_t u);
+
+  void release_unit(size_t u);
+
+  void before_use(ShardedModule& module, Phase phase) override;
+
+  void after_use(ShardedModule& module, Phase) override;
+};
+
+}  // namespace loom::parallel
