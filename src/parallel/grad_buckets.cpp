@@ -129,8 +129,7 @@ void GradBuckets::launch_in_order() {
 
 void GradBuckets::launch_remaining() {
   for (size_t b = 0; b < members_.size(); ++b) {
-    const std::vector<size_t> members = members_[b];
-    for (const size_t index : members) {
+    for (const size_t index : members_[b]) {  // launching never changes the buckets
       if (ready_[index]) continue;
       nn::Parameter& p = *params_[index];
       if (p.grad_written()) {

@@ -10,6 +10,7 @@
 #include "../comm/mpi_test_support.hpp"
 #include "model_parallel/schedule_harness.hpp"
 #include "support/compare.hpp"
+#include "support/ranks.hpp"
 
 using namespace loom;
 using namespace loom::testing;
@@ -19,31 +20,9 @@ namespace {
 constexpr double kAtol = 1e-5;
 constexpr double kRtol = 1e-4;
 
-// Each step's loss averaged over the ranks.
-std::vector<double> mean_over_ranks(comm::Communicator& world, const std::vector<double>& losses) {
-  std::vector<float> values(losses.begin(), losses.end());
-  Tensor t = Tensor::from_vector(values, {static_cast<int64_t>(values.size())});
-  world.all_reduce(t, {.op = comm::ReduceOp::avg}).wait();
-  const std::vector<float> mean = t.to_vector<float>();
-  return {mean.begin(), mean.end()};
-}
-
 double ratio(const std::vector<double>& got, const std::vector<double>& want) {
   std::vector<std::vector<float>> a{{got.begin(), got.end()}}, b{{want.begin(), want.end()}};
   return loom::test::tolerance_ratio(a, b, kAtol, kRtol);
-}
-
-bool same_on_every_rank(comm::Communicator& world, const PartsResult& r) {
-  int32_t differs = 0;
-  for (const auto& [name, values] : r.params) {
-    Tensor mine = Tensor::from_vector(values, {static_cast<int64_t>(values.size())});
-    Tensor root = mine.clone();
-    world.broadcast(root, {.root = 0}).wait();
-    if (root.to_vector<float>() != values) differs = 1;
-  }
-  Tensor any = Tensor::from_vector(std::vector<int32_t>{differs}, {1});
-  world.all_reduce(any, {.op = comm::ReduceOp::max}).wait();
-  return any.item<int32_t>() == 0;
 }
 
 }  // namespace
@@ -62,10 +41,12 @@ TEST_CASE("model-parallel mpi: GPT parts in schedule orders, data parallel and Z
         got = train_parts(run, world);
         want = train_reference(run, world.size());
       });
-      CHECK(ratio(mean_over_ranks(world, got.losses), want.losses) <= 1.0);
+      CHECK(ratio(loom::test::mean_over_ranks(world, got.losses), want.losses) <= 1.0);
       CHECK(ratio(got.norms, want.norms) <= 1.0);
       CHECK(params_ratio(got, want, kAtol, kRtol) <= 1.0);
-      CHECK(same_on_every_rank(world, got));
+      std::vector<std::vector<float>> params;
+      for (const auto& [name, values] : got.params) params.push_back(values);
+      CHECK(loom::test::replicas_identical(world, params));
     }
   }
 }

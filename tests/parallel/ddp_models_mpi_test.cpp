@@ -50,6 +50,7 @@
 #include "loom/optim/sgd.hpp"
 #include "loom/parallel/sync_batch_norm.hpp"
 #include "small_models.hpp"
+#include "support/ranks.hpp"
 
 using namespace loom;
 using namespace loom::testing;
@@ -182,29 +183,6 @@ Result run_single_rank(const ModelRun& run, int ranks) {
   return result;
 }
 
-// The mean over ranks of this rank's per-step losses.
-std::vector<double> mean_over_ranks(comm::Communicator& world, const std::vector<double>& losses) {
-  std::vector<float> values(losses.begin(), losses.end());
-  Tensor t = Tensor::from_vector(values, {static_cast<int64_t>(values.size())});
-  world.all_reduce(t, {.op = comm::ReduceOp::avg}).wait();
-  const std::vector<float> mean = t.to_vector<float>();
-  return {mean.begin(), mean.end()};
-}
-
-// Whether every rank holds exactly rank 0's values (replicas never drift apart).
-bool replicas_identical(comm::Communicator& world, const std::vector<std::vector<float>>& params) {
-  int32_t differs = 0;
-  for (const auto& p : params) {
-    Tensor mine = Tensor::from_vector(p, {static_cast<int64_t>(p.size())});
-    Tensor root = mine.clone();
-    world.broadcast(root, {.root = 0}).wait();
-    if (root.to_vector<float>() != p) differs = 1;
-  }
-  Tensor any = Tensor::from_vector(std::vector<int32_t>{differs}, {1});
-  world.all_reduce(any, {.op = comm::ReduceOp::max}).wait();
-  return any.item<int32_t>() == 0;
-}
-
 void check_equivalent(const std::string& label, const ModelRun& run) {
   comm::Communicator& world = *mpi_test_context().world();
   Result dp, ref;
@@ -212,7 +190,7 @@ void check_equivalent(const std::string& label, const ModelRun& run) {
     dp = run_data_parallel(run, world);
     ref = run_single_rank(run, world.size());
   });
-  const std::vector<double> losses = mean_over_ranks(world, dp.losses);
+  const std::vector<double> losses = loom::test::mean_over_ranks(world, dp.losses);
   REQUIRE(losses.size() == ref.losses.size());
   double worst_loss = 0;
   for (size_t step = 0; step < losses.size(); ++step) {
@@ -230,7 +208,7 @@ void check_equivalent(const std::string& label, const ModelRun& run) {
     // Synchronized BatchNorm also updates the running statistics with the global batch's.
     CHECK(loom::test::tolerance_ratio(dp.bn_stats, ref.bn_stats, kAtol, kRtol) <= 1.0);
   }
-  CHECK(replicas_identical(world, dp.params));
+  CHECK(loom::test::replicas_identical(world, dp.params));
   // The losses must move, or the comparison would prove little.
   CHECK(std::abs(ref.losses.back() - ref.losses.front()) > 1e-3);
   if (world.rank() == 0) {

@@ -128,12 +128,4 @@ ZeroResult run_zero(const ZeroRun& run, comm::Communicator& dp) {
   return result;
 }
 
-std::vector<double> mean_over_ranks(comm::Communicator& comm, const std::vector<double>& values) {
-  std::vector<float> v(values.begin(), values.end());
-  Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())});
-  comm.all_reduce(t, {.op = comm::ReduceOp::avg}).wait();
-  const std::vector<float> mean = t.to_vector<float>();
-  return {mean.begin(), mean.end()};
-}
-
 }  // namespace loom::testing

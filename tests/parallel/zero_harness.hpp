@@ -15,6 +15,7 @@
 #include "loom/comm/communicator.hpp"
 #include "loom/parallel/zero.hpp"
 #include "small_models.hpp"
+#include "support/ranks.hpp"
 
 namespace loom::testing {
 
@@ -54,7 +55,7 @@ ZeroResult run_zero(const ZeroRun& run, comm::Communicator& dp);
 ZeroResult run_single_rank_reference(const ZeroRun& run, int ranks);
 
 // The mean over ranks of per-step values.
-std::vector<double> mean_over_ranks(comm::Communicator& comm, const std::vector<double>& values);
+using loom::test::mean_over_ranks;
 
 std::string describe(const ZeroRun& run);
 

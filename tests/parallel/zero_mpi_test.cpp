@@ -15,6 +15,7 @@
 
 #include "../comm/mpi_test_support.hpp"
 #include "loom/comm/context.hpp"
+#include "support/ranks.hpp"
 #include "zero_harness.hpp"
 
 using namespace loom;
@@ -24,19 +25,6 @@ namespace {
 
 constexpr double kAtol = 1e-5;
 constexpr double kRtol = 1e-4;
-
-bool replicas_identical(comm::Communicator& world, const std::vector<std::vector<float>>& params) {
-  int32_t differs = 0;
-  for (const auto& p : params) {
-    Tensor mine = Tensor::from_vector(p, {static_cast<int64_t>(p.size())});
-    Tensor root = mine.clone();
-    world.broadcast(root, {.root = 0}).wait();
-    if (root.to_vector<float>() != p) differs = 1;
-  }
-  Tensor any = Tensor::from_vector(std::vector<int32_t>{differs}, {1});
-  world.all_reduce(any, {.op = comm::ReduceOp::max}).wait();
-  return any.item<int32_t>() == 0;
-}
 
 // max over steps of |a - b| / (atol + rtol |b|), NaN counting as infinity.
 double loss_ratio(const std::vector<double>& a, const std::vector<double>& b) {
@@ -93,7 +81,7 @@ void check_stages(ZeroRun run) {
     CHECK(vs_stage0 <= 1.0);
     CHECK(vs_single_loss <= 1.0);
     CHECK(vs_single <= 1.0);
-    CHECK(replicas_identical(world, got.params));
+    CHECK(loom::test::replicas_identical(world, got.params));
     if (world.rank() == 0) {
       std::fprintf(stderr,
                    "zero np%d %-44s worst/tol vs stage 0: loss %.3f params %.3f, vs one rank: "
