@@ -60,16 +60,21 @@ if(_loom_cuda)
   set(_loom_cuda_hints ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib64)
   set(_loom_cuda_inc_hints ${CUDAToolkit_INCLUDE_DIRS})
 
-  find_path(LOOM_CUDNN_INCLUDE_DIR cudnn.h HINTS ${_loom_cuda_inc_hints})
-  find_library(LOOM_CUDNN_LIBRARY cudnn HINTS ${_loom_cuda_hints})
+  # CUDNN_ROOT / NCCL_ROOT name a separate install: a tarball, or the
+  # nvidia-cudnn-* / nvidia-nccl-* Python wheels (site-packages/nvidia/cudnn),
+  # which ship only the versioned library (libcudnn.so.9, libnccl.so.2).
+  find_path(LOOM_CUDNN_INCLUDE_DIR cudnn.h HINTS $ENV{CUDNN_ROOT}/include ${_loom_cuda_inc_hints})
+  find_library(LOOM_CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 NAMES_PER_DIR
+               HINTS $ENV{CUDNN_ROOT}/lib $ENV{CUDNN_ROOT}/lib64 ${_loom_cuda_hints})
   if(NOT LOOM_CUDNN_INCLUDE_DIR OR NOT LOOM_CUDNN_LIBRARY)
     message(FATAL_ERROR "CUDA is enabled but cuDNN (cudnn.h, libcudnn) was not found; "
                         "install cuDNN or configure with -DLOOM_WITH_CUDA=OFF")
   endif()
 
   if(LOOM_WITH_NCCL_REQUEST MATCHES "^(AUTO|ON|TRUE|YES|1)$")
-    find_path(LOOM_NCCL_INCLUDE_DIR nccl.h HINTS ${_loom_cuda_inc_hints})
-    find_library(LOOM_NCCL_LIBRARY nccl HINTS ${_loom_cuda_hints})
+    find_path(LOOM_NCCL_INCLUDE_DIR nccl.h HINTS $ENV{NCCL_ROOT}/include ${_loom_cuda_inc_hints})
+    find_library(LOOM_NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR
+                 HINTS $ENV{NCCL_ROOT}/lib $ENV{NCCL_ROOT}/lib64 ${_loom_cuda_hints})
     if(LOOM_NCCL_INCLUDE_DIR AND LOOM_NCCL_LIBRARY)
       set(LOOM_HAS_NCCL ON)
     elseif(LOOM_WITH_NCCL_REQUEST STREQUAL "AUTO")

@@ -48,6 +48,38 @@ __global__ void bias_grad_kernel(const T* __restrict__ dy, T* __restrict__ db, i
   }
 }
 
+// db[c] (+)= sum over images and plane positions of dy[image][c][position]
+// (NCHW): one block per channel, f32 partial sums reduced in shared memory.
+template <typename T>
+__global__ void channel_bias_grad_kernel(const T* __restrict__ dy, T* __restrict__ db,
+                                         int64_t images, int64_t channels, int64_t plane,
+                                         bool accumulate) {
+  __shared__ float partial[kBlock];
+  const int64_t c = blockIdx.x;
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < images * plane; i += kBlock) {
+    const int64_t image = i / plane, position = i % plane;
+    sum += to_float(dy[(image * channels + c) * plane + position]);
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (unsigned half = kBlock / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    db[c] = from_float<T>(accumulate ? to_float(db[c]) + partial[0] : partial[0]);
+  }
+}
+
+template <typename T>
+void launch_channel_grad(const void* dy, void* db, int64_t images, int64_t channels, int64_t plane,
+                         bool accumulate, cudaStream_t stream) {
+  channel_bias_grad_kernel<T><<<static_cast<unsigned>(channels), kBlock, 0, stream>>>(
+      static_cast<const T*>(dy), static_cast<T*>(db), images, channels, plane, accumulate);
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
 template <typename T>
 void launch_add(void* y, const void* b, int64_t rows, int64_t cols, cudaStream_t stream) {
   const int64_t n = rows * cols;
@@ -83,6 +115,22 @@ void bias_grad(const void* dy, void* db, DType dtype, int64_t rows, int64_t cols
   if (dtype == DType::f32) return launch_grad<float>(dy, db, rows, cols, accumulate, s);
   LOOM_ASSERT(dtype == DType::bf16, "CUDA bias_grad on dtype ", dtype);
   launch_grad<__nv_bfloat16>(dy, db, rows, cols, accumulate, s);
+}
+
+void channel_bias_grad(const void* dy, void* db, DType dtype, int64_t images, int64_t channels,
+                       int64_t plane, bool accumulate, void* stream) {
+  loom::detail::cuda::NvtxRange range("loom::channel_bias_grad");
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case DType::f32:
+      return launch_channel_grad<float>(dy, db, images, channels, plane, accumulate, s);
+    case DType::bf16:
+      return launch_channel_grad<__nv_bfloat16>(dy, db, images, channels, plane, accumulate, s);
+    case DType::f16:
+      return launch_channel_grad<__half>(dy, db, images, channels, plane, accumulate, s);
+    default:
+      LOOM_ASSERT(false, "CUDA channel_bias_grad on dtype ", dtype);
+  }
 }
 
 }  // namespace loom::kernels::cuda

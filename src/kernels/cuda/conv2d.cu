@@ -17,6 +17,7 @@
 
 #include "core/cuda/check.hpp"
 #include "core/cuda/nvtx.hpp"
+#include "kernels/cuda/bias.cuh"
 #include "kernels/cuda/conv2d.cuh"
 #include "kernels/cuda/cudnn_handle.hpp"
 #include "loom/core/error.hpp"
@@ -231,8 +232,11 @@ void conv2d_backward_weight(const Conv2dProblem& p, const void* x, const void* d
         handle, &one, d.x, x, d.y, dy, d.conv, static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
         workspace, c.workspace, &beta, d.w, dw));
   });
+  // cuDNN's cudnnConvolutionBackwardBias refuses bf16 (CUDNN_STATUS_NOT_SUPPORTED on
+  // cuDNN 9 / H100), so the bias gradient is a per-channel sum of our own.
   if (db != nullptr) {
-    LOOM_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, d.y, dy, &beta, d.bias, db));
+    channel_bias_grad(dy, db, p.dtype, p.n, p.c_out, p.out_plane(), accumulate,
+                      stream.native_handle());
   }
 }
 
