@@ -15,12 +15,11 @@
 #   . DIR/env.sh && scripts/build.sh
 #
 # env.sh points PATH, LD_LIBRARY_PATH, CMAKE_PREFIX_PATH and Open MPI's and
-# PMIx's install directories (OPAL_PREFIX; PMIX_PREFIX, PMIX_LIBDIR and
-# PMIX_PKGLIBDIR) at DIR/root, and
-# adds the MPI compiler wrapper to LOOM_CMAKE_ARGS. It works wherever DIR is
-# moved to. The packages come from this machine's archive (Debian 12 or
-# Ubuntu 22.04/24.04), so the target needs a C library at least as new as
-# this machine's. See docs/building.md.
+# PMIx's install directories (OPAL_PREFIX; PMIX_PREFIX, PMIX_LIBDIR,
+# PMIX_PKGLIBDIR) at DIR/root and adds the MPI compiler wrapper to
+# LOOM_CMAKE_ARGS. It works wherever DIR is moved to. The packages come from
+# this machine's archive (Debian 12 or Ubuntu 22.04/24.04), so the target needs
+# a C library at least as new as this machine's. See docs/building.md.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
