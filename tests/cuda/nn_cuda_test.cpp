@@ -1,13 +1,17 @@
 // Modules on CUDA against the same modules on the host: a GPT-style stack
 // (Embedding -> Residual(LayerNorm, MLP, Dropout) -> LayerNorm -> tied head ->
 // CrossEntropyLoss) gives the same loss, input gradients and parameter
-// gradients to 1e-4 relative (cuBLAS and Eigen sum in different orders).
+// gradients to 1e-4 relative (cuBLAS and Eigen sum in different orders); a
+// small ResNet trains with SGD to the same losses and parameters.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "../kernels/kernel_test_util.hpp"
+#include "loom/models/resnet.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
 #include "loom/nn/dropout.hpp"
 #include "loom/nn/embedding.hpp"
@@ -16,6 +20,7 @@
 #include "loom/nn/mlp.hpp"
 #include "loom/nn/residual.hpp"
 #include "loom/nn/sequential.hpp"
+#include "loom/optim/sgd.hpp"
 #include "support/compare.hpp"
 
 using loom::Device;
@@ -90,4 +95,114 @@ TEST_CASE("a GPT-style stack on CUDA matches the host", "[cuda][nn]") {
     for (const float v : want) magnitude.add(std::abs(v));
     REQUIRE(loom::test::out_of_tolerance(got, want, 1e-4 * magnitude.hi + 1e-7) == "");
   }
+}
+
+namespace {
+
+// train_resnet's model and optimizer (SGD with momentum and weight decay) on
+// 16x16 one-channel images; step() is one training step and returns the loss.
+struct ResNetRun {
+  std::unique_ptr<Sequential> model;
+  std::unique_ptr<loom::optim::SGD> optimizer;
+  CrossEntropyLoss loss;
+  Device device;
+
+  explicit ResNetRun(Device d) : device(d) {
+    loom::models::ResNetOptions options{.stem = loom::models::ResNetStem::cifar,
+                                        .in_channels = 1,
+                                        .classes = 10,
+                                        .width = 8,
+                                        .module = {.device = d, .seed = 5}};
+    model = loom::models::make_resnet("", loom::models::resnet18(options));
+    optimizer = std::make_unique<loom::optim::SGD>(
+        loom::optim::param_slots(model->parameters()),
+        loom::optim::SgdOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});
+  }
+
+  // Forward and backward; the gradients are left for the caller.
+  float forward_backward(int64_t step) {
+    const int64_t batch = 8;
+    const Tensor images = loom::test::random_tensor({batch, 1, 16, 16}, DType::f32, 40 + step);
+    std::vector<int32_t> labels(batch);
+    for (int64_t i = 0; i < batch; ++i) labels[i] = static_cast<int32_t>((i * 3 + step) % 10);
+    Tape tape, loss_tape;
+    const Tensor logits = model->forward(images.to(device), tape);
+    const Tensor target = Tensor::from_vector(labels, {batch}).to(device);
+    const float value = loss.forward(logits, target, loss_tape).item<float>();
+    model->backward(loss.backward(loss_tape), tape);
+    return value;
+  }
+
+  float step(int64_t step) {
+    const float value = forward_backward(step);
+    optimizer->step();
+    optimizer->zero_grad();
+    return value;
+  }
+
+  std::vector<float> eval_logits() {
+    model->set_training(false);
+    Tape tape;
+    const Tensor images = loom::test::random_tensor({8, 1, 16, 16}, DType::f32, 99);
+    const std::vector<float> logits = model->forward(images.to(device), tape).to_vector<float>();
+    model->set_training(true);
+    return logits;
+  }
+};
+
+// "" when `got` is within `relative` of the largest magnitude in `want`.
+std::string compare_to_magnitude(const std::vector<float>& got, const std::vector<float>& want,
+                                 double relative) {
+  loom::test::ValueRange magnitude;  // a NaN in `want` makes it infinite
+  for (const float v : want) magnitude.add(std::abs(v));
+  return loom::test::out_of_tolerance(got, want, relative * magnitude.hi + 1e-7);
+}
+
+}  // namespace
+
+// The ResNet example's path end to end: cuDNN convolutions, CUDA BatchNorm
+// (batch statistics in training, running statistics in eval), pooling, the
+// classifier, cross-entropy and SGD with momentum. One step: the loss to 1e-5
+// relative, every gradient and updated parameter to 1e-4 of its largest
+// magnitude (cuDNN and the host sum in different orders), eval logits (the
+// running statistics after one step) to 1e-4. Later steps are not compared
+// with the host: BatchNorm over few elements amplifies rounding differences
+// from step to step, as between any two summation orders; instead two CUDA
+// runs of several steps must agree bit for bit.
+TEST_CASE("a ResNet on CUDA trains like the host: one SGD step, BatchNorm statistics, eval",
+          "[cuda][nn]") {
+  ResNetRun host(Device::cpu()), gpu(Device::cuda(0));
+  const float host_loss = host.forward_backward(0);
+  const float gpu_loss = gpu.forward_backward(0);
+  CHECK(gpu_loss == Approx(host_loss).epsilon(1e-5));
+  const auto a = host.model->parameters(), b = gpu.model->parameters();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i]->name() << " gradient");
+    CHECK(compare_to_magnitude(b[i]->grad().to_vector<float>(), a[i]->grad().to_vector<float>(),
+                               1e-4) == "");
+  }
+  host.optimizer->step();
+  gpu.optimizer->step();
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i]->name() << " after the step");
+    CHECK(compare_to_magnitude(b[i]->value().to_vector<float>(), a[i]->value().to_vector<float>(),
+                               1e-4) == "");
+  }
+  CHECK(compare_to_magnitude(gpu.eval_logits(), host.eval_logits(), 1e-4) == "");
+}
+
+TEST_CASE("a ResNet's training steps on CUDA give the same bits on every run", "[cuda][nn]") {
+  ResNetRun first(Device::cuda(0)), second(Device::cuda(0));
+  for (int64_t s = 0; s < 5; ++s) {
+    INFO("step " << s);
+    const float a = first.step(s), b = second.step(s);
+    CHECK(a == b);
+  }
+  const auto a = first.model->parameters(), b = second.model->parameters();
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i]->name());
+    CHECK(a[i]->value().to_vector<float>() == b[i]->value().to_vector<float>());
+  }
+  CHECK(first.eval_logits() == second.eval_logits());
 }

@@ -3,7 +3,8 @@
 //
 // Each pass builds its descriptors, picks an algorithm and runs. Algorithms
 // come from cuDNN's heuristics (the _v7 queries, best first; no timed search,
-// so a first call costs no benchmark runs); the choice is cached per thread
+// so a first call costs no benchmark runs), deterministic ones first, so that
+// a step gives the same bits on every run; the choice is cached per thread
 // and problem. The first algorithm whose workspace the device's allocator can
 // provide is used: the workspace is a Tensor on the stream, so the caching
 // allocator serves it and a later pass reuses the memory.
@@ -115,16 +116,23 @@ ProblemKey key_of(const Conv2dProblem& p, Pass pass, int device) {
           device};
 }
 
-// cuDNN's ranked candidates for the pass: (algorithm, workspace bytes), best first.
+// cuDNN's ranked candidates for the pass: (algorithm, workspace bytes), best
+// first among the deterministic ones, then the others (used only when no
+// deterministic one can get its workspace). Some backward algorithms sum with
+// atomics, so two runs of the same step differed in the last bits, and a
+// training run amplified that within a few steps (seen on an H100).
 template <typename Perf, typename Query>
 std::vector<Choice> candidates(Query query) {
   Perf perf[16];
   int returned = 0;
   LOOM_CUDNN_CHECK(query(16, &returned, perf));
   std::vector<Choice> out;
-  for (int i = 0; i < returned; ++i) {
-    if (perf[i].status == CUDNN_STATUS_SUCCESS) {
-      out.push_back(Choice{static_cast<int>(perf[i].algo), perf[i].memory});
+  for (const bool deterministic : {true, false}) {
+    for (int i = 0; i < returned; ++i) {
+      if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+          (perf[i].determinism == CUDNN_DETERMINISTIC) == deterministic) {
+        out.push_back(Choice{static_cast<int>(perf[i].algo), perf[i].memory});
+      }
     }
   }
   return out;
