@@ -153,12 +153,20 @@ void Parameter::set_placement(Placement placement) {
   LOOM_CHECK(placement.shard_dim >= -1 && placement.shard_dim < dims, "parameter '", name_,
              "': shard_dim is ", placement.shard_dim,
              "; it must be -1 (not sharded) or a dimension of ", shape_str(shape_));
+  const int64_t blocks = placement.shard_blocks;
+  LOOM_CHECK(blocks >= 1 && (blocks == 1 || placement.shard_dim >= 0), "parameter '", name_,
+             "': shard_blocks is ", blocks, "; it must be 1, or at least 1 when sharded");
   for (int d = 0; d < dims; ++d) {
     if (d == placement.shard_dim) {
-      LOOM_CHECK(placement.shard_offset >= 0 && placement.shard_offset + shape_[d] <= global[d],
+      LOOM_CHECK(shape_[d] % blocks == 0 && global[d] % blocks == 0, "parameter '", name_,
+                 "': sizes ", shape_[d], " (shard) and ", global[d], " (global) along dimension ",
+                 d, " must divide into its ", blocks, " shard blocks");
+      const int64_t piece = shape_[d] / blocks, block = global[d] / blocks;
+      LOOM_CHECK(placement.shard_offset >= 0 && placement.shard_offset + piece <= block,
                  "parameter '", name_, "': the shard [", placement.shard_offset, ", ",
-                 placement.shard_offset + shape_[d], ") along dimension ", d,
-                 " does not fit the global size ", global[d]);
+                 placement.shard_offset + piece, ") along dimension ", d,
+                 " does not fit the global size ", block,
+                 blocks > 1 ? str_cat(" of each of its ", blocks, " blocks") : std::string());
     } else {
       LOOM_CHECK(global[d] == shape_[d], "parameter '", name_, "': global shape ",
                  shape_str(global), " differs from ", shape_str(shape_), " in dimension ", d,
@@ -173,9 +181,15 @@ void Parameter::set_placement(Placement placement) {
   placement_ = std::move(placement);
 }
 
-ShardSpec Parameter::shard_spec() const {
+ShardSpec Parameter::shard_spec(int64_t block) const {
+  LOOM_CHECK(block >= 0 && block < placement_.shard_blocks, "parameter '", name_, "': block ",
+             block, " of a shard in ", placement_.shard_blocks, " block(s)");
   ShardSpec spec{.global_shape = global_shape(), .offsets = Shape(shape_.size(), 0)};
-  if (placement_.shard_dim >= 0) spec.offsets[placement_.shard_dim] = placement_.shard_offset;
+  if (placement_.shard_dim >= 0) {
+    const int d = placement_.shard_dim;
+    spec.offsets[d] = block * (spec.global_shape[d] / placement_.shard_blocks) +
+                      placement_.shard_offset;
+  }
   return spec;
 }
 

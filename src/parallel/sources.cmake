@@ -1,4 +1,5 @@
-# parallel/: the parallel layout and data parallelism (gradient reducer, synchronized BatchNorm, ZeRO).
+# parallel/: the parallel layout, data parallelism (gradient reducer, synchronized BatchNorm,
+# ZeRO) and tensor-parallel layers.
 target_sources(loom PRIVATE
   parallel/control.cpp
   parallel/grad_buckets.cpp
@@ -9,6 +10,7 @@ target_sources(loom PRIVATE
   parallel/reduction.cpp
   parallel/sharded_module.cpp
   parallel/sync_batch_norm.cpp
+  parallel/tensor_parallel.cpp
   parallel/zero_gather.cpp
   parallel/zero_grads.cpp
   parallel/zero_layout.cpp

@@ -50,6 +50,11 @@ struct Placement {
   Shape global_shape = {};   // empty: the parameter's own shape (not sharded)
   int shard_dim = -1;        // the dimension split over the tensor-parallel group; -1: none
   int64_t shard_offset = 0;  // where this shard starts along shard_dim
+  // The global shard dimension is this many equal blocks, each split alike:
+  // the shard holds [shard_offset, shard_offset + n) of every block, n =
+  // shape[shard_dim] / shard_blocks. GPT's fused q, k, v projection has 3, so
+  // that a tensor-parallel rank holds its heads' rows of q, of k and of v.
+  int64_t shard_blocks = 1;
   // The gradient is partial on each tensor-parallel rank and must be summed
   // over the group (a replicated weight that sees only part of the sequence:
   // LayerNorm under sequence parallelism).
@@ -141,8 +146,10 @@ class Parameter {
     return placement_.global_shape.empty() ? shape_ : placement_.global_shape;
   }
   bool sharded() const { return placement_.shard_dim >= 0; }
-  // Where the shard sits in the global tensor, for fill_uniform / fill_normal.
-  ShardSpec shard_spec() const;
+  // Where block `block` of the shard (the rows [block * n, (block + 1) * n)
+  // along shard_dim; the whole shard when shard_blocks is 1) sits in the
+  // global tensor, for fill_uniform / fill_normal.
+  ShardSpec shard_spec(int64_t block = 0) const;
 
  private:
   [[noreturn]] void throw_released() const;
