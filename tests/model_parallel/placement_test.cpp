@@ -39,6 +39,27 @@ TEST_CASE("placement: global shape and shard, checked against the parameter",
       Contains("cannot also be a replica"));
 }
 
+TEST_CASE("placement: a shard in blocks (a fused q, k, v projection split by heads)",
+          "[model-parallel][placement]") {
+  // Global [12, 2] = three blocks of 4 rows; this rank holds rows [2, 4) of each.
+  nn::Parameter qkv("attn.c_attn.weight", Tensor::zeros({6, 2}));
+  qkv.set_placement(
+      {.global_shape = {12, 2}, .shard_dim = 0, .shard_offset = 2, .shard_blocks = 3});
+  CHECK(qkv.shard_spec(0).offsets == Shape{2, 0});
+  CHECK(qkv.shard_spec(1).offsets == Shape{6, 0});
+  CHECK(qkv.shard_spec(2).offsets == Shape{10, 0});
+  CHECK_THROWS_WITH(qkv.shard_spec(3), Contains("block 3 of a shard in 3 block(s)"));
+  CHECK_THROWS_WITH(
+      qkv.set_placement(
+          {.global_shape = {12, 2}, .shard_dim = 0, .shard_offset = 3, .shard_blocks = 3}),
+      Contains("[3, 5)") && Contains("does not fit the global size 4 of each of its 3 blocks"));
+  CHECK_THROWS_WITH(
+      qkv.set_placement(
+          {.global_shape = {12, 2}, .shard_dim = 0, .shard_offset = 0, .shard_blocks = 4}),
+      Contains("must divide into its 4 shard blocks"));
+  CHECK_THROWS_WITH(qkv.set_placement({.shard_blocks = 3}), Contains("shard_blocks is 3"));
+}
+
 TEST_CASE("placement: a shard drawn from its ShardSpec is the slice of the global draw",
           "[model-parallel][placement]") {
   Tensor global = Tensor::empty({8, 3});
