@@ -22,7 +22,10 @@
 #include "loom/models/gpt.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
 #include "loom/optim/sgd.hpp"
+#include "loom/parallel/layout.hpp"
+#include "loom/parallel/reduction.hpp"
 #include "loom/parallel/tensor_parallel.hpp"
+#include "loom/parallel/zero.hpp"
 #include "support/compare.hpp"
 
 using namespace loom;
@@ -227,4 +230,91 @@ TEST_CASE("tensor parallelism refuses what does not split, naming the numbers", 
   });
   CHECK_THAT(heads_error, Contains("GPT heads 4 is not divisible by tp = 3"));
   CHECK_THAT(layer_error, Contains("'fc': out_features 10 is not divisible by tp = 3"));
+}
+
+namespace {
+
+struct LayoutRun {
+  std::vector<float> losses;  // the global batch's mean, per step
+  std::vector<double> norms;  // the global gradient norm before clipping, per step
+  std::map<std::string, Shard> final;
+};
+
+// Steps of the GPT on `world` laid out as tp x dp (dp = world / tp), the
+// global batch of 4 sequences split over dp, gradients reduced by
+// ZeroOptimizer at `stage` (0: plain data parallelism) and clipped by the
+// global norm. world of one rank: the single-rank reference.
+LayoutRun train_layout(comm::Communicator& world, int tp, int stage, int steps) {
+  // No dropout: masks are keyed by the element's index in this rank's batch,
+  // so data-parallel ranks draw other masks than one rank on the global batch.
+  const models::GPTConfig config = small_gpt(0.0f);
+  const parallel::ParallelGroups groups = parallel::make_parallel_groups(
+      world.shared_from_this(), parallel::ParallelLayout(world.size(), tp, 1));
+  parallel::TensorParallelGPTLayers tp_layers(groups.tp);
+  models::GPT model("", config,
+                    tp > 1 ? static_cast<const models::GPTLayerFactory&>(tp_layers)
+                           : models::default_gpt_layers());
+  parallel::ZeroOptimizer zero(model.parameters(), *groups.dp,
+                               optim::SgdOptions{.lr = 0.1, .momentum = 0.9},
+                               {.stage = stage,
+                                .first_bucket_bytes = 4096,
+                                .bucket_cap_bytes = 16384,
+                                .groups = parallel::reduction_groups(groups)});
+  nn::CrossEntropyLoss loss;
+  const int64_t global_batch = 4, seq = 16, vocab = config.vocab;
+  const int64_t batch = global_batch / groups.dp->size();
+  LayoutRun run;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<int32_t> ids(batch * seq), targets(batch * seq);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const size_t g = static_cast<size_t>(groups.dp->rank() * batch * seq) + i;
+      ids[i] = static_cast<int32_t>((g * 37 + s * 11) % vocab);
+      targets[i] = static_cast<int32_t>((g * 53 + s * 5 + 1) % vocab);
+    }
+    nn::Tape tape, loss_tape;
+    const Tensor logits = model.forward(Tensor::from_vector(ids, {batch, seq}), tape);
+    Tensor value = loss.forward(logits, Tensor::from_vector(targets, {batch, seq}), loss_tape);
+    zero.set_last_micro_batch(tape);
+    model.backward(loss.backward(loss_tape), tape);
+    zero.finish();
+    run.norms.push_back(zero.clip_grad_norm(0.5));
+    zero.step();
+    zero.zero_grad();
+    groups.dp->all_reduce(value, {.op = comm::ReduceOp::avg}).wait();
+    run.losses.push_back(value.item<float>());
+  }
+  run.final = snapshot(model);
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("tp 2 x dp 2 with ZeRO stages 0-2 and clipping trains like one rank", "[tp]") {
+  const int steps = 4;
+  for (const int stage : {0, 1, 2}) {
+    INFO("ZeRO stage " << stage);
+    LayoutRun want;
+    comm::run_local_ranks(comm::make_local_group(1),
+                          [&](comm::Communicator& c) { want = train_layout(c, 1, stage, steps); });
+    std::vector<LayoutRun> ranks(4);
+    comm::run_local_ranks(comm::make_local_group(4), [&](comm::Communicator& c) {
+      ranks[static_cast<size_t>(c.rank())] = train_layout(c, 2, stage, steps);
+    });
+    for (int s = 0; s < steps; ++s) {
+      INFO("step " << s);
+      for (const LayoutRun& r : ranks) {
+        CHECK(r.losses[s] == Approx(want.losses[s]).epsilon(1e-5));
+        CHECK(r.norms[s] == Approx(want.norms[s]).epsilon(1e-5));
+      }
+    }
+    // The tp pair of each data-parallel replica holds the whole model; both replicas agree.
+    for (const int replica : {0, 1}) {
+      for (const auto& [name, shard] : want.final) {
+        INFO("replica " << replica << ": " << name);
+        std::vector<const Shard*> pieces;
+        for (int t = 0; t < 2; ++t) pieces.push_back(&ranks[replica * 2 + t].final.at(name));
+        CHECK(compare_to_magnitude(assemble(pieces), shard.values, 1e-5) == "");
+      }
+    }
+  }
 }
