@@ -38,6 +38,7 @@
 #include "loom/kernels/embedding.hpp"
 #include "loom/kernels/gemm.hpp"
 #include "loom/kernels/heads.hpp"
+#include "loom/kernels/index_select.hpp"
 #include "loom/kernels/layer_norm.hpp"
 #include "loom/kernels/optimizer_update.hpp"
 #include "loom/kernels/pool2d.hpp"

@@ -37,12 +37,19 @@ int64_t id_at(const void* ids, DType id_dtype, int64_t position) {
                                 : static_cast<const int64_t*>(ids)[position];
 }
 
+void gather_rows(const void* table, size_t row_bytes, const void* ids, DType id_dtype,
+                 int64_t count, void* out) {
+  const auto* src = static_cast<const unsigned char*>(table);
+  auto* dst = static_cast<unsigned char*>(out);
+  const auto stride = static_cast<int64_t>(row_bytes);
+  visit_ids(ids, id_dtype, count, [&](int64_t i, int64_t id) {
+    std::memcpy(dst + i * stride, src + id * stride, row_bytes);
+  });
+}
+
 void embedding_forward(const float* table, const void* ids, DType id_dtype, int64_t count,
                        int64_t dim, float* out) {
-  const auto row_bytes = static_cast<size_t>(dim) * sizeof(float);
-  visit_ids(ids, id_dtype, count, [&](int64_t i, int64_t id) {
-    std::memcpy(out + i * dim, table + id * dim, row_bytes);
-  });
+  gather_rows(table, static_cast<size_t>(dim) * sizeof(float), ids, id_dtype, count, out);
 }
 
 void embedding_backward(const float* dy, const void* ids, DType id_dtype, int64_t count,

@@ -1,7 +1,10 @@
-// Internal: host embedding gather and scatter-add (f32 rows, i32/i64 ids).
-// See loom/kernels/embedding.hpp. Ids are range-checked by the dispatcher.
+// Internal: host embedding gather and scatter-add (f32 rows, i32/i64 ids),
+// and the row gather of any element type that index_select shares with it.
+// See loom/kernels/embedding.hpp and index_select.hpp. Ids are range-checked
+// by the dispatchers.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "loom/core/dtype.hpp"
@@ -12,6 +15,10 @@ namespace loom::kernels::cpu {
 int64_t first_id_out_of_range(const void* ids, DType id_dtype, int64_t count, int64_t vocab);
 // The id at `position` as int64.
 int64_t id_at(const void* ids, DType id_dtype, int64_t position);
+
+// out row i = table row ids[i], rows of `row_bytes` bytes (any element type).
+void gather_rows(const void* table, size_t row_bytes, const void* ids, DType id_dtype,
+                 int64_t count, void* out);
 
 void embedding_forward(const float* table, const void* ids, DType id_dtype, int64_t count,
                        int64_t dim, float* out);
