@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "comm/cross_check.hpp"
 #include "comm/work_state.hpp"
 #include "core/env.hpp"
 #include "loom/core/logging.hpp"
@@ -315,6 +316,24 @@ std::string Communicator::dump_flight_recorder() const {
   return text;
 }
 
+// NOTE [timeout diagnosis]
+// A collective that did not complete in time asks every peer (peer_progress():
+// on the mpi backend a status query over the control channel, sent only now,
+// so the normal path pays nothing) the number of the last collective it has
+// issued and what its collective of the timed-out number was. Each rank is then
+//   did not answer               dead, or stuck outside Loom (a stopped process);
+//   behind                       "has not called it (its last collective is #k)";
+//   at or past the number        its call of that number is compared with this
+//                                rank's (cross_check.hpp): ranks that called
+//                                different collectives, or one with a different
+//                                count or dtype, are named with what each is in,
+//                                "rank 0 is in all_reduce #12 of 1048576 f32,
+//                                rank 1 in barrier #12" -- MPI cannot match such
+//                                calls, so the transport waits forever.
+// Only when every rank answered, has called it and called the same thing is the
+// transport itself stuck. A peer that cannot say what its call was (the local
+// and nccl backends, a flight recorder that is off or has dropped it) counts as
+// agreeing.
 void Communicator::handle_timeout(detail::WorkState& work, Milliseconds waited) {
   const OpInfo& info = work.info();
   std::string message = str_cat(info.describe(), " did not complete within ",
@@ -325,18 +344,30 @@ void Communicator::handle_timeout(detail::WorkState& work, Milliseconds waited) 
     message += str_cat(": ", describe_rank(info.peer), " has not posted the matching ",
                        info.op == OpType::send ? "recv" : "send", " (or is stuck or dead)");
     missing.push_back(info.peer);
-  } else if (const auto progress = peer_progress()) {
+  } else if (const auto progress = peer_progress(info.seq)) {
     std::vector<std::string> parts;
+    std::vector<std::optional<OpInfo>> calls(static_cast<size_t>(size_));
     for (int r = 0; r < size_; ++r) {
-      const std::optional<uint64_t>& seq = (*progress)[static_cast<size_t>(r)];
-      if (!seq) {
+      const std::optional<PeerProgress>& peer = (*progress)[static_cast<size_t>(r)];
+      if (r == rank_) {
+        calls[static_cast<size_t>(r)] = info;
+      } else if (!peer) {
         missing.push_back(r);
         parts.push_back(str_cat(describe_rank(r), " did not answer (dead, or stuck outside Loom)"));
-      } else if (*seq < info.seq) {
+      } else if (peer->last_collective < info.seq) {
         missing.push_back(r);
-        parts.push_back(
-            str_cat(describe_rank(r), " has not called it (its last collective is #", *seq, ")"));
+        parts.push_back(str_cat(describe_rank(r), " has not called it (its last collective is #",
+                                peer->last_collective, ")"));
+      } else {
+        calls[static_cast<size_t>(r)] = peer->call;
       }
+    }
+    if (const std::string disagreement = detail::collective_disagreement(calls);
+        !disagreement.empty()) {
+      parts.push_back(str_cat(disagreement,
+                              " (every rank must issue the same collectives in the same order; "
+                              "LOOM_DEBUG_COLLECTIVES=1 compares each call before any data "
+                              "moves, to find the first that differs)"));
     }
     if (parts.empty()) {
       message += ": every rank has called it; the transport itself is stuck";
@@ -396,7 +427,8 @@ std::shared_ptr<Communicator> Communicator::do_split(int, int, const std::string
   unsupported(backend(), "split");
 }
 void Communicator::cross_check(const OpInfo&) {}
-std::optional<std::vector<std::optional<uint64_t>>> Communicator::peer_progress() {
+std::optional<std::vector<std::optional<Communicator::PeerProgress>>> Communicator::peer_progress(
+    uint64_t) {
   return std::nullopt;
 }
 void Communicator::report_layered_progress(std::shared_ptr<const std::atomic<uint64_t>>) {}

@@ -5,6 +5,8 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <map>
@@ -40,19 +42,23 @@ bool g_alive = false;  // a Context exists
 //      collectives with CommError{peer_failed} naming rank R and the cause,
 //      and acknowledges (ProgressEngine::fail_process), and
 //   3. waits at most kTellPeers for the acknowledgements, frees nothing
-//      collective and does not finalize MPI; the terminate handler then calls
-//      MPI_Abort, ~Context returns and lets the program end (the launcher
-//      reports a rank that ends without MPI_Finalize as failed and ends the job).
+//      collective and does not finalize MPI; the terminate handler then ends
+//      the process (NOTE [ending without MPI_Abort]), ~Context returns and lets
+//      the program end (the launcher reports a rank that ends without
+//      MPI_Finalize as failed and ends the job).
 // Peers that fail in turn do the same, so a failure anywhere ends every rank
 // within seconds, each naming the rank that failed first and why.
 constexpr auto kTellPeers = std::chrono::seconds(2);
 
-std::mutex g_engine_mutex;  // guards the two below (the terminate handler may run on any thread)
+std::mutex g_engine_mutex;  // guards the four below (the terminate handler may run on any thread)
 std::weak_ptr<comm::mpi::ProgressEngine> g_engine;
 int g_rank = -1;
+int g_world_size = 0;
+LaunchInfo::Launcher g_launcher = LaunchInfo::Launcher::none;
 
-// Steps 2 and 3 of NOTE [failing rank] for the live Context, if any.
-void tell_peers_this_rank_failed(const std::string& cause) {
+// Steps 2 and 3 of NOTE [failing rank] for the live Context, if any. False when
+// not every peer acknowledged in time.
+bool tell_peers_this_rank_failed(const std::string& cause) {
   std::shared_ptr<comm::mpi::ProgressEngine> engine;
   int rank = -1;
   {
@@ -60,13 +66,53 @@ void tell_peers_this_rank_failed(const std::string& cause) {
     engine = g_engine.lock();
     rank = g_rank;
   }
-  if (!engine) return;
+  if (!engine) return true;
   const bool told = engine->fail_process(str_cat("rank ", rank, " failed: ", cause),
                                          std::chrono::steady_clock::now() + kTellPeers);
   if (!told) {
     LOOM_LOG_WARN("not every peer acknowledged this rank's failure within ", kTellPeers.count(),
                   " s (dead, or stuck outside Loom)");
   }
+  return told;
+}
+
+// NOTE [ending without MPI_Abort]
+// MPI_Abort makes Open MPI print its own notice of eight lines or more
+// ("MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD ..."),
+// which buries Loom's message -- even in a single process started without
+// mpirun. It is needed only to make the launcher end ranks that would go on
+// otherwise, and two cases have none:
+//   - a world of one process;
+//   - a job of Open MPI's mpirun, which ends every rank when one exits
+//     non-zero (orte_abort_on_non_zero_status, on unless the user switches it
+//     off, which mpirun passes on as OMPI_MCA_orte_abort_on_non_zero_status).
+//     mpirun then prints its own shorter notice ("Primary job terminated
+//     normally, but 1 process returned a non-zero exit code ..."), which the
+//     program cannot avoid.
+// There the handler exits with status 1 once the peers are told (_Exit: static
+// destructors and atexit handlers must not run while the progress thread
+// does). Under srun (which leaves the other tasks running unless
+// --kill-on-bad-exit), other launchers, and an mpirun told not to end the
+// job, it still calls MPI_Abort: its notice is the price of not leaving ranks
+// behind.
+
+// Why this process must end the job with MPI_Abort; "" when exiting non-zero suffices.
+std::string why_mpi_abort(int world_size, LaunchInfo::Launcher launcher) {
+  if (world_size <= 1) return "";
+  if (launcher != LaunchInfo::Launcher::open_mpi) {
+    LaunchInfo info;
+    info.launcher = launcher;
+    return str_cat("launched by ", info.launcher_name(),
+                   ", which may leave the other ranks running when one exits non-zero");
+  }
+  const char* text = std::getenv("OMPI_MCA_orte_abort_on_non_zero_status");
+  std::string value = text == nullptr ? "" : text;
+  for (char& c : value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (value == "0" || value == "false" || value == "no" || value == "off") {
+    return "mpirun was told not to end the job when a rank exits non-zero "
+           "(orte_abort_on_non_zero_status=0)";
+  }
+  return "";
 }
 
 // NOTE [uncaught errors end the job]
@@ -74,9 +120,10 @@ void tell_peers_this_rank_failed(const std::string& cause) {
 // end this process non-zero *and* take the other ranks down: a rank that just
 // dies leaves its peers to their own timeouts, or hanging in a blocking MPI
 // call outside Loom. The handler logs what(), tells the peers (NOTE [failing
-// rank]) and calls MPI_Abort, which makes mpirun (or srun) kill every rank of
-// the job. The flight recorder was dumped already by the timeout path, so the
-// message is all it prints.
+// rank]), says how this rank ends and what to do, and ends it: exit status 1,
+// or MPI_Abort where the launcher would leave the other ranks running (NOTE
+// [ending without MPI_Abort]). The flight recorder was dumped already by the
+// timeout path, so the message is all it prints.
 [[noreturn]] void abort_job_on_uncaught_exception() {
   // A second thread that gets here (the peers' abort failing its wait, say)
   // leaves the ending to the first.
@@ -94,15 +141,42 @@ void tell_peers_this_rank_failed(const std::string& cause) {
       what = "uncaught exception of a type not derived from std::exception";
     }
   }
-  log_line(LogLevel::error,
-           str_cat(what,
-                   "\nloom: ending the job with MPI_Abort so that the other ranks do not "
-                   "wait for this one"));
-  tell_peers_this_rank_failed(what);
+  log_line(LogLevel::error, what);
+  const bool told = tell_peers_this_rank_failed(what);
+  int rank = 0, world_size = 1;
+  LaunchInfo::Launcher launcher = LaunchInfo::Launcher::none;
+  {
+    std::lock_guard lock(g_engine_mutex);
+    rank = g_rank;
+    world_size = g_world_size;
+    launcher = g_launcher;
+  }
+  const std::string why_abort = why_mpi_abort(world_size, launcher);
+  const char* what_to_do =
+      ". What to do: remove the cause named above, or catch the error where the program can "
+      "recover (a loom::comm::CommError leaves its communicator aborted, not the process; "
+      "docs/errors.md)";
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+  const bool can_abort = initialized && !finalized;
+  if (why_abort.empty() || !can_abort) {
+    const std::string others =
+        world_size <= 1 || !why_abort.empty() ? ""
+        : told                                ? "; the other ranks were told, and mpirun ends them"
+               : "; not every other rank acknowledged (see above), mpirun ends them";
+    log_line(LogLevel::error, str_cat("loom: rank ", rank, " of ", world_size,
+                                      " ends with exit status 1 because nothing caught the error "
+                                      "above",
+                                      others, what_to_do));
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
+  log_line(LogLevel::error,
+           str_cat("loom: rank ", rank, " of ", world_size,
+                   " ends the job with MPI_Abort because nothing caught the error above (",
+                   why_abort, "; Open MPI's MPI_ABORT notice follows)", what_to_do));
+  MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();
 }
 
@@ -272,6 +346,8 @@ Context init(const InitOptions& options) {
     std::lock_guard lock(g_engine_mutex);
     g_engine = state->engine;
     g_rank = mpi_view.rank;
+    g_world_size = mpi_view.world_size;
+    g_launcher = mpi_view.launcher;
   }
   char host[MPI_MAX_PROCESSOR_NAME] = {};
   int host_length = 0;

@@ -74,4 +74,39 @@ std::string collective_mismatch(const std::string& group, const std::vector<Call
   return message;
 }
 
+std::string collective_disagreement(const std::vector<std::optional<OpInfo>>& calls) {
+  const OpInfo* first = nullptr;
+  bool all_same = true;
+  for (const std::optional<OpInfo>& call : calls) {
+    if (!call) continue;
+    if (first == nullptr) first = &*call;
+    all_same = all_same && same(call_record(*call), call_record(*first));
+  }
+  if (all_same) return "";
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (size_t r = 0; r < calls.size(); ++r) {
+    if (!calls[r]) continue;
+    std::string text = describe(call_record(*calls[r]), /*with_seq=*/true);
+    if (calls[r]->group != first->group) text += str_cat(" on group '", calls[r]->group, "'");
+    auto it =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == text; });
+    if (it == groups.end()) {
+      groups.emplace_back(text, std::vector<int>{});
+      it = groups.end() - 1;
+    }
+    it->second.push_back(static_cast<int>(r));
+  }
+  std::string message;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const std::vector<int>& ranks = groups[g].second;
+    message += g ? ", " : "";
+    message += ranks.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < ranks.size(); ++i) message += str_cat(i ? ", " : "", ranks[i]);
+    // "rank 0 is in X, rank 1 in Y": the verb once.
+    message += g ? " in " : ranks.size() == 1 ? " is in " : " are in ";
+    message += groups[g].first;
+  }
+  return message;
+}
+
 }  // namespace loom::comm::detail

@@ -79,6 +79,15 @@ std::vector<FlightRecord> FlightRecorder::snapshot() const {
   return out;
 }
 
+std::optional<OpInfo> FlightRecorder::find_collective(uint64_t seq) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& record : ring_) {
+    const OpInfo& info = record->info;
+    if (info.seq == seq && info.op != OpType::send && info.op != OpType::recv) return info;
+  }
+  return std::nullopt;
+}
+
 std::string FlightRecorder::dump(const std::string& title) const {
   const std::vector<FlightRecord> records = snapshot();
   std::string out = str_cat(title, ": last ", records.size(), " operation(s), oldest first\n");

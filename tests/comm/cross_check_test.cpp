@@ -1,5 +1,7 @@
 // The LOOM_DEBUG_COLLECTIVES comparison (comm/cross_check.hpp), without any transport.
 #include <catch2/catch.hpp>
+#include <optional>
+#include <string>
 
 #include "comm/cross_check.hpp"
 
@@ -63,4 +65,41 @@ TEST_CASE("cross-check: ranks at different sequence numbers are out of step") {
                                    call(OpType::all_reduce, 8, DType::f32, -1, 3)}) ==
         "collectives on group 'dp' are out of step across ranks: rank 0 called all_reduce #4 of "
         "8 f32; rank 1 called all_reduce #3 of 8 f32");
+}
+
+namespace {
+std::optional<OpInfo> issued(OpType op, int64_t count, const std::string& group = "world",
+                             DType dtype = DType::f32, int peer = -1) {
+  OpInfo info;
+  info.op = op;
+  info.count = count;
+  info.dtype = dtype;
+  info.peer = peer;
+  info.seq = 12;
+  info.group = group;
+  return info;
+}
+}  // namespace
+
+TEST_CASE("timeout diagnosis: ranks in different collectives of one number are named") {
+  using loom::comm::detail::collective_disagreement;
+  // Agreeing calls, and calls not known (a rank behind, or silent), say nothing.
+  CHECK(collective_disagreement({issued(OpType::all_reduce, 8), issued(OpType::all_reduce, 8)})
+            .empty());
+  CHECK(collective_disagreement({issued(OpType::all_reduce, 8), std::nullopt}).empty());
+  CHECK(collective_disagreement({}).empty());
+  CHECK(
+      collective_disagreement({issued(OpType::all_reduce, 1 << 20), issued(OpType::barrier, 0)}) ==
+      "rank 0 is in all_reduce #12 of 1048576 f32, rank 1 in barrier #12");
+  CHECK(collective_disagreement({issued(OpType::all_reduce, 1 << 20),
+                                 issued(OpType::all_reduce, 10), issued(OpType::all_reduce, 10)}) ==
+        "rank 0 is in all_reduce #12 of 1048576 f32, ranks 1, 2 in all_reduce #12 of 10 f32");
+  CHECK(collective_disagreement({issued(OpType::all_reduce, 8), std::nullopt,
+                                 issued(OpType::broadcast, 8, "world", DType::f32, 0),
+                                 issued(OpType::all_reduce, 8)}) ==
+        "ranks 0, 3 are in all_reduce #12 of 8 f32, rank 2 in broadcast #12 of 8 f32 with root 0");
+  // A rank whose call of that number was on another group says which.
+  CHECK(
+      collective_disagreement({issued(OpType::all_reduce, 8), issued(OpType::barrier, 0, "dp")}) ==
+      "rank 0 is in all_reduce #12 of 8 f32, rank 1 in barrier #12 on group 'dp'");
 }

@@ -17,6 +17,14 @@
 //   mismatch-count  (with LOOM_DEBUG_COLLECTIVES=1) rank 0 reduces 1000
 //                   elements, the others 999.
 //
+// Ranks that disagree, without LOOM_DEBUG_COLLECTIVES: the collectives cannot
+// match, so they hang until the timeout, which must name what each rank is in
+// (NOTE [timeout diagnosis] in communicator.cpp), not blame the transport.
+//   mismatch-size        rank 0 all_reduces 1 Mi elements (through MPI), the
+//                        others 10 (through shared memory).
+//   skipped-collective   the last rank skips the second all_reduce and calls
+//                        barrier.
+//
 // A rank that fails with an error of its own (NOTE [failing rank]): the last
 // rank throws loom::Error("the input of rank N is corrupt") while the others
 // wait in a collective; every rank must end within seconds, whatever
@@ -114,6 +122,12 @@ int run(const std::string& mode) {
       std::_Exit(0);  // "successfully", but without MPI_Finalize
     }
     world.all_reduce(big).wait();
+  } else if (mode == "mismatch-size") {
+    const Tensor x = Tensor::full({rank == 0 ? int64_t{1} << 20 : 10}, 1.0);
+    world.all_reduce(x).wait();
+  } else if (mode == "skipped-collective") {
+    if (rank != last) world.all_reduce(t).wait();
+    world.barrier().wait();
   } else if (mode == "mismatch-op" || mode == "mismatch-count") {
     const int64_t count = mode == "mismatch-count" && rank != 0 ? 999 : 1000;
     const Tensor x = Tensor::full({count}, rank + 1.0);

@@ -2,7 +2,8 @@
 // bootstrap, Communicator::report_layered_progress): a timeout on the upper
 // communicator names the ranks that have not called the collective because
 // the bootstrap answers the peers' progress queries with the upper numbers.
-// The nccl backend needs GPUs; here a plain counter stands for it.
+// The nccl backend needs GPUs; here a plain counter stands for it. Before it is
+// layered, the bootstrap's peers also say what their own collectives were.
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -23,23 +24,43 @@ TEST_CASE("mpi: a layered communicator's collective numbers are reported through
   const auto bootstrap = world().split(0, r, "bootstrap");
   REQUIRE(bootstrap);
   // Before layering, the bootstrap reports its own numbers (no collective yet).
-  const auto own = bootstrap->peer_progress();
+  const auto own = bootstrap->peer_progress(0);
   REQUIRE(own);
   for (int p = 0; p < n; ++p) {
     INFO("rank " << r << " asks about rank " << p);
-    CHECK((*own)[static_cast<size_t>(p)] == 0u);
+    REQUIRE((*own)[static_cast<size_t>(p)]);
+    CHECK((*own)[static_cast<size_t>(p)]->last_collective == 0u);
   }
   run_on_every_rank([] { world().barrier().wait(20s); });  // every rank has answered
+  // Its own collective #1, as every rank says it issued it.
+  run_on_every_rank([&] { bootstrap->barrier().wait(20s); });
+  const auto first = bootstrap->peer_progress(1);
+  REQUIRE(first);
+  for (int p = 0; p < n; ++p) {
+    INFO("rank " << r << " asks about rank " << p);
+    const auto& peer = (*first)[static_cast<size_t>(p)];
+    REQUIRE(peer);
+    CHECK(peer->last_collective == 1u);
+    REQUIRE(peer->call);
+    CHECK(peer->call->op == loom::comm::OpType::barrier);
+    CHECK(peer->call->seq == 1u);
+    CHECK(peer->call->group == "bootstrap");
+  }
+  run_on_every_rank([] { world().barrier().wait(20s); });
 
   auto issued = std::make_shared<std::atomic<uint64_t>>(0);
   bootstrap->report_layered_progress(issued);
   issued->store(static_cast<uint64_t>(10 + 3 * r));  // the ranks are at different collectives
   run_on_every_rank([] { world().barrier().wait(20s); });
-  const auto layered = bootstrap->peer_progress();
+  // Asked what their collective #1 was, the ranks say nothing: the bootstrap
+  // does not know the upper communicator's calls (its own #1 would mislead).
+  const auto layered = bootstrap->peer_progress(1);
   REQUIRE(layered);
   for (int p = 0; p < n; ++p) {
     INFO("rank " << p);
-    CHECK((*layered)[static_cast<size_t>(p)] == static_cast<uint64_t>(10 + 3 * p));
+    REQUIRE((*layered)[static_cast<size_t>(p)]);
+    CHECK((*layered)[static_cast<size_t>(p)]->last_collective == static_cast<uint64_t>(10 + 3 * p));
+    CHECK_FALSE((*layered)[static_cast<size_t>(p)]->call);
   }
   run_on_every_rank([] { world().barrier().wait(20s); });  // queries answered before teardown
 }

@@ -112,17 +112,29 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   bool aborted() const { return aborted_.load(); }
 
   FlightRecorder& flight_recorder() { return *recorder_; }
+  const FlightRecorder& flight_recorder() const { return *recorder_; }
   // The flight recorder as a table, also written to the log at warn level.
   std::string dump_flight_recorder() const;
 
   // Called by a Work whose wait() ran out of time: diagnoses, aborts and throws.
   [[noreturn]] void handle_timeout(detail::WorkState& work, Milliseconds waited);
 
-  // For each group rank, the number of the last collective it has issued on
-  // this communicator, or nullopt if it did not answer (dead, or stuck outside
-  // Loom); asks the peers and waits up to a few seconds. nullopt as a whole:
-  // the backend cannot tell. (What a timeout's message is made of.)
-  virtual std::optional<std::vector<std::optional<uint64_t>>> peer_progress();
+  // What one rank says about its progress on this communicator.
+  struct PeerProgress {
+    uint64_t last_collective = 0;  // the number of the last collective it has issued
+    // Its collective number `seq` (peer_progress()'s argument) as it issued it:
+    // op, count, dtype, root, its name for the group. nullopt when it has not
+    // issued it, when seq is 0, or when the backend cannot tell (the local
+    // backend; a rank whose flight recorder is off or has dropped it).
+    std::optional<OpInfo> call;
+  };
+  // For each group rank, how far it has got, or nullopt if it did not answer
+  // (dead, or stuck outside Loom); asks the peers and waits up to a few
+  // seconds. nullopt as a whole: the backend cannot tell. What a timeout's
+  // message is made of: `seq` is the collective that timed out, and peers that
+  // issued something else under its number are named (NOTE [timeout diagnosis]
+  // in communicator.cpp). Costs messages only when called.
+  virtual std::optional<std::vector<std::optional<PeerProgress>>> peer_progress(uint64_t seq);
 
   // ---- layering -----------------------------------------------------------------------------
   // A backend built on top of this communicator (the nccl backend over its mpi
@@ -130,7 +142,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // rank answers the peers' progress queries with `*issued`, the last
   // collective it issued on the upper communicator, and peer_progress() here
   // returns the peers' upper numbers. Call it on every rank, before the upper
-  // communicator's first collective. Backends without progress queries ignore it.
+  // communicator's first collective. Backends without progress queries ignore
+  // it. (The peers' answers then carry numbers only, no calls: this
+  // communicator does not know what the upper one issued.)
   virtual void report_layered_progress(std::shared_ptr<const std::atomic<uint64_t>> issued);
 
  protected:

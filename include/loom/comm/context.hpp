@@ -24,8 +24,12 @@
 //    CommError{peer_failed} naming rank R and the message, instead of waiting
 //    for a timeout. This happens when an exception leaves main() or a thread:
 //    init() installs a std::terminate handler that logs what(), tells the
-//    peers and ends the job with MPI_Abort(MPI_COMM_WORLD, 1) (the previous
-//    handler is restored by ~Context); and when an exception unwinds through
+//    peers, logs how this rank ends and what to do, and ends the process
+//    with exit status 1 when that ends the job (one process; Open MPI's
+//    mpirun, which ends every rank when one exits non-zero), else with
+//    MPI_Abort(MPI_COMM_WORLD, 1) (srun and other launchers; Open MPI then
+//    prints its MPI_ABORT notice too). The previous handler is restored by
+//    ~Context. It also happens when an exception unwinds through
 //    the Context (main() catching it outside the Context's scope): ~Context
 //    logs the latest loom::Error of the thread, tells the peers, and leaves MPI
 //    unfinalized so that the launcher ends the job. Either way nothing blocks
@@ -95,7 +99,10 @@ struct InitOptions {
 };
 
 class Context;
-Context init(const InitOptions& options = {});
+// The Context must be kept: dropping it (`loom::init();` alone) would shut the
+// backend down again at the end of that statement.
+[[nodiscard("keep the Context until the end of main()")]] Context init(
+    const InitOptions& options = {});
 
 class Context {
  public:

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,9 @@ class FlightRecorder {
 
   // The records, oldest first.
   std::vector<FlightRecord> snapshot() const;
+  // The collective numbered `seq` (not a send or recv, which are numbered per
+  // peer), while the ring still holds it. What a timed-out peer is asked.
+  std::optional<OpInfo> find_collective(uint64_t seq) const;
   // A table of the records, oldest first, headed by `title`.
   std::string dump(const std::string& title) const;
   size_t capacity() const { return capacity_; }

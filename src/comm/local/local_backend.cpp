@@ -274,10 +274,10 @@ class LocalCommunicator final : public Communicator {
 
   std::shared_ptr<Communicator> do_split(int color, int key, const std::string& name) override;
 
-  std::optional<std::vector<std::optional<uint64_t>>> peer_progress() override {
+  std::optional<std::vector<std::optional<PeerProgress>>> peer_progress(uint64_t) override {
     std::lock_guard lock(group_->mutex);
-    std::vector<std::optional<uint64_t>> progress;
-    for (const uint64_t seq : group_->issued) progress.emplace_back(seq);
+    std::vector<std::optional<PeerProgress>> progress;
+    for (const uint64_t seq : group_->issued) progress.emplace_back(PeerProgress{seq, {}});
     return progress;
   }
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "comm/cross_check.hpp"
 #include "comm/mpi/progress_engine.hpp"
 #include "core/mpi_check.hpp"
 #include "loom/core/logging.hpp"
@@ -9,11 +10,58 @@
 namespace loom::comm::mpi {
 namespace {
 
-// A control message: two numbers, then text (the abort reason), at most this long.
+// A control message: two numbers, then text (the abort reason, a status
+// reply's body), at most this long.
 constexpr size_t kHeaderBytes = 2 * sizeof(uint64_t);
 constexpr size_t kMaxText = 8192;
 // The second number of an abort: the sender waits for an abort ack.
 constexpr uint64_t kAckRequested = 1;
+
+// A status reply's body: the splits called, whether a call follows, the call
+// (op, dtype, count, root, number: detail::CallRecord's words), then its group name.
+constexpr size_t kReplyWords = 2 + detail::CallRecord::kWords;
+
+std::string encode_reply(uint64_t splits, const std::optional<OpInfo>& call) {
+  int64_t words[kReplyWords] = {};
+  words[0] = static_cast<int64_t>(splits);
+  std::string group;
+  if (call) {
+    const detail::CallRecord record = detail::call_record(*call);
+    words[1] = 1;
+    words[2] = record.op;
+    words[3] = record.dtype;
+    words[4] = record.count;
+    words[5] = record.peer;
+    words[6] = record.seq;
+    group = call->group;
+  }
+  std::string body(sizeof(words), '\0');
+  std::memcpy(body.data(), words, sizeof(words));
+  return body + group;
+}
+
+// nullopt when `body` is too short to be a reply.
+std::optional<ControlChannel::Progress> decode_reply(uint64_t last_collective,
+                                                     const std::string& body) {
+  int64_t words[kReplyWords] = {};
+  if (body.size() < sizeof(words)) return std::nullopt;
+  std::memcpy(words, body.data(), sizeof(words));
+  ControlChannel::Progress progress;
+  progress.last_collective = last_collective;
+  progress.splits = static_cast<uint64_t>(words[0]);
+  if (words[1] != 0) {
+    OpInfo call;
+    call.op = static_cast<OpType>(words[2]);
+    call.dtype = static_cast<DType>(words[3]);
+    call.count = words[4];
+    call.bytes = static_cast<size_t>(words[4]) * dtype_size(call.dtype);
+    call.peer = static_cast<int>(words[5]);
+    call.seq = static_cast<uint64_t>(words[6]);
+    call.group = body.substr(sizeof(words));
+    progress.call = std::move(call);
+  }
+  return progress;
+}
 
 // A fire-and-forget send of one control message.
 class ControlSend final : public MpiOp {
@@ -75,19 +123,26 @@ void ControlChannel::on_receive(ProgressEngine& engine) {
   const int source = status.MPI_SOURCE;
   switch (status.MPI_TAG) {
     case status_query: {
+      // a: the query's id; b: the collective number asked about (0: none).
       const auto peer = peer_.lock();
       if (peer) {
+        const std::optional<OpInfo> call =
+            b > 0 ? peer->issued_collective(b) : std::optional<OpInfo>();
         send(engine, source, status_reply, a, peer->last_issued_seq(),
-             std::to_string(peer->splits_called()));
+             encode_reply(peer->splits_called(), call));
       }
       break;
     }
     case status_reply: {
+      const std::optional<Progress> progress = decode_reply(b, text);
+      if (!progress) {
+        LOOM_LOG_WARN("control channel: ignoring a malformed status reply from rank ", source);
+        break;
+      }
       std::lock_guard lock(mutex_);
       const auto it = queries_.find(a);
       if (it != queries_.end() && !it->second->answers[static_cast<size_t>(source)]) {
-        it->second->answers[static_cast<size_t>(source)] =
-            Progress{b, text.empty() ? 0 : std::stoull(text)};
+        it->second->answers[static_cast<size_t>(source)] = *progress;
         if (--it->second->missing == 0) answered_.notify_all();
       }
       break;
@@ -132,7 +187,7 @@ void ControlChannel::send(ProgressEngine& engine, int dest, Kind kind, uint64_t 
 }
 
 std::vector<std::optional<ControlChannel::Progress>> ControlChannel::query_progress(
-    ProgressEngine& engine, Progress own, Milliseconds wait) {
+    ProgressEngine& engine, Progress own, Milliseconds wait, uint64_t asked) {
   auto query = std::make_shared<Query>();
   query->answers.resize(static_cast<size_t>(size_));
   query->answers[static_cast<size_t>(rank_)] = own;
@@ -143,9 +198,9 @@ std::vector<std::optional<ControlChannel::Progress>> ControlChannel::query_progr
     id = next_query_++;
     queries_[id] = query;
   }
-  engine.post([self = shared_from_this(), id, &engine] {
+  engine.post([self = shared_from_this(), id, asked, &engine] {
     for (int r = 0; r < self->size_; ++r) {
-      if (r != self->rank_) self->send(engine, r, status_query, id, 0, "");
+      if (r != self->rank_) self->send(engine, r, status_query, id, asked, "");
     }
   });
   std::unique_lock lock(mutex_);

@@ -4,9 +4,13 @@
 // Each communicator has a second MPI communicator (MPI_Comm_dup of its own)
 // for control messages, serviced by the progress thread through a receive
 // that is always posted (MPI_ANY_SOURCE, MPI_ANY_TAG). Messages:
-//   status query  -> the receiver answers with the number of the last
-//                    collective it has issued on the communicator, and how
-//                    many splits of it it has called;
+//   status query(n) -> the receiver answers with the number of the last
+//                    collective it has issued on the communicator, how many
+//                    splits of it it has called, and, when n > 0, what its
+//                    collective number n was (op, count, dtype, root, its name
+//                    for the group; from its flight recorder), so that a
+//                    timeout can name ranks that called different collectives
+//                    (NOTE [timeout diagnosis] in communicator.cpp);
 //   status reply  -> fills in a pending query of peer_progress();
 //   abort(origin, reason)
 //                 -> the receiver aborts its communicator: its pending works
@@ -63,6 +67,8 @@ class ControlPeer {
   virtual ~ControlPeer() = default;
   virtual uint64_t last_issued_seq() const = 0;
   virtual uint64_t splits_called() const = 0;
+  // The collective it issued as number `seq`, if it still knows it.
+  virtual std::optional<OpInfo> issued_collective(uint64_t seq) const = 0;
   // Rank `origin` aborted the communicator (called on the progress thread).
   virtual void on_peer_abort(int origin, const std::string& reason) = 0;
   // This rank aborts the communicator (any thread): Communicator::abort.
@@ -96,11 +102,13 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
   struct Progress {
     uint64_t last_collective = 0;
     uint64_t splits = 0;
+    std::optional<OpInfo> call;  // its collective number `asked` (query_progress)
   };
-  // Asks every peer how far it has got; waits at most `wait` for the answers.
+  // Asks every peer how far it has got and, when `asked` > 0, what its
+  // collective of that number was; waits at most `wait` for the answers.
   // Entry r is nullopt when rank r did not answer.
   std::vector<std::optional<Progress>> query_progress(ProgressEngine& engine, Progress own,
-                                                      Milliseconds wait);
+                                                      Milliseconds wait, uint64_t asked = 0);
   // Sends abort(origin, reason) to every peer (on the progress thread, best
   // effort). A rank that receives one passes it on unchanged, in case the
   // origin died before reaching everybody. `ask_acknowledgement`: the peers

@@ -358,13 +358,25 @@ void MpiCommunicator::cross_check(const OpInfo& info) {
   }
 }
 
-std::optional<std::vector<std::optional<uint64_t>>> MpiCommunicator::peer_progress() {
+std::optional<OpInfo> MpiCommunicator::issued_collective(uint64_t seq) const {
+  // Layered: the numbers are the upper communicator's, whose calls this one never sees.
+  if (layered_.load()) return std::nullopt;
+  return flight_recorder().find_collective(seq);
+}
+
+std::optional<std::vector<std::optional<Communicator::PeerProgress>>>
+MpiCommunicator::peer_progress(uint64_t seq) {
+  // NOTE [timeout diagnosis] (communicator.cpp): the only messages a timeout costs.
   const Milliseconds wait = std::min<Milliseconds>(std::chrono::seconds(5), default_timeout());
-  std::vector<std::optional<uint64_t>> seqs;
-  for (const auto& p : channel_->query_progress(*engine_, own_progress(), wait)) {
-    seqs.push_back(p ? std::optional<uint64_t>(p->last_collective) : std::nullopt);
+  std::vector<std::optional<PeerProgress>> peers;
+  for (auto& p : channel_->query_progress(*engine_, own_progress(seq), wait, seq)) {
+    if (p) {
+      peers.push_back(PeerProgress{p->last_collective, std::move(p->call)});
+    } else {
+      peers.push_back(std::nullopt);
+    }
   }
-  return seqs;
+  return peers;
 }
 
 void MpiCommunicator::notify_peers_of_abort(const std::string& reason) {

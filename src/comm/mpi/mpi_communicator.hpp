@@ -41,6 +41,7 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
     return layered ? layered->load() : last_seq_.load();
   }
   uint64_t splits_called() const override { return splits_.load(); }
+  std::optional<OpInfo> issued_collective(uint64_t seq) const override;
   void on_peer_abort(int origin, const std::string& reason) override;
   // NOTE [failing rank]: the peers acknowledge this abort.
   void abort_group(const std::string& reason) override {
@@ -74,7 +75,7 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   void notify_peers_of_abort(const std::string& reason) override;
 
  public:
-  std::optional<std::vector<std::optional<uint64_t>>> peer_progress() override;
+  std::optional<std::vector<std::optional<PeerProgress>>> peer_progress(uint64_t seq) override;
   void report_layered_progress(std::shared_ptr<const std::atomic<uint64_t>> issued) override {
     layered_.store(std::move(issued));
   }
@@ -85,7 +86,10 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   OpTarget target() const;
   // Records the collective as issued (for status queries) and queues its op.
   void issue(const detail::WorkPtr& work, std::unique_ptr<MpiOp> op);
-  ControlChannel::Progress own_progress() const { return {last_issued_seq(), splits_.load()}; }
+  ControlChannel::Progress own_progress(uint64_t asked = 0) const {
+    return {last_issued_seq(), splits_.load(),
+            asked > 0 ? issued_collective(asked) : std::optional<OpInfo>()};
+  }
 
   const std::shared_ptr<ProgressEngine> engine_;
   const uint64_t id_;

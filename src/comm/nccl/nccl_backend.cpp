@@ -157,8 +157,8 @@ class NcclCommunicator final : public Communicator {
 
   // The peers' collective numbers on this communicator, asked through the mpi
   // bootstrap, which reports this rank's (make_nccl_communicator() layers them).
-  std::optional<std::vector<std::optional<uint64_t>>> peer_progress() override {
-    return bootstrap_->peer_progress();
+  std::optional<std::vector<std::optional<PeerProgress>>> peer_progress(uint64_t seq) override {
+    return bootstrap_->peer_progress(seq);
   }
   const std::shared_ptr<std::atomic<uint64_t>>& issued() const { return issued_; }
 
