@@ -21,6 +21,7 @@
 #include "loom/core/tensor.hpp"
 #include "loom/data/dataset.hpp"
 #include "loom/data/digits.hpp"
+#include "loom/data/sampler.hpp"
 #include "loom/data/synthetic.hpp"
 #include "loom/data/text_corpus.hpp"
 #include "loom/data/token_file.hpp"

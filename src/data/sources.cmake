@@ -3,6 +3,7 @@
 target_sources(loom PRIVATE
   data/dataset.cpp
   data/digits.cpp
+  data/sampler.cpp
   data/synthetic.cpp
   data/text_corpus.cpp
   data/token_file.cpp
