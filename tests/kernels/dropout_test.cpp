@@ -3,7 +3,9 @@
 // about 1 - p, scales survivors by 1 / (1 - p), p = 0 and p = 1, errors.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "kernel_test_util.hpp"
@@ -95,4 +97,34 @@ TEST_CASE("dropout's mask is the documented Philox function of the element index
     INFO("element " << i);
     REQUIRE((v[i] != 0.0f) == keep);
   }
+}
+
+TEST_CASE("dropout of a slice with an index offset draws the slice of the whole mask",
+          "[kernels][dropout]") {
+  // Slices starting at every phase of the four-element Philox groups, and
+  // long enough for the vectorised body.
+  const int64_t n = 1000;
+  std::vector<float> values(static_cast<size_t>(n));
+  std::iota(values.begin(), values.end(), 1.0f);
+  const Tensor x = Tensor::from_vector(values, {n});
+  const Tensor whole = Tensor::empty({n});
+  k::dropout_forward(x, 0.3f, RandomKey{9, 4}, whole);
+  const std::vector<float> expected = whole.to_vector<float>();
+  for (const int64_t offset :
+       {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{250}, int64_t{997}}) {
+    for (const int64_t length : {int64_t{1}, int64_t{3}, int64_t{70}, n - offset}) {
+      if (offset + length > n) continue;
+      INFO("offset " << offset << ", length " << length);
+      const Tensor slice = x.flat_view(offset, {length}).clone();
+      const Tensor y = Tensor::empty({length});
+      k::dropout_forward(slice, 0.3f, RandomKey{9, 4}, y, offset);
+      const std::vector<float> got = y.to_vector<float>();
+      CHECK(std::equal(got.begin(), got.end(), expected.begin() + offset));
+      const Tensor dx = Tensor::empty({length});
+      k::dropout_backward(slice, 0.3f, RandomKey{9, 4}, dx, offset);
+      CHECK(dx.to_vector<float>() == got);
+    }
+  }
+  CHECK_THROWS_WITH(k::dropout_forward(x, 0.3f, RandomKey{9, 4}, whole, -1),
+                    Contains("element index offset -1 must not be negative"));
 }

@@ -13,6 +13,10 @@
 // backends). p must lie in [0, 1]; p = 1 zeroes everything. Operands have one
 // element count, dtype and device; the output may be the input itself.
 // dtypes: f32 on the host; f32 or bf16 on CUDA.
+//
+// index_offset: element i of the operands is masked as element index_offset
+// + i of a larger tensor, so a slice of it (a sequence-parallel rank's tokens)
+// draws exactly the slice of the whole tensor's mask.
 #pragma once
 
 #include "loom/core/random.hpp"
@@ -21,8 +25,10 @@
 
 namespace loom::kernels {
 
-void dropout_forward(const Tensor& x, float p, RandomKey key, const Tensor& y);
-void dropout_backward(const Tensor& dy, float p, RandomKey key, const Tensor& dx);
+void dropout_forward(const Tensor& x, float p, RandomKey key, const Tensor& y,
+                     int64_t index_offset = 0);
+void dropout_backward(const Tensor& dy, float p, RandomKey key, const Tensor& dx,
+                      int64_t index_offset = 0);
 
 // One multiply per element (the Philox rounds are not counted as flops);
 // bytes: input read once, output written once.

@@ -10,6 +10,8 @@
 // product, as on CUDA (__fmul_rn), so both backends give the same bits.
 #include "kernels/cpu/dropout.hpp"
 
+#include <algorithm>
+
 #include "kernels/dropout_mask.hpp"
 
 namespace loom::kernels::cpu {
@@ -59,12 +61,26 @@ void philox_lanes(uint64_t first_group, uint64_t seed, uint64_t stream,
 }  // namespace
 
 void dropout(const float* in, float* out, int64_t n, float p, float scale, uint64_t seed,
-             uint64_t stream) {
-  const int64_t groups = n / 4;  // whole groups of four elements
+             uint64_t stream, int64_t offset) {
+  // Global elements before the first whole group of four: through the scalar words.
+  const int64_t head = std::min<int64_t>(n, (4 - offset % 4) % 4);
+  if (head > 0) {
+    const Philox4x32Result w =
+        detail::dropout_words(static_cast<uint64_t>(offset / 4), seed, stream);
+    for (int64_t i = 0; i < head; ++i) {
+      out[i] = detail::dropout_keep(w.v[(offset + i) % 4], p) ? in[i] * scale : 0.0f;
+    }
+  }
+  if (head == n) return;
+  in += head;
+  out += head;
+  n -= head;
+  const int64_t base = (offset + head) / 4;  // the global group of the aligned start
+  const int64_t groups = n / 4;              // whole groups of four elements
   int64_t g = 0;
   uint32_t words[4][kLanes];
   for (; g + kLanes <= groups; g += kLanes) {
-    philox_lanes(static_cast<uint64_t>(g), seed, stream, words);
+    philox_lanes(static_cast<uint64_t>(base + g), seed, stream, words);
     const float* src = in + 4 * g;
     float* dst = out + 4 * g;
     for (int l = 0; l < kLanes; ++l) {
@@ -76,7 +92,7 @@ void dropout(const float* in, float* out, int64_t n, float p, float scale, uint6
   // The remaining groups, the last one possibly partial.
   for (int64_t first = 4 * g; first < n; first += 4) {
     const Philox4x32Result w =
-        detail::dropout_words(static_cast<uint64_t>(first / 4), seed, stream);
+        detail::dropout_words(static_cast<uint64_t>(base + first / 4), seed, stream);
     const int count = n - first < 4 ? static_cast<int>(n - first) : 4;
     for (int j = 0; j < count; ++j) {
       out[first + j] = detail::dropout_keep(w.v[j], p) ? in[first + j] * scale : 0.0f;
