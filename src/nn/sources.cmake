@@ -8,6 +8,7 @@ target_sources(loom PRIVATE
   nn/cross_entropy_loss.cpp
   nn/dropout.cpp
   nn/embedding.cpp
+  nn/evaluation.cpp
   nn/layer_norm.cpp
   nn/linear.cpp
   nn/mlp.cpp

@@ -6,11 +6,13 @@ target_sources(loom PRIVATE
   parallel/grad_clip.cpp
   parallel/grad_reducer.cpp
   parallel/layout.cpp
+  parallel/mean_over.cpp
   parallel/reducer_stats.cpp
   parallel/reduction.cpp
   parallel/sharded_module.cpp
   parallel/sync_batch_norm.cpp
   parallel/tensor_parallel.cpp
+  parallel/train_step.cpp
   parallel/zero_gather.cpp
   parallel/zero_grads.cpp
   parallel/zero_layout.cpp

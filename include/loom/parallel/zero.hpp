@@ -8,6 +8,7 @@
 //     loss.backward(...); model.backward(...);   // buckets launch as gradients get ready
 //     zero.finish();                    // launch the rest, wait
 //     zero.clip_grad_norm(1.0);         // optional: the true global norm
+//     zero.set_lr(schedule.lr_at(step));  // optional: a learning-rate schedule
 //     zero.step();                      // this rank's shard, then (stages 1, 2) all-gather
 //   }
 //
@@ -140,6 +141,10 @@ class ZeroOptimizer {
   double clip_grad_norm(double max_norm);
   // Steps this rank's shard (every slot at stage 0) and starts the all-gather (stages 1, 2).
   void step();
+  // The learning rate of the next step(): optimizer().set_lr() and lr(), the
+  // optimizer that steps this rank's shard (or the f32 master pieces).
+  void set_lr(double lr) { optimizer().set_lr(lr); }
+  double lr() { return optimizer().lr(); }
   // Waits for the all-gather step() started (zero_grad() calls it).
   void wait_parameters();
   // Stage 3: gathers every parameter (for evaluation outside the wrappers or a
