@@ -1,8 +1,9 @@
 // CUDA dense-layer kernels against their host twins: bias (f32 exact
 // add, sums to 1e-5; bf16 to its rounding), activations (1e-6 relative),
 // layer norm (1e-5), embedding (gather exact, scatter-add to 1e-6 and
-// deterministic across runs), cross-entropy (1e-5), dropout (bit for bit,
-// the same mask on both backends).
+// deterministic across runs), index_select (rows of f32, i32, i64 and bf16
+// bit for bit, its backward equal to the host's), cross-entropy (1e-5),
+// dropout (bit for bit, the same mask on both backends).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "loom/kernels/cross_entropy.hpp"
 #include "loom/kernels/dropout.hpp"
 #include "loom/kernels/embedding.hpp"
+#include "loom/kernels/index_select.hpp"
 #include "loom/kernels/layer_norm.hpp"
 #include "support/compare.hpp"
 
@@ -141,6 +143,36 @@ TEST_CASE("CUDA embedding matches the host and its backward is deterministic",
     require_close(first, dtable, 0, 0);
     require_close(second, first, 0, 0);
   }
+}
+
+TEST_CASE("CUDA index_select copies rows of every dtype bit for bit and its backward matches",
+          "[cuda][index_select]") {
+  const int64_t rows = 500, count = 700;
+  std::vector<int64_t> picks(count);
+  for (int64_t i = 0; i < count; ++i) picks[i] = (i * 7919) % rows;  // unsorted, repeated
+  const Tensor index = Tensor::from_vector(picks, {count}).to(DType::i32);
+  const Tensor images = loom::test::random_tensor({rows, 1, 8, 8}, DType::f32, 12);
+  std::vector<int64_t> label_values(rows);
+  for (int64_t r = 0; r < rows; ++r) label_values[r] = r * 1000003 - 250;
+  const Tensor labels64 = Tensor::from_vector(label_values, {rows});
+  for (const Tensor& src :
+       {images, labels64.to(DType::i32), labels64, images.view({rows, 64}).to(DType::bf16)}) {
+    INFO(src.str());
+    const Tensor host = k::index_select(src, index);
+    const Tensor device = k::index_select(src.to(kGpu), index.to(kGpu));
+    REQUIRE(device.dtype() == src.dtype());
+    REQUIRE(device.to(DType::f32).to(Device::cpu()).to_vector<float>() ==
+            host.to(DType::f32).to_vector<float>());
+  }
+  REQUIRE(k::index_select(labels64.to(kGpu), index.to(kGpu)).to_vector<int64_t>() ==
+          k::index_select(labels64, index).to_vector<int64_t>());
+
+  const Tensor dout = loom::test::random_tensor({count, 1, 8, 8}, DType::f32, 13);
+  const Tensor dsrc = Tensor::empty({rows, 1, 8, 8});
+  k::index_select_backward(dout, index, dsrc, false);
+  const Tensor dsrc_gpu = Tensor::empty({rows, 1, 8, 8}, DType::f32, kGpu);
+  k::index_select_backward(dout.to(kGpu), index.to(kGpu), dsrc_gpu, false);
+  require_close(dsrc_gpu, dsrc, 0, 0);  // same order of additions: equal bits
 }
 
 TEST_CASE("CUDA cross_entropy matches the host", "[cuda][cross_entropy]") {
