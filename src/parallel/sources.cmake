@@ -1,5 +1,5 @@
 # parallel/: the parallel layout, data parallelism (gradient reducer, synchronized BatchNorm,
-# ZeRO) and tensor-parallel layers.
+# ZeRO), tensor-parallel layers and pipeline schedules (pipeline/).
 target_sources(loom PRIVATE
   parallel/control.cpp
   parallel/grad_buckets.cpp
@@ -7,6 +7,14 @@ target_sources(loom PRIVATE
   parallel/grad_reducer.cpp
   parallel/layout.cpp
   parallel/mean_over.cpp
+  parallel/pipeline/generators.cpp
+  parallel/pipeline/print.cpp
+  parallel/pipeline/replay.cpp
+  parallel/pipeline/schedule.cpp
+  parallel/pipeline/schedule_checks.cpp
+  parallel/pipeline/simulate.cpp
+  parallel/pipeline/validate.cpp
+  parallel/pipeline/zb_v_order.cpp
   parallel/reducer_stats.cpp
   parallel/reduction.cpp
   parallel/sharded_module.cpp
