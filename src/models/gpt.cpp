@@ -13,15 +13,16 @@
 namespace loom::models {
 namespace {
 
-constexpr float kInitStd = 0.02f;
-constexpr float kLayerNormEps = 1e-5f;
+constexpr float kInitStd = kGPTInitStd;
+constexpr float kLayerNormEps = kGPTLayerNormEps;
 
 std::string prefixed(const std::string& name, const std::string& local) {
   return name.empty() ? local : name + "." + local;
 }
 
-std::unique_ptr<nn::Module> dropout_or_null(const std::string& name, float dropout) {
-  if (dropout > 0.0f) return std::make_unique<nn::Dropout>(name, dropout);
+std::unique_ptr<nn::Module> dropout_or_null(const GPTLayerFactory& layers, const std::string& name,
+                                            float dropout) {
+  if (dropout > 0.0f) return layers.dropout(name, dropout);
   return nullptr;
 }
 
@@ -41,7 +42,9 @@ std::unique_ptr<nn::Module> attention_branch(const std::string& block, const GPT
   branch->add(layers.attention(block + ".attn.core", c.heads));
   branch->add(layers.linear(Role::attn_proj, block + ".attn.c_proj", c.d_model, c.d_model,
                             block_linear(c)));
-  if (auto drop = dropout_or_null(block + ".attn.dropout", c.dropout)) branch->add(std::move(drop));
+  if (auto drop = dropout_or_null(layers, block + ".attn.dropout", c.dropout)) {
+    branch->add(std::move(drop));
+  }
   return std::make_unique<nn::Residual>(block + ".attn_residual", std::move(branch));
 }
 
@@ -55,7 +58,9 @@ std::unique_ptr<nn::Module> mlp_branch(const std::string& block, const GPTConfig
   branch->emplace<nn::GELU>(block + ".mlp.gelu");
   branch->add(layers.linear(Role::mlp_proj, block + ".mlp.c_proj", 4 * c.d_model, c.d_model,
                             block_linear(c)));
-  if (auto drop = dropout_or_null(block + ".mlp.dropout", c.dropout)) branch->add(std::move(drop));
+  if (auto drop = dropout_or_null(layers, block + ".mlp.dropout", c.dropout)) {
+    branch->add(std::move(drop));
+  }
   return std::make_unique<nn::Residual>(block + ".mlp_residual", std::move(branch));
 }
 
@@ -104,6 +109,23 @@ std::unique_ptr<nn::Module> GPTLayerFactory::attention(const std::string& name,
   return std::make_unique<nn::CausalSelfAttention>(name, heads);
 }
 
+std::unique_ptr<nn::Module> GPTLayerFactory::dropout(const std::string& name, float p) const {
+  return std::make_unique<nn::Dropout>(name, p);
+}
+
+std::unique_ptr<GPTEnd> GPTLayerFactory::embeddings(const std::string& model,
+                                                    const GPTConfig& config) const {
+  return std::make_unique<GPTEmbeddings>(model, config);
+}
+
+std::unique_ptr<GPTEnd> GPTLayerFactory::head(const std::string& model, const GPTConfig& config,
+                                              nn::Parameter* token_table) const {
+  if (token_table != nullptr) return std::make_unique<GPTHead>(model, config, *token_table);
+  return std::make_unique<GPTHead>(model, config);
+}
+
+void GPTLayerFactory::finish(nn::Module&) const {}
+
 const GPTLayerFactory& default_gpt_layers() {
   static const GPTLayerFactory factory;
   return factory;
@@ -126,11 +148,11 @@ std::unique_ptr<nn::Module> make_gpt_block(const std::string& model, int64_t ind
 // ---- GPTEmbeddings --------------------------------------------------------------------------
 
 GPTEmbeddings::GPTEmbeddings(const std::string& model, const GPTConfig& config)
-    : Module(prefixed(model, "embeddings")),
+    : GPTEnd(prefixed(model, "embeddings")),
       seq_len_(config.seq_len),
       wte_(prefixed(model, "wte"), config.vocab, config.d_model, config.module, kInitStd),
       wpe_(prefixed(model, "wpe"), config.seq_len, config.d_model, config.module, kInitStd),
-      dropout_(dropout_or_null(prefixed(model, "drop"), config.dropout)) {}
+      dropout_(dropout_or_null(default_gpt_layers(), prefixed(model, "drop"), config.dropout)) {}
 
 Tensor GPTEmbeddings::positions(int64_t batch, int64_t seq) {
   if (!positions_.defined() || positions_.size(0) != batch || positions_.size(1) != seq) {
@@ -189,7 +211,7 @@ std::vector<nn::Module*> GPTEmbeddings::children() {
 // ---- GPTHead --------------------------------------------------------------------------------
 
 GPTHead::GPTHead(const std::string& model, const GPTConfig& config, nn::Parameter& token_table)
-    : Module(prefixed(model, "head")),
+    : GPTEnd(prefixed(model, "head")),
       ln_f_(prefixed(model, "ln_f"), config.d_model, kLayerNormEps, config.module),
       projection_(std::make_unique<nn::Linear>(prefixed(model, "lm_head"), token_table)) {
   // One Parameter for both uses on this rank: nothing to sum across stages.
@@ -199,7 +221,7 @@ GPTHead::GPTHead(const std::string& model, const GPTConfig& config, nn::Paramete
 }
 
 GPTHead::GPTHead(const std::string& model, const GPTConfig& config)
-    : Module(prefixed(model, "head")),
+    : GPTEnd(prefixed(model, "head")),
       ln_f_(prefixed(model, "ln_f"), config.d_model, kLayerNormEps, config.module),
       projection_(std::make_unique<nn::Linear>(
           prefixed(model, "lm_head"), config.d_model, config.vocab,
@@ -265,7 +287,7 @@ GPTPart::GPTPart(std::string name, const GPTConfig& config, const GPTPartSpec& s
              this->name(),
              "': a token table to tie to is for a part holding the head without the embeddings");
   if (spec_.embeddings) {
-    embeddings_ = std::make_unique<GPTEmbeddings>(this->name(), config_);
+    embeddings_ = layers.embeddings(this->name(), config_);
     if (!spec_.head) {
       // The head lives in another part: a copy there, or a tie (which clears this).
       nn::Placement placement = embeddings_->token_table().placement();
@@ -276,13 +298,11 @@ GPTPart::GPTPart(std::string name, const GPTConfig& config, const GPTPartSpec& s
   for (int64_t i = spec_.first_block; i < spec_.end_block; ++i) {
     blocks_.add(make_gpt_block(this->name(), i, config_, layers));
   }
-  if (spec_.head && embeddings_) {
-    head_ = std::make_unique<GPTHead>(this->name(), config_, embeddings_->token_table());
-  } else if (spec_.head && token_table != nullptr) {
-    head_ = std::make_unique<GPTHead>(this->name(), config_, *token_table);
-  } else if (spec_.head) {
-    head_ = std::make_unique<GPTHead>(this->name(), config_);
+  if (spec_.head) {
+    head_ =
+        layers.head(this->name(), config_, embeddings_ ? &embeddings_->token_table() : token_table);
   }
+  layers.finish(*this);
 }
 
 Tensor GPTPart::forward(const Tensor& input, nn::Tape& tape) {

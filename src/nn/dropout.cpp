@@ -11,9 +11,11 @@ struct Dropout::State : SavedState {
   Shape shape;
 };
 
-Dropout::Dropout(std::string name, float p) : Module(std::move(name)), p_(p) {
+Dropout::Dropout(std::string name, float p, int64_t slice)
+    : Module(std::move(name)), p_(p), slice_(slice) {
   LOOM_CHECK(p >= 0.0f && p <= 1.0f, "dropout '", this->name(), "': probability ", p,
              " must lie in [0, 1]");
+  LOOM_CHECK(slice >= 0, "dropout '", this->name(), "': slice ", slice, " must not be negative");
 }
 
 RandomKey Dropout::key(const Tape& tape) const {
@@ -29,7 +31,7 @@ Tensor Dropout::forward(const Tensor& x, Tape& tape) {
   state.key = key(tape);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   trace::OpScope scope("dropout.forward", kernels::dropout_cost(x), x.device(), name());
-  kernels::dropout_forward(x, p_, state.key, y);
+  kernels::dropout_forward(x, p_, state.key, y, slice_ * x.numel());
   return y;
 }
 
@@ -41,7 +43,7 @@ Tensor Dropout::backward_input(const Tensor& dy, Tape& tape) {
   if (!state.active) return dy;
   Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
   trace::OpScope scope("dropout.backward_input", kernels::dropout_cost(dy), dy.device(), name());
-  kernels::dropout_backward(dy, p_, state.key, dx);
+  kernels::dropout_backward(dy, p_, state.key, dx, slice_ * dy.numel());
   return dx;
 }
 

@@ -20,7 +20,9 @@ target_sources(loom PRIVATE
   parallel/sharded_module.cpp
   parallel/sync_batch_norm.cpp
   parallel/tensor_parallel.cpp
+  parallel/tensor_parallel_gpt.cpp
   parallel/train_step.cpp
+  parallel/vocab_parallel.cpp
   parallel/zero_gather.cpp
   parallel/zero_grads.cpp
   parallel/zero_layout.cpp

@@ -5,7 +5,6 @@
 #include "loom/core/error.hpp"
 #include "loom/core/random.hpp"
 #include "loom/kernels/bias.hpp"
-#include "loom/nn/attention.hpp"
 #include "loom/trace/op_scope.hpp"
 #include "loom/trace/profiler.hpp"
 
@@ -53,24 +52,55 @@ void draw_as_slice(nn::Parameter& p, const nn::LinearOptions& options, int64_t f
   }
 }
 
+void record_comm(const char* what, const std::string& layer, int64_t start, size_t bytes) {
+  trace::record_span("comm", str_cat("tp ", what, " ", layer), start, trace::now_ns(),
+                     {{"bytes", static_cast<int64_t>(bytes)}});
+}
+
 // Sums `t` over the tp group in place (a conjugate operator's communication),
 // shown on the profiler's "comm" lane.
 void sum_over(comm::Communicator& tp, const Tensor& t, const std::string& layer) {
   const int64_t start = trace::now_ns();
   tp.all_reduce(t).wait();
-  trace::record_span("comm", "tp all_reduce " + layer, start, trace::now_ns(),
-                     {{"bytes", static_cast<int64_t>(t.nbytes())}});
+  record_comm("all_reduce", layer, start, t.nbytes());
 }
 
 }  // namespace
+
+Tensor gather_tokens(comm::Communicator& tp, const Tensor& local, const std::string& layer) {
+  LOOM_CHECK(local.defined() && local.dim() == 3, "sequence-parallel layer '", layer,
+             "': this rank's tokens ", local, " must be a [batch, seq / tp, features] tensor");
+  const int64_t start = trace::now_ns();
+  Tensor full = Tensor::empty({local.size(0), local.size(1) * tp.size(), local.size(2)},
+                              local.dtype(), local.device());
+  tp.all_gather(local, full).wait();
+  record_comm("all_gather", layer, start, full.nbytes());
+  return full;
+}
+
+Tensor scatter_tokens(comm::Communicator& tp, const Tensor& full, const std::string& layer) {
+  LOOM_CHECK(full.defined() && full.dim() == 3, "sequence-parallel layer '", layer, "': ", full,
+             " must be a [batch, seq, features] tensor");
+  LOOM_CHECK(full.size(1) % tp.size() == 0, "sequence-parallel layer '", layer,
+             "': sequence length ", full.size(1), " is not divisible by tp = ", tp.size(),
+             " (each rank holds seq / tp tokens of every batch)");
+  const int64_t start = trace::now_ns();
+  Tensor local = Tensor::empty({full.size(0), full.size(1) / tp.size(), full.size(2)}, full.dtype(),
+                               full.device());
+  tp.reduce_scatter(full, local).wait();
+  record_comm("reduce_scatter", layer, start, full.nbytes());
+  return local;
+}
 
 // ---- ColumnParallelLinear -------------------------------------------------------------------
 
 ColumnParallelLinear::ColumnParallelLinear(std::string name, int64_t in_features,
                                            int64_t out_features, const nn::LinearOptions& options,
-                                           std::shared_ptr<comm::Communicator> tp, int64_t blocks)
+                                           std::shared_ptr<comm::Communicator> tp, int64_t blocks,
+                                           bool sequence_parallel)
     : Module(name),
       tp_(checked_group(tp, name)),
+      sequence_parallel_(sequence_parallel),
       local_(name, in_features, split_size(name, "out_features", out_features, blocks, tp_->size()),
              options) {
   const int64_t rows = local_.out_features() / blocks;  // per block on this rank
@@ -89,13 +119,24 @@ ColumnParallelLinear::ColumnParallelLinear(std::string name, int64_t in_features
   }
 }
 
+ColumnParallelLinear::ColumnParallelLinear(std::string name, nn::Parameter& weight,
+                                           std::shared_ptr<comm::Communicator> tp,
+                                           bool sequence_parallel)
+    : Module(name),
+      tp_(checked_group(tp, name)),
+      sequence_parallel_(sequence_parallel),
+      local_(name, weight) {}
+
 Tensor ColumnParallelLinear::forward(const Tensor& x, nn::Tape& tape) {
-  return local_.forward(x, tape);  // the conjugate operator: identity forward
+  // The conjugate operator: identity forward (SP: the tokens gathered).
+  return local_.forward(sequence_parallel_ ? gather_tokens(*tp_, x, name()) : x, tape);
 }
 
 Tensor ColumnParallelLinear::backward_input(const Tensor& dy, nn::Tape& tape) {
   Tensor dx = local_.backward_input(dy, tape);
-  sum_over(*tp_, dx, name());  // each rank's outputs saw all of x
+  // Each rank's outputs saw all of x: sum the input gradient (SP: and keep this rank's tokens).
+  if (sequence_parallel_) return scatter_tokens(*tp_, dx, name());
+  sum_over(*tp_, dx, name());
   return dx;
 }
 
@@ -115,9 +156,10 @@ struct RowParallelLinear::State : nn::SavedState {
 
 RowParallelLinear::RowParallelLinear(std::string name, int64_t in_features, int64_t out_features,
                                      const nn::LinearOptions& options,
-                                     std::shared_ptr<comm::Communicator> tp)
+                                     std::shared_ptr<comm::Communicator> tp, bool sequence_parallel)
     : Module(name),
       tp_(checked_group(tp, name)),
+      sequence_parallel_(sequence_parallel),
       local_(name, split_size(name, "in_features", in_features, 1, tp_->size()), out_features,
              nn::LinearOptions{.bias = false,
                                .init_std = options.init_std,
@@ -137,7 +179,11 @@ RowParallelLinear::RowParallelLinear(std::string name, int64_t in_features, int6
 
 Tensor RowParallelLinear::forward(const Tensor& x, nn::Tape& tape) {
   Tensor y = local_.forward(x, tape);
-  sum_over(*tp_, y, name());
+  if (sequence_parallel_) {
+    y = scatter_tokens(*tp_, y, name());
+  } else {
+    sum_over(*tp_, y, name());
+  }
   if (bias_) {
     const Tensor y2 = y.view({y.numel() / local_.out_features(), local_.out_features()});
     trace::OpScope scope("linear.bias", kernels::bias_add_cost(y2), y.device(), name());
@@ -148,8 +194,10 @@ Tensor RowParallelLinear::forward(const Tensor& x, nn::Tape& tape) {
 }
 
 Tensor RowParallelLinear::backward_input(const Tensor& dy, nn::Tape& tape) {
+  // The bias gradient from this rank's dy (SP: its tokens only, summed over tp later).
   tape.get<State>(*this).dy = dy.view({dy.numel() / local_.out_features(), local_.out_features()});
-  return local_.backward_input(dy, tape);  // the sum's conjugate: identity backward
+  // The sum's conjugate: identity backward (SP: the tokens gathered).
+  return local_.backward_input(sequence_parallel_ ? gather_tokens(*tp_, dy, name()) : dy, tape);
 }
 
 void RowParallelLinear::backward_weight(nn::Tape& tape) {
@@ -170,42 +218,6 @@ void RowParallelLinear::backward_weight(nn::Tape& tape) {
 void RowParallelLinear::collect_parameters(std::vector<nn::Parameter*>& out) {
   local_.collect_parameters(out);
   if (bias_) out.push_back(bias_.get());
-}
-
-// ---- TensorParallelGPTLayers ----------------------------------------------------------------
-
-TensorParallelGPTLayers::TensorParallelGPTLayers(std::shared_ptr<comm::Communicator> tp)
-    : tp_(checked_group(tp, "GPT blocks")) {}
-
-void TensorParallelGPTLayers::check(const models::GPTConfig& config) const {
-  const int tp = tp_->size();
-  LOOM_CHECK(config.heads % tp == 0, "tensor parallelism: GPT heads ", config.heads,
-             " is not divisible by tp = ", tp, " (each rank holds whole heads)");
-  // heads divide d_model (GPTConfig::validate), so tp then divides d_model and
-  // the MLP width 4 d_model too.
-}
-
-std::unique_ptr<nn::Module> TensorParallelGPTLayers::linear(
-    LinearRole role, const std::string& name, int64_t in_features, int64_t out_features,
-    const nn::LinearOptions& options) const {
-  switch (role) {
-    case LinearRole::attn_qkv:
-      return std::make_unique<ColumnParallelLinear>(name, in_features, out_features, options, tp_,
-                                                    3);
-    case LinearRole::mlp_fc:
-      return std::make_unique<ColumnParallelLinear>(name, in_features, out_features, options, tp_);
-    case LinearRole::attn_proj:
-    case LinearRole::mlp_proj:
-      return std::make_unique<RowParallelLinear>(name, in_features, out_features, options, tp_);
-  }
-  LOOM_ASSERT(false, "GPT linear role ", static_cast<int>(role));
-}
-
-std::unique_ptr<nn::Module> TensorParallelGPTLayers::attention(const std::string& name,
-                                                               int64_t heads) const {
-  LOOM_CHECK(heads % tp_->size() == 0, "tensor-parallel attention '", name, "': ", heads,
-             " heads are not divisible by tp = ", tp_->size());
-  return std::make_unique<nn::CausalSelfAttention>(name, heads / tp_->size());
 }
 
 }  // namespace loom::parallel

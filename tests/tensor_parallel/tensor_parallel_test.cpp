@@ -24,7 +24,10 @@
 #include "loom/optim/sgd.hpp"
 #include "loom/parallel/layout.hpp"
 #include "loom/parallel/reduction.hpp"
+#include "loom/parallel/sharded_module.hpp"
 #include "loom/parallel/tensor_parallel.hpp"
+#include "loom/parallel/tensor_parallel_gpt.hpp"
+#include "loom/parallel/vocab_parallel.hpp"
 #include "loom/parallel/zero.hpp"
 #include "support/compare.hpp"
 
@@ -52,44 +55,12 @@ struct Shard {
   nn::Placement placement;
 };
 
-struct Run {
-  std::vector<float> losses;
-  std::map<std::string, Shard> initial, final;  // by parameter name
-};
-
-std::map<std::string, Shard> snapshot(models::GPT& model) {
+std::map<std::string, Shard> snapshot(nn::Module& model) {
   std::map<std::string, Shard> out;
   for (nn::Parameter* p : model.parameters()) {
     out[p->name()] = Shard{p->value().to_vector<float>(), p->shape(), p->placement()};
   }
   return out;
-}
-
-// `steps` SGD steps of the GPT on fixed batches.
-Run train(models::GPT& model, int steps) {
-  Run run;
-  run.initial = snapshot(model);
-  optim::SGD optimizer(optim::param_slots(model.parameters()),
-                       {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
-  nn::CrossEntropyLoss loss;
-  const int64_t batch = 3, seq = 16, vocab = model.config().vocab;
-  for (int s = 0; s < steps; ++s) {
-    std::vector<int32_t> ids(batch * seq), targets(batch * seq);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      ids[i] = static_cast<int32_t>((i * 37 + s * 11) % vocab);
-      targets[i] = static_cast<int32_t>((i * 53 + s * 5 + 1) % vocab);
-    }
-    nn::Tape tape, loss_tape;
-    tape.set_random_seed(100 + s);
-    const Tensor logits = model.forward(Tensor::from_vector(ids, {batch, seq}), tape);
-    run.losses.push_back(
-        loss.forward(logits, Tensor::from_vector(targets, {batch, seq}), loss_tape).item<float>());
-    model.backward(loss.backward(loss_tape), tape);
-    optimizer.step();
-    optimizer.zero_grad();
-  }
-  run.final = snapshot(model);
-  return run;
 }
 
 // The global tensor assembled from every rank's shard of one parameter.
@@ -126,10 +97,17 @@ std::vector<float> assemble(const std::vector<const Shard*>& shards) {
   return out;
 }
 
-std::vector<float> assemble(const std::vector<Run>& ranks, const std::string& name, bool final) {
-  std::vector<const Shard*> shards;
-  for (const Run& r : ranks) shards.push_back(&(final ? r.final : r.initial).at(name));
-  return assemble(shards);
+// The single-rank tensor from the shards: a padded vocabulary's rows cut off
+// after checking they are zero (NOTE [padded vocabulary]); "" or what is wrong.
+std::string assemble_unpadded(const std::vector<const Shard*>& shards,
+                              const std::vector<float>& single, std::vector<float>& out) {
+  out = assemble(shards);
+  if (out.size() < single.size()) return "fewer elements than the single-rank tensor";
+  for (size_t i = single.size(); i < out.size(); ++i) {
+    if (out[i] != 0.0f) return "a padding element is not zero";
+  }
+  out.resize(single.size());
+  return "";
 }
 
 std::string compare_to_magnitude(const std::vector<float>& got, const std::vector<float>& want,
@@ -172,43 +150,22 @@ TEST_CASE("tensor-parallel shards are slices of the single-rank weights; c_attn 
     }
     CHECK(shard.values == expected);
   }
-  // Every parameter, assembled from its shards, is the single rank's, bit for bit.
+  // Every parameter, assembled from its shards, is the single rank's, bit for
+  // bit; the token table (61 rows) is padded to 62 with a zero row.
   for (const auto& [name, values] : want) {
     INFO(name);
     std::vector<const Shard*> pieces;
     for (const auto& rank : shards) pieces.push_back(&rank.at(name));
-    CHECK(assemble(pieces) == values);
+    std::vector<float> got;
+    CHECK(assemble_unpadded(pieces, values, got) == "");
+    CHECK(got == values);
   }
+  CHECK(shards[0].at("wte.weight").shape == Shape{31, d});
+  CHECK(shards[1].at("wte.weight").placement.global_shape == Shape{62, d});
+  CHECK(shards[1].at("wte.weight").placement.shard_offset == 31);
   CHECK(shards[1].at("h.1.mlp.c_proj.weight").placement.shard_dim == 1);
   CHECK(shards[1].at("h.1.mlp.c_proj.bias").placement.shard_dim == -1);
   CHECK(shards[1].at("h.1.ln_2.weight").placement.shard_dim == -1);
-}
-
-TEST_CASE("GPT on tp = 2 and 4 ranks trains like one rank, with and without dropout", "[tp]") {
-  const int steps = 5;
-  for (const float dropout : {0.0f, 0.1f}) {
-    const models::GPTConfig config = small_gpt(dropout);
-    models::GPT single("", config);
-    const Run want = train(single, steps);
-    for (const int tp : {2, 4}) {
-      INFO("tp " << tp << ", dropout " << dropout);
-      std::vector<Run> ranks(static_cast<size_t>(tp));
-      comm::run_local_ranks(comm::make_local_group(tp), [&](comm::Communicator& c) {
-        parallel::TensorParallelGPTLayers layers(c.shared_from_this());
-        layers.check(config);
-        models::GPT model("", config, layers);
-        ranks[static_cast<size_t>(c.rank())] = train(model, steps);
-      });
-      for (int s = 0; s < steps; ++s) {
-        INFO("step " << s);
-        for (const Run& r : ranks) CHECK(r.losses[s] == Approx(want.losses[s]).epsilon(1e-5));
-      }
-      for (const auto& [name, shard] : want.final) {
-        INFO(name);
-        CHECK(compare_to_magnitude(assemble(ranks, name, true), shard.values, 1e-5) == "");
-      }
-    }
-  }
 }
 
 TEST_CASE("tensor parallelism refuses what does not split, naming the numbers", "[tp]") {
@@ -244,23 +201,48 @@ struct LayoutRun {
 // global batch of 4 sequences split over dp, gradients reduced by
 // ZeroOptimizer at `stage` (0: plain data parallelism) and clipped by the
 // global norm. world of one rank: the single-rank reference.
-LayoutRun train_layout(comm::Communicator& world, int tp, int stage, int steps) {
-  // No dropout: masks are keyed by the element's index in this rank's batch,
-  // so data-parallel ranks draw other masks than one rank on the global batch.
-  const models::GPTConfig config = small_gpt(0.0f);
+struct LayoutOptions {
+  int tp = 1;
+  bool sequence_parallel = false;
+  int stage = 0;  // ZeRO stage over dp
+  // Dropout needs dp = 1: masks are keyed by the element's index in this
+  // rank's batch, so data-parallel ranks draw other masks than one rank on the
+  // global batch.
+  float dropout = 0.0f;
+};
+
+LayoutRun train_layout(comm::Communicator& world, const LayoutOptions& o, int steps) {
+  const models::GPTConfig config = small_gpt(o.dropout);
+  const int tp = o.tp;
   const parallel::ParallelGroups groups = parallel::make_parallel_groups(
       world.shared_from_this(), parallel::ParallelLayout(world.size(), tp, 1));
-  parallel::TensorParallelGPTLayers tp_layers(groups.tp);
-  models::GPT model("", config,
-                    tp > 1 ? static_cast<const models::GPTLayerFactory&>(tp_layers)
-                           : models::default_gpt_layers());
+  parallel::TensorParallelGPTLayers tp_layers(groups.tp,
+                                              {.sequence_parallel = o.sequence_parallel});
+  if (tp > 1) tp_layers.check(config);
+  auto gpt =
+      std::make_unique<models::GPT>("", config,
+                                    tp > 1 ? static_cast<const models::GPTLayerFactory&>(tp_layers)
+                                           : models::default_gpt_layers());
+  // Stage 3 gathers each block's parameters around its use, and the rest
+  // (embeddings, head) around the whole model's.
+  std::vector<parallel::ShardedModule*> units;
+  if (o.stage == 3) units = parallel::shard_children(gpt->blocks());
+  std::unique_ptr<nn::Module> owner = std::move(gpt);
+  if (o.stage == 3) {
+    owner = std::make_unique<parallel::ShardedModule>(std::move(owner));
+    units.insert(units.begin(), static_cast<parallel::ShardedModule*>(owner.get()));
+  }
+  nn::Module& model = *owner;
   parallel::ZeroOptimizer zero(model.parameters(), *groups.dp,
                                optim::SgdOptions{.lr = 0.1, .momentum = 0.9},
-                               {.stage = stage,
+                               {.stage = o.stage,
                                 .first_bucket_bytes = 4096,
                                 .bucket_cap_bytes = 16384,
+                                .modules = units,
                                 .groups = parallel::reduction_groups(groups)});
+  // The vocab-parallel loss takes each rank's logit columns; one rank's takes all.
   nn::CrossEntropyLoss loss;
+  parallel::VocabParallelCrossEntropy tp_loss("loss", config.vocab, groups.tp);
   const int64_t global_batch = 4, seq = 16, vocab = config.vocab;
   const int64_t batch = global_batch / groups.dp->size();
   LayoutRun run;
@@ -272,10 +254,13 @@ LayoutRun train_layout(comm::Communicator& world, int tp, int stage, int steps) 
       targets[i] = static_cast<int32_t>((g * 53 + s * 5 + 1) % vocab);
     }
     nn::Tape tape, loss_tape;
+    tape.set_random_seed(100 + s);
     const Tensor logits = model.forward(Tensor::from_vector(ids, {batch, seq}), tape);
-    Tensor value = loss.forward(logits, Tensor::from_vector(targets, {batch, seq}), loss_tape);
+    const Tensor target = Tensor::from_vector(targets, {batch, seq});
+    Tensor value = tp > 1 ? tp_loss.forward(logits, target, loss_tape)
+                          : loss.forward(logits, target, loss_tape);
     zero.set_last_micro_batch(tape);
-    model.backward(loss.backward(loss_tape), tape);
+    model.backward(tp > 1 ? tp_loss.backward(loss_tape) : loss.backward(loss_tape), tape);
     zero.finish();
     run.norms.push_back(zero.clip_grad_norm(0.5));
     zero.step();
@@ -283,37 +268,86 @@ LayoutRun train_layout(comm::Communicator& world, int tp, int stage, int steps) 
     groups.dp->all_reduce(value, {.op = comm::ReduceOp::avg}).wait();
     run.losses.push_back(value.item<float>());
   }
+  zero.gather_parameters();  // stage 3: whole values to compare; others: waits
   run.final = snapshot(model);
+  zero.release_parameters();
   return run;
+}
+
+// Every parameter of `ranks` (one data-parallel replica's tp ranks, in tp
+// order) assembled and compared with the single rank's.
+void check_parameters(const LayoutRun& want, const std::vector<const LayoutRun*>& ranks) {
+  for (const auto& [name, shard] : want.final) {
+    INFO(name);
+    std::vector<const Shard*> pieces;
+    for (const LayoutRun* r : ranks) pieces.push_back(&r->final.at(name));
+    std::vector<float> got;
+    REQUIRE(assemble_unpadded(pieces, shard.values, got) == "");
+    CHECK(compare_to_magnitude(got, shard.values, 1e-5) == "");
+  }
+}
+
+void check_losses(const LayoutRun& want, const std::vector<LayoutRun>& ranks, int steps) {
+  for (int s = 0; s < steps; ++s) {
+    INFO("step " << s);
+    for (const LayoutRun& r : ranks) {
+      CHECK(r.losses[s] == Approx(want.losses[s]).epsilon(1e-5));
+      CHECK(r.norms[s] == Approx(want.norms[s]).epsilon(1e-5));
+    }
+  }
 }
 
 }  // namespace
 
-TEST_CASE("tp 2 x dp 2 with ZeRO stages 0-2 and clipping trains like one rank", "[tp]") {
-  const int steps = 4;
-  for (const int stage : {0, 1, 2}) {
-    INFO("ZeRO stage " << stage);
+TEST_CASE(
+    "GPT on tp = 2 and 4 ranks, with and without sequence parallelism and dropout, trains "
+    "like one rank",
+    "[tp]") {
+  const int steps = 5;
+  for (const float dropout : {0.0f, 0.1f}) {
     LayoutRun want;
-    comm::run_local_ranks(comm::make_local_group(1),
-                          [&](comm::Communicator& c) { want = train_layout(c, 1, stage, steps); });
-    std::vector<LayoutRun> ranks(4);
-    comm::run_local_ranks(comm::make_local_group(4), [&](comm::Communicator& c) {
-      ranks[static_cast<size_t>(c.rank())] = train_layout(c, 2, stage, steps);
+    comm::run_local_ranks(comm::make_local_group(1), [&](comm::Communicator& c) {
+      want = train_layout(c, {.dropout = dropout}, steps);
     });
-    for (int s = 0; s < steps; ++s) {
-      INFO("step " << s);
-      for (const LayoutRun& r : ranks) {
-        CHECK(r.losses[s] == Approx(want.losses[s]).epsilon(1e-5));
-        CHECK(r.norms[s] == Approx(want.norms[s]).epsilon(1e-5));
+    for (const int tp : {2, 4}) {
+      for (const bool sp : {false, true}) {
+        INFO("tp " << tp << ", sequence parallel " << sp << ", dropout " << dropout);
+        std::vector<LayoutRun> ranks(static_cast<size_t>(tp));
+        comm::run_local_ranks(comm::make_local_group(tp), [&](comm::Communicator& c) {
+          ranks[static_cast<size_t>(c.rank())] =
+              train_layout(c, {.tp = tp, .sequence_parallel = sp, .dropout = dropout}, steps);
+        });
+        check_losses(want, ranks, steps);
+        std::vector<const LayoutRun*> replica;
+        for (const LayoutRun& r : ranks) replica.push_back(&r);
+        check_parameters(want, replica);
       }
     }
-    // The tp pair of each data-parallel replica holds the whole model; both replicas agree.
-    for (const int replica : {0, 1}) {
-      for (const auto& [name, shard] : want.final) {
-        INFO("replica " << replica << ": " << name);
-        std::vector<const Shard*> pieces;
-        for (int t = 0; t < 2; ++t) pieces.push_back(&ranks[replica * 2 + t].final.at(name));
-        CHECK(compare_to_magnitude(assemble(pieces), shard.values, 1e-5) == "");
+  }
+}
+
+TEST_CASE(
+    "tp 2 x dp 2 with ZeRO stages 0-3, sequence parallelism and clipping trains like one "
+    "rank",
+    "[tp]") {
+  const int steps = 4;
+  for (const int stage : {0, 1, 2, 3}) {
+    LayoutRun want;
+    comm::run_local_ranks(comm::make_local_group(1), [&](comm::Communicator& c) {
+      want = train_layout(c, {.stage = stage}, steps);
+    });
+    for (const bool sp : {false, true}) {
+      INFO("ZeRO stage " << stage << ", sequence parallel " << sp);
+      std::vector<LayoutRun> ranks(4);
+      comm::run_local_ranks(comm::make_local_group(4), [&](comm::Communicator& c) {
+        ranks[static_cast<size_t>(c.rank())] =
+            train_layout(c, {.tp = 2, .sequence_parallel = sp, .stage = stage}, steps);
+      });
+      check_losses(want, ranks, steps);
+      // The tp pair of each data-parallel replica holds the whole model; both replicas agree.
+      for (const int replica : {0, 1}) {
+        INFO("replica " << replica);
+        check_parameters(want, {&ranks[replica * 2], &ranks[replica * 2 + 1]});
       }
     }
   }

@@ -40,9 +40,26 @@
 
 namespace loom::models {
 
-// The layers a transformer block is built from. The default makes nn::Linear
-// and nn::CausalSelfAttention; tensor parallelism supplies layers that hold a
-// shard of each and communicate, without a copy of the model code.
+// GPT-2's initialisation (normal, this standard deviation, for every Linear
+// and Embedding) and LayerNorm epsilon, for layers built outside this file.
+inline constexpr float kGPTInitStd = 0.02f;
+inline constexpr float kGPTLayerNormEps = 1e-5f;
+
+// The embeddings or the head of a GPT: a module that holds, or ties to, the
+// token table (NOTE [tied token table]).
+class GPTEnd : public nn::Module {
+ public:
+  using nn::Module::Module;
+  // The token table it holds or ties to.
+  virtual nn::Parameter& token_table() = 0;
+  // False for a head tied to the table of the embeddings on this rank.
+  virtual bool owns_token_table() const = 0;
+};
+
+// The layers a GPT is built from. The default makes nn::Linear,
+// nn::CausalSelfAttention, nn::Dropout, GPTEmbeddings and GPTHead; tensor
+// parallelism supplies layers that hold a shard of each and communicate,
+// without a copy of the model code.
 class GPTLayerFactory {
  public:
   enum class LinearRole {
@@ -57,6 +74,17 @@ class GPTLayerFactory {
                                              const nn::LinearOptions& options) const;
   // Causal self-attention over `heads` heads: [B, T, 3d] (q, k, v) -> [B, T, d].
   virtual std::unique_ptr<nn::Module> attention(const std::string& name, int64_t heads) const;
+  // Dropout with probability p > 0 (after the embeddings and each residual branch).
+  virtual std::unique_ptr<nn::Module> dropout(const std::string& name, float p) const;
+  // The embeddings of the GPT named `model`: token ids [B, T] -> [B, T, d_model].
+  virtual std::unique_ptr<GPTEnd> embeddings(const std::string& model,
+                                             const GPTConfig& config) const;
+  // The head: [B, T, d_model] -> logits, its projection tied to `token_table`
+  // (the embeddings' table on this rank) or, when null, to a copy of its own.
+  virtual std::unique_ptr<GPTEnd> head(const std::string& model, const GPTConfig& config,
+                                       nn::Parameter* token_table) const;
+  // Called once on each GPTPart built from these layers, after the last of them.
+  virtual void finish(nn::Module& part) const;
 };
 
 // The factory every GPT uses unless told otherwise.
@@ -70,7 +98,7 @@ std::unique_ptr<nn::Module> make_gpt_block(const std::string& model, int64_t ind
                                            const GPTLayerFactory& layers = default_gpt_layers());
 
 // wte(ids) + wpe(0..T-1), then dropout when config.dropout > 0.
-class GPTEmbeddings : public nn::Module {
+class GPTEmbeddings : public GPTEnd {
  public:
   // `model`: the GPT's name (parameters "<model>.wte.weight", ...).
   GPTEmbeddings(const std::string& model, const GPTConfig& config);
@@ -84,7 +112,8 @@ class GPTEmbeddings : public nn::Module {
   void collect_parameters(std::vector<nn::Parameter*>& out) override;
   std::vector<nn::Module*> children() override;
 
-  nn::Parameter& token_table() { return wte_.weight(); }
+  nn::Parameter& token_table() override { return wte_.weight(); }
+  bool owns_token_table() const override { return true; }
 
  private:
   // Position ids [B, T] (cached per shape) for the wpe lookup.
@@ -98,7 +127,7 @@ class GPTEmbeddings : public nn::Module {
 };
 
 // ln_f, then the output projection x @ wte^T -> logits [B, T, vocab].
-class GPTHead : public nn::Module {
+class GPTHead : public GPTEnd {
  public:
   // Tied to `token_table`, which this rank's GPTEmbeddings holds.
   GPTHead(const std::string& model, const GPTConfig& config, nn::Parameter& token_table);
@@ -113,8 +142,8 @@ class GPTHead : public nn::Module {
   void collect_parameters(std::vector<nn::Parameter*>& out) override;
   std::vector<nn::Module*> children() override { return {&ln_f_, projection_.get()}; }
 
-  nn::Parameter& token_table() { return projection_->weight(); }
-  bool owns_token_table() const { return !projection_->ties_weight(); }
+  nn::Parameter& token_table() override { return projection_->weight(); }
+  bool owns_token_table() const override { return !projection_->ties_weight(); }
 
  private:
   nn::LayerNorm ln_f_;
@@ -159,17 +188,17 @@ class GPTPart : public nn::Module {
   const GPTPartSpec& spec() const { return spec_; }
   // The blocks held, "h.<first_block>" .. (e.g. to wrap each in a parallel::ShardedModule).
   nn::Sequential& blocks() { return blocks_; }
-  GPTEmbeddings* embeddings() { return embeddings_.get(); }
-  GPTHead* head() { return head_.get(); }
+  GPTEnd* embeddings() { return embeddings_.get(); }
+  GPTEnd* head() { return head_.get(); }
   // This part's copy of the tied token table, or null when it holds neither end.
   nn::Parameter* token_table();
 
  private:
   GPTConfig config_;
   GPTPartSpec spec_;
-  std::unique_ptr<GPTEmbeddings> embeddings_;
+  std::unique_ptr<GPTEnd> embeddings_;
   nn::Sequential blocks_;
-  std::unique_ptr<GPTHead> head_;
+  std::unique_ptr<GPTEnd> head_;
 };
 
 }  // namespace loom::models

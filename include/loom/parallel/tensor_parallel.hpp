@@ -18,12 +18,19 @@
 // heads (shard_blocks = 3): rank r holds rows [r n, (r + 1) n) of q, of k and
 // of v (n = d_model / tp), so its attention runs on heads/tp whole heads.
 //
-// TensorParallelGPTLayers injects these layers into models::GPTPart through
-// its GPTLayerFactory. What is outside the blocks' linear layers (embeddings,
-// LayerNorms, dropout, the head) stays replicated: every tp rank computes it
-// on the same full activations, draws the same dropout masks as one rank
-// (masks are keyed by the tape's seed, the layer's name and the element's
-// index), and writes the same gradient, so no gradient needs a tp sum.
+// Sequence parallelism (Korthikanti et al., 2022): outside these layers --
+// LayerNorm, dropout, the residual adds -- each rank holds 1/tp of the tokens
+// instead of all of them. A column-parallel layer then all-gathers its input
+// along the tokens (and reduce-scatters its input gradient in backward) and a
+// row-parallel layer reduce-scatters its output (all-gathers its output
+// gradient), so the two all-reduces of a block become an all-gather and a
+// reduce-scatter each, the same bytes. NOTE [token slices] A rank's tokens are
+// the consecutive slice `rank` of the batch's B T tokens flattened, held as a
+// [B, T / tp, d] tensor (T must divide by tp): not the same rows of every
+// sequence, but every op in the region works token by token, and gathering
+// the slices in rank order rebuilds [B, T, d] with no copy. Parameters used in
+// the region (LayerNorm, a row-parallel bias) then see only their tokens:
+// their gradients are summed over tp (Placement.sum_grad_over_tp).
 //
 // Backward of both layers is split (backward_input / backward_weight) like
 // nn::Linear's, so deferred weight gradients (zero-bubble schedules) work.
@@ -35,11 +42,17 @@
 #include <vector>
 
 #include "loom/comm/communicator.hpp"
-#include "loom/models/gpt_parts.hpp"
 #include "loom/nn/linear.hpp"
 #include "loom/nn/module.hpp"
 
 namespace loom::parallel {
+
+// The tokens of [B, T / tp, d] slices (NOTE [token slices]) gathered in rank
+// order: [B, T, d]. `layer` names the span on the profiler's "comm" lane.
+Tensor gather_tokens(comm::Communicator& tp, const Tensor& local, const std::string& layer);
+// [B, T, d] summed over tp, each rank keeping its slice [B, T / tp, d].
+// Throws naming the numbers when tp does not divide T.
+Tensor scatter_tokens(comm::Communicator& tp, const Tensor& full, const std::string& layer);
 
 class ColumnParallelLinear : public nn::Module {
  public:
@@ -49,11 +62,17 @@ class ColumnParallelLinear : public nn::Module {
   // when they do not divide.
   ColumnParallelLinear(std::string name, int64_t in_features, int64_t out_features,
                        const nn::LinearOptions& options, std::shared_ptr<comm::Communicator> tp,
-                       int64_t blocks = 1);
+                       int64_t blocks = 1, bool sequence_parallel = false);
+  // Without a bias, its weight tied to `weight`, a shard this rank already
+  // holds (a head tied to a vocab-parallel token table).
+  ColumnParallelLinear(std::string name, nn::Parameter& weight,
+                       std::shared_ptr<comm::Communicator> tp, bool sequence_parallel = false);
 
-  // x [..., in] (the same on every tp rank) -> [..., out / tp].
+  // x [..., in] (the same on every tp rank; SP: this rank's tokens
+  // [B, T / tp, in]) -> [..., out / tp] (SP: all tokens, [B, T, out / tp]).
   Tensor forward(const Tensor& x, nn::Tape& tape) override;
-  // dy [..., out / tp] -> dx [..., in], summed over the tp group.
+  // dy [..., out / tp] -> dx [..., in], summed over the tp group (SP:
+  // reduce-scattered to this rank's tokens).
   Tensor backward_input(const Tensor& dy, nn::Tape& tape) override;
   void backward_weight(nn::Tape& tape) override;
   void collect_parameters(std::vector<nn::Parameter*>& out) override;
@@ -63,6 +82,7 @@ class ColumnParallelLinear : public nn::Module {
 
  private:
   std::shared_ptr<comm::Communicator> tp_;
+  bool sequence_parallel_;
   nn::Linear local_;
 };
 
@@ -71,11 +91,13 @@ class RowParallelLinear : public nn::Module {
   // The single-rank layer is in_features -> out_features; this rank holds
   // in_features / tp of its inputs and the whole bias.
   RowParallelLinear(std::string name, int64_t in_features, int64_t out_features,
-                    const nn::LinearOptions& options, std::shared_ptr<comm::Communicator> tp);
+                    const nn::LinearOptions& options, std::shared_ptr<comm::Communicator> tp,
+                    bool sequence_parallel = false);
 
-  // x [..., in / tp] -> [..., out], summed over the tp group, plus the bias.
+  // x [..., in / tp] -> [..., out], summed over the tp group, plus the bias
+  // (SP: reduce-scattered to this rank's tokens [B, T / tp, out], then the bias).
   Tensor forward(const Tensor& x, nn::Tape& tape) override;
-  // dy [..., out] (the same on every tp rank) -> dx [..., in / tp].
+  // dy [..., out] (the same on every tp rank; SP: this rank's tokens) -> dx [..., in / tp].
   Tensor backward_input(const Tensor& dy, nn::Tape& tape) override;
   void backward_weight(nn::Tape& tape) override;
   void collect_parameters(std::vector<nn::Parameter*>& out) override;
@@ -87,29 +109,9 @@ class RowParallelLinear : public nn::Module {
  private:
   struct State;
   std::shared_ptr<comm::Communicator> tp_;
+  bool sequence_parallel_;
   nn::Linear local_;  // no bias: it is added once, after the sum
   std::unique_ptr<nn::Parameter> bias_;
-};
-
-// GPT blocks split over the tp group: c_attn and c_fc column-parallel (c_attn
-// by heads), c_proj of both branches row-parallel, attention over heads / tp
-// heads. Checks when built that tp divides the heads and 4 d_model.
-class TensorParallelGPTLayers : public models::GPTLayerFactory {
- public:
-  explicit TensorParallelGPTLayers(std::shared_ptr<comm::Communicator> tp);
-
-  std::unique_ptr<nn::Module> linear(LinearRole role, const std::string& name, int64_t in_features,
-                                     int64_t out_features,
-                                     const nn::LinearOptions& options) const override;
-  std::unique_ptr<nn::Module> attention(const std::string& name, int64_t heads) const override;
-
-  // Throws naming the numbers and the rule when `config` cannot be split over
-  // this tp group (tp must divide the heads; then it divides d_model and the
-  // MLP width). Call before building, before any communication.
-  void check(const models::GPTConfig& config) const;
-
- private:
-  std::shared_ptr<comm::Communicator> tp_;
 };
 
 }  // namespace loom::parallel

@@ -1,0 +1,277 @@
+#include "loom/parallel/vocab_parallel.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "loom/core/error.hpp"
+#include "loom/core/random.hpp"
+#include "loom/kernels/elementwise.hpp"
+#include "loom/kernels/embedding.hpp"
+#include "loom/parallel/tensor_parallel.hpp"
+#include "loom/trace/op_scope.hpp"
+#include "loom/trace/profiler.hpp"
+
+namespace loom::parallel {
+namespace {
+
+const std::shared_ptr<comm::Communicator>& checked_group(
+    const std::shared_ptr<comm::Communicator>& tp, const std::string& layer) {
+  LOOM_CHECK(tp != nullptr, "vocab-parallel layer '", layer, "' needs a tp communicator");
+  return tp;
+}
+
+std::vector<int64_t> ids_on_host(const Tensor& ids) {
+  const Tensor host = ids.device().is_cpu() ? ids : ids.to(Device::cpu());
+  std::vector<int64_t> out(static_cast<size_t>(host.numel()));
+  if (host.dtype() == DType::i32) {
+    const std::vector<int32_t> v = host.to_vector<int32_t>();
+    std::copy(v.begin(), v.end(), out.begin());
+  } else {
+    out = host.to_vector<int64_t>();
+  }
+  return out;
+}
+
+// Zeroes the rows of y [n, dim] that `keep` (one entry per row) leaves out.
+// `mask`: for a CUDA y, the same as a [n, dim] f32 tensor of 0 and 1 on y's
+// device (built on first use).
+void zero_foreign_rows(const Tensor& y, const std::vector<uint8_t>& keep, Tensor& mask) {
+  const int64_t dim = y.size(1);
+  if (y.device().is_cpu()) {
+    float* data = y.data<float>();
+    for (size_t r = 0; r < keep.size(); ++r) {
+      if (!keep[r]) std::fill(data + r * dim, data + (r + 1) * dim, 0.0f);
+    }
+    return;
+  }
+  if (!mask.defined()) {
+    std::vector<float> host(keep.size() * static_cast<size_t>(dim));
+    for (size_t r = 0; r < keep.size(); ++r) {
+      std::fill(host.begin() + r * dim, host.begin() + (r + 1) * dim, keep[r] ? 1.0f : 0.0f);
+    }
+    mask = Tensor::from_vector(host, y.shape(), y.device());
+  }
+  kernels::mul(y, mask, y);
+}
+
+}  // namespace
+
+int64_t padded_vocab(int64_t vocab, int tp) {
+  LOOM_CHECK(vocab >= 1 && tp >= 1, "padded_vocab: vocab ", vocab, " and tp ", tp,
+             " must be at least 1");
+  return (vocab + tp - 1) / tp * tp;
+}
+
+// ---- VocabParallelEmbedding -----------------------------------------------------------------
+
+struct VocabParallelEmbedding::State : nn::SavedState {
+  Tensor local_ids;           // [n] i32: the row in this rank's shard (0 for foreign ids)
+  std::vector<uint8_t> keep;  // [n]: the id is in this rank's rows
+  Tensor mask;                // CUDA only: keep as a [n, dim] f32 tensor
+  Tensor dy;                  // [n, dim], foreign rows zeroed
+  Shape out_shape;
+};
+
+VocabParallelEmbedding::VocabParallelEmbedding(std::string name, int64_t vocab, int64_t dim,
+                                               const nn::ModuleOptions& options, float init_std,
+                                               std::shared_ptr<comm::Communicator> tp,
+                                               bool sequence_parallel)
+    : Module(std::move(name)),
+      tp_(checked_group(tp, this->name())),
+      sequence_parallel_(sequence_parallel),
+      vocab_(vocab),
+      dim_(dim) {
+  LOOM_CHECK(vocab >= 1 && dim >= 1, "vocab-parallel embedding '", this->name(), "': vocab ", vocab,
+             " and dim ", dim, " must be at least 1");
+  const int64_t padded = padded_vocab(vocab, tp_->size());
+  rows_ = padded / tp_->size();
+  first_row_ = tp_->rank() * rows_;
+  const std::string weight_name = child_name("weight");
+  weight_ = std::make_unique<nn::Parameter>(
+      weight_name, Tensor::zeros({rows_, dim}, options.dtype, options.device));
+  weight_->set_placement(
+      {.global_shape = {padded, dim}, .shard_dim = 0, .shard_offset = first_row_});
+  // The rows of the single-rank table this rank holds, drawn as its exact
+  // slice; padding rows stay zero (NOTE [padded vocabulary]).
+  const int64_t real = std::clamp<int64_t>(vocab - first_row_, 0, rows_);
+  if (real > 0) {
+    const ShardSpec spec{{vocab, dim}, {first_row_, 0}};
+    fill_normal(weight_->value().flat_view(0, {real, dim}),
+                RandomKey{options.seed, random_stream_id(weight_name)}, 0.0f, init_std, &spec);
+  }
+}
+
+void VocabParallelEmbedding::collect_parameters(std::vector<nn::Parameter*>& out) {
+  out.push_back(weight_.get());
+}
+
+Tensor VocabParallelEmbedding::forward(const Tensor& ids, nn::Tape& tape) {
+  LOOM_CHECK(ids.defined() && (ids.dtype() == DType::i32 || ids.dtype() == DType::i64),
+             "vocab-parallel embedding '", name(), "': ids ", ids, " must be an i32 or i64 tensor");
+  State& state = tape.emplace<State>(*this);
+  const std::vector<int64_t> global = ids_on_host(ids);
+  const int64_t n = static_cast<int64_t>(global.size());
+  std::vector<int32_t> local(global.size(), 0);
+  state.keep.assign(global.size(), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = global[static_cast<size_t>(i)];
+    LOOM_CHECK(id >= 0 && id < vocab_, "vocab-parallel embedding '", name(), "': id ", id,
+               " at position ", i, " is outside the vocabulary [0, ", vocab_, ")");
+    if (id >= first_row_ && id < first_row_ + rows_) {
+      local[static_cast<size_t>(i)] = static_cast<int32_t>(id - first_row_);
+      state.keep[static_cast<size_t>(i)] = 1;
+    }
+  }
+  const Tensor& table = weight_->value();
+  state.local_ids = Tensor::from_vector(local, {n}, table.device());
+  Tensor partial = Tensor::empty({n, dim_}, table.dtype(), table.device());
+  {
+    trace::OpScope scope("embedding.forward", kernels::embedding_forward_cost(table, ids),
+                         table.device(), name());
+    kernels::embedding_forward(table, state.local_ids, partial);
+    zero_foreign_rows(partial, state.keep, state.mask);
+  }
+  state.out_shape = ids.shape();
+  state.out_shape.push_back(dim_);
+  if (sequence_parallel_) {
+    Shape local_shape = state.out_shape;
+    local_shape[1] /= tp_->size();  // checked by scatter_tokens
+    return scatter_tokens(*tp_, partial.view(state.out_shape), name()).view(local_shape);
+  }
+  Tensor y = partial.view(state.out_shape);
+  tp_->all_reduce(y).wait();
+  return y;
+}
+
+Tensor VocabParallelEmbedding::backward_input(const Tensor& dy, nn::Tape& tape) {
+  State& state = tape.get<State>(*this);
+  const Tensor full = sequence_parallel_ ? gather_tokens(*tp_, dy, name()) : dy;
+  LOOM_CHECK(full.defined() && full.shape() == state.out_shape, "vocab-parallel embedding '",
+             name(), "': output gradient ", dy, " does not match the output's shape ",
+             shape_str(state.out_shape));
+  state.dy = full.clone().view({full.numel() / dim_, dim_});
+  zero_foreign_rows(state.dy, state.keep, state.mask);
+  return Tensor();
+}
+
+void VocabParallelEmbedding::backward_weight(nn::Tape& tape) {
+  State& state = tape.get<State>(*this);
+  LOOM_CHECK(state.dy.defined(), "vocab-parallel embedding '", name(),
+             "': backward_weight needs backward_input first (no output gradient saved)");
+  const nn::Parameter::GradWrite dw = weight_->begin_grad_write();
+  {
+    trace::OpScope scope("embedding.backward_weight",
+                         kernels::embedding_backward_cost(dw.grad, state.local_ids, dw.accumulate),
+                         dw.grad.device(), name());
+    kernels::embedding_backward(state.dy, state.local_ids, dw.grad, dw.accumulate);
+  }
+  weight_->end_grad_write(tape);
+  tape.release(*this);
+}
+
+// ---- VocabParallelCrossEntropy --------------------------------------------------------------
+
+struct VocabParallelCrossEntropy::State : nn::SavedState {
+  Tensor logits;                // [rows, Vl]
+  std::vector<int64_t> target;  // [rows]: the column in this rank's logits, or -1
+  std::vector<uint8_t> counted;
+  std::vector<float> lse;  // [rows]
+  double count = 0;
+  int64_t valid = 0;  // columns that are not padding
+  Shape logits_shape;
+};
+
+VocabParallelCrossEntropy::VocabParallelCrossEntropy(std::string name, int64_t vocab,
+                                                     std::shared_ptr<comm::Communicator> tp,
+                                                     int64_t ignore_index)
+    : name_(std::move(name)),
+      vocab_(vocab),
+      tp_(checked_group(tp, name_)),
+      ignore_index_(ignore_index) {
+  LOOM_CHECK(vocab >= 1, "vocab-parallel cross-entropy '", name_, "': vocab ", vocab,
+             " must be at least 1");
+}
+
+Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& targets,
+                                          nn::Tape& tape) {
+  const int64_t columns = padded_vocab(vocab_, tp_->size()) / tp_->size();
+  LOOM_CHECK(logits.defined() && logits.dim() >= 1 && logits.dtype() == DType::f32 &&
+                 logits.size(-1) == columns,
+             "vocab-parallel cross-entropy '", name_, "': logits ", logits,
+             " must be an f32 [..., ", columns, "] tensor (vocab ", vocab_,
+             " over tp = ", tp_->size(), ")");
+  LOOM_CHECK(logits.device().is_cpu(), "vocab-parallel cross-entropy '", name_,
+             "' runs on host tensors; got logits on ", logits.device());
+  const Shape leading(logits.shape().begin(), logits.shape().end() - 1);
+  LOOM_CHECK(targets.defined() && targets.shape() == leading, "vocab-parallel cross-entropy '",
+             name_, "': targets ", targets, " must have the logits' leading shape ",
+             shape_str(leading));
+  const int64_t rows = shape_numel(leading);
+  const int64_t first = tp_->rank() * columns;
+  State& state = tape.emplace<State>(this, name_);
+  state.logits = logits.view({rows, columns});
+  state.logits_shape = logits.shape();
+  state.valid = std::clamp<int64_t>(vocab_ - first, 0, columns);
+  state.target.assign(static_cast<size_t>(rows), -1);
+  state.counted.assign(static_cast<size_t>(rows), 0);
+  const std::vector<int64_t> target = ids_on_host(targets);
+  const float* l = state.logits.data<float>();
+
+  // Per row: the maximum of this rank's columns, then over tp.
+  Tensor max = Tensor::empty({rows});
+  float* m = max.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = target[static_cast<size_t>(r)];
+    LOOM_CHECK(t == ignore_index_ || (t >= 0 && t < vocab_), "vocab-parallel cross-entropy '",
+               name_, "': target ", t, " of row ", r, " is outside [0, ", vocab_, ")");
+    state.counted[static_cast<size_t>(r)] = t != ignore_index_;
+    if (t >= first && t < first + state.valid) state.target[static_cast<size_t>(r)] = t - first;
+    float best = -std::numeric_limits<float>::infinity();
+    for (int64_t c = 0; c < state.valid; ++c) best = std::max(best, l[r * columns + c]);
+    m[r] = best;
+  }
+  tp_->all_reduce(max, {.op = comm::ReduceOp::max}).wait();
+  // Per row: the sum of exponentials and the target logit, then over tp (one message).
+  Tensor sums = Tensor::zeros({2, rows});
+  float* s = sums.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    float sum = 0.0f;
+    for (int64_t c = 0; c < state.valid; ++c) sum += std::exp(l[r * columns + c] - m[r]);
+    s[r] = sum;
+    const int64_t t = state.target[static_cast<size_t>(r)];
+    if (t >= 0) s[rows + r] = l[r * columns + t];
+  }
+  tp_->all_reduce(sums).wait();
+  state.lse.resize(static_cast<size_t>(rows));
+  double total = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    state.lse[static_cast<size_t>(r)] = m[r] + std::log(s[r]);
+    if (!state.counted[static_cast<size_t>(r)]) continue;
+    total += static_cast<double>(state.lse[static_cast<size_t>(r)]) - s[rows + r];
+    state.count += 1;
+  }
+  return Tensor::full({}, state.count > 0 ? total / state.count : 0.0);
+}
+
+Tensor VocabParallelCrossEntropy::backward(nn::Tape& tape, float dloss) {
+  const State state = tape.get<State>(this, name_);
+  tape.release(this);
+  const int64_t rows = state.logits.size(0), columns = state.logits.size(1);
+  Tensor dlogits = Tensor::zeros(state.logits_shape);
+  if (state.count == 0) return dlogits;
+  const float scale = static_cast<float>(dloss / state.count);
+  const float* l = state.logits.data<float>();
+  float* d = dlogits.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!state.counted[static_cast<size_t>(r)]) continue;
+    const float lse = state.lse[static_cast<size_t>(r)];
+    for (int64_t c = 0; c < state.valid; ++c) {
+      d[r * columns + c] = std::exp(l[r * columns + c] - lse) * scale;
+    }
+    const int64_t t = state.target[static_cast<size_t>(r)];
+    if (t >= 0) d[r * columns + t] -= scale;
+  }
+  return dlogits;
+}
+
+}  // namespace loom::parallel
