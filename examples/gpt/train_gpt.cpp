@@ -1,6 +1,8 @@
 // train_gpt: trains Loom's GPT on byte-level tokens of the Python standard
 // library (built into a token file on first use), CPU or CUDA, on one rank or
-// data-parallel over every rank of the launch (mpirun/srun).
+// over every rank of the launch (mpirun/srun): data parallel, with ZeRO, and
+// tensor parallel (--tp N, --sequence-parallel) inside each data-parallel
+// replica, world = tp x dp with tp innermost.
 //
 // Prints per-step loss, tokens/s and MFU, evaluates on the held-out split next
 // to the unigram baseline (the loss of a model that knows only token
@@ -11,9 +13,11 @@
 //
 //   build/examples/train_gpt --steps 300                      # one rank
 //   mpirun -np 4 build/examples/train_gpt --max-seconds 90 --profile --trace out/gpt_trace.json
+//   mpirun -np 4 build/examples/train_gpt --tp 2 --sequence-parallel --zero-stage 1
 //
-// Every rank reads its own rows of the global batch (--batch rows per rank), so
-// a run on R ranks takes the same steps as one rank with --batch R x batch.
+// Every data-parallel replica reads its own rows of the global batch (--batch
+// rows per replica; the tp ranks of a replica read the same rows), so a run on
+// dp replicas takes the same steps as one rank with --batch dp x batch.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -57,7 +61,43 @@ struct Flags {
   double first_bucket_mib = 1;
   double bucket_cap_mib = 25;
   int zero_stage = 0;  // 0: plain data parallelism; 1-3: ZeRO (docs/zero.md)
+  int tp = 1;          // tensor-parallel ranks per replica (docs/tensor_parallel.md)
+  bool sequence_parallel = false;
 };
+
+// The loss of the full logits on one rank, or of each tp rank's vocabulary
+// columns (parallel/vocab_parallel.hpp).
+struct Loss {
+  loom::nn::CrossEntropyLoss full;
+  std::unique_ptr<loom::parallel::VocabParallelCrossEntropy> vocab_parallel;
+
+  loom::Tensor forward(const loom::Tensor& logits, const loom::Tensor& targets,
+                       loom::nn::Tape& tape) {
+    return vocab_parallel ? vocab_parallel->forward(logits, targets, tape)
+                          : full.forward(logits, targets, tape);
+  }
+  loom::Tensor backward(loom::nn::Tape& tape) {
+    return vocab_parallel ? vocab_parallel->backward(tape) : full.backward(tape);
+  }
+};
+
+// Every rule the flags must meet that the model's shape decides, checked
+// before any communication.
+void check_layout(const Flags& f, int world) {
+  LOOM_CHECK(!f.sequence_parallel || f.tp > 1,
+             "--sequence-parallel splits the tensor-parallel group's tokens; it needs --tp 2 or "
+             "more (got --tp ",
+             f.tp, ")");
+  LOOM_CHECK(world % f.tp == 0, "--tp ", f.tp, " does not divide the world of ", world,
+             " ranks (world = tp x dp)");
+  LOOM_CHECK(f.heads % f.tp == 0, "--tp ", f.tp, " does not divide --heads ", f.heads,
+             " (each tensor-parallel rank holds whole heads)");
+  LOOM_CHECK(4 * f.d_model % f.tp == 0, "--tp ", f.tp, " does not divide the MLP width 4 x ",
+             f.d_model);
+  LOOM_CHECK(!f.sequence_parallel || f.seq % f.tp == 0, "--tp ", f.tp, " does not divide --seq ",
+             f.seq,
+             " (under --sequence-parallel each rank holds seq / tp tokens of every sequence)");
+}
 
 // Mean of `value` over the ranks of `group`.
 double mean_over(loom::comm::Communicator& group, double value) {
@@ -68,7 +108,7 @@ double mean_over(loom::comm::Communicator& group, double value) {
 }
 
 // Validation loss over `max_batches` global batches, each rank taking its rows.
-double evaluate(loom::nn::Module& model, loom::nn::CrossEntropyLoss& loss_fn,
+double evaluate(loom::nn::Module& model, Loss& loss_fn,
                 const std::shared_ptr<const loom::data::TokenFile>& file,
                 const loom::data::TokenLoaderOptions& options, int64_t max_batches,
                 loom::Device device, loom::comm::Communicator& dp) {
@@ -90,7 +130,11 @@ double evaluate(loom::nn::Module& model, loom::nn::CrossEntropyLoss& loss_fn,
 int run(const Flags& f) {
   using namespace loom;
   loom::Context launch = loom::init();
-  comm::Communicator& dp = *launch.world();
+  comm::Communicator& world = *launch.world();
+  check_layout(f, world.size());
+  const parallel::ParallelGroups groups = parallel::make_parallel_groups(
+      launch.world(), parallel::ParallelLayout(world.size(), f.tp, 1));
+  comm::Communicator& dp = *groups.dp;
   const bool lead = launch.rank() == 0;
   const Device device = f.device == "auto" ? launch.device() : parse_device(f.device);
 
@@ -103,7 +147,7 @@ int run(const Flags& f) {
                   f.token_file.c_str());
     }
   }
-  dp.barrier().wait();
+  world.barrier().wait();
   auto file = std::make_shared<const data::TokenFile>(f.token_file);
 
   models::GPTConfig config;
@@ -115,7 +159,14 @@ int run(const Flags& f) {
   config.module = {.device = device, .dtype = DType::f32, .seed = f.seed};
   LOOM_CHECK(config.vocab >= static_cast<int64_t>(file->vocab_size()), "--vocab ", config.vocab,
              " is smaller than the token file's vocabulary ", file->vocab_size());
-  std::unique_ptr<nn::Module> model_owner = std::make_unique<models::GPT>("", config);
+  config.validate();
+  const parallel::TensorParallelGPTLayers tp_layers(groups.tp,
+                                                    {.sequence_parallel = f.sequence_parallel});
+  if (f.tp > 1) tp_layers.check(config);
+  std::unique_ptr<nn::Module> model_owner = std::make_unique<models::GPT>(
+      "", config,
+      f.tp > 1 ? static_cast<const models::GPTLayerFactory&>(tp_layers)
+               : models::default_gpt_layers());
   // ZeRO stage 3 gathers each block's parameters around its use: every block is
   // one unit, the rest of the GPT (embeddings, final LayerNorm) the outer one.
   std::vector<parallel::ShardedModule*> units;
@@ -146,8 +197,13 @@ int run(const Flags& f) {
           .bucket_cap_bytes = static_cast<size_t>(f.bucket_cap_mib * (1 << 20)),
           .decay = optim::DecayPolicy::matrices_only,
           .modules = units,
-          .broadcast_parameters = true});
-  nn::CrossEntropyLoss loss_fn;
+          .broadcast_parameters = true,
+          .groups = parallel::reduction_groups(groups)});
+  Loss loss_fn;
+  if (f.tp > 1) {
+    loss_fn.vocab_parallel =
+        std::make_unique<parallel::VocabParallelCrossEntropy>("loss", config.vocab, groups.tp);
+  }
 
   data::TokenLoaderOptions loader_options{.batch = f.batch,
                                           .seq_len = f.seq,
@@ -172,7 +228,8 @@ int run(const Flags& f) {
       static_cast<long long>(train_tokens.size()), unigram);
 
   examples::StepMeter meter(device);
-  say("ranks: %d (data parallel), %lld sequences per rank per step; device %s, %s\n", dp.size(),
+  say("ranks: %d = dp %d x tp %d%s, %lld sequences per replica per step; device %s, %s\n",
+      world.size(), dp.size(), f.tp, f.sequence_parallel ? " (sequence parallel)" : "",
       static_cast<long long>(f.batch), device.str().c_str(), meter.peak_description().c_str());
   if (f.profile) {
     trace::Profiler::instance().enable();
@@ -217,9 +274,9 @@ int run(const Flags& f) {
     }
     // Every rank must stop at the same step: rank 0's clock decides.
     bool out_of_time = f.max_seconds > 0 && train_seconds >= f.max_seconds;
-    if (f.max_seconds > 0 && dp.size() > 1) {
+    if (f.max_seconds > 0 && world.size() > 1) {
       Tensor flag = Tensor::full({1}, out_of_time ? 1.0 : 0.0, DType::i32);
-      dp.broadcast(flag, {.root = 0}).wait();
+      world.broadcast(flag, {.root = 0}).wait();
       out_of_time = flag.item<int32_t>() != 0;
     }
     if ((f.eval_every > 0 && (step + 1) % f.eval_every == 0) || step + 1 == f.steps ||
@@ -238,7 +295,7 @@ int run(const Flags& f) {
   say("done: %lld steps in %.1f s, %.0f tokens/s on %d rank(s); validation loss %.4f vs unigram "
       "%.3f\n",
       static_cast<long long>(step), train_seconds, tokens_per_step * step / train_seconds,
-      dp.size(), last_val, unigram);
+      world.size(), last_val, unigram);
   if (zero.reducer() != nullptr && dp.size() > 1) {
     const double hidden = comm_seconds > 0 ? 1.0 - exposed_seconds / comm_seconds : 1.0;
     say("overlap: gradient all-reduce %.1f ms per step, %.1f ms exposed after backward; %.0f%% of "
@@ -264,15 +321,15 @@ int run(const Flags& f) {
       if (!trace_dir.empty()) std::filesystem::create_directories(trace_dir);
       const std::string mine = f.trace_path + ".rank" + std::to_string(launch.rank());
       profiler.write_chrome_trace(mine);
-      dp.barrier().wait();
+      world.barrier().wait();
       if (lead) {
         std::vector<std::string> parts;
-        for (int r = 0; r < dp.size(); ++r)
+        for (int r = 0; r < world.size(); ++r)
           parts.push_back(f.trace_path + ".rank" + std::to_string(r));
         trace::merge_chrome_traces(f.trace_path, parts);
         for (const auto& part : parts) std::filesystem::remove(part);
         say("Chrome trace of %d rank(s) written to %s (open in https://ui.perfetto.dev)\n",
-            dp.size(), f.trace_path.c_str());
+            world.size(), f.trace_path.c_str());
       }
     }
   }
@@ -316,6 +373,12 @@ int main(int argc, char** argv) {
                  "0: plain data parallelism; 1, 2, 3: shard optimizer state, + gradients, "
                  "+ parameters (docs/zero.md)")
       ->check(flags::between(0, 3));
+  app.add_option("--tp", f.tp,
+                 "tensor-parallel ranks per data-parallel replica (world = tp x dp; "
+                 "docs/tensor_parallel.md)")
+      ->check(flags::at_least(1));
+  app.add_flag("--sequence-parallel", f.sequence_parallel,
+               "with --tp: LayerNorm, dropout and residual regions hold 1/tp of the tokens");
   app.add_flag("--profile", f.profile, "per-op table at the end (also LOOM_PROFILE=1)");
   app.add_option("--trace", f.trace_path, "with --profile: write a Chrome trace here");
   app.add_option("--require-below-unigram", f.require_below_unigram,

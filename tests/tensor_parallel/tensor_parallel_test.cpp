@@ -119,7 +119,7 @@ std::string compare_to_magnitude(const std::vector<float>& got, const std::vecto
 
 }  // namespace
 
-TEST_CASE("tensor-parallel shards are slices of the single-rank weights; c_attn is split by heads",
+TEST_CASE("tensor-parallel shards are slices of the single-rank weights, c_attn split by heads",
           "[tp]") {
   const models::GPTConfig config = small_gpt(0.0f);
   models::GPT single("", config);
