@@ -187,10 +187,19 @@ ShardSpec Parameter::shard_spec(int64_t block) const {
   ShardSpec spec{.global_shape = global_shape(), .offsets = Shape(shape_.size(), 0)};
   if (placement_.shard_dim >= 0) {
     const int d = placement_.shard_dim;
-    spec.offsets[d] = block * (spec.global_shape[d] / placement_.shard_blocks) +
-                      placement_.shard_offset;
+    spec.offsets[d] =
+        block * (spec.global_shape[d] / placement_.shard_blocks) + placement_.shard_offset;
   }
   return spec;
+}
+
+void Parameter::check_reduction_finished(const char* stepper, const char* finisher) const {
+  if (reduction_pending_ == nullptr) return;
+  const char* owner = finisher != nullptr ? finisher : reduction_pending_;
+  throw Error(str_cat(stepper, ": parameter '", name_, "' has a gradient that ", owner,
+                      " has not finished reducing over the data-parallel group; call ", owner,
+                      "::finish() after the synchronized backward and before step() (stepping "
+                      "this rank's own gradient would let the ranks' weights drift apart)"));
 }
 
 }  // namespace loom::nn

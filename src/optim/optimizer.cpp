@@ -42,6 +42,7 @@ void Optimizer::step() {
   values.reserve(slots_.size());
   grads.reserve(slots_.size());
   for (const ParamSlot& slot : slots_) {
+    if (slot.param != nullptr) slot.param->check_reduction_finished("optimizer step");
     values.push_back(slot.current_value());
     grads.push_back(slot.current_grad());
     cost += slot_cost(values.back());

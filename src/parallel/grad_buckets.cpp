@@ -61,7 +61,11 @@ GradBuckets::GradBuckets(std::string owner, std::vector<nn::Parameter*> params,
 }
 
 GradBuckets::~GradBuckets() {
-  for (size_t i = 0; i < hook_ids_.size(); ++i) params_[i]->remove_ready_hook(hook_ids_[i]);
+  for (size_t i = 0; i < hook_ids_.size(); ++i) {
+    params_[i]->remove_ready_hook(hook_ids_[i]);
+    if (params_[i]->reduction_pending() == owner_.c_str())
+      params_[i]->set_reduction_pending(nullptr);
+  }
 }
 
 void GradBuckets::set_buckets(std::vector<std::vector<size_t>> members) {
@@ -115,6 +119,7 @@ void GradBuckets::mark_ready(size_t index) {
   if (first_ready_ns_ == 0) first_ready_ns_ = trace::now_ns();
   observe(index);
   ready_[index] = true;
+  params_[index]->set_reduction_pending(owner_.c_str());  // NOTE [unfinished reduction]
   if (--pending_[bucket_of_[index]] == 0) launch_in_order();
 }
 
@@ -189,6 +194,7 @@ void GradBuckets::end_step() {
     for (const size_t i : members_[b]) deferred_[b] = deferred_[b] || group_sum_[i];
   }
   std::fill(ready_.begin(), ready_.end(), false);
+  for (nn::Parameter* p : params_) p->set_reduction_pending(nullptr);
   next_launch_ = 0;
   first_ready_ns_ = 0;
   final_micro_batch_ = 0;

@@ -308,6 +308,8 @@ std::vector<ShardPiece> ZeroOptimizer::shard_pieces(int rank) const {
 }
 
 void ZeroOptimizer::step() {
+  for (const nn::Parameter* p : impl_->params)
+    p->check_reduction_finished("ZeroOptimizer::step", "ZeroOptimizer");
   if (impl_->stage == 0) {
     impl_->opt->step();
   } else {

@@ -17,6 +17,7 @@
 #include "loom/comm/local.hpp"
 #include "loom/core/random.hpp"
 #include "loom/nn/linear.hpp"
+#include "loom/optim/sgd.hpp"
 #include "loom/parallel/grad_reducer.hpp"
 
 using Catch::Matchers::Contains;
@@ -411,4 +412,33 @@ TEST_CASE("ddp: overlap metrics count waiting for a late rank as exposed communi
   CHECK(stats[0].exposed_s >= 0.25);
   CHECK(stats[0].comm_s >= 0.25);
   CHECK(stats[0].hidden_fraction < 0.2);
+}
+
+TEST_CASE("ddp: a step after a synchronized backward without finish() throws naming finish()",
+          "[parallel][ddp][misuse]") {
+  // NOTE [unfinished reduction]: on a single rank nothing would drift, but the
+  // program is just as wrong on two; the error comes at the step that made it.
+  const auto comms = comm::make_local_group(1, "dp");
+  nn::Linear layer("fc", 4, 3);
+  GradReducer reducer(layer.parameters(), *comms[0]);
+  optim::SGD sgd(optim::param_slots(layer.parameters()), {.lr = 0.1});
+  auto backward = [&] {
+    nn::Tape tape;
+    const Tensor y = layer.forward(Tensor::full({2, 4}, 1.0), tape);
+    layer.backward(Tensor::full({2, 3}, 1.0), tape);
+    (void)y;
+  };
+  backward();
+  CHECK_THROWS_WITH(sgd.step(), Contains("optimizer step: parameter 'fc.weight' has a gradient "
+                                         "that GradReducer has not finished reducing") &&
+                                    Contains("call GradReducer::finish() after the synchronized "
+                                             "backward and before step()"));
+  reducer.finish();
+  CHECK_NOTHROW(sgd.step());
+  // Under no_sync nothing is reduced, so nothing is pending.
+  {
+    auto guard = reducer.no_sync();
+    backward();
+    CHECK_NOTHROW(sgd.step());
+  }
 }

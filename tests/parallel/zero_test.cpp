@@ -185,3 +185,38 @@ TEST_CASE("zero: stage 3 parameters are released at rest", "[zero]") {
     CHECK(!w.value_bound());
   });
 }
+
+TEST_CASE("zero: step() after a synchronized backward without finish() throws naming finish()",
+          "[zero][misuse]") {
+  for (const int stage : {0, 1, 2}) {
+    INFO("stage " << stage);
+    std::vector<std::string> errors(2);
+    std::vector<int> stepped_after_finish(2, 0);
+    comm::run_local_ranks(comm::make_local_group(2, "dp"), [&](comm::Communicator& c) {
+      nn::Linear layer("fc", 4, 3);
+      parallel::ZeroOptimizer zero(layer.parameters(), c, optim::SgdOptions{.lr = 0.1},
+                                   {.stage = stage});
+      nn::Tape tape;
+      layer.forward(Tensor::full({2, 4}, 1.0), tape);
+      layer.backward(Tensor::full({2, 3}, 1.0), tape);
+      try {
+        zero.step();
+      } catch (const Error& e) {
+        errors[static_cast<size_t>(c.rank())] = e.what();
+      }
+      zero.finish();
+      zero.step();
+      zero.zero_grad();
+      stepped_after_finish[static_cast<size_t>(c.rank())] = 1;
+    });
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r);
+      CHECK_THAT(errors[static_cast<size_t>(r)],
+                 Catch::Matchers::Contains("ZeroOptimizer::step: parameter 'fc.weight' has a "
+                                           "gradient that ZeroOptimizer has not finished "
+                                           "reducing") &&
+                     Catch::Matchers::Contains("call ZeroOptimizer::finish()"));
+      CHECK(stepped_after_finish[static_cast<size_t>(r)] == 1);
+    }
+  }
+}

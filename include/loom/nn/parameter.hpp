@@ -137,6 +137,18 @@ class Parameter {
   // Fires the hooks now for `micro_batch`.
   void mark_ready(uint64_t micro_batch = 0);
 
+  // NOTE [unfinished reduction] A gradient reducer marks a parameter when its
+  // gradient becomes ready in a synchronized backward and clears the mark in
+  // its finish(): until then the gradient is this rank's alone, and a step on
+  // it would let the ranks' weights drift apart without an error. Optimizers
+  // throw on a marked parameter, naming `owner` (e.g. "GradReducer").
+  void set_reduction_pending(const char* owner) { reduction_pending_ = owner; }
+  // The reducer that has not finished this parameter's gradient, or null.
+  const char* reduction_pending() const { return reduction_pending_; }
+  // Throws naming the parameter, `stepper` and the finish() to call (the
+  // marking reducer's, or `finisher`'s when given) when marked.
+  void check_reduction_finished(const char* stepper, const char* finisher = nullptr) const;
+
   // See NOTE [parameter placement]. set_placement() checks it against the
   // shape and throws naming the parameter and the rule.
   const Placement& placement() const { return placement_; }
@@ -164,6 +176,7 @@ class Parameter {
   GradProvider grad_provider_;
   Tensor grad_;
   bool grad_written_ = false;
+  const char* reduction_pending_ = nullptr;
   int uses_per_backward_ = 1;
   // Micro-batches with some but not all uses written: (id, uses so far).
   std::vector<std::pair<uint64_t, int>> pending_uses_;
