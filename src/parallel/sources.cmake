@@ -7,12 +7,15 @@ target_sources(loom PRIVATE
   parallel/grad_reducer.cpp
   parallel/layout.cpp
   parallel/mean_over.cpp
+  parallel/pipeline/executor.cpp
   parallel/pipeline/generators.cpp
+  parallel/pipeline/gpt_chunks.cpp
   parallel/pipeline/print.cpp
   parallel/pipeline/replay.cpp
   parallel/pipeline/schedule.cpp
   parallel/pipeline/schedule_checks.cpp
   parallel/pipeline/simulate.cpp
+  parallel/pipeline/stage_messages.cpp
   parallel/pipeline/validate.cpp
   parallel/pipeline/zb_v_order.cpp
   parallel/reducer_stats.cpp

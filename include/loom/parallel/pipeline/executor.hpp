@@ -1,0 +1,156 @@
+// PipelineExecutor: runs one rank's pipeline schedule (pipeline/schedule.hpp)
+// over the pipeline-parallel group, one training step per call
+// (docs/pipeline.md, "The executor").
+//
+//   pl::Schedule s = pl::make_schedule(pl::ScheduleKind::one_f_one_b, {.pp = 4, .micro_batches =
+//   8}); pl::GPTChunks chunks = pl::build_gpt_chunks(config, s, groups.coord.pp);
+//   parallel::ZeroOptimizer zero(chunks.parameters(), *groups.dp, optim::SgdOptions{...},
+//                                {.stage = 1, .groups = parallel::reduction_groups(groups)});
+//   pl::PipelineExecutor executor(s, *groups.pp, chunks.modules(), zero);
+//   pl::StepStats stats = executor.step(input_of_micro_batch, loss_of_logits);
+//
+// What one step() does, on every rank of the pp group:
+//  - zero_grad() on the ZeroOptimizer, then the rank's actions in list order:
+//    F calls the chunk's forward (chunk 0 takes input(m), the micro-batch's
+//    token ids; the last chunk's logits go to loss(logits, m) at once), B its
+//    backward_input, W its backward_weight, BW its backward; reduce gradients
+//    is ZeroOptimizer::finish() (then clip_grad_norm when asked), optimizer
+//    step is ZeroOptimizer::step().
+//  - Each (micro-batch, chunk) gets its own nn::Tape, created at its F and
+//    destroyed after its W (or BW); the tapes of one micro-batch share its id,
+//    and the micro-batch whose weight gradients come last on this rank is
+//    named to the bucket engine (set_last_micro_batch), so buckets launch
+//    while that micro-batch's backward still runs (NOTE [final micro-batch]
+//    in src/parallel/grad_buckets.hpp); the others only accumulate.
+//  - The loss: the callback returns micro-batch m's mean loss and the
+//    gradient of that loss with respect to the logits; the executor scales
+//    the gradient by 1 / micro_batches, so the step's gradient is that of the
+//    mean over micro-batches, as one rank running the same micro-batches
+//    with each loss scaled by 1 / M. StepStats::loss is the mean of the
+//    returned losses on the rank holding the last chunk, and on every rank
+//    when ExecutorOptions::broadcast_loss (one 8-byte broadcast over pp).
+//    It is this data-parallel replica's mean: average it over dp yourself
+//    (parallel::mean_over) for the global batch's.
+//
+// Messages (NOTE [pipeline messages] in src/parallel/pipeline/stage_messages.hpp):
+//  - Each message has its own tag, from its kind, micro-batch and chunk, so
+//    activations and gradients between the same two ranks (pp = 2, or two
+//    chunks per rank) can never be taken for one another.
+//  - The first message of each (kind, chunk) is preceded by its shape and
+//    dtype; later ones, in this and every later step, use the cached shape,
+//    and a sender whose tensor differs from the shape it announced throws
+//    naming both.
+//  - Receives are posted ahead: the next ExecutorOptions::receives_ahead
+//    receives of the list are always posted, before the computations that
+//    precede them. Sends are posted and not waited for until the end of the
+//    step (completed ones are dropped as the step goes), so they overlap the
+//    compute that follows.
+//
+// Checked at construction, before any communication (loom::Error naming the
+// value and the rule): the pp group's size and the schedule's pp; one module
+// per virtual stage, none null; validate_schedule() (its message, prefixed);
+// exactly one reduce gradients and one optimizer step on this rank, and one
+// micro-batch whose weight gradient is the last on every chunk of the rank;
+// message tags that fit the communicator's range (2 × chunks × (M + 1) <
+// 32768).
+//
+// Not thread-safe; one executor per rank. The modules, the communicator and
+// the ZeroOptimizer must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "loom/comm/communicator.hpp"
+#include "loom/core/tensor.hpp"
+#include "loom/nn/module.hpp"
+#include "loom/parallel/pipeline/schedule.hpp"
+#include "loom/parallel/zero.hpp"
+
+namespace loom::parallel::pipeline {
+
+// Micro-batch m's input to chunk 0 (GPT: token ids [b, T]). Called on the
+// rank holding chunk 0, at micro-batch m's forward there.
+using InputProvider = std::function<Tensor(int micro_batch)>;
+
+struct LossOutput {
+  double loss = 0;  // the micro-batch's loss (a mean over its rows)
+  Tensor dlogits;   // d loss / d logits, the logits' shape and dtype; not scaled
+                    // by 1/M (the executor scales it, in place)
+};
+// Called on the rank holding the last chunk, right after micro-batch m's
+// forward there, with that chunk's output.
+using LossFunction = std::function<LossOutput(const Tensor& logits, int micro_batch)>;
+
+// The random seed of micro-batch m's tapes (dropout), as a single-rank run
+// would give the micro-batch. Without one, every tape's seed is 0.
+using SeedProvider = std::function<uint64_t(int micro_batch)>;
+
+struct ExecutorOptions {
+  // Receives kept posted ahead of the one being waited for (at least 1).
+  int receives_ahead = 2;
+  // > 0: ZeroOptimizer::clip_grad_norm(max) between reduce and step.
+  double clip_grad_norm = 0;
+  // The last stage's loss broadcast over pp, so every rank's stats carry it.
+  bool broadcast_loss = true;
+};
+
+struct StepStats {
+  // The mean over micro-batches of this replica (NaN on a rank without the
+  // last chunk when broadcast_loss is false).
+  double loss = 0;
+  double grad_norm = 0;  // before clipping, when ExecutorOptions::clip_grad_norm > 0
+  double step_seconds = 0;
+  // Time blocked waiting for receives (shape headers included): what the
+  // rank idles on the pipeline, for the measured bubble.
+  double recv_wait_seconds = 0;
+  double send_wait_seconds = 0;  // waiting for sends still in flight at the step's end
+  // Compute time per action kind, summed over the step (BW counts as backward).
+  double forward_seconds = 0;
+  double backward_input_seconds = 0;
+  double backward_weight_seconds = 0;
+  double backward_seconds = 0;
+  double reduce_seconds = 0;  // finish() (and clipping)
+  double optimizer_seconds = 0;
+  int64_t messages_sent = 0;  // payloads, shape headers not counted
+  int64_t bytes_sent = 0;
+  int64_t messages_received = 0;
+  // The most (micro-batch, chunk) tapes alive at once on this rank.
+  int peak_tapes = 0;
+};
+
+class PipelineExecutor {
+ public:
+  // `chunks[j]` runs the chunk at this rank's virtual stage j (placement).
+  // `pp`: the pipeline group, rank r running schedule.ranks[r].
+  PipelineExecutor(Schedule schedule, comm::Communicator& pp, std::vector<nn::Module*> chunks,
+                   ZeroOptimizer& zero, ExecutorOptions options = {});
+  ~PipelineExecutor();
+  PipelineExecutor(const PipelineExecutor&) = delete;
+  PipelineExecutor& operator=(const PipelineExecutor&) = delete;
+
+  // One training step (see the file comment). `input` is called only on the
+  // rank holding chunk 0, `loss` only on the rank holding the last chunk.
+  StepStats step(const InputProvider& input, const LossFunction& loss,
+                 const SeedProvider& seed = {});
+
+  const Schedule& schedule() const;
+  int rank() const;  // in the pp group
+  bool holds_first_chunk() const;
+  bool holds_last_chunk() const;
+  // The micro-batch whose weight gradients come last on this rank.
+  int final_micro_batch() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Rows [m * n, (m + 1) * n) of `batch` for each micro-batch m, n = rows / M
+// (views, no copy). Throws naming both numbers when M does not divide the
+// batch's rows, or when M < 1.
+std::vector<Tensor> split_micro_batches(const Tensor& batch, int micro_batches);
+
+}  // namespace loom::parallel::pipeline

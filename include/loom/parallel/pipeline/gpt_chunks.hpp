@@ -1,0 +1,54 @@
+// The chunks of a GPT that one pipeline rank holds under a schedule's
+// placement (pipeline/schedule.hpp), built as models::GPTPart (docs/design.md,
+// decision 10), for the executor (pipeline/executor.hpp).
+//
+// The model's blocks are cut into schedule.chunks() consecutive ranges in
+// dataflow order: chunk 0 also holds the embeddings, the last chunk the head.
+// By default the cut is as even as possible (the first layers % chunks chunks
+// get one block more); `chunk_layers` gives it explicitly. Parts are built in
+// chunk order, and named as in the whole model, so each parameter starts with
+// the single-rank model's values.
+//
+// The tied token table (NOTE [tied token table] in models/gpt_parts.hpp):
+// when this rank holds the head but not the embeddings, the head holds a copy
+// marked tied_across_stages, whose gradient the bucket engine sums over the
+// embedding group (ZeroOptions.groups = reduction_groups(groups)). When it
+// holds both ends (ZB-V's V puts chunks 0 and 2pp-1 on rank 0; any schedule
+// at pp = 1) the head ties to the embeddings' table on this rank: one
+// parameter, nothing to sum.
+//
+// Bad input throws loom::Error naming the values, before anything is built:
+// fewer layers than chunks (pp x virtual stages), an explicit cut with the
+// wrong number of entries, an entry below 1, or entries that do not sum to
+// the layer count.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "loom/models/gpt_parts.hpp"
+#include "loom/nn/module.hpp"
+#include "loom/parallel/pipeline/schedule.hpp"
+
+namespace loom::parallel::pipeline {
+
+// Blocks per chunk: `chunk_layers` checked against the model, or, when empty,
+// the even cut described above.
+std::vector<int64_t> gpt_chunk_layers(const models::GPTConfig& config, const Schedule& schedule,
+                                      const std::vector<int64_t>& chunk_layers = {});
+
+struct GPTChunks {
+  // Per virtual stage of the rank (what PipelineExecutor takes, in order).
+  std::vector<std::unique_ptr<models::GPTPart>> parts;
+
+  std::vector<nn::Module*> modules() const;
+  // Every parameter of the rank's parts, once (the tied table once when tied here).
+  std::vector<nn::Parameter*> parameters() const;
+};
+
+GPTChunks build_gpt_chunks(const models::GPTConfig& config, const Schedule& schedule, int rank,
+                           const std::vector<int64_t>& chunk_layers = {},
+                           const models::GPTLayerFactory& layers = models::default_gpt_layers());
+
+}  // namespace loom::parallel::pipeline

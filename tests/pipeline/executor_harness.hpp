@@ -1,0 +1,73 @@
+// Training a small GPT with the pipeline executor on in-process ranks
+// (pp x dp, ZeRO stages 0 to 2), and the single-rank run on the same global
+// batch that it must reproduce. Shared by the executor's tests.
+//
+// Data: step s's global batch is dp x M micro-batches of `rows` sequences of
+// seq_len token ids (a fixed formula of step, row and position); data-parallel
+// replica d takes micro-batches [d M, (d + 1) M). Each micro-batch's loss is
+// the mean cross-entropy over its tokens; the step's gradient is that of the
+// mean over all dp x M micro-batches, on one rank and in the pipeline alike.
+// Optimizer: SGD, lr 0.1, momentum 0.9, through ZeroOptimizer (buckets of 4 to
+// 16 KiB, so the small model still spans several buckets).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "loom/models/gpt_config.hpp"
+#include "loom/parallel/layout.hpp"
+#include "loom/parallel/pipeline/executor.hpp"
+#include "loom/parallel/pipeline/generators.hpp"
+
+namespace loom::testing {
+
+// vocab 37, 8 layers, d_model 16, 2 heads, seq_len 8: 8 layers take pp 4 x 2 chunks.
+models::GPTConfig executor_test_config();
+
+struct PipelineRun {
+  parallel::pipeline::ScheduleKind kind = parallel::pipeline::ScheduleKind::one_f_one_b;
+  int pp = 2;
+  int dp = 1;
+  int micro_batches = 4;
+  int virtual_stages = 0;  // 0: the schedule's own
+  int zero_stage = 0;
+  int steps = 3;
+  int rows = 2;     // sequences per micro-batch
+  double clip = 0;  // > 0: clip by the global norm
+  models::GPTConfig config = executor_test_config();
+};
+
+// What one rank saw.
+struct RankRun {
+  parallel::MeshCoord coord;
+  std::vector<parallel::pipeline::StepStats> stats;  // per step
+  std::map<std::string, std::vector<float>> params;  // after the last step
+  int receives_per_step = 0;                         // recv actions in its list
+  int activation_bound = 0;                          // the schedule's
+};
+
+// Every world rank's run, by world rank.
+std::vector<RankRun> run_pipeline(const PipelineRun& run);
+
+struct SingleRun {
+  std::vector<double> losses;  // per step, the mean over the global batch
+  std::vector<double> norms;   // per step, when clipping
+  std::map<std::string, std::vector<float>> params;
+};
+// One rank, the whole model, the global batch's dp x M micro-batches in order.
+SingleRun run_single_rank(const PipelineRun& run);
+
+// Compares `got` with `want`: per step the loss averaged over the ranks, the
+// norm, and every rank's parameters, each within atol + rtol |want|; and
+// every copy of one parameter (data-parallel replicas, the token table on
+// the first and the last stage) equal bit for bit, every reference parameter
+// present. Returns "" or what differs.
+std::string compare_with_single_rank(const std::vector<RankRun>& got, const SingleRun& want,
+                                     double atol, double rtol);
+// The largest |got - want| / (atol + rtol |want|) over the same values (<= 1:
+// within tolerance): how near the tolerance a run came.
+double worst_ratio(const std::vector<RankRun>& got, const SingleRun& want, double atol,
+                   double rtol);
+
+}  // namespace loom::testing
