@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/comm/communicator.hpp"
 #include "loom/models/gpt_config.hpp"
 #include "loom/parallel/layout.hpp"
 #include "loom/parallel/pipeline/executor.hpp"
@@ -45,9 +46,14 @@ struct RankRun {
   std::map<std::string, std::vector<float>> params;  // after the last step
   int receives_per_step = 0;                         // recv actions in its list
   int activation_bound = 0;                          // the schedule's
+  // Shape headers this rank received on the pp group over all steps (if the
+  // flight recorder kept every operation).
+  int shape_headers_received = 0;
 };
 
-// Every world rank's run, by world rank.
+// This rank's part of `run` on `world` (pp x dp ranks): every rank calls it.
+RankRun run_pipeline_rank(const PipelineRun& run, comm::Communicator& world);
+// Every world rank's run, by world rank, on in-process ranks.
 std::vector<RankRun> run_pipeline(const PipelineRun& run);
 
 struct SingleRun {
@@ -61,10 +67,10 @@ SingleRun run_single_rank(const PipelineRun& run);
 // Compares `got` with `want`: per step the loss averaged over the ranks, the
 // norm, and every rank's parameters, each within atol + rtol |want|; and
 // every copy of one parameter (data-parallel replicas, the token table on
-// the first and the last stage) equal bit for bit, every reference parameter
-// present. Returns "" or what differs.
+// the first and the last stage) equal bit for bit, and (every_parameter)
+// every reference parameter present. Returns "" or what differs.
 std::string compare_with_single_rank(const std::vector<RankRun>& got, const SingleRun& want,
-                                     double atol, double rtol);
+                                     double atol, double rtol, bool every_parameter = true);
 // The largest |got - want| / (atol + rtol |want|) over the same values (<= 1:
 // within tolerance): how near the tolerance a run came.
 double worst_ratio(const std::vector<RankRun>& got, const SingleRun& want, double atol,

@@ -132,6 +132,35 @@ TEST_CASE("pipeline executor: pp 2 tells apart activations and gradients between
   CHECK(compare_with_single_rank(got, want, kAtol, kRtol) == "");
 }
 
+TEST_CASE("pipeline executor: shapes are exchanged once, then cached", "[pipeline]") {
+  // 1F1B at pp 4 over 3 steps: rank 0 receives gradients of chunk 1, ranks 1
+  // and 2 activations and gradients, rank 3 activations of chunk 2; one shape
+  // header each, in the first step only.
+  const PipelineRun run{.kind = pl::ScheduleKind::one_f_one_b, .pp = 4, .micro_batches = 4};
+  const std::vector<RankRun> got = run_pipeline(run);
+  REQUIRE(got.size() == 4);
+  const int expected[] = {1, 2, 2, 1};
+  for (size_t r = 0; r < got.size(); ++r) {
+    INFO("rank " << r);
+    CHECK(got[r].shape_headers_received == expected[r]);
+    CHECK(got[r].stats.at(2).messages_received == got[r].receives_per_step);
+  }
+}
+
+TEST_CASE("pipeline executor: a message whose shape changed is refused by its sender",
+          "[pipeline]") {
+  using pl::detail::MessageKind;
+  auto pair = comm::make_local_group(2, "pp");  // rank 1 never receives: nothing is waited for
+  pl::detail::StageMessages messages(*pair[0], 2, 2);
+  messages.send(MessageKind::activation, 0, 0, 1, Tensor::zeros({2, 8, 16}));
+  messages.send(MessageKind::gradient, 0, 0, 1, Tensor::zeros({2, 4, 16}));  // its own shape
+  CHECK_THROWS_WITH(messages.send(MessageKind::activation, 1, 0, 1, Tensor::zeros({2, 7, 16})),
+                    Contains("pipeline send of activation of micro-batch 1 chunk 0 to rank 1: "
+                             "the tensor is") &&
+                        Contains("but the first activation of chunk 0 announced [2, 8, 16] f32"));
+  CHECK(messages.messages_sent() == 2);
+}
+
 TEST_CASE("pipeline executor: each message of a step has a tag of its own", "[pipeline]") {
   using pl::detail::MessageKind;
   for (const int chunks : {2, 8}) {
