@@ -271,3 +271,24 @@ TEST_CASE("pipeline executor: bad input is refused before any communication", "[
   // Nothing was sent or received on the pp group.
   CHECK(pp.flight_recorder().snapshot().empty());
 }
+
+TEST_CASE("pipeline executor: after a step that threw, the next step refuses to run",
+          "[pipeline]") {
+  const models::GPTConfig config = executor_test_config();
+  const pl::Schedule s = pl::schedule_1f1b(1, 2);
+  auto solo = comm::make_local_group(1, "pp");
+  auto dp = comm::make_local_group(1, "dp");
+  const pl::GPTChunks chunks = pl::build_gpt_chunks(config, s, 0);
+  parallel::ZeroOptimizer zero(chunks.parameters(), *dp[0], optim::SgdOptions{.lr = 0.1},
+                               {.stage = 0});
+  pl::PipelineExecutor executor(s, *solo[0], chunks.modules(), zero);
+  const Tensor ids = Tensor::zeros({2, config.seq_len}, DType::i32);
+  auto input = [&](int) { return ids; };
+  auto failing_loss = [&](const Tensor&, int m) -> pl::LossOutput {
+    throw Error(str_cat("the loss of micro-batch ", m, " failed"));
+  };
+  CHECK_THROWS_WITH(executor.step(input, failing_loss),
+                    Contains("the loss of micro-batch 0 failed"));
+  CHECK_THROWS_WITH(executor.step(input, failing_loss),
+                    Contains("pipeline executor, rank 0: an earlier step failed"));
+}

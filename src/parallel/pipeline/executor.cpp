@@ -107,6 +107,7 @@ struct PipelineExecutor::Impl {
   ExecutorOptions options;
   detail::StageMessages messages;
   int final_micro = 0;
+  bool failed = false;  // a step threw: messages may be half exchanged
 
   StepStats run(const InputProvider& input, const LossFunction& loss, const SeedProvider& seed);
 };
@@ -140,7 +141,13 @@ int PipelineExecutor::final_micro_batch() const {
 
 StepStats PipelineExecutor::step(const InputProvider& input, const LossFunction& loss,
                                  const SeedProvider& seed) {
-  return impl_->run(input, loss, seed);
+  LOOM_CHECK(!impl_->failed, "pipeline executor, rank ", rank(),
+             ": an earlier step failed, leaving messages half exchanged; build a new executor "
+             "(and communicators) to continue");
+  impl_->failed = true;
+  StepStats stats = impl_->run(input, loss, seed);
+  impl_->failed = false;
+  return stats;
 }
 
 StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunction& loss_fn,

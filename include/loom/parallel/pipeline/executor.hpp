@@ -55,7 +55,8 @@
 // 32768).
 //
 // Not thread-safe; one executor per rank. The modules, the communicator and
-// the ZeroOptimizer must outlive it.
+// the ZeroOptimizer must outlive it. A step that throws (a peer failed, a
+// callback threw) leaves messages half exchanged: later steps throw saying so.
 #pragma once
 
 #include <cstdint>
