@@ -54,6 +54,18 @@ void zero_foreign_rows(const Tensor& y, const std::vector<uint8_t>& keep, Tensor
   kernels::mul(y, mask, y);
 }
 
+// Reduces a host tensor over tp on `device` (a CUDA communicator such as
+// NCCL's moves device memory only); returns the host result.
+Tensor reduce_on(comm::Communicator& tp, const Tensor& host, Device device, comm::ReduceOp op) {
+  if (device.is_cpu()) {
+    tp.all_reduce(host, {.op = op}).wait();
+    return host;
+  }
+  const Tensor staged = host.to(device);
+  tp.all_reduce(staged, {.op = op}).wait();
+  return staged.to(Device::cpu());
+}
+
 }  // namespace
 
 int64_t padded_vocab(int64_t vocab, int tp) {
@@ -179,6 +191,7 @@ struct VocabParallelCrossEntropy::State : nn::SavedState {
   double count = 0;
   int64_t valid = 0;  // columns that are not padding
   Shape logits_shape;
+  Device device = Device::cpu();  // the logits' (NOTE [host loss])
 };
 
 VocabParallelCrossEntropy::VocabParallelCrossEntropy(std::string name, int64_t vocab,
@@ -200,8 +213,6 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& ta
              "vocab-parallel cross-entropy '", name_, "': logits ", logits,
              " must be an f32 [..., ", columns, "] tensor (vocab ", vocab_,
              " over tp = ", tp_->size(), ")");
-  LOOM_CHECK(logits.device().is_cpu(), "vocab-parallel cross-entropy '", name_,
-             "' runs on host tensors; got logits on ", logits.device());
   const Shape leading(logits.shape().begin(), logits.shape().end() - 1);
   LOOM_CHECK(targets.defined() && targets.shape() == leading, "vocab-parallel cross-entropy '",
              name_, "': targets ", targets, " must have the logits' leading shape ",
@@ -209,7 +220,12 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& ta
   const int64_t rows = shape_numel(leading);
   const int64_t first = tp_->rank() * columns;
   State& state = tape.emplace<State>(this, name_);
-  state.logits = logits.view({rows, columns});
+  // NOTE [host loss] The loss runs on the host: CUDA logits are staged through
+  // host memory (their gradient goes back in backward), a copy of [rows, Vl]
+  // each way per step.
+  state.device = logits.device();
+  state.logits =
+      (logits.device().is_cpu() ? logits : logits.to(Device::cpu())).view({rows, columns});
   state.logits_shape = logits.shape();
   state.valid = std::clamp<int64_t>(vocab_ - first, 0, columns);
   state.target.assign(static_cast<size_t>(rows), -1);
@@ -230,7 +246,8 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& ta
     for (int64_t c = 0; c < state.valid; ++c) best = std::max(best, l[r * columns + c]);
     m[r] = best;
   }
-  tp_->all_reduce(max, {.op = comm::ReduceOp::max}).wait();
+  max = reduce_on(*tp_, max, state.device, comm::ReduceOp::max);
+  m = max.data<float>();
   // Per row: the sum of exponentials and the target logit, then over tp (one message).
   Tensor sums = Tensor::zeros({2, rows});
   float* s = sums.data<float>();
@@ -241,7 +258,8 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& ta
     const int64_t t = state.target[static_cast<size_t>(r)];
     if (t >= 0) s[rows + r] = l[r * columns + t];
   }
-  tp_->all_reduce(sums).wait();
+  sums = reduce_on(*tp_, sums, state.device, comm::ReduceOp::sum);
+  s = sums.data<float>();
   state.lse.resize(static_cast<size_t>(rows));
   double total = 0.0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -250,7 +268,8 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& ta
     total += static_cast<double>(state.lse[static_cast<size_t>(r)]) - s[rows + r];
     state.count += 1;
   }
-  return Tensor::full({}, state.count > 0 ? total / state.count : 0.0);
+  const Tensor loss = Tensor::full({}, state.count > 0 ? total / state.count : 0.0);
+  return state.device.is_cpu() ? loss : loss.to(state.device);
 }
 
 Tensor VocabParallelCrossEntropy::backward(nn::Tape& tape, float dloss) {
@@ -258,7 +277,7 @@ Tensor VocabParallelCrossEntropy::backward(nn::Tape& tape, float dloss) {
   tape.release(this);
   const int64_t rows = state.logits.size(0), columns = state.logits.size(1);
   Tensor dlogits = Tensor::zeros(state.logits_shape);
-  if (state.count == 0) return dlogits;
+  if (state.count == 0) return dlogits.to(state.device);
   const float scale = static_cast<float>(dloss / state.count);
   const float* l = state.logits.data<float>();
   float* d = dlogits.data<float>();
@@ -271,7 +290,7 @@ Tensor VocabParallelCrossEntropy::backward(nn::Tape& tape, float dloss) {
     const int64_t t = state.target[static_cast<size_t>(r)];
     if (t >= 0) d[r * columns + t] -= scale;
   }
-  return dlogits;
+  return state.device.is_cpu() ? dlogits : dlogits.to(state.device);
 }
 
 }  // namespace loom::parallel

@@ -6,6 +6,8 @@
 // dropout (bit for bit, the same mask on both backends).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <cmath>
 #include <vector>
 
@@ -207,5 +209,27 @@ TEST_CASE("CUDA dropout draws the host's mask, bit for bit", "[cuda][dropout]") 
     const Tensor dx_gpu = Tensor::empty({n}, DType::f32, kGpu);
     k::dropout_backward(x.to(kGpu), 0.37f, RandomKey{3, 4}, dx_gpu);
     REQUIRE(loom::test::first_difference(dx_gpu.to_vector<float>(), y.to_vector<float>()) == -1);
+  }
+}
+
+TEST_CASE("CUDA dropout of a slice with an index offset draws the host's slice mask",
+          "[cuda][dropout]") {
+  // Sequence parallelism's token slices: every phase of the four-element groups.
+  const int64_t n = 1000;
+  const Tensor x = loom::test::random_tensor({n}, DType::f32, 13);
+  const Tensor whole = Tensor::empty({n});
+  k::dropout_forward(x, 0.3f, RandomKey{9, 4}, whole);
+  const std::vector<float> expected = whole.to_vector<float>();
+  for (const int64_t offset : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5},
+                               int64_t{997}}) {
+    for (const int64_t length : {int64_t{1}, int64_t{3}, int64_t{70}, n - offset}) {
+      if (offset + length > n) continue;
+      INFO("offset " << offset << ", length " << length);
+      const Tensor slice = x.flat_view(offset, {length}).to(kGpu);
+      const Tensor y = Tensor::empty({length}, DType::f32, kGpu);
+      k::dropout_forward(slice, 0.3f, RandomKey{9, 4}, y, offset);
+      const std::vector<float> got = y.to_vector<float>();
+      REQUIRE(std::equal(got.begin(), got.end(), expected.begin() + offset));
+    }
   }
 }

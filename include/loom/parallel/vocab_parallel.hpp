@@ -74,7 +74,8 @@ class VocabParallelEmbedding : public nn::Module {
 };
 
 // Not a Module, like nn::CrossEntropyLoss, whose interface it shares. Every
-// tp rank returns the same loss (the mean over counted rows). f32, host.
+// tp rank returns the same loss (the mean over counted rows). f32; it runs on
+// the host, CUDA logits staged through host memory (NOTE [host loss]).
 class VocabParallelCrossEntropy {
  public:
   // `vocab`: the true vocabulary; this rank's logits are columns
