@@ -1,8 +1,9 @@
 // train_gpt: trains Loom's GPT on byte-level tokens of the Python standard
 // library (built into a token file on first use), CPU or CUDA, on one rank or
-// over every rank of the launch (mpirun/srun): data parallel, with ZeRO, and
+// over every rank of the launch (mpirun/srun): data parallel, with ZeRO,
 // tensor parallel (--tp N, --sequence-parallel) inside each data-parallel
-// replica, world = tp x dp with tp innermost.
+// replica, and pipeline parallel (--pp N --schedule S --micro-batches M), world
+// = tp x dp x pp with tp innermost, then dp, then pp (docs/pipeline.md).
 //
 // Prints per-step loss, tokens/s and MFU, evaluates on the held-out split next
 // to the unigram baseline (the loss of a model that knows only token
@@ -14,22 +15,31 @@
 //   build/examples/train_gpt --steps 300                      # one rank
 //   mpirun -np 4 build/examples/train_gpt --max-seconds 90 --profile --trace out/gpt_trace.json
 //   mpirun -np 4 build/examples/train_gpt --tp 2 --sequence-parallel --zero-stage 1
+//   mpirun -np 4 build/examples/train_gpt --pp 2 --schedule zb-v --micro-batches 4 --zero-stage 1
 //
 // Every data-parallel replica reads its own rows of the global batch (--batch
-// rows per replica; the tp ranks of a replica read the same rows), so a run on
-// dp replicas takes the same steps as one rank with --batch dp x batch.
+// rows per replica; the tp and pp ranks of a replica read the same rows), so a
+// run on dp replicas takes the same steps as one rank with --batch dp x batch.
+// Under --pp the replica's rows are cut into M micro-batches; the step's loss
+// and gradient are the mean over them, as one rank's over the whole batch.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "../common/flag_checks.hpp"
 #include "../common/step_meter.hpp"
 #include "loom/loom.hpp"
+#include "loom/parallel/pipeline/executor.hpp"
+#include "loom/parallel/pipeline/generators.hpp"
+#include "loom/parallel/pipeline/gpt_chunks.hpp"
 #include "loom/trace/chrome_trace.hpp"
 #include "loom/trace/profiler.hpp"
 
@@ -63,7 +73,30 @@ struct Flags {
   int zero_stage = 0;  // 0: plain data parallelism; 1-3: ZeRO (docs/zero.md)
   int tp = 1;          // tensor-parallel ranks per replica (docs/tensor_parallel.md)
   bool sequence_parallel = false;
+  int pp = 1;  // pipeline stages (docs/pipeline.md)
+  std::string schedule = "1f1b";
+  bool schedule_given = false;        // --schedule on the command line (refused without --pp)
+  int micro_batches = 0;              // 0: pp
+  int virtual_stages = 0;             // 0: the schedule's own
+  std::vector<int64_t> stage_layers;  // blocks per chunk, in chunk order; empty: even cut
 };
+
+namespace pl = loom::parallel::pipeline;
+
+int micro_batches_of(const Flags& f) {
+  return f.micro_batches > 0 ? f.micro_batches : f.pp;
+}
+
+pl::Schedule make_pipeline_schedule(const Flags& f) {
+  return pl::make_schedule(
+      pl::schedule_kind_from_string(f.schedule),
+      {.pp = f.pp, .micro_batches = micro_batches_of(f), .virtual_stages = f.virtual_stages});
+}
+
+// Message tags of the pipeline's evaluation pass (pipeline_evaluate), above
+// every tag of the executor's (2 x chunks x (M + 1) of them from 0).
+constexpr int kEvalShapeTag = (1 << 15) - 2;
+constexpr int kEvalPayloadTag = (1 << 15) - 1;
 
 // The loss of the full logits on one rank, or of each tp rank's vocabulary
 // columns (parallel/vocab_parallel.hpp).
@@ -81,6 +114,56 @@ struct Loss {
   }
 };
 
+// The pipeline flags' rules, checked before any communication.
+void check_pipeline(const Flags& f) {
+  if (f.pp == 1) {
+    const char* why = "; it needs --pp 2 or more";
+    LOOM_CHECK(!f.schedule_given, "--schedule ", f.schedule, " orders the pipeline's work", why);
+    LOOM_CHECK(f.micro_batches == 0, "--micro-batches ", f.micro_batches,
+               " cuts the batch for the pipeline", why);
+    LOOM_CHECK(f.virtual_stages == 0, "--virtual-stages ", f.virtual_stages,
+               " gives each pipeline rank several chunks", why);
+    LOOM_CHECK(f.stage_layers.empty(), "--stage-layers cuts the layers over pipeline stages", why);
+    return;
+  }
+  LOOM_CHECK(f.zero_stage <= 2, "--zero-stage ", f.zero_stage, " is not supported with --pp ", f.pp,
+             ": ZeRO 3 gathers each block's parameters around its use, which the pipeline "
+             "executor does not do; use --zero-stage 0, 1 or 2");
+  const int m = micro_batches_of(f);
+  LOOM_CHECK(f.batch % m == 0, "--batch ", f.batch, " is not divisible by --micro-batches ", m,
+             " (each micro-batch takes batch / M of the replica's sequences)");
+  LOOM_CHECK(f.schedule != "interleaved" || m % f.pp == 0, "--micro-batches ", m,
+             " is not a multiple of --pp ", f.pp,
+             ": the interleaved schedule takes micro-batches pp at a time through each chunk");
+  pl::Schedule schedule;
+  try {
+    schedule = make_pipeline_schedule(f);
+  } catch (const loom::Error& e) {
+    throw loom::Error(loom::str_cat("--schedule ", f.schedule, " --pp ", f.pp, " --micro-batches ",
+                                    m, " --virtual-stages ", f.virtual_stages, ": ", e.what()));
+  }
+  const int chunks = schedule.chunks();
+  LOOM_CHECK(f.layers >= chunks, "--layers ", f.layers, " is fewer than the ", chunks,
+             " chunks of schedule ", f.schedule, " (--pp ", f.pp, " x ", schedule.virtual_stages,
+             " virtual stage(s)): every chunk needs at least one layer");
+  if (!f.stage_layers.empty()) {
+    int64_t sum = 0;
+    for (const int64_t layers : f.stage_layers) sum += layers;
+    LOOM_CHECK(static_cast<int>(f.stage_layers.size()) == chunks, "--stage-layers has ",
+               f.stage_layers.size(), " entries but schedule ", f.schedule, " cuts the GPT into ",
+               chunks, " chunks (--pp ", f.pp, " x ", schedule.virtual_stages,
+               " virtual stage(s)): one entry per chunk, in dataflow order");
+    LOOM_CHECK(sum == f.layers, "--stage-layers sums to ", sum, " layers but --layers is ",
+               f.layers);
+  }
+  // The executor tags every message of a step apart (docs/pipeline.md); the
+  // evaluation pass takes the two tags above them.
+  const int64_t tags = int64_t{2} * chunks * (m + 1) + 2;
+  LOOM_CHECK(tags <= (int64_t{1} << 15), "--micro-batches ", m, " over ", chunks,
+             " chunks needs 2 x chunks x (M + 1) + 2 = ", tags,
+             " message tags, more than a communicator's 32768: use fewer micro-batches");
+}
+
 // Every rule the flags must meet that the model's shape decides, checked
 // before any communication.
 void check_layout(const Flags& f, int world) {
@@ -89,7 +172,9 @@ void check_layout(const Flags& f, int world) {
              "more (got --tp ",
              f.tp, ")");
   LOOM_CHECK(world % f.tp == 0, "--tp ", f.tp, " does not divide the world of ", world,
-             " ranks (world = tp x dp)");
+             " ranks (world = tp x dp x pp)");
+  LOOM_CHECK(world % (f.tp * f.pp) == 0, "--tp ", f.tp, " x --pp ", f.pp, " = ", f.tp * f.pp,
+             " does not divide the world of ", world, " ranks (world = tp x dp x pp)");
   LOOM_CHECK(f.heads % f.tp == 0, "--tp ", f.tp, " does not divide --heads ", f.heads,
              " (each tensor-parallel rank holds whole heads)");
   LOOM_CHECK(4 * f.d_model % f.tp == 0, "--tp ", f.tp, " does not divide the MLP width 4 x ",
@@ -97,6 +182,8 @@ void check_layout(const Flags& f, int world) {
   LOOM_CHECK(!f.sequence_parallel || f.seq % f.tp == 0, "--tp ", f.tp, " does not divide --seq ",
              f.seq,
              " (under --sequence-parallel each rank holds seq / tp tokens of every sequence)");
+
+  check_pipeline(f);
 }
 
 // Mean of `value` over the ranks of `group`.
@@ -127,13 +214,106 @@ double evaluate(loom::nn::Module& model, Loss& loss_fn,
   return mean_over(dp, count > 0 ? total / static_cast<double>(count) : std::nan(""));
 }
 
+// Sends in flight, with the tensors they read.
+struct Outgoing {
+  std::vector<loom::Tensor> tensors;
+  std::vector<loom::comm::Work> works;
+  void wait() {
+    for (loom::comm::Work& w : works) w.wait();
+    works.clear();
+    tensors.clear();
+  }
+};
+
+// One tensor to `peer` of the pp group: a shape header (dtype, rank, up to 6
+// dimensions), then the payload. The evaluation's batches may differ in shape
+// from the training's, so nothing is cached.
+void send_to_stage(loom::comm::Communicator& pp, const loom::Tensor& x, int peer, Outgoing& out) {
+  LOOM_CHECK(x.dim() <= 6, "pipeline evaluation: an activation of ", x.dim(),
+             " dimensions does not fit the 6 of the shape header");
+  std::vector<int64_t> header(8, 0);
+  header[0] = static_cast<int64_t>(x.dtype());
+  header[1] = x.dim();
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    header[static_cast<size_t>(2 + d)] = x.shape()[static_cast<size_t>(d)];
+  }
+  out.tensors.push_back(loom::Tensor::from_vector(header, {8}));
+  out.works.push_back(pp.send(out.tensors.back(), peer, {.tag = kEvalShapeTag}));
+  out.tensors.push_back(x);
+  out.works.push_back(pp.send(x, peer, {.tag = kEvalPayloadTag}));
+}
+
+loom::Tensor recv_from_stage(loom::comm::Communicator& pp, int peer, loom::Device device) {
+  loom::Tensor header = loom::Tensor::zeros({8}, loom::DType::i64);
+  pp.recv(header, peer, {.tag = kEvalShapeTag}).wait();
+  const std::vector<int64_t> h = header.to_vector<int64_t>();
+  const loom::Shape shape(h.begin() + 2, h.begin() + 2 + h[1]);
+  loom::Tensor x = loom::Tensor::empty(shape, static_cast<loom::DType>(h[0]), device);
+  pp.recv(x, peer, {.tag = kEvalPayloadTag}).wait();
+  return x;
+}
+
+// Validation loss under pipeline parallelism: each global batch's rows of this
+// replica go forward only, whole (no micro-batches), through the chunks in
+// dataflow order, each chunk on the rank the schedule places it; the rank
+// holding the last chunk computes the loss. Returns the mean over the batches
+// and the dp replicas, on every rank.
+double pipeline_evaluate(const pl::Schedule& schedule, const pl::GPTChunks& chunks, Loss& loss_fn,
+                         const std::shared_ptr<const loom::data::TokenFile>& file,
+                         const loom::data::TokenLoaderOptions& options, int64_t max_batches,
+                         loom::Device device, loom::comm::Communicator& pp,
+                         loom::comm::Communicator& dp) {
+  using namespace loom;
+  for (nn::Module* chunk : chunks.modules()) chunk->set_training(false);
+  const int me = pp.rank();
+  const int last = schedule.chunks() - 1;
+  data::TokenValidationBatches batches(file, options, max_batches);
+  data::TokenBatch batch;
+  double total = 0;
+  int64_t count = 0;
+  while (batches.next(batch)) {
+    Outgoing sends;
+    Tensor x;  // the activation that enters the next chunk this rank runs
+    for (int c = 0; c <= last; ++c) {
+      if (schedule.rank_of(c) != me) continue;
+      if (c == 0) {
+        x = batch.inputs.to(device);
+      } else if (schedule.rank_of(c - 1) != me) {
+        x = recv_from_stage(pp, schedule.rank_of(c - 1), device);
+      }
+      nn::Tape tape;
+      x = chunks
+              .parts[static_cast<size_t>(schedule.placement[static_cast<size_t>(c)].virtual_stage)]
+              ->forward(x, tape);
+      if (c == last) {
+        nn::Tape loss_tape;
+        total += loss_fn.forward(x, batch.targets.to(device), loss_tape).item<float>();
+        ++count;
+      } else if (schedule.rank_of(c + 1) != me) {
+        send_to_stage(pp, x, schedule.rank_of(c + 1), sends);
+      }
+    }
+    sends.wait();
+  }
+  for (nn::Module* chunk : chunks.modules()) chunk->set_training(true);
+  // The double's bits from the last chunk's rank, then the mean over replicas.
+  double mean = count > 0 ? total / static_cast<double>(count) : std::nan("");
+  int64_t bits = 0;
+  std::memcpy(&bits, &mean, sizeof bits);
+  Tensor shared = Tensor::from_vector(std::vector<int64_t>{bits}, {1});
+  pp.broadcast(shared, {.root = schedule.rank_of(last)}).wait();
+  bits = shared.item<int64_t>();
+  std::memcpy(&mean, &bits, sizeof bits);
+  return mean_over(dp, mean);
+}
+
 int run(const Flags& f) {
   using namespace loom;
   loom::Context launch = loom::init();
   comm::Communicator& world = *launch.world();
   check_layout(f, world.size());
   const parallel::ParallelGroups groups = parallel::make_parallel_groups(
-      launch.world(), parallel::ParallelLayout(world.size(), f.tp, 1));
+      launch.world(), parallel::ParallelLayout(world.size(), f.tp, f.pp));
   comm::Communicator& dp = *groups.dp;
   const bool lead = launch.rank() == 0;
   const Device device = f.device == "auto" ? launch.device() : parse_device(f.device);
@@ -163,20 +343,30 @@ int run(const Flags& f) {
   const parallel::TensorParallelGPTLayers tp_layers(groups.tp,
                                                     {.sequence_parallel = f.sequence_parallel});
   if (f.tp > 1) tp_layers.check(config);
-  std::unique_ptr<nn::Module> model_owner = std::make_unique<models::GPT>(
-      "", config,
+  const models::GPTLayerFactory& layers =
       f.tp > 1 ? static_cast<const models::GPTLayerFactory&>(tp_layers)
-               : models::default_gpt_layers());
-  // ZeRO stage 3 gathers each block's parameters around its use: every block is
-  // one unit, the rest of the GPT (embeddings, final LayerNorm) the outer one.
+               : models::default_gpt_layers();
+  // Under --pp: the schedule and this rank's chunks of the GPT, which the
+  // executor runs. Otherwise the whole GPT (of this rank's tp shards).
+  std::optional<pl::Schedule> pipeline;
+  pl::GPTChunks chunks;
+  std::unique_ptr<nn::Module> model_owner;
   std::vector<parallel::ShardedModule*> units;
-  if (f.zero_stage == 3) {
-    units = parallel::shard_children(static_cast<models::GPT&>(*model_owner).blocks());
-    auto root = std::make_unique<parallel::ShardedModule>(std::move(model_owner));
-    units.insert(units.begin(), root.get());
-    model_owner = std::move(root);
+  if (f.pp > 1) {
+    pipeline = make_pipeline_schedule(f);
+    chunks = pl::build_gpt_chunks(config, *pipeline, groups.coord.pp, f.stage_layers, layers);
+  } else {
+    model_owner = std::make_unique<models::GPT>("", config, layers);
+    // ZeRO stage 3 gathers each block's parameters around its use: every block
+    // is one unit, the rest of the GPT (embeddings, final LayerNorm) the outer one.
+    if (f.zero_stage == 3) {
+      units = parallel::shard_children(static_cast<models::GPT&>(*model_owner).blocks());
+      auto root = std::make_unique<parallel::ShardedModule>(std::move(model_owner));
+      units.insert(units.begin(), root.get());
+      model_owner = std::move(root);
+    }
   }
-  nn::Module& model = *model_owner;
+  nn::Module* model = model_owner.get();  // null under --pp
 
   optim::WarmupCosine schedule{.peak = f.lr,
                                .min = f.min_lr,
@@ -190,7 +380,7 @@ int run(const Flags& f) {
   // plain data parallelism), or reduce-scattered with sharded optimizer state,
   // gradients and parameters (ZeRO stages 1-3).
   parallel::ZeroOptimizer zero(
-      model.parameters(), dp, adamw,
+      pipeline ? chunks.parameters() : model->parameters(), dp, adamw,
       parallel::ZeroOptions{
           .stage = f.zero_stage,
           .first_bucket_bytes = static_cast<size_t>(f.first_bucket_mib * (1 << 20)),
@@ -203,6 +393,14 @@ int run(const Flags& f) {
   if (f.tp > 1) {
     loss_fn.vocab_parallel =
         std::make_unique<parallel::VocabParallelCrossEntropy>("loss", config.vocab, groups.tp);
+  }
+  // Runs this rank's list of the schedule each step: the loss on the last
+  // stage, broadcast over pp; reduction, clipping and the optimizer step inside.
+  std::unique_ptr<pl::PipelineExecutor> executor;
+  if (pipeline) {
+    executor =
+        std::make_unique<pl::PipelineExecutor>(*pipeline, *groups.pp, chunks.modules(), zero,
+                                               pl::ExecutorOptions{.clip_grad_norm = f.clip});
   }
 
   data::TokenLoaderOptions loader_options{.batch = f.batch,
@@ -228,9 +426,23 @@ int run(const Flags& f) {
       static_cast<long long>(train_tokens.size()), unigram);
 
   examples::StepMeter meter(device);
-  say("ranks: %d = dp %d x tp %d%s, %lld sequences per replica per step; device %s, %s\n",
-      world.size(), dp.size(), f.tp, f.sequence_parallel ? " (sequence parallel)" : "",
+  say("ranks: %d = dp %d x tp %d%s x pp %d, %lld sequences per replica per step; device %s, %s\n",
+      world.size(), dp.size(), f.tp, f.sequence_parallel ? " (sequence parallel)" : "", f.pp,
       static_cast<long long>(f.batch), device.str().c_str(), meter.peak_description().c_str());
+  if (pipeline) {
+    std::string cut;
+    for (const int64_t n : pl::gpt_chunk_layers(config, *pipeline, f.stage_layers)) {
+      cut += (cut.empty() ? "" : ",") + std::to_string(n);
+    }
+    say("pipeline: schedule %s, pp %d x %d virtual stage(s), %d micro-batches of %lld sequences, "
+        "layers per chunk %s; bubble at unit cost %.3f, at most %d chunk activations per rank\n",
+        f.schedule.c_str(), f.pp, pipeline->virtual_stages, micro_batches_of(f),
+        static_cast<long long>(f.batch / micro_batches_of(f)), cut.c_str(),
+        pl::unit_cost_bubble(
+            pl::schedule_kind_from_string(f.schedule),
+            {.pp = f.pp, .micro_batches = micro_batches_of(f), .virtual_stages = f.virtual_stages}),
+        pipeline->activation_bound);
+  }
   if (f.profile) {
     trace::Profiler::instance().enable();
   }
@@ -244,20 +456,42 @@ int run(const Flags& f) {
     data::TokenBatch batch = loader.next();
     trace::StepScope profiled_step;
     meter.begin();
-    nn::Tape tape, loss_tape;
-    tape.set_random_seed(f.seed * 1000003 + static_cast<uint64_t>(step));
-    Tensor logits = model.forward(batch.inputs.to(device), tape);
-    const double loss = loss_fn.forward(logits, batch.targets.to(device), loss_tape).item<float>();
-    model.backward(loss_fn.backward(loss_tape), tape);
-    zero.finish();
+    const uint64_t step_seed = f.seed * 1000003 + static_cast<uint64_t>(step);
+    double loss = 0, norm = 0;
+    pl::StepStats pipeline_stats;
+    if (executor) {
+      const int m_count = micro_batches_of(f);
+      const std::vector<Tensor> inputs = pl::split_micro_batches(batch.inputs.to(device), m_count);
+      const std::vector<Tensor> targets =
+          pl::split_micro_batches(batch.targets.to(device), m_count);
+      zero.optimizer().set_lr(schedule.lr_at(step));
+      pipeline_stats = executor->step(
+          [&](int m) { return inputs[static_cast<size_t>(m)]; },
+          [&](const Tensor& logits, int m) {
+            nn::Tape loss_tape;
+            const double value =
+                loss_fn.forward(logits, targets[static_cast<size_t>(m)], loss_tape).item<float>();
+            return pl::LossOutput{value, loss_fn.backward(loss_tape)};
+          },
+          [&](int m) { return step_seed * 131 + static_cast<uint64_t>(m); });
+      loss = pipeline_stats.loss;
+      norm = pipeline_stats.grad_norm;
+    } else {
+      nn::Tape tape, loss_tape;
+      tape.set_random_seed(step_seed);
+      Tensor logits = model->forward(batch.inputs.to(device), tape);
+      loss = loss_fn.forward(logits, batch.targets.to(device), loss_tape).item<float>();
+      model->backward(loss_fn.backward(loss_tape), tape);
+      zero.finish();
+      norm = f.clip > 0 ? zero.clip_grad_norm(f.clip) : 0.0;
+      zero.optimizer().set_lr(schedule.lr_at(step));
+      if (std::isfinite(norm)) zero.step();
+      zero.zero_grad();
+    }
     if (const parallel::GradReducer* reducer = zero.reducer()) {
       comm_seconds += reducer->stats().comm_s;
       exposed_seconds += reducer->stats().exposed_s;
     }
-    const double norm = f.clip > 0 ? zero.clip_grad_norm(f.clip) : 0.0;
-    zero.optimizer().set_lr(schedule.lr_at(step));
-    if (std::isfinite(norm)) zero.step();
-    zero.zero_grad();
     meter.end(tokens_per_step);
     train_seconds += meter.seconds();
 
@@ -271,6 +505,13 @@ int run(const Flags& f) {
       } else {
         say("           ZeRO stage %d: %s\n", zero.stage(), zero.memory().summary().c_str());
       }
+      if (executor) {
+        say("           pipeline (rank 0): %.1f ms waiting on receives (%.0f%% of the step), "
+            "%lld messages sent, at most %d micro-batch chunk activations alive\n",
+            pipeline_stats.recv_wait_seconds * 1e3,
+            100.0 * pipeline_stats.recv_wait_seconds / pipeline_stats.step_seconds,
+            static_cast<long long>(pipeline_stats.messages_sent), pipeline_stats.peak_tapes);
+      }
     }
     // Every rank must stop at the same step: rank 0's clock decides.
     bool out_of_time = f.max_seconds > 0 && train_seconds >= f.max_seconds;
@@ -282,7 +523,10 @@ int run(const Flags& f) {
     if ((f.eval_every > 0 && (step + 1) % f.eval_every == 0) || step + 1 == f.steps ||
         out_of_time) {
       if (zero.stage() == 3) zero.gather_parameters();
-      last_val = evaluate(model, loss_fn, file, loader_options, f.eval_batches, device, dp);
+      last_val = pipeline
+                     ? pipeline_evaluate(*pipeline, chunks, loss_fn, file, loader_options,
+                                         f.eval_batches, device, *groups.pp, dp)
+                     : evaluate(*model, loss_fn, file, loader_options, f.eval_batches, device, dp);
       if (zero.stage() == 3) zero.release_parameters();
       say("step %5lld  validation loss %.4f nats (%.3f bits/byte; unigram baseline %.3f)\n",
           static_cast<long long>(step), last_val, last_val / std::log(2.0), unigram);
@@ -379,6 +623,22 @@ int main(int argc, char** argv) {
       ->check(flags::at_least(1));
   app.add_flag("--sequence-parallel", f.sequence_parallel,
                "with --tp: LayerNorm, dropout and residual regions hold 1/tp of the tokens");
+  app.add_option("--pp", f.pp, "pipeline stages (world = tp x dp x pp; docs/pipeline.md)")
+      ->check(flags::at_least(1));
+  CLI::Option* schedule_option =
+      app.add_option("--schedule", f.schedule, "with --pp: the pipeline schedule (default 1f1b)")
+          ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}));
+  app.add_option("--micro-batches", f.micro_batches,
+                 "with --pp: micro-batches per step, each batch / M sequences (0: pp)")
+      ->check(flags::at_least(0));
+  app.add_option("--virtual-stages", f.virtual_stages,
+                 "with --pp: chunks per rank (0: the schedule's own; interleaved: 2 or more)")
+      ->check(flags::at_least(0));
+  app.add_option("--stage-layers", f.stage_layers,
+                 "with --pp: blocks per chunk in dataflow order, pp x virtual stages entries "
+                 "summing to --layers (e.g. 3,3,2,2; default: as even as possible)")
+      ->delimiter(',')
+      ->check(flags::at_least(1));
   app.add_flag("--profile", f.profile, "per-op table at the end (also LOOM_PROFILE=1)");
   app.add_option("--trace", f.trace_path, "with --profile: write a Chrome trace here");
   app.add_option("--require-below-unigram", f.require_below_unigram,
@@ -386,6 +646,7 @@ int main(int argc, char** argv) {
                  "baseline (a learning check for tests)")
       ->check(flags::at_least(0));
   CLI11_PARSE(app, argc, argv);
+  f.schedule_given = schedule_option->count() > 0;
   try {
     return run(f);
   } catch (const std::exception& e) {

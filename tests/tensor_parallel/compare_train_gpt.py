@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""A tensor-parallel train_gpt run under mpirun against one rank.
+"""A tensor- or pipeline-parallel train_gpt run under mpirun against one rank.
 
   compare_train_gpt.py MPIRUN NP TRAIN_GPT --layout "ARGS" -- COMMON_ARGS...
 
 Runs TRAIN_GPT COMMON_ARGS on one process with --batch multiplied by the
-layout's data-parallel size (NP / tp), then `MPIRUN -np NP TRAIN_GPT
+layout's data-parallel size (NP / (tp x pp), --tp and --pp from ARGS, 1 when
+absent), then `MPIRUN -np NP TRAIN_GPT
 COMMON_ARGS LAYOUT_ARGS`, and compares every logged step's loss (printed to 4
 decimals) and gradient norm (3 decimals) and the final validation loss: they
 must agree to within one unit of the last printed digit plus 1e-4 relative.
@@ -43,10 +44,11 @@ def main():
     mpirun, np, program = argv[0], int(argv[1]), argv[2]
     layout = shlex.split(argv[argv.index("--layout") + 1])
     common = argv[argv.index("--") + 1:]
-    tp = int(layout[layout.index("--tp") + 1])
+    tp = int(layout[layout.index("--tp") + 1]) if "--tp" in layout else 1
+    pp = int(layout[layout.index("--pp") + 1]) if "--pp" in layout else 1
     batch = int(common[common.index("--batch") + 1])
     single_args = list(common)
-    single_args[common.index("--batch") + 1] = str(batch * (np // tp))
+    single_args[common.index("--batch") + 1] = str(batch * (np // (tp * pp)))
     want, want_val = run([program, *single_args])
     got, got_val = run([mpirun, "-np", str(np), "--oversubscribe", program, *common, *layout])
     problems = []
