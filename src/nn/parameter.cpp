@@ -173,6 +173,12 @@ void Parameter::set_placement(Placement placement) {
                  ", which is not the shard dimension (", placement.shard_dim, ")");
     }
   }
+  LOOM_CHECK(placement.padding == 0 ||
+                 (placement.shard_dim >= 0 && placement.shard_blocks == 1 &&
+                  placement.padding > 0 && placement.padding < global[placement.shard_dim]),
+             "parameter '", name_, "': padding ", placement.padding,
+             " must be 0, or fewer than the global size along the shard dimension of a "
+             "one-block shard");
   LOOM_CHECK(placement.shard_dim >= 0 || placement.shard_offset == 0, "parameter '", name_,
              "': shard_offset is ", placement.shard_offset, " but the parameter is not sharded");
   LOOM_CHECK(!(placement.shard_dim >= 0 && placement.sum_grad_over_tp), "parameter '", name_,

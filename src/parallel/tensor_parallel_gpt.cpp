@@ -145,6 +145,7 @@ class Head final : public models::GPTEnd {
     }
     nn::Placement placement = table.placement();
     placement.tied_across_stages = true;
+    placement.padding = padded - config.vocab;
     table.set_placement(placement);
   }
 

@@ -101,8 +101,10 @@ VocabParallelEmbedding::VocabParallelEmbedding(std::string name, int64_t vocab, 
   const std::string weight_name = child_name("weight");
   weight_ = std::make_unique<nn::Parameter>(
       weight_name, Tensor::zeros({rows_, dim}, options.dtype, options.device));
-  weight_->set_placement(
-      {.global_shape = {padded, dim}, .shard_dim = 0, .shard_offset = first_row_});
+  weight_->set_placement({.global_shape = {padded, dim},
+                          .shard_dim = 0,
+                          .shard_offset = first_row_,
+                          .padding = padded - vocab});
   // The rows of the single-rank table this rank holds, drawn as its exact
   // slice; padding rows stay zero (NOTE [padded vocabulary]).
   const int64_t real = std::clamp<int64_t>(vocab - first_row_, 0, rows_);

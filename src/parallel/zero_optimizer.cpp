@@ -289,6 +289,14 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
   return parallel::clip_grad_norm(pieces, options_.groups, max_norm, &impl_->comm);
 }
 
+const std::vector<nn::Parameter*>& ZeroOptimizer::parameters() const {
+  return impl_->params;
+}
+
+int ZeroOptimizer::data_parallel_size() const {
+  return impl_->comm.size();
+}
+
 std::vector<ShardPiece> ZeroOptimizer::shard_pieces(int rank) const {
   const Impl& z = *impl_;
   LOOM_CHECK(rank >= 0 && rank < z.comm.size(), "ZeroOptimizer::shard_pieces: rank ", rank,

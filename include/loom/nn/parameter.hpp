@@ -55,6 +55,10 @@ struct Placement {
   // shape[shard_dim] / shard_blocks. GPT's fused q, k, v projection has 3, so
   // that a tensor-parallel rank holds its heads' rows of q, of k and of v.
   int64_t shard_blocks = 1;
+  // The last `padding` entries of the global shard dimension are not part of
+  // the model: a vocabulary padded to a multiple of tp (NOTE [padded
+  // vocabulary] in parallel/vocab_parallel.hpp). Checkpoints leave them out.
+  int64_t padding = 0;
   // The gradient is partial on each tensor-parallel rank and must be summed
   // over the group (a replicated weight that sees only part of the sequence:
   // LayerNorm under sequence parallelism).

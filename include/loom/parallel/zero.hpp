@@ -170,6 +170,9 @@ class ZeroOptimizer {
 
   // The stage in effect (0 when the group has one rank).
   int stage() const;
+  // The parameters it manages, in the order given, and its group's size.
+  const std::vector<nn::Parameter*>& parameters() const;
+  int data_parallel_size() const;
   int requested_stage() const { return options_.stage; }
   optim::Optimizer& optimizer();
   // Stage 0's data-parallel reducer (its overlap stats()); null at stages 1 to 3.
