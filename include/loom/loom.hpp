@@ -1,6 +1,7 @@
 // Loom: everything a training program needs, in one include.
 #pragma once
 
+#include "loom/checkpoint/distributed.hpp"
 #include "loom/checkpoint/safetensors.hpp"
 #include "loom/comm/communicator.hpp"
 #include "loom/comm/context.hpp"
