@@ -1,0 +1,669 @@
+// pipeline_bench: the five pipeline schedules (issue 14) on issue 4's GPT
+// with 8 layers (vocab 8192, d_model 256, 4 heads, seq 128, a global batch of
+// 8 sequences, AdamW), measured against the simulator and the machine's
+// ceiling in the same invocation:
+//
+//   pipeline_bench --drive [--micro-batches 4,8] [--schedules ...] [--steps 6] [--warmup 2]
+//                  [--rounds 1] [--json FILE]
+//
+// The driver runs, per round: the single-rank step on the whole global batch
+// (one process), the same step on two processes that never communicate (the
+// ceiling: what two ranks of this machine do at once), then every schedule at
+// pp = 2 on 2 ranks with each M, each as `mpirun -np N <this binary>` (the
+// worker), and prints one row per (schedule, pp, M) with the JSON records.
+//
+// What a row holds (NOTE [measured bubble]):
+//   step_ms            wall time of the timed steps / steps (barriers around)
+//   bubble_measured    per rank, the time blocked on pipeline receives over
+//                      its step time (StepStats), averaged over the ranks
+//   bubble_theory      unit_cost_bubble (generators.hpp, NOTE [unit-cost bubble])
+//   bubble_simulated   simulate() of the schedule with per-chunk F, B, W
+//                      durations measured in this run (below), no latency
+//   peak_activation_bytes   the highest host allocation of a timed step over
+//                      the rank's bytes at rest (activations, their gradients
+//                      and the message buffers), highest rank
+//   activation_bound_bytes  the schedule's bound (chunk activations in
+//                      flight) x the bytes one micro-batch's forward leaves
+//                      allocated on the rank's largest chunk (its tape and its
+//                      output; on the last chunk the logits), highest rank
+//   efficiency         T_single / (pp x step_ms)
+//   ceiling            T_single / T_two, the two non-communicating ranks
+//
+// NOTE [measured bubble] Per-chunk durations: each worker rank first times
+// F (with the loss on the last chunk), B and W of each of its chunks in
+// isolation on one micro-batch (copies of its chunks, median of 3), then runs
+// the timed steps. Per rank and kind, the in-step compute time (StepStats:
+// forward, backward_input, backward_weight, or fused backward) is split over
+// the rank's chunks in the ratio of the isolated times, so the simulator is
+// fed the durations the steps actually took; reduce and optimizer take the
+// ranks' mean. The loss is not broadcast (ExecutorOptions::broadcast_loss
+// off): a rank that ends its step early waits in the next step's first
+// receive, so over the timed steps every idle moment is a receive wait.
+//
+// pp = 4 is simulated, not timed (this machine has 2 cores): its chunks are
+// built from the 2-layer chunks that zb-v measured at pp = 2 with the same M
+// (chunk 0 = embeddings + 2 blocks, 1 and 2 = 2 blocks, 3 = 2 blocks + head):
+// at pp = 4 with one chunk per rank exactly those; with two, one block each
+// (half of a 2-block chunk), the embeddings and the head added to the ends.
+// Those rows have bubble_measured null. Correctness at pp = 4 is tested
+// elsewhere (ctest -L pipeline).
+#include <time.h>
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../examples/common/flag_checks.hpp"
+#include "bench_models.hpp"
+#include "bench_util.hpp"
+#include "loom/loom.hpp"
+#include "loom/parallel/pipeline/executor.hpp"
+#include "loom/parallel/pipeline/generators.hpp"
+#include "loom/parallel/pipeline/gpt_chunks.hpp"
+#include "loom/parallel/pipeline/simulate.hpp"
+#include "loom/trace/roofline.hpp"
+#include "rank_facts.hpp"
+#include "run_json.hpp"
+
+namespace {
+
+using loom::Tensor;
+using loom::bench::median;
+using nlohmann::json;
+namespace pl = loom::parallel::pipeline;
+
+constexpr int64_t kBatch = 8;  // sequences per global batch (issue 4)
+constexpr int kLayers = 8;
+
+loom::models::GPTConfig bench_config() {
+  loom::models::GPTConfig config;  // issue 4's: vocab 8192, d_model 256, 4 heads, seq 128
+  config.layers = kLayers;
+  return config;
+}
+
+Tensor random_ids(const loom::models::GPTConfig& config, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(config.vocab - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(kBatch * config.seq_len));
+  for (auto& id : ids) id = pick(rng);
+  return Tensor::from_vector(ids, {kBatch, config.seq_len});
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// ---------------------------------------------------------------- worker ---
+
+struct WorkerFlags {
+  std::string mode = "pipeline";  // pipeline, or single (the whole model on every rank)
+  std::string schedule = "1f1b";
+  int micro_batches = 8;
+  int steps = 6;
+  int warmup = 2;
+};
+
+// Isolated durations of one chunk (NOTE [measured bubble]).
+struct ChunkTiming {
+  double forward = 0, backward_input = 0, backward_weight = 0;
+  int64_t activation_bytes = 0;
+};
+
+// F, B and W of each of this rank's chunks (by virtual stage) on one
+// micro-batch of `rows` sequences, on copies that no optimizer sees.
+std::vector<ChunkTiming> time_chunks(const loom::models::GPTConfig& config,
+                                     const pl::Schedule& schedule, int rank, int64_t rows) {
+  using clock = std::chrono::steady_clock;
+  const pl::GPTChunks copies = pl::build_gpt_chunks(config, schedule, rank);
+  loom::Allocator& host = loom::allocator_for(loom::Device::cpu());
+  const Tensor ids = random_ids(config, 99).slice(0, rows);
+  const Tensor targets = random_ids(config, 98).slice(0, rows);
+  std::vector<ChunkTiming> out(static_cast<size_t>(schedule.virtual_stages));
+  for (int c = 0; c < schedule.chunks(); ++c) {
+    const pl::ChunkPlace place = schedule.placement[static_cast<size_t>(c)];
+    if (place.rank != rank) continue;
+    loom::nn::Module& chunk = *copies.parts[static_cast<size_t>(place.virtual_stage)];
+    const bool last = c == schedule.chunks() - 1;
+    const Tensor input =
+        c == 0 ? ids : Tensor::full({rows, config.seq_len, config.d_model}, 0.01, loom::DType::f32);
+    std::vector<double> f, b, w;
+    int64_t bytes = 0;
+    for (int rep = 0; rep < 4; ++rep) {  // the first is a warm-up
+      loom::nn::CrossEntropyLoss loss;
+      loom::nn::Tape tape, loss_tape;
+      const auto before = static_cast<int64_t>(host.stats().allocated_bytes);
+      auto t0 = clock::now();
+      Tensor y = chunk.forward(input, tape);
+      Tensor dy;
+      if (last) {
+        loss.forward(y, targets, loss_tape);
+        dy = loss.backward(loss_tape);
+      }
+      const double forward = seconds_since(t0);
+      bytes = std::max(bytes, static_cast<int64_t>(host.stats().allocated_bytes) - before);
+      if (!last) dy = Tensor::full(y.shape(), 1e-3, loom::DType::f32);
+      t0 = clock::now();
+      chunk.backward_input(dy, tape);
+      const double backward_input = seconds_since(t0);
+      t0 = clock::now();
+      chunk.backward_weight(tape);
+      const double backward_weight = seconds_since(t0);
+      if (rep == 0) continue;
+      f.push_back(forward);
+      b.push_back(backward_input);
+      w.push_back(backward_weight);
+    }
+    out[static_cast<size_t>(place.virtual_stage)] = {median(f), median(b), median(w), bytes};
+  }
+  return out;
+}
+
+// The doubles of every rank, by rank (the values' bits travel as int64).
+std::vector<std::vector<double>> gather_doubles(loom::comm::Communicator& comm,
+                                                const std::vector<double>& mine) {
+  const auto n = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> bits(mine.size());
+  std::memcpy(bits.data(), mine.data(), mine.size() * sizeof(double));
+  Tensor all = Tensor::zeros({n * comm.size()}, loom::DType::i64);
+  comm.all_gather(Tensor::from_vector(bits, {n}), all).wait();
+  const std::vector<int64_t> flat = all.to_vector<int64_t>();
+  std::vector<std::vector<double>> out(static_cast<size_t>(comm.size()),
+                                       std::vector<double>(mine.size()));
+  for (int r = 0; r < comm.size(); ++r) {
+    std::memcpy(out[static_cast<size_t>(r)].data(), flat.data() + r * n,
+                mine.size() * sizeof(double));
+  }
+  return out;
+}
+
+// The whole model on every rank, no communication in the step: one rank is
+// the single-rank run, two are the ceiling.
+int run_single(const WorkerFlags& f, loom::Context& launch) {
+  loom::comm::Communicator& world = *launch.world();
+  const loom::models::GPTConfig config = bench_config();
+  loom::models::GPT model("", config);
+  loom::optim::AdamW adamw(loom::optim::param_slots(model.parameters()),
+                           loom::bench::benchmark_adamw());
+  const Tensor ids = random_ids(config, 1), targets = random_ids(config, 2);
+  loom::nn::CrossEntropyLoss loss;
+  auto step = [&] {
+    adamw.zero_grad();
+    loom::nn::Tape tape, loss_tape;
+    const Tensor logits = model.forward(ids, tape);
+    loss.forward(logits, targets, loss_tape);
+    model.backward(loss.backward(loss_tape), tape);
+    adamw.step();
+  };
+  for (int s = 0; s < f.warmup; ++s) step();
+  world.barrier().wait();
+  loom::bench::CpuShare share;
+  share.start();
+  const auto start = std::chrono::steady_clock::now();
+  for (int s = 0; s < f.steps; ++s) step();
+  world.barrier().wait();
+  const double seconds = seconds_since(start);
+  share.stop();
+  const json facts = loom::bench::gather_rank_facts(world, share.share());
+  if (launch.rank() != 0) return 0;
+  json out{{"mode", "single"}, {"ranks", world.size()}, {"step_ms", 1e3 * seconds / f.steps}};
+  out.update(facts);
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+// Per rank, after the timed steps: per-step means of the StepStats fields,
+// the activation figures, then F, B, W per virtual stage.
+enum Field {
+  kStepSeconds,
+  kRecvWait,
+  kSendWait,
+  kForward,
+  kBackwardInput,
+  kBackwardWeight,
+  kBackward,
+  kReduce,
+  kOptimizer,
+  kPeakBytes,
+  kChunkBytes,
+  kPeakTapes,
+  kFields
+};
+
+int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
+  namespace parallel = loom::parallel;
+  loom::comm::Communicator& world = *launch.world();
+  const int pp = world.size();
+  const loom::models::GPTConfig config = bench_config();
+  const pl::Schedule schedule = pl::make_schedule(pl::schedule_kind_from_string(f.schedule),
+                                                  {.pp = pp, .micro_batches = f.micro_batches});
+  LOOM_CHECK(kBatch % f.micro_batches == 0, "--micro-batches ", f.micro_batches,
+             " does not divide the global batch of ", kBatch, " sequences");
+  const parallel::ParallelGroups groups =
+      parallel::make_parallel_groups(launch.world(), parallel::ParallelLayout(pp, 1, pp));
+  const int rank = groups.coord.pp;
+  const pl::GPTChunks chunks = pl::build_gpt_chunks(config, schedule, rank);
+  parallel::ZeroOptimizer zero(chunks.parameters(), *groups.dp, loom::bench::benchmark_adamw(),
+                               {.stage = 0, .groups = parallel::reduction_groups(groups)});
+  pl::PipelineExecutor executor(schedule, *groups.pp, chunks.modules(), zero,
+                                {.broadcast_loss = false});
+  const int64_t rows = kBatch / f.micro_batches;
+  const std::vector<ChunkTiming> isolated = time_chunks(config, schedule, rank, rows);
+
+  const std::vector<Tensor> inputs =
+      pl::split_micro_batches(random_ids(config, 1), f.micro_batches);
+  const std::vector<Tensor> targets =
+      pl::split_micro_batches(random_ids(config, 2), f.micro_batches);
+  loom::nn::CrossEntropyLoss cross_entropy;
+  auto input = [&](int m) { return inputs[static_cast<size_t>(m)]; };
+  auto loss = [&](const Tensor& logits, int m) {
+    loom::nn::Tape tape;
+    const double value =
+        cross_entropy.forward(logits, targets[static_cast<size_t>(m)], tape).item<float>();
+    return pl::LossOutput{value, cross_entropy.backward(tape)};
+  };
+  for (int s = 0; s < f.warmup; ++s) executor.step(input, loss);
+
+  loom::Allocator& host = loom::allocator_for(loom::Device::cpu());
+  std::vector<double> mine(kFields, 0.0);
+  world.barrier().wait();
+  loom::bench::CpuShare share;
+  share.start();
+  const auto start = std::chrono::steady_clock::now();
+  for (int s = 0; s < f.steps; ++s) {
+    const auto rest = static_cast<double>(host.stats().allocated_bytes);
+    host.reset_peak_stats();
+    const pl::StepStats st = executor.step(input, loss);
+    mine[kPeakBytes] =
+        std::max(mine[kPeakBytes], static_cast<double>(host.stats().peak_allocated_bytes) - rest);
+    mine[kStepSeconds] += st.step_seconds;
+    mine[kRecvWait] += st.recv_wait_seconds;
+    mine[kSendWait] += st.send_wait_seconds;
+    mine[kForward] += st.forward_seconds;
+    mine[kBackwardInput] += st.backward_input_seconds;
+    mine[kBackwardWeight] += st.backward_weight_seconds;
+    mine[kBackward] += st.backward_seconds;
+    mine[kReduce] += st.reduce_seconds;
+    mine[kOptimizer] += st.optimizer_seconds;
+    mine[kPeakTapes] = std::max(mine[kPeakTapes], static_cast<double>(st.peak_tapes));
+  }
+  world.barrier().wait();
+  const double seconds = seconds_since(start);
+  share.stop();
+  for (int k = kStepSeconds; k <= kOptimizer; ++k) mine[static_cast<size_t>(k)] /= f.steps;
+  for (const ChunkTiming& t : isolated) {
+    mine[kChunkBytes] = std::max(mine[kChunkBytes], static_cast<double>(t.activation_bytes));
+    mine.insert(mine.end(), {t.forward, t.backward_input, t.backward_weight});
+  }
+  const std::vector<std::vector<double>> all = gather_doubles(world, mine);
+  const json facts = loom::bench::gather_rank_facts(world, share.share());
+  if (launch.rank() != 0) return 0;
+  json ranks = json::array();
+  for (const std::vector<double>& r : all) {
+    json chunk_times = json::array();
+    for (size_t j = kFields; j + 2 < r.size(); j += 3) {
+      chunk_times.push_back(
+          {{"forward_s", r[j]}, {"backward_input_s", r[j + 1]}, {"backward_weight_s", r[j + 2]}});
+    }
+    ranks.push_back({{"step_s", r[kStepSeconds]},
+                     {"recv_wait_s", r[kRecvWait]},
+                     {"send_wait_s", r[kSendWait]},
+                     {"forward_s", r[kForward]},
+                     {"backward_input_s", r[kBackwardInput]},
+                     {"backward_weight_s", r[kBackwardWeight]},
+                     {"backward_s", r[kBackward]},
+                     {"reduce_s", r[kReduce]},
+                     {"optimizer_s", r[kOptimizer]},
+                     {"peak_step_bytes", r[kPeakBytes]},
+                     {"chunk_activation_bytes", r[kChunkBytes]},
+                     {"peak_tapes", r[kPeakTapes]},
+                     {"isolated_chunks", chunk_times}});
+  }
+  json out{{"mode", "pipeline"},
+           {"schedule", f.schedule},
+           {"pp", pp},
+           {"micro_batches", f.micro_batches},
+           {"virtual_stages", schedule.virtual_stages},
+           {"activation_bound", schedule.activation_bound},
+           {"step_ms", 1e3 * seconds / f.steps},
+           {"per_rank", ranks}};
+  out.update(facts);
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+int run_worker(const WorkerFlags& f) {
+  loom::Context launch = loom::init();
+  return f.mode == "single" ? run_single(f, launch) : run_pipeline(f, launch);
+}
+
+// ---------------------------------------------------------------- driver ---
+
+struct DriverFlags {
+  std::vector<std::string> schedules = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"};
+  std::vector<int> micro_batches = {4, 8};
+  int rounds = 1;
+  std::string mpirun = LOOM_MPIEXEC;
+  std::string json_path;
+};
+
+// Per-chunk costs (seconds) of a timed pp run, from its record (NOTE [measured bubble]).
+pl::ActionCosts measured_costs(const pl::Schedule& s, const json& run) {
+  pl::ActionCosts costs;
+  const auto chunks = static_cast<size_t>(s.chunks());
+  costs.forward.assign(chunks, 0.0);
+  costs.backward_input.assign(chunks, 0.0);
+  costs.backward_weight.assign(chunks, 0.0);
+  const double m = run.at("micro_batches").get<double>();
+  double reduce = 0, optimizer = 0;
+  for (int r = 0; r < s.pp; ++r) {
+    const json& rank = run.at("per_rank").at(static_cast<size_t>(r));
+    const json& iso = rank.at("isolated_chunks");
+    double f_sum = 0, b_sum = 0, w_sum = 0;
+    for (const json& c : iso) {
+      f_sum += c.at("forward_s").get<double>();
+      b_sum += c.at("backward_input_s").get<double>();
+      w_sum += c.at("backward_weight_s").get<double>();
+    }
+    const double fused = rank.at("backward_s").get<double>();
+    const double f_scale = rank.at("forward_s").get<double>() / (m * f_sum);
+    const double b_scale = fused > 0 ? fused / (m * (b_sum + w_sum))
+                                     : rank.at("backward_input_s").get<double>() / (m * b_sum);
+    const double w_scale =
+        fused > 0 ? b_scale : rank.at("backward_weight_s").get<double>() / (m * w_sum);
+    for (int c = 0; c < s.chunks(); ++c) {
+      const pl::ChunkPlace place = s.placement[static_cast<size_t>(c)];
+      if (place.rank != r) continue;
+      const json& t = iso.at(static_cast<size_t>(place.virtual_stage));
+      costs.forward[static_cast<size_t>(c)] = t.at("forward_s").get<double>() * f_scale;
+      costs.backward_input[static_cast<size_t>(c)] =
+          t.at("backward_input_s").get<double>() * b_scale;
+      costs.backward_weight[static_cast<size_t>(c)] =
+          t.at("backward_weight_s").get<double>() * w_scale;
+    }
+    reduce += rank.at("reduce_s").get<double>() / s.pp;
+    optimizer += rank.at("optimizer_s").get<double>() / s.pp;
+  }
+  costs.p2p_latency = 0.0;
+  costs.reduce_gradients = reduce;
+  costs.optimizer_step = optimizer;
+  return costs;
+}
+
+// pp 4 chunk costs from zb-v's four 2-block chunks at pp 2 (see the file comment).
+pl::ActionCosts pp4_costs(const pl::Schedule& s, const pl::ActionCosts& zb_v_pp2) {
+  pl::ActionCosts out = zb_v_pp2;
+  auto cut = [&](const std::vector<double>& two) {  // two: c0 (emb + 2), c1, c2, c3 (2 + head)
+    const double pair = 0.5 * (two[1] + two[2]);
+    const double embeddings = std::max(0.0, two[0] - pair);
+    const double head = std::max(0.0, two[3] - pair);
+    const auto n = static_cast<size_t>(s.chunks());
+    std::vector<double> chunk(n, n == 4 ? pair : 0.5 * pair);
+    chunk.front() += embeddings;
+    chunk.back() += head;
+    return chunk;
+  };
+  out.forward = cut(zb_v_pp2.forward);
+  out.backward_input = cut(zb_v_pp2.backward_input);
+  out.backward_weight = cut(zb_v_pp2.backward_weight);
+  return out;
+}
+
+std::string cell(double v, int digits) {
+  return std::isfinite(v) ? loom::bench::fixed(v, digits) : "-";
+}
+
+int run_driver(const WorkerFlags& w, const DriverFlags& d) {
+  if (geteuid() == 0) {  // Open MPI refuses to start as root without these.
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
+  for (const int m : d.micro_batches) {
+    LOOM_CHECK(kBatch % m == 0, "--micro-batches ", m, " does not divide the global batch of ",
+               kBatch, " sequences");
+  }
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const loom::trace::Roofline roofline = loom::trace::Roofline::for_device(loom::Device::cpu());
+  const double peak = roofline.peak_flops(loom::trace::Precision::fp32);
+  std::printf(
+      "pipeline_bench: GPT %d layers (vocab 8192, d_model 256, 4 heads, seq 128), global batch "
+      "%lld, AdamW; %d round(s) x %d steps (+%d warm-up); %s, %u cores, fp32 peak %.1f GFLOP/s "
+      "per core (%s)\n",
+      kLayers, static_cast<long long>(kBatch), d.rounds, w.steps, w.warmup,
+      loom::bench::cpu_model().c_str(), std::thread::hardware_concurrency(), peak / 1e9,
+      roofline.source.c_str());
+  std::fflush(stdout);
+  auto launch = [&](int ranks, const std::string& args) {
+    const std::string command = d.mpirun + " -np " + std::to_string(ranks) + " --oversubscribe " +
+                                self + " --steps " + std::to_string(w.steps) + " --warmup " +
+                                std::to_string(w.warmup) + " " + args;
+    std::string why;
+    const auto out = loom::bench::run_json(command, why);
+    LOOM_CHECK(out.has_value(), why);
+    return *out;
+  };
+  std::vector<double> single_ms, two_ms;
+  std::vector<double> single_share, two_share;
+  std::map<std::pair<std::string, int>, std::vector<json>> runs;
+  for (int round = 0; round < d.rounds; ++round) {
+    const json one = launch(1, "--mode single");
+    const json two = launch(2, "--mode single");
+    single_ms.push_back(one.at("step_ms").get<double>());
+    two_ms.push_back(two.at("step_ms").get<double>());
+    for (const auto& v : one.at("cpu_share")) single_share.push_back(v.get<double>());
+    for (const auto& v : two.at("cpu_share")) two_share.push_back(v.get<double>());
+    for (const int m : d.micro_batches) {
+      for (const std::string& name : d.schedules) {
+        runs[{name, m}].push_back(launch(
+            2, "--mode pipeline --schedule " + name + " --micro-batches " + std::to_string(m)));
+      }
+    }
+    std::printf("  round %d/%d done\n", round + 1, d.rounds);
+    std::fflush(stdout);
+  }
+  const double t_single = median(single_ms);
+  const double ceiling = t_single / median(two_ms);
+
+  loom::bench::Table table({"schedule", "pp", "M", "v", "ms/step", "bubble meas", "sim", "theory",
+                            "|meas-sim|", "peak act MiB", "bound MiB", "efficiency", "CPU/rank"});
+  json results = json::array();
+  std::map<std::pair<std::string, int>, double> measured;
+  std::map<int, pl::ActionCosts> zb_v_costs;
+  double one_f_one_b_eff = -1;
+  std::vector<std::string> verdicts;
+  auto mib = [](double bytes) { return loom::bench::fixed(bytes / (1 << 20), 1); };
+  for (const int m : d.micro_batches) {
+    for (const std::string& name : d.schedules) {
+      const std::vector<json>& rs = runs.at({name, m});
+      const pl::ScheduleKind kind = pl::schedule_kind_from_string(name);
+      const pl::Schedule s = pl::make_schedule(kind, {.pp = 2, .micro_batches = m});
+      std::vector<double> step_ms, bubble, simulated, sim_ms;
+      double peak_bytes = 0, bound_bytes = 0, cpu = 0;
+      for (const json& r : rs) {
+        step_ms.push_back(r.at("step_ms").get<double>());
+        double wait = 0;
+        for (const json& rank : r.at("per_rank")) {
+          wait += rank.at("recv_wait_s").get<double>() / rank.at("step_s").get<double>();
+          peak_bytes = std::max(peak_bytes, rank.at("peak_step_bytes").get<double>());
+          bound_bytes = std::max(
+              bound_bytes, s.activation_bound * rank.at("chunk_activation_bytes").get<double>());
+        }
+        bubble.push_back(wait / s.pp);
+        for (const auto& v : r.at("cpu_share")) cpu = std::max(cpu, v.get<double>());
+        const pl::ActionCosts costs = measured_costs(s, r);
+        if (name == "zb-v") zb_v_costs[m] = costs;
+        const pl::Simulation sim = pl::simulate(s, costs);
+        simulated.push_back(sim.bubble_fraction);
+        sim_ms.push_back(1e3 * sim.makespan);
+      }
+      const double t = median(step_ms);
+      const double meas = median(bubble), sim = median(simulated);
+      const double theory = pl::unit_cost_bubble(kind, {.pp = 2, .micro_batches = m});
+      const double efficiency = t_single / (2 * t);
+      measured[{name, m}] = meas;
+      if (name == "1f1b" && m == 8) one_f_one_b_eff = efficiency;
+      table.add({name, "2", std::to_string(m), std::to_string(s.virtual_stages), cell(t, 1),
+                 cell(meas, 3), cell(sim, 3), cell(theory, 3), cell(std::fabs(meas - sim), 3),
+                 mib(peak_bytes), mib(bound_bytes), cell(efficiency, 3), cell(cpu, 2)});
+      verdicts.push_back(std::string(std::fabs(meas - sim) <= 0.03 ? "PASS" : "FAIL") + ": " +
+                         name + " pp 2 M " + std::to_string(m) + ": measured bubble " +
+                         cell(meas, 3) + " within 0.03 of the simulated " + cell(sim, 3));
+      verdicts.push_back(std::string(peak_bytes <= bound_bytes ? "PASS" : "FAIL") + ": " + name +
+                         " pp 2 M " + std::to_string(m) + ": peak step bytes " + mib(peak_bytes) +
+                         " MiB within the bound " + mib(bound_bytes) + " MiB");
+      results.push_back({{"schedule", name},
+                         {"pp", 2},
+                         {"micro_batches", m},
+                         {"virtual_stages", s.virtual_stages},
+                         {"timed", true},
+                         {"step_ms", t},
+                         {"simulated_step_ms", median(sim_ms)},
+                         {"bubble_measured", meas},
+                         {"bubble_theory", theory},
+                         {"bubble_simulated", sim},
+                         {"peak_activation_bytes", peak_bytes},
+                         {"activation_bound_bytes", bound_bytes},
+                         {"activation_bound_chunks", s.activation_bound},
+                         {"efficiency", efficiency},
+                         {"cpu_share_max", cpu},
+                         {"rounds", rs}});
+    }
+  }
+  // pp 4, simulated from zb-v's measured chunks at pp 2.
+  for (const int m : d.micro_batches) {
+    if (!zb_v_costs.count(m)) continue;
+    for (const std::string& name : d.schedules) {
+      const pl::ScheduleKind kind = pl::schedule_kind_from_string(name);
+      if (kind == pl::ScheduleKind::interleaved_1f1b && m % 4 != 0) continue;
+      const pl::Schedule s = pl::make_schedule(kind, {.pp = 4, .micro_batches = m});
+      const pl::Simulation sim = pl::simulate(s, pp4_costs(s, zb_v_costs.at(m)));
+      const double theory = pl::unit_cost_bubble(kind, {.pp = 4, .micro_batches = m});
+      const double t = 1e3 * sim.makespan;
+      table.add({name, "4 (sim)", std::to_string(m), std::to_string(s.virtual_stages), cell(t, 1),
+                 "-", cell(sim.bubble_fraction, 3), cell(theory, 3), "-", "-", "-",
+                 cell(t_single / (4 * t), 3), "-"});
+      results.push_back({{"schedule", name},
+                         {"pp", 4},
+                         {"micro_batches", m},
+                         {"virtual_stages", s.virtual_stages},
+                         {"timed", false},
+                         {"step_ms", t},
+                         {"bubble_measured", nullptr},
+                         {"bubble_theory", theory},
+                         {"bubble_simulated", sim.bubble_fraction},
+                         {"peak_activation_bytes", nullptr},
+                         {"activation_bound_bytes", nullptr},
+                         {"activation_bound_chunks", s.activation_bound},
+                         {"efficiency", t_single / (4 * t)}});
+    }
+  }
+  table.print();
+  std::printf(
+      "single rank %.1f ms/step (CPU/rank %.2f); two non-communicating ranks %.1f ms/step "
+      "(CPU/rank "
+      "%.2f): ceiling %.3f\n",
+      t_single, median(single_share), median(two_ms), median(two_share), ceiling);
+  std::printf(
+      "bubble meas: receive wait / step per rank, mean over ranks; sim: simulate() fed this run's "
+      "per-chunk F, B, W (NOTE [measured bubble]), no latency; theory: unit cost. efficiency: "
+      "T_single / (pp x step). pp 4 rows: simulated from zb-v's pp 2 chunks at the same M. peak "
+      "act: a step's highest host allocation over the bytes at rest, highest rank; bound: the "
+      "schedule's chunk activations x one micro-batch's forward bytes on the largest chunk\n");
+  auto has = [&](const std::string& name) { return measured.count({name, 8}) > 0; };
+  if (has("zb-h1") && has("1f1b")) {
+    const double zb = measured.at({"zb-h1", 8}), base = measured.at({"1f1b", 8});
+    verdicts.push_back(std::string(zb <= 0.4 * base ? "PASS" : "FAIL") +
+                       ": zb-h1 measured bubble " + cell(zb, 3) + " <= 0.4 x 1f1b's " +
+                       cell(base, 3) + " at pp 2, M 8");
+  }
+  if (has("zb-v") && has("zb-h1")) {
+    const double zb_v = measured.at({"zb-v", 8}), zb_h1 = measured.at({"zb-h1", 8});
+    verdicts.push_back(std::string(zb_v <= 0.5 * zb_h1 ? "PASS" : "FAIL") +
+                       ": zb-v measured bubble " + cell(zb_v, 3) + " <= 0.5 x zb-h1's " +
+                       cell(zb_h1, 3) + " at pp 2, M 8");
+  }
+  if (one_f_one_b_eff >= 0) {
+    const double want =
+        0.9 *
+        (1 - pl::unit_cost_bubble(pl::ScheduleKind::one_f_one_b, {.pp = 2, .micro_batches = 8})) *
+        ceiling;
+    verdicts.push_back(std::string(one_f_one_b_eff >= want ? "PASS" : "FAIL") +
+                       ": 1f1b efficiency " + cell(one_f_one_b_eff, 3) +
+                       " >= 0.9 x (1 - bubble_theory) x ceiling = " + cell(want, 3) +
+                       " at pp 2, M 8");
+  }
+  for (const std::string& v : verdicts) std::printf("%s\n", v.c_str());
+  if (!d.json_path.empty()) {
+    loom::bench::write_file_atomically(d.json_path,
+                                       json{{"model",
+                                             {{"layers", kLayers},
+                                              {"vocab", 8192},
+                                              {"d_model", 256},
+                                              {"heads", 4},
+                                              {"seq", 128},
+                                              {"batch", kBatch}}},
+                                            {"cpu_model", loom::bench::cpu_model()},
+                                            {"cores", std::thread::hardware_concurrency()},
+                                            {"fp32_peak_flops_per_core", peak},
+                                            {"steps", w.steps},
+                                            {"warmup", w.warmup},
+                                            {"rounds", d.rounds},
+                                            {"single_step_ms", t_single},
+                                            {"two_ranks_step_ms", median(two_ms)},
+                                            {"ceiling", ceiling},
+                                            {"targets", verdicts},
+                                            {"results", results}}
+                                           .dump(2));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Pipeline schedules on issue 4's GPT with 8 layers: measured, simulated, theory"};
+  bool drive = false;
+  WorkerFlags w;
+  DriverFlags d;
+  app.add_flag("--drive", drive, "launch the runs under mpirun and print the table");
+  app.add_option("--mode", w.mode, "worker: pipeline, or single (the whole model on every rank)")
+      ->check(CLI::IsMember({"pipeline", "single"}));
+  app.add_option("--schedule", w.schedule, "worker: the schedule")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}));
+  app.add_option("--micro-batches", d.micro_batches,
+                 "micro-batches per step (driver: a list, e.g. 4,8; worker: the first)")
+      ->delimiter(',')
+      ->check(flags::between(1, kBatch));
+  app.add_option("--schedules", d.schedules, "driver: the schedules to run")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}));
+  app.add_option("--steps", w.steps, "timed steps per run")->check(flags::at_least(1));
+  app.add_option("--warmup", w.warmup, "untimed steps before them")->check(flags::at_least(0));
+  app.add_option("--rounds", d.rounds, "driver: rounds of every run (medians over rounds)")
+      ->check(flags::at_least(1));
+  app.add_option("--mpirun", d.mpirun, "driver: MPI launcher");
+  app.add_option("--json", d.json_path, "driver: also write the results here");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (!drive) {
+      w.micro_batches = d.micro_batches.front();
+      return run_worker(w);
+    }
+    return run_driver(w, d);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pipeline_bench: %s\n", e.what());
+    return 1;
+  }
+}
