@@ -274,8 +274,22 @@ std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::pa
   return best;
 }
 
-TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::ZeroOptimizer& zero,
-                              int dp_rank) {
+struct CheckpointReader::Impl {
+  std::filesystem::path dir;
+  TrainingState state;
+  int world = 0;
+  int64_t optimizer_steps = -1;
+  std::vector<std::string> names;
+  std::vector<SafetensorsFile> files;
+  std::vector<Record> records;
+  std::map<std::string, std::vector<const Record*>> by_param;
+  std::map<std::string, ParamInfo> params;
+};
+
+CheckpointReader::CheckpointReader(const std::filesystem::path& step_dir)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& c = *impl_;
+  c.dir = step_dir;
   const std::filesystem::path manifest_path = step_dir / "manifest.json";
   LOOM_CHECK(std::filesystem::exists(manifest_path), "checkpoint ", step_dir,
              " has no manifest.json: it is incomplete (the save did not finish) or not a "
@@ -287,31 +301,31 @@ TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::Z
   } catch (const std::exception& e) {
     throw Error(str_cat("checkpoint manifest ", manifest_path, " is not valid JSON: ", e.what()));
   }
-  LOOM_CHECK(manifest.value("format", 0) == kFormat, "checkpoint manifest ", manifest_path,
-             ": format ", manifest.value("format", 0), " is not ", kFormat);
-  TrainingState state;
-  int64_t optimizer_steps = -1;
-  std::vector<SafetensorsFile> files;
-  std::vector<Record> records;
   try {
-    state.step = manifest.at("step").get<int64_t>();
-    state.info = manifest.at("info").get<std::map<std::string, std::string>>();
-    for (const auto& name : manifest.at("files")) {
-      const std::filesystem::path path = step_dir / name.get<std::string>();
-      LOOM_CHECK(std::filesystem::exists(path), "checkpoint ", step_dir, ": file ", path.filename(),
+    LOOM_CHECK(manifest.value("format", 0) == kFormat, "checkpoint manifest ", manifest_path,
+               ": format ", manifest.value("format", 0), " is not ", kFormat);
+    c.state.step = manifest.at("step").get<int64_t>();
+    c.state.info = manifest.at("info").get<std::map<std::string, std::string>>();
+    c.world = manifest.at("world").get<int>();
+    c.names = manifest.at("files").get<std::vector<std::string>>();
+    LOOM_CHECK(static_cast<int>(c.names.size()) == c.world, "checkpoint manifest ", manifest_path,
+               " lists ", c.names.size(), " files for a world of ", c.world, " ranks");
+    for (const std::string& name : c.names) {
+      const std::filesystem::path path = step_dir / name;
+      LOOM_CHECK(std::filesystem::exists(path), "checkpoint ", step_dir, ": file ", name,
                  " listed in its manifest is missing");
-      files.push_back(load_safetensors(path));
+      c.files.push_back(load_safetensors(path));
     }
-    for (size_t f = 0; f < files.size(); ++f) {
-      const std::string file = manifest.at("files")[f].get<std::string>();
-      const auto it = files[f].metadata.find(kMetadataKey);
-      LOOM_CHECK(it != files[f].metadata.end(), "checkpoint file ", file,
+    for (size_t f = 0; f < c.files.size(); ++f) {
+      const std::string& file = c.names[f];
+      const auto it = c.files[f].metadata.find(kMetadataKey);
+      LOOM_CHECK(it != c.files[f].metadata.end(), "checkpoint file ", file,
                  " has no Loom checkpoint metadata");
       const json meta = json::parse(it->second);
-      LOOM_CHECK(meta.at("step").get<int64_t>() == state.step, "checkpoint file ", file,
+      LOOM_CHECK(meta.at("step").get<int64_t>() == c.state.step, "checkpoint file ", file,
                  " is of step ", meta.at("step").get<int64_t>(), ", the manifest of step ",
-                 state.step);
-      optimizer_steps = meta.at("optimizer_steps").get<int64_t>();
+                 c.state.step);
+      c.optimizer_steps = meta.at("optimizer_steps").get<int64_t>();
       for (const json& r : meta.at("records")) {
         Record rec{file,
                    r.at("param").get<std::string>(),
@@ -319,22 +333,70 @@ TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::Z
                    r.at("begin").get<int64_t>(),
                    r.at("end").get<int64_t>(),
                    layout_from(r.at("layout")),
-                   &files[f].at(r.at("tensor").get<std::string>()).tensor};
+                   &c.files[f].at(r.at("tensor").get<std::string>()).tensor};
+        const Shape global = rec.layout.global_shape();
         LOOM_CHECK(rec.begin >= 0 && rec.begin <= rec.end &&
                        rec.end <= shape_numel(rec.layout.local_shape) &&
                        rec.tensor->numel() == rec.end - rec.begin &&
-                       rec.tensor->dtype() == DType::f32,
+                       rec.tensor->dtype() == DType::f32 &&
+                       global.size() == rec.layout.local_shape.size(),
                    "checkpoint file ", file, ": record '", r.at("tensor").get<std::string>(),
                    "' does not fit its parameter's shape");
-        records.push_back(std::move(rec));
+        c.records.push_back(std::move(rec));
       }
     }
   } catch (const json::exception& e) {
     throw Error(str_cat("checkpoint ", step_dir, ": malformed metadata: ", e.what()));
   }
+  for (const Record& r : c.records) {
+    c.by_param[r.param].push_back(&r);
+    ParamInfo& info = c.params[r.param];
+    if (info.records == 0) info.global_shape = r.layout.model_shape();
+    LOOM_CHECK(info.global_shape == r.layout.model_shape(), "checkpoint file ", r.file,
+               ": parameter '", r.param, "' has global shape ", shape_text(r.layout.model_shape()),
+               " here and ", shape_text(info.global_shape), " in another record");
+    if (std::find(info.kinds.begin(), info.kinds.end(), r.kind) == info.kinds.end()) {
+      info.kinds.push_back(r.kind);
+    }
+    ++info.records;
+    info.bytes += static_cast<int64_t>(r.tensor->nbytes());
+  }
+}
 
-  std::map<std::string, std::vector<const Record*>> by_param;
-  for (const Record& r : records) by_param[r.param].push_back(&r);
+CheckpointReader::~CheckpointReader() = default;
+
+const TrainingState& CheckpointReader::state() const {
+  return impl_->state;
+}
+int CheckpointReader::world() const {
+  return impl_->world;
+}
+const std::vector<std::string>& CheckpointReader::files() const {
+  return impl_->names;
+}
+int64_t CheckpointReader::optimizer_steps() const {
+  return impl_->optimizer_steps;
+}
+const std::map<std::string, CheckpointReader::ParamInfo>& CheckpointReader::params() const {
+  return impl_->params;
+}
+
+Tensor CheckpointReader::assemble(const std::string& param, const std::string& kind) const {
+  const auto it = impl_->params.find(param);
+  LOOM_CHECK(it != impl_->params.end(), "checkpoint ", impl_->dir, " has no parameter '", param,
+             "'");
+  const Shape& shape = it->second.global_shape;
+  return Tensor::from_vector(
+      loom::checkpoint::assemble(impl_->by_param.at(param), param, kind, shape), shape);
+}
+
+TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::ZeroOptimizer& zero,
+                              int dp_rank) {
+  const CheckpointReader reader(step_dir);
+  const CheckpointReader::Impl& c = reader.impl();
+  const auto& by_param = c.by_param;
+  const TrainingState state = c.state;
+  const int64_t optimizer_steps = c.optimizer_steps;
   const int stage = zero.stage();
   optim::Optimizer& opt = zero.optimizer();
   const std::vector<parallel::ShardPiece> pieces = zero.shard_pieces(dp_rank);

@@ -6,6 +6,7 @@
 // relative). Bad checkpoints are refused naming the file and the rule.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -221,4 +222,14 @@ TEST_CASE("a checkpoint without its manifest, with a file missing or of another 
                     Contains("has no manifest.json: it is incomplete"));
   CHECK_FALSE(checkpoint::latest_checkpoint(dir));
   fs::remove_all(dir);
+}
+
+// Hidden: run by checkpoint.loom_ckpt_tool (tests/checkpoint/check_ckpt_tool.py),
+// which writes a checkpoint here and looks at it with the loom-ckpt tool.
+TEST_CASE("write a tp 2 x dp 2 ZeRO-2 checkpoint into $LOOM_CKPT_FIXTURE_DIR", "[.ckpt_tool]") {
+  const char* dir = std::getenv("LOOM_CKPT_FIXTURE_DIR");
+  REQUIRE(dir != nullptr);
+  fs::remove_all(dir);
+  run(4, {.tp = 2, .stage = 2}, {.first = 0, .last = 2, .save_dir = dir, .save_after = 1});
+  CHECK(checkpoint::latest_checkpoint(dir));
 }

@@ -36,8 +36,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "loom/comm/communicator.hpp"
 #include "loom/parallel/zero.hpp"
@@ -71,6 +73,41 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& dir, comm::Co
 // The step directory of the newest complete checkpoint under `dir` (the
 // highest step with a manifest), or nullopt when there is none.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& dir);
+
+// A checkpoint read from disk, every file checked (manifest, checksums, each
+// record's fit), for loading and for the loom-ckpt tool.
+class CheckpointReader {
+ public:
+  // Throws loom::Error naming the file and the rule when the checkpoint is
+  // incomplete (no manifest, a listed file missing) or a file is corrupt.
+  explicit CheckpointReader(const std::filesystem::path& step_dir);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const TrainingState& state() const;
+  int world() const;                              // ranks of the saving run
+  const std::vector<std::string>& files() const;  // as the manifest lists them
+  int64_t optimizer_steps() const;
+  // Every parameter saved, by name: its global shape (without padding) and
+  // the kinds stored ("value", then the optimizer's state names).
+  struct ParamInfo {
+    Shape global_shape;
+    std::vector<std::string> kinds;
+    int64_t records = 0;  // pieces stored
+    int64_t bytes = 0;
+  };
+  const std::map<std::string, ParamInfo>& params() const;
+  // The whole global tensor of a parameter's kind (f32, host), assembled from
+  // its pieces; throws naming the element when the pieces leave a hole.
+  Tensor assemble(const std::string& param, const std::string& kind) const;
+
+  struct Impl;
+  const Impl& impl() const { return *impl_; }  // for load_checkpoint
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
 
 // Loads the checkpoint in `step_dir` into the parameters and the optimizer
 // state that `zero` manages on this rank (its data-parallel rank `dp_rank`),
