@@ -25,10 +25,12 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,7 +75,10 @@ struct Flags {
   int zero_stage = 0;  // 0: plain data parallelism; 1-3: ZeRO (docs/zero.md)
   int tp = 1;          // tensor-parallel ranks per replica (docs/tensor_parallel.md)
   bool sequence_parallel = false;
-  int pp = 1;  // pipeline stages (docs/pipeline.md)
+  int pp = 1;                  // pipeline stages (docs/pipeline.md)
+  std::string checkpoint_dir;  // distributed checkpoints (docs/checkpoint.md)
+  int64_t save_every = 0;      // save every N steps (0: never)
+  bool resume = false;         // start from the newest complete checkpoint in checkpoint_dir
   std::string schedule = "1f1b";
   bool schedule_given = false;        // --schedule on the command line (refused without --pp)
   int micro_batches = 0;              // 0: pp
@@ -184,6 +189,20 @@ void check_layout(const Flags& f, int world) {
              " (under --sequence-parallel each rank holds seq / tp tokens of every sequence)");
 
   check_pipeline(f);
+  LOOM_CHECK(f.checkpoint_dir.empty() == (f.save_every == 0 && !f.resume),
+             f.checkpoint_dir.empty()
+                 ? "--save-every and --resume need --checkpoint-dir (where checkpoints live)"
+                 : "--checkpoint-dir needs --save-every N or --resume (what to do there)");
+}
+
+// What a checkpoint must share with the run that resumes it so that the data
+// stream and the schedule continue; anything else (dp, tp, pp, ZeRO stage)
+// may differ.
+std::map<std::string, std::string> resume_invariants(const Flags& f, int dp) {
+  return {{"seed", std::to_string(f.seed)},
+          {"global_batch", std::to_string(f.batch * dp)},
+          {"seq", std::to_string(f.seq)},
+          {"steps", std::to_string(f.steps)}};
 }
 
 // Mean of `value` over the ranks of `group`.
@@ -403,13 +422,37 @@ int run(const Flags& f) {
                                                pl::ExecutorOptions{.clip_grad_norm = f.clip});
   }
 
+  // --resume: the newest complete checkpoint, under whatever layout it was saved.
+  int64_t first_step = 0;
+  if (f.resume) {
+    if (const auto latest = checkpoint::latest_checkpoint(f.checkpoint_dir)) {
+      const checkpoint::TrainingState saved = checkpoint::load_checkpoint(*latest, zero, dp.rank());
+      for (const auto& [key, value] : resume_invariants(f, dp.size())) {
+        const auto it = saved.info.find(key);
+        LOOM_CHECK(it != saved.info.end() && it->second == value, "--resume: checkpoint ",
+                   latest->string(), " was saved with ", key, " ",
+                   it == saved.info.end() ? std::string("unknown") : it->second, ", this run has ",
+                   value, "; they must be equal to continue the run");
+      }
+      first_step = saved.step;
+      if (lead) {
+        std::printf("resumed from %s at step %lld\n", latest->string().c_str(),
+                    static_cast<long long>(first_step));
+      }
+    } else if (lead) {
+      std::printf("--resume: no complete checkpoint in %s; starting at step 0\n",
+                  f.checkpoint_dir.c_str());
+    }
+  }
+
   data::TokenLoaderOptions loader_options{.batch = f.batch,
                                           .seq_len = f.seq,
                                           .seed = f.seed,
                                           // The data-parallel group's coordinates, not the
                                           // world's: they differ once tp or pp exist.
                                           .dp_rank = dp.rank(),
-                                          .dp_size = dp.size()};
+                                          .dp_size = dp.size(),
+                                          .first_step = first_step};
   data::TokenLoader loader(file, loader_options);
   const auto train_tokens = file->tokens(file->train_range(loader_options.validation_fraction));
   const double unigram = data::unigram_entropy(train_tokens);
@@ -451,7 +494,7 @@ int run(const Flags& f) {
   double comm_seconds = 0, exposed_seconds = 0;
   double train_seconds = 0;
   double last_val = std::nan("");
-  int64_t step = 0;
+  int64_t step = first_step;
   for (; step < f.steps; ++step) {
     data::TokenBatch batch = loader.next();
     trace::StepScope profiled_step;
@@ -512,6 +555,17 @@ int run(const Flags& f) {
             100.0 * pipeline_stats.recv_wait_seconds / pipeline_stats.step_seconds,
             static_cast<long long>(pipeline_stats.messages_sent), pipeline_stats.peak_tapes);
       }
+    }
+    if (f.save_every > 0 && (step + 1) % f.save_every == 0) {
+      const auto start = std::chrono::steady_clock::now();
+      const auto saved = checkpoint::save_checkpoint(
+          f.checkpoint_dir, world, zero,
+          {.step = step + 1, .info = resume_invariants(f, dp.size())},
+          {.dp_rank = dp.rank(), .write_replicated = groups.tp->rank() == 0});
+      say("step %5lld  checkpoint %s saved in %.1f ms\n", static_cast<long long>(step),
+          saved.string().c_str(),
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count());
     }
     // Every rank must stop at the same step: rank 0's clock decides.
     bool out_of_time = f.max_seconds > 0 && train_seconds >= f.max_seconds;
@@ -617,6 +671,14 @@ int main(int argc, char** argv) {
                  "0: plain data parallelism; 1, 2, 3: shard optimizer state, + gradients, "
                  "+ parameters (docs/zero.md)")
       ->check(flags::between(0, 3));
+  app.add_option("--checkpoint-dir", f.checkpoint_dir,
+                 "distributed checkpoints here (docs/checkpoint.md): with --save-every and/or "
+                 "--resume");
+  app.add_option("--save-every", f.save_every, "save a checkpoint every N steps (0: never)")
+      ->check(flags::at_least(0));
+  app.add_flag("--resume", f.resume,
+               "start from the newest complete checkpoint in --checkpoint-dir, saved under any "
+               "dp x tp x pp layout and ZeRO stage");
   app.add_option("--tp", f.tp,
                  "tensor-parallel ranks per data-parallel replica (world = tp x dp; "
                  "docs/tensor_parallel.md)")

@@ -199,7 +199,13 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& dir, comm::Co
   const std::filesystem::path step_dir = step_directory(dir, state.step);
   std::filesystem::create_directories(step_dir);
   const int stage = zero.stage();
-  if (stage == 3) zero.gather_parameters();
+  // Stages 1 and 2 all-gather the parameters after step() without waiting:
+  // the values are complete only once that has finished.
+  if (stage == 3) {
+    zero.gather_parameters();
+  } else {
+    zero.wait_parameters();
+  }
   optim::Optimizer& opt = zero.optimizer();
   const std::vector<parallel::ShardPiece> pieces = zero.shard_pieces(options.dp_rank);
   const std::vector<SlotState> states = slot_states(opt);
