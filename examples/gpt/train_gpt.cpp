@@ -39,7 +39,9 @@
 #include <unistd.h>
 
 #include "../common/flag_checks.hpp"
+#include "../common/layout_table.hpp"
 #include "../common/step_meter.hpp"
+#include "evaluation.hpp"
 #include "loom/loom.hpp"
 #include "loom/parallel/pipeline/executor.hpp"
 #include "loom/parallel/pipeline/generators.hpp"
@@ -99,27 +101,6 @@ pl::Schedule make_pipeline_schedule(const Flags& f) {
       pl::schedule_kind_from_string(f.schedule),
       {.pp = f.pp, .micro_batches = micro_batches_of(f), .virtual_stages = f.virtual_stages});
 }
-
-// Message tags of the pipeline's evaluation pass (pipeline_evaluate), above
-// every tag of the executor's (2 x chunks x (M + 1) of them from 0).
-constexpr int kEvalShapeTag = (1 << 15) - 2;
-constexpr int kEvalPayloadTag = (1 << 15) - 1;
-
-// The loss of the full logits on one rank, or of each tp rank's vocabulary
-// columns (parallel/vocab_parallel.hpp).
-struct Loss {
-  loom::nn::CrossEntropyLoss full;
-  std::unique_ptr<loom::parallel::VocabParallelCrossEntropy> vocab_parallel;
-
-  loom::Tensor forward(const loom::Tensor& logits, const loom::Tensor& targets,
-                       loom::nn::Tape& tape) {
-    return vocab_parallel ? vocab_parallel->forward(logits, targets, tape)
-                          : full.forward(logits, targets, tape);
-  }
-  loom::Tensor backward(loom::nn::Tape& tape) {
-    return vocab_parallel ? vocab_parallel->backward(tape) : full.backward(tape);
-  }
-};
 
 // The pipeline flags' rules, checked before any communication.
 void check_pipeline(const Flags& f) {
@@ -207,185 +188,6 @@ std::map<std::string, std::string> resume_invariants(const Flags& f, int dp) {
           {"steps", std::to_string(f.steps)}};
 }
 
-// The layout as a table on rank 0: each rank's dp/tp/pp coordinates, host and
-// device (gathered from every rank), and the largest parameter, gradient and
-// optimizer-state bytes any rank holds in training (ZeRO shards at rest:
-// parameters at stage 3, gradients at stages 2 and 3). Collective over `world`.
-void print_layout(loom::comm::Communicator& world, const loom::parallel::ParallelGroups& groups,
-                  loom::Device device, loom::parallel::ZeroOptimizer& zero) {
-  using loom::Tensor;
-  constexpr int64_t kText = 64;  // characters of "host device" per rank
-  char host[kText] = {};
-  gethostname(host, sizeof(host) - 1);
-  const std::string mine = loom::str_cat(host, " ", device.str());
-  std::vector<int32_t> row(kText + 3, 0);
-  row[0] = groups.coord.dp;
-  row[1] = groups.coord.tp;
-  row[2] = groups.coord.pp;
-  for (size_t i = 0; i < mine.size() && i + 1 < static_cast<size_t>(kText); ++i) {
-    row[3 + i] = static_cast<unsigned char>(mine[i]);
-  }
-  const Tensor local = Tensor::from_vector(row, {kText + 3});
-  const Tensor all = Tensor::empty({world.size() * (kText + 3)}, loom::DType::i32);
-  world.all_gather(local, all).wait();
-  double whole = 0;
-  for (const loom::nn::Parameter* p : zero.parameters()) {
-    whole += static_cast<double>(p->numel()) * static_cast<double>(loom::dtype_size(p->dtype()));
-  }
-  const double shard = static_cast<double>(zero.shard_numel()) *
-                       static_cast<double>(loom::dtype_size(zero.parameters().front()->dtype()));
-  // In MiB (f32 is plenty for a summary line).
-  const Tensor bytes = Tensor::from_vector(
-      std::vector<float>{
-          static_cast<float>((zero.stage() == 3 ? shard : whole) / 1048576.0),
-          static_cast<float>((zero.stage() >= 2 ? shard : whole) / 1048576.0),
-          static_cast<float>(static_cast<double>(zero.optimizer().state_bytes()) / 1048576.0)},
-      {3});
-  world.all_reduce(bytes, {.op = loom::comm::ReduceOp::max}).wait();
-  if (world.rank() != 0) return;
-  const std::vector<int32_t> table = all.to_vector<int32_t>();
-  std::printf("layout: %d rank(s) = dp %d x tp %d x pp %d (tp innermost, then dp, then pp)\n",
-              world.size(), groups.dp->size(), groups.tp->size(), groups.pp->size());
-  std::printf("  rank    dp    tp    pp  host and device\n");
-  constexpr int kShown = 64;
-  for (int r = 0; r < world.size(); ++r) {
-    if (r == kShown) {
-      std::printf("  ... %d more rank(s)\n", world.size() - kShown);
-      break;
-    }
-    const int32_t* e = table.data() + static_cast<size_t>(r) * (kText + 3);
-    std::string text;
-    for (int64_t i = 0; i < kText && e[3 + i] != 0; ++i) text += static_cast<char>(e[3 + i]);
-    std::printf("  %4d  %4d  %4d  %4d  %s\n", r, e[0], e[1], e[2], text.c_str());
-  }
-  const std::vector<float> b = bytes.to_vector<float>();
-  std::printf(
-      "  largest per rank: parameters %.3f MiB, gradients %.3f MiB, optimizer state %.3f "
-      "MiB\n",
-      b[0], b[1], b[2]);
-}
-
-// Mean of `value` over the ranks of `group`.
-double mean_over(loom::comm::Communicator& group, double value) {
-  if (group.size() == 1) return value;
-  loom::Tensor t = loom::Tensor::full({1}, value, loom::DType::f32);
-  group.all_reduce(t, {.op = loom::comm::ReduceOp::avg}).wait();
-  return t.item<float>();
-}
-
-// Validation loss over `max_batches` global batches, each rank taking its rows.
-double evaluate(loom::nn::Module& model, Loss& loss_fn,
-                const std::shared_ptr<const loom::data::TokenFile>& file,
-                const loom::data::TokenLoaderOptions& options, int64_t max_batches,
-                loom::Device device, loom::comm::Communicator& dp) {
-  model.set_training(false);
-  loom::data::TokenValidationBatches batches(file, options, max_batches);
-  loom::data::TokenBatch batch;
-  double total = 0;
-  int64_t count = 0;
-  while (batches.next(batch)) {
-    loom::nn::Tape tape, loss_tape;
-    loom::Tensor logits = model.forward(batch.inputs.to(device), tape);
-    total += loss_fn.forward(logits, batch.targets.to(device), loss_tape).item<float>();
-    ++count;
-  }
-  model.set_training(true);
-  return mean_over(dp, count > 0 ? total / static_cast<double>(count) : std::nan(""));
-}
-
-// Sends in flight, with the tensors they read.
-struct Outgoing {
-  std::vector<loom::Tensor> tensors;
-  std::vector<loom::comm::Work> works;
-  void wait() {
-    for (loom::comm::Work& w : works) w.wait();
-    works.clear();
-    tensors.clear();
-  }
-};
-
-// One tensor to `peer` of the pp group: a shape header (dtype, rank, up to 6
-// dimensions), then the payload. The evaluation's batches may differ in shape
-// from the training's, so nothing is cached.
-void send_to_stage(loom::comm::Communicator& pp, const loom::Tensor& x, int peer, Outgoing& out) {
-  LOOM_CHECK(x.dim() <= 6, "pipeline evaluation: an activation of ", x.dim(),
-             " dimensions does not fit the 6 of the shape header");
-  std::vector<int64_t> header(8, 0);
-  header[0] = static_cast<int64_t>(x.dtype());
-  header[1] = x.dim();
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    header[static_cast<size_t>(2 + d)] = x.shape()[static_cast<size_t>(d)];
-  }
-  out.tensors.push_back(loom::Tensor::from_vector(header, {8}));
-  out.works.push_back(pp.send(out.tensors.back(), peer, {.tag = kEvalShapeTag}));
-  out.tensors.push_back(x);
-  out.works.push_back(pp.send(x, peer, {.tag = kEvalPayloadTag}));
-}
-
-loom::Tensor recv_from_stage(loom::comm::Communicator& pp, int peer, loom::Device device) {
-  loom::Tensor header = loom::Tensor::zeros({8}, loom::DType::i64);
-  pp.recv(header, peer, {.tag = kEvalShapeTag}).wait();
-  const std::vector<int64_t> h = header.to_vector<int64_t>();
-  const loom::Shape shape(h.begin() + 2, h.begin() + 2 + h[1]);
-  loom::Tensor x = loom::Tensor::empty(shape, static_cast<loom::DType>(h[0]), device);
-  pp.recv(x, peer, {.tag = kEvalPayloadTag}).wait();
-  return x;
-}
-
-// Validation loss under pipeline parallelism: each global batch's rows of this
-// replica go forward only, whole (no micro-batches), through the chunks in
-// dataflow order, each chunk on the rank the schedule places it; the rank
-// holding the last chunk computes the loss. Returns the mean over the batches
-// and the dp replicas, on every rank.
-double pipeline_evaluate(const pl::Schedule& schedule, const pl::GPTChunks& chunks, Loss& loss_fn,
-                         const std::shared_ptr<const loom::data::TokenFile>& file,
-                         const loom::data::TokenLoaderOptions& options, int64_t max_batches,
-                         loom::Device device, loom::comm::Communicator& pp,
-                         loom::comm::Communicator& dp) {
-  using namespace loom;
-  for (nn::Module* chunk : chunks.modules()) chunk->set_training(false);
-  const int me = pp.rank();
-  const int last = schedule.chunks() - 1;
-  data::TokenValidationBatches batches(file, options, max_batches);
-  data::TokenBatch batch;
-  double total = 0;
-  int64_t count = 0;
-  while (batches.next(batch)) {
-    Outgoing sends;
-    Tensor x;  // the activation that enters the next chunk this rank runs
-    for (int c = 0; c <= last; ++c) {
-      if (schedule.rank_of(c) != me) continue;
-      if (c == 0) {
-        x = batch.inputs.to(device);
-      } else if (schedule.rank_of(c - 1) != me) {
-        x = recv_from_stage(pp, schedule.rank_of(c - 1), device);
-      }
-      nn::Tape tape;
-      x = chunks
-              .parts[static_cast<size_t>(schedule.placement[static_cast<size_t>(c)].virtual_stage)]
-              ->forward(x, tape);
-      if (c == last) {
-        nn::Tape loss_tape;
-        total += loss_fn.forward(x, batch.targets.to(device), loss_tape).item<float>();
-        ++count;
-      } else if (schedule.rank_of(c + 1) != me) {
-        send_to_stage(pp, x, schedule.rank_of(c + 1), sends);
-      }
-    }
-    sends.wait();
-  }
-  for (nn::Module* chunk : chunks.modules()) chunk->set_training(true);
-  // The double's bits from the last chunk's rank, then the mean over replicas.
-  double mean = count > 0 ? total / static_cast<double>(count) : std::nan("");
-  int64_t bits = 0;
-  std::memcpy(&bits, &mean, sizeof bits);
-  Tensor shared = Tensor::from_vector(std::vector<int64_t>{bits}, {1});
-  pp.broadcast(shared, {.root = schedule.rank_of(last)}).wait();
-  bits = shared.item<int64_t>();
-  std::memcpy(&mean, &bits, sizeof bits);
-  return mean_over(dp, mean);
-}
-
 int run(const Flags& f) {
   using namespace loom;
   loom::Context launch = loom::init();
@@ -468,7 +270,7 @@ int run(const Flags& f) {
           .modules = units,
           .broadcast_parameters = true,
           .groups = parallel::reduction_groups(groups)});
-  Loss loss_fn;
+  examples::Loss loss_fn;
   if (f.tp > 1) {
     loss_fn.vocab_parallel =
         std::make_unique<parallel::VocabParallelCrossEntropy>("loss", config.vocab, groups.tp);
@@ -546,7 +348,7 @@ int run(const Flags& f) {
             {.pp = f.pp, .micro_batches = micro_batches_of(f), .virtual_stages = f.virtual_stages}),
         pipeline->activation_bound);
   }
-  print_layout(world, groups, device, zero);
+  examples::print_layout(world, groups, device, zero);
   if (f.profile) {
     trace::Profiler::instance().enable();
   }
@@ -600,7 +402,7 @@ int run(const Flags& f) {
     train_seconds += meter.seconds();
 
     if (step % f.log_every == 0 || step + 1 == f.steps) {
-      const double global_loss = mean_over(dp, loss);
+      const double global_loss = parallel::mean_over(dp, loss);
       say("step %5lld  loss %.4f  lr %.2e  norm %.3f  %7.1f ms  %8.0f tok/s  MFU %5.1f%%\n",
           static_cast<long long>(step), global_loss, schedule.lr_at(step), norm,
           meter.seconds() * 1e3, meter.items_per_second(), 100.0 * meter.mfu());

@@ -1,0 +1,50 @@
+// train_gpt's loss and validation: the loss of the full logits or of each
+// tensor-parallel rank's vocabulary columns, and the validation loss on one
+// stage or through the pipeline's stages.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "loom/loom.hpp"
+#include "loom/parallel/pipeline/gpt_chunks.hpp"
+#include "loom/parallel/pipeline/schedule.hpp"
+
+namespace loom::examples {
+
+// Message tags of the pipeline's evaluation pass (pipeline_evaluate), above
+// every tag of the executor's (2 x chunks x (M + 1) of them from 0).
+constexpr int kEvalShapeTag = (1 << 15) - 2;
+constexpr int kEvalPayloadTag = (1 << 15) - 1;
+
+// The loss of the full logits on one rank, or of each tp rank's vocabulary
+// columns (parallel/vocab_parallel.hpp).
+struct Loss {
+  loom::nn::CrossEntropyLoss full;
+  std::unique_ptr<loom::parallel::VocabParallelCrossEntropy> vocab_parallel;
+
+  loom::Tensor forward(const loom::Tensor& logits, const loom::Tensor& targets,
+                       loom::nn::Tape& tape) {
+    return vocab_parallel ? vocab_parallel->forward(logits, targets, tape)
+                          : full.forward(logits, targets, tape);
+  }
+  loom::Tensor backward(loom::nn::Tape& tape) {
+    return vocab_parallel ? vocab_parallel->backward(tape) : full.backward(tape);
+  }
+};
+
+// Validation loss over `max_batches` global batches, each rank taking its rows.
+double evaluate(loom::nn::Module& model, Loss& loss_fn,
+                const std::shared_ptr<const loom::data::TokenFile>& file,
+                const loom::data::TokenLoaderOptions& options, int64_t max_batches,
+                loom::Device device, loom::comm::Communicator& dp);
+
+// The same through the pipeline's stages (see evaluation.cpp).
+double pipeline_evaluate(const loom::parallel::pipeline::Schedule& schedule,
+                         const loom::parallel::pipeline::GPTChunks& chunks, Loss& loss_fn,
+                         const std::shared_ptr<const loom::data::TokenFile>& file,
+                         const loom::data::TokenLoaderOptions& options, int64_t max_batches,
+                         loom::Device device, loom::comm::Communicator& pp,
+                         loom::comm::Communicator& dp);
+
+}  // namespace loom::examples
