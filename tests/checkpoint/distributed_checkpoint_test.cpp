@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -232,4 +233,86 @@ TEST_CASE("write a tp 2 x dp 2 ZeRO-2 checkpoint into $LOOM_CKPT_FIXTURE_DIR", "
   fs::remove_all(dir);
   run(4, {.tp = 2, .stage = 2}, {.first = 0, .last = 2, .save_dir = dir, .save_after = 1});
   CHECK(checkpoint::latest_checkpoint(dir));
+}
+
+namespace {
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_file(const fs::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// What reading the checkpoint does: "ok", or the loom::Error's text. Any
+// other exception, or a crash, fails the test.
+std::string read_outcome(const fs::path& step_dir) {
+  try {
+    const checkpoint::CheckpointReader reader(step_dir);
+    for (const auto& [name, info] : reader.params()) {
+      for (const std::string& kind : info.kinds) reader.assemble(name, kind);
+    }
+    return "ok";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+}  // namespace
+
+TEST_CASE(
+    "every truncation and random corruption of a checkpoint's manifest and files is a clean "
+    "error",
+    "[checkpoint]") {
+  const fs::path dir = fresh_dir("fuzz");
+  run(2, {.tp = 2}, {.first = 0, .last = 1, .save_dir = dir, .save_after = 0});
+  const fs::path step_dir = checkpoint::step_directory(dir, 1);
+  REQUIRE(read_outcome(step_dir) == "ok");
+  uint64_t state = 12345;
+  auto next = [&state] {  // xorshift: reproducible corruption
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  int refused = 0, accepted = 0;
+  for (const char* file : {"manifest.json", "rank-00000.safetensors"}) {
+    INFO(file);
+    const fs::path path = step_dir / file;
+    const std::string original = read_file(path);
+    // Every truncation of the manifest; of a data file, every length through
+    // its header and then every 97th.
+    for (size_t length = 0; length < original.size();
+         length += (std::string(file) == "manifest.json" || length < 4096) ? 1 : 97) {
+      write_file(path, original.substr(0, length));
+      const std::string outcome = read_outcome(step_dir);
+      // Only the manifest's final newline may go: the JSON is whole without it.
+      const bool only_whitespace_lost =
+          original.find_first_not_of(" \n", length) == std::string::npos;
+      if (outcome == "ok" && !only_whitespace_lost) {
+        FAIL_CHECK("a truncation to " << length << " of " << original.size()
+                                      << " bytes was accepted");
+      }
+      ++refused;
+    }
+    // Random bytes at random places: refused with a loom::Error, or (a flip
+    // the format tolerates, e.g. in JSON whitespace or padding) read whole.
+    for (int trial = 0; trial < 300; ++trial) {
+      std::string bytes = original;
+      const int flips = 1 + static_cast<int>(next() % 4);
+      for (int k = 0; k < flips; ++k) {
+        bytes[next() % bytes.size()] = static_cast<char>(next() & 0xff);
+      }
+      write_file(path, bytes);
+      (read_outcome(step_dir) == "ok" ? accepted : refused) += 1;
+    }
+    write_file(path, original);
+  }
+  CHECK(read_outcome(step_dir) == "ok");
+  CHECK(refused > 1000);
+  INFO("accepted corruptions (tolerated bytes): " << accepted);
+  fs::remove_all(dir);
 }
