@@ -251,6 +251,7 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& dir, comm::Co
   save_safetensors(step_dir / rank_file(world.rank()), tensors, {{kMetadataKey, meta.dump()}});
   if (stage == 3) zero.release_parameters();
 
+  if (options.before_manifest) options.before_manifest();
   // NOTE: the manifest makes the checkpoint exist, so it is written last.
   world.barrier().wait();
   if (world.rank() == 0) {

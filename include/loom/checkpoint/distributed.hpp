@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -58,6 +59,10 @@ struct SaveOptions {
   // tensor-parallel group (true on tp rank 0 only, so each is written once).
   int dp_rank = 0;
   bool write_replicated = true;
+  // Test seam: runs on every rank after its own file is complete and before
+  // the barrier that precedes the manifest (a test kills a rank here, leaving
+  // a checkpoint without its manifest, as a crash during a save does).
+  std::function<void()> before_manifest = {};
 };
 
 // The directory of step `step` under `dir`.
