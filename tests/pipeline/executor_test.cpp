@@ -23,6 +23,8 @@
 // pins every tag of a step to be distinct.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include <set>
 
 #include "loom/comm/local.hpp"
@@ -291,4 +293,32 @@ TEST_CASE("pipeline executor: after a step that threw, the next step refuses to 
                     Contains("the loss of micro-batch 0 failed"));
   CHECK_THROWS_WITH(executor.step(input, failing_loss),
                     Contains("pipeline executor, rank 0: an earlier step failed"));
+}
+
+TEST_CASE("pipeline executor: a non-finite gradient norm skips the optimizer step", "[pipeline]") {
+  const models::GPTConfig config = executor_test_config();
+  const pl::Schedule s = pl::schedule_1f1b(1, 2);
+  auto solo = comm::make_local_group(1, "pp");
+  auto dp = comm::make_local_group(1, "dp");
+  const pl::GPTChunks chunks = pl::build_gpt_chunks(config, s, 0);
+  parallel::ZeroOptimizer zero(chunks.parameters(), *dp[0], optim::SgdOptions{.lr = 0.1},
+                               {.stage = 0});
+  pl::PipelineExecutor executor(s, *solo[0], chunks.modules(), zero, {.clip_grad_norm = 1.0});
+  const Tensor ids = Tensor::zeros({2, config.seq_len}, DType::i32);
+  auto input = [&](int) { return ids; };
+  const std::vector<float> before = chunks.parameters().front()->value().to_vector<float>();
+  auto nan_loss = [&](const Tensor& logits, int) {
+    return pl::LossOutput{1.0, Tensor::full(logits.shape(), std::nan(""))};
+  };
+  const pl::StepStats stats = executor.step(input, nan_loss);
+  CHECK_FALSE(std::isfinite(stats.grad_norm));
+  CHECK_FALSE(stats.stepped);
+  CHECK(chunks.parameters().front()->value().to_vector<float>() == before);
+  // A finite step goes on afterwards and updates the parameters.
+  auto zero_loss = [&](const Tensor& logits, int) {
+    return pl::LossOutput{1.0, Tensor::full(logits.shape(), 0.01)};
+  };
+  const pl::StepStats next = executor.step(input, zero_loss);
+  CHECK(next.stepped);
+  CHECK(chunks.parameters().front()->value().to_vector<float>() != before);
 }

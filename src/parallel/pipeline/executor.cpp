@@ -313,7 +313,10 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
         compute_seconds = &stats.reduce_seconds;
         break;
       case ActionKind::optimizer_step:
-        zero.step();
+        // A non-finite global norm (the same on every rank) skips the update,
+        // as train_gpt's step without a pipeline does.
+        stats.stepped = options.clip_grad_norm <= 0 || std::isfinite(stats.grad_norm);
+        if (stats.stepped) zero.step();
         compute_seconds = &stats.optimizer_seconds;
         break;
     }

@@ -103,6 +103,9 @@ struct StepStats {
   // last chunk when broadcast_loss is false).
   double loss = 0;
   double grad_norm = 0;  // before clipping, when ExecutorOptions::clip_grad_norm > 0
+  // False when clipping found a non-finite global norm (an overflow) and the
+  // optimizer step was skipped, on every rank alike (the norm is global).
+  bool stepped = true;
   double step_seconds = 0;
   // Time blocked waiting for receives (shape headers included): what the
   // rank idles on the pipeline, for the measured bubble.
