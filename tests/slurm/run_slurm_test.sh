@@ -136,8 +136,14 @@ port_in_use() {
 }
 base=${LOOM_SLURM_PORT:-}
 if [ -z "$base" ]; then
+  # Below the kernel's ephemeral range: an outgoing connection (MPI's, say) can
+  # hold a port there without listening, which the check below cannot see and
+  # slurmctld then fails to bind ("Address already in use").
+  ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  span=$((ephemeral_low - 3 - 20000))
+  [ "$span" -gt 100 ] || span=10000
   for _ in $(seq 20); do
-    base=$((20000 + RANDOM % 30000))
+    base=$((20000 + RANDOM % span))
     port_in_use "$base" || port_in_use $((base + 1)) || port_in_use $((base + 2)) || break
   done
 fi
