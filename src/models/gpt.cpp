@@ -148,20 +148,41 @@ std::unique_ptr<nn::Module> make_gpt_block(const std::string& model, int64_t ind
 // ---- GPTEmbeddings --------------------------------------------------------------------------
 
 GPTEmbeddings::GPTEmbeddings(const std::string& model, const GPTConfig& config)
+    : GPTEmbeddings(
+          model, config,
+          std::make_unique<nn::Embedding>(prefixed(model, "wte"), config.vocab, config.d_model,
+                                          config.module, kInitStd),
+          dropout_or_null(default_gpt_layers(), prefixed(model, "drop"), config.dropout)) {}
+
+GPTEmbeddings::GPTEmbeddings(const std::string& model, const GPTConfig& config,
+                             std::unique_ptr<nn::Module> token_embedding,
+                             std::unique_ptr<nn::Module> dropout, TokenSlice slice)
     : GPTEnd(prefixed(model, "embeddings")),
       seq_len_(config.seq_len),
-      wte_(prefixed(model, "wte"), config.vocab, config.d_model, config.module, kInitStd),
+      slice_(slice),
+      wte_(std::move(token_embedding)),
       wpe_(prefixed(model, "wpe"), config.seq_len, config.d_model, config.module, kInitStd),
-      dropout_(dropout_or_null(default_gpt_layers(), prefixed(model, "drop"), config.dropout)) {}
+      dropout_(std::move(dropout)) {
+  LOOM_CHECK(slice_.count >= 1 && slice_.index >= 0 && slice_.index < slice_.count, "GPT '", name(),
+             "': token slice ", slice_.index, " of ", slice_.count, " does not exist");
+  std::vector<nn::Parameter*> table;
+  wte_->collect_parameters(table);
+  LOOM_CHECK(table.size() == 1, "GPT '", name(), "': the token embedding '", wte_->name(),
+             "' holds ", table.size(), " parameters; it must hold one, the token table");
+  token_table_ = table.front();
+}
 
 Tensor GPTEmbeddings::positions(int64_t batch, int64_t seq) {
-  if (!positions_.defined() || positions_.size(0) != batch || positions_.size(1) != seq) {
-    std::vector<int32_t> ids(static_cast<size_t>(batch * seq));
-    for (int64_t b = 0; b < batch; ++b) {
-      std::iota(ids.begin() + b * seq, ids.begin() + (b + 1) * seq, 0);
-    }
-    positions_ = Tensor::from_vector(ids, {batch, seq}, wte_.weight().device());
-  }
+  if (positions_.defined() && batch == batch_ && seq == seq_) return positions_;
+  LOOM_CHECK(seq % slice_.count == 0, "GPT '", name(), "': sequence length ", seq,
+             " is not divisible by the ", slice_.count, " token slices (sequence parallelism: tp)");
+  // This rank's tokens of the flattened batch and their positions in their sequence.
+  const int64_t count = batch * seq / slice_.count, first = slice_.index * count;
+  std::vector<int32_t> ids(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) ids[static_cast<size_t>(i)] = (first + i) % seq;
+  positions_ = Tensor::from_vector(ids, {batch, seq / slice_.count}, wpe_.weight().device());
+  batch_ = batch;
+  seq_ = seq;
   return positions_;
 }
 
@@ -169,7 +190,7 @@ Tensor GPTEmbeddings::forward(const Tensor& ids, nn::Tape& tape) {
   LOOM_CHECK(ids.dim() == 2, "GPT '", name(), "' takes token ids [batch, seq]; got ", ids.str());
   LOOM_CHECK(ids.size(1) <= seq_len_, "GPT '", name(), "': sequence length ", ids.size(1),
              " exceeds seq_len ", seq_len_);
-  Tensor x = wte_.forward(ids, tape);
+  Tensor x = wte_->forward(ids, tape);
   Tensor pos = wpe_.forward(positions(ids.size(0), ids.size(1)), tape);
   {
     trace::OpScope scope("add.forward", kernels::elementwise_cost(kernels::ElementwiseOp::add, x),
@@ -184,54 +205,66 @@ Tensor GPTEmbeddings::backward_input(const Tensor& dx, nn::Tape& tape) {
   // The sum's gradient goes to both tables unchanged.
   const Tensor d = dropout_ ? dropout_->backward_input(dx, tape) : dx;
   wpe_.backward_input(d, tape);
-  return wte_.backward_input(d, tape);
+  return wte_->backward_input(d, tape);
 }
 
 void GPTEmbeddings::backward_weight(nn::Tape& tape) {
   wpe_.backward_weight(tape);
-  wte_.backward_weight(tape);
+  wte_->backward_weight(tape);
 }
 
 Tensor GPTEmbeddings::backward(const Tensor& dx, nn::Tape& tape) {
   const Tensor d = dropout_ ? dropout_->backward(dx, tape) : dx;
   wpe_.backward(d, tape);
-  return wte_.backward(d, tape);
+  return wte_->backward(d, tape);
 }
 
 void GPTEmbeddings::collect_parameters(std::vector<nn::Parameter*>& out) {
-  wte_.collect_parameters(out);
+  wte_->collect_parameters(out);
   wpe_.collect_parameters(out);
 }
 
 std::vector<nn::Module*> GPTEmbeddings::children() {
-  if (dropout_) return {&wte_, &wpe_, dropout_.get()};
-  return {&wte_, &wpe_};
+  if (dropout_) return {wte_.get(), &wpe_, dropout_.get()};
+  return {wte_.get(), &wpe_};
 }
 
 // ---- GPTHead --------------------------------------------------------------------------------
 
 GPTHead::GPTHead(const std::string& model, const GPTConfig& config, nn::Parameter& token_table)
-    : GPTEnd(prefixed(model, "head")),
-      ln_f_(prefixed(model, "ln_f"), config.d_model, kLayerNormEps, config.module),
-      projection_(std::make_unique<nn::Linear>(prefixed(model, "lm_head"), token_table)) {
-  // One Parameter for both uses on this rank: nothing to sum across stages.
-  nn::Placement placement = token_table.placement();
-  placement.tied_across_stages = false;
-  token_table.set_placement(placement);
-}
+    : GPTHead(model, config, std::make_unique<nn::Linear>(prefixed(model, "lm_head"), token_table),
+              &token_table) {}
 
 GPTHead::GPTHead(const std::string& model, const GPTConfig& config)
+    : GPTHead(model, config,
+              std::make_unique<nn::Linear>(
+                  prefixed(model, "lm_head"), config.d_model, config.vocab,
+                  nn::LinearOptions{.bias = false,
+                                    .init_std = kInitStd,
+                                    .module = config.module,
+                                    .weight_name = prefixed(model, "wte.weight")}),
+              nullptr) {}
+
+GPTHead::GPTHead(const std::string& model, const GPTConfig& config,
+                 std::unique_ptr<nn::Module> projection, nn::Parameter* tied_to)
     : GPTEnd(prefixed(model, "head")),
       ln_f_(prefixed(model, "ln_f"), config.d_model, kLayerNormEps, config.module),
-      projection_(std::make_unique<nn::Linear>(
-          prefixed(model, "lm_head"), config.d_model, config.vocab,
-          nn::LinearOptions{.bias = false,
-                            .init_std = kInitStd,
-                            .module = config.module,
-                            .weight_name = prefixed(model, "wte.weight")})) {
-  nn::Placement placement = token_table().placement();
-  placement.tied_across_stages = true;  // NOTE [tied token table]
-  token_table().set_placement(placement);
+      projection_(std::move(projection)),
+      token_table_(tied_to),
+      owns_token_table_(tied_to == nullptr) {
+  if (owns_token_table_) {
+    std::vector<nn::Parameter*> own;
+    projection_->collect_parameters(own);
+    LOOM_CHECK(own.size() == 1, "GPT head '", name(), "': its projection '", projection_->name(),
+               "' holds ", own.size(), " parameters; it must hold one, its token table");
+    token_table_ = own.front();
+  }
+  // A tied head shares one Parameter with the embeddings on this rank: nothing
+  // to sum across stages. Its own copy is summed over the embedding group
+  // (NOTE [tied token table]).
+  nn::Placement placement = token_table_->placement();
+  placement.tied_across_stages = owns_token_table_;
+  token_table_->set_placement(placement);
 }
 
 Tensor GPTHead::forward(const Tensor& x, nn::Tape& tape) {

@@ -97,13 +97,28 @@ std::unique_ptr<nn::Module> make_gpt_block(const std::string& model, int64_t ind
                                            const GPTConfig& config,
                                            const GPTLayerFactory& layers = default_gpt_layers());
 
-// wte(ids) + wpe(0..T-1), then dropout when config.dropout > 0.
+// The tokens a rank holds: slice `index` of `count` equal consecutive slices
+// of the batch's B T tokens flattened, as [B, T / count, ...] (sequence
+// parallelism; NOTE [token slices] in parallel/tensor_parallel.hpp). The
+// default is every token.
+struct TokenSlice {
+  int index = 0;
+  int count = 1;
+};
+
+// wte(ids) + wpe(positions), then dropout when config.dropout > 0.
 class GPTEmbeddings : public GPTEnd {
  public:
   // `model`: the GPT's name (parameters "<model>.wte.weight", ...).
   GPTEmbeddings(const std::string& model, const GPTConfig& config);
+  // With another token embedding (ids [B, T] -> this rank's tokens; it holds
+  // one parameter, the token table, e.g. a vocabulary-parallel shard), another
+  // dropout (null: none), and the tokens this rank keeps.
+  GPTEmbeddings(const std::string& model, const GPTConfig& config,
+                std::unique_ptr<nn::Module> token_embedding, std::unique_ptr<nn::Module> dropout,
+                TokenSlice slice = {});
 
-  // ids [B, T] (i32/i64, T <= seq_len) -> [B, T, d_model].
+  // ids [B, T] (i32/i64, T <= seq_len) -> [B, T / slice.count, d_model].
   Tensor forward(const Tensor& ids, nn::Tape& tape) override;
   // Returns an undefined tensor (token ids have no gradient).
   Tensor backward_input(const Tensor& dx, nn::Tape& tape) override;
@@ -112,18 +127,21 @@ class GPTEmbeddings : public GPTEnd {
   void collect_parameters(std::vector<nn::Parameter*>& out) override;
   std::vector<nn::Module*> children() override;
 
-  nn::Parameter& token_table() override { return wte_.weight(); }
+  nn::Parameter& token_table() override { return *token_table_; }
   bool owns_token_table() const override { return true; }
 
  private:
-  // Position ids [B, T] (cached per shape) for the wpe lookup.
+  // Position ids of this rank's tokens (cached per shape) for the wpe lookup.
   Tensor positions(int64_t batch, int64_t seq);
 
   int64_t seq_len_;
-  nn::Embedding wte_;
+  TokenSlice slice_;
+  std::unique_ptr<nn::Module> wte_;
+  nn::Parameter* token_table_;
   nn::Embedding wpe_;
   std::unique_ptr<nn::Module> dropout_;
   Tensor positions_;
+  int64_t batch_ = 0, seq_ = 0;  // the shape positions_ was made for
 };
 
 // ln_f, then the output projection x @ wte^T -> logits [B, T, vocab].
@@ -133,6 +151,11 @@ class GPTHead : public GPTEnd {
   GPTHead(const std::string& model, const GPTConfig& config, nn::Parameter& token_table);
   // With its own copy of the token table (NOTE [tied token table]).
   GPTHead(const std::string& model, const GPTConfig& config);
+  // With another projection (e.g. onto a vocabulary-parallel shard): its
+  // weight is `tied_to`, the table of the embeddings on this rank, or, when
+  // null, its own copy, the one parameter it holds.
+  GPTHead(const std::string& model, const GPTConfig& config, std::unique_ptr<nn::Module> projection,
+          nn::Parameter* tied_to);
 
   Tensor forward(const Tensor& x, nn::Tape& tape) override;
   Tensor backward_input(const Tensor& dlogits, nn::Tape& tape) override;
@@ -142,12 +165,14 @@ class GPTHead : public GPTEnd {
   void collect_parameters(std::vector<nn::Parameter*>& out) override;
   std::vector<nn::Module*> children() override { return {&ln_f_, projection_.get()}; }
 
-  nn::Parameter& token_table() override { return projection_->weight(); }
-  bool owns_token_table() const override { return !projection_->ties_weight(); }
+  nn::Parameter& token_table() override { return *token_table_; }
+  bool owns_token_table() const override { return owns_token_table_; }
 
  private:
   nn::LayerNorm ln_f_;
-  std::unique_ptr<nn::Linear> projection_;
+  std::unique_ptr<nn::Module> projection_;
+  nn::Parameter* token_table_;
+  bool owns_token_table_;
 };
 
 // Which part of a GPT to build.
