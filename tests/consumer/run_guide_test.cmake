@@ -3,22 +3,9 @@
 # Run by ctest with: -DLOOM_BUILD_DIR= -DGUIDE_DIR= -DGUIDE_MD= -DWORK_DIR=
 #   -DCMAKE_GENERATOR= -DCXX_COMPILER= -DCXX_FLAGS= -DPYTHON= -DCHECK= -DMPIRUN= -DDIGITS=
 
-file(REMOVE_RECURSE "${WORK_DIR}")
-set(prefix "${WORK_DIR}/prefix")
-
-function(run_step what)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT status EQUAL 0)
-    message(FATAL_ERROR "getting-started test: ${what} failed (${status})\n${out}\n${err}")
-  endif()
-  message(STATUS "getting-started test: ${what}: ok")
-endfunction()
-
-run_step("install" ${CMAKE_COMMAND} --install "${LOOM_BUILD_DIR}" --prefix "${prefix}")
-run_step("configure" ${CMAKE_COMMAND} -S "${GUIDE_DIR}" -B "${WORK_DIR}/build"
-         -G "${CMAKE_GENERATOR}" -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
-         -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
-run_step("build" ${CMAKE_COMMAND} --build "${WORK_DIR}/build")
+set(TEST_NAME "getting-started test")
+set(SOURCE_DIR "${GUIDE_DIR}")
+include(${CMAKE_CURRENT_LIST_DIR}/build_against_install.cmake)
 execute_process(COMMAND "${PYTHON}" "${CHECK}" "${GUIDE_MD}" "${GUIDE_DIR}/train_digits.cpp"
                         "${WORK_DIR}/build/train_digits" "${MPIRUN}" "${DIGITS}" "${WORK_DIR}/run"
                 RESULT_VARIABLE status)
