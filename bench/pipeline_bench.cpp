@@ -4,7 +4,13 @@
 // ceiling in the same invocation:
 //
 //   pipeline_bench --drive [--micro-batches 4,8] [--schedules ...] [--steps 6] [--warmup 2]
-//                  [--rounds 1] [--json FILE]
+//                  [--rounds 1] [--cut balanced|even] [--activation-checkpointing] [--json FILE]
+//
+// The cut (gpt_chunks.hpp): balanced by counted FLOPs (the default; at pp 2
+// 5 + 3 blocks, zb-v 3, 3, 2, 0 with the head alone in the last chunk) or
+// even by block count (4 + 4; 2 per chunk with two chunks per rank).
+// --activation-checkpointing runs every model, the single-rank ones
+// included, with its blocks checkpointed.
 //
 // The driver runs, per round: the single-rank step on the whole global batch
 // (one process), the same step on two processes that never communicate (the
@@ -40,11 +46,12 @@
 // off): a rank that ends its step early waits in the next step's first
 // receive, so over the timed steps every idle moment is a receive wait.
 //
-// pp = 4 is simulated, not timed (this machine has 2 cores): its chunks are
-// built from the 2-layer chunks that zb-v measured at pp = 2 with the same M
-// (chunk 0 = embeddings + 2 blocks, 1 and 2 = 2 blocks, 3 = 2 blocks + head):
-// at pp = 4 with one chunk per rank exactly those; with two, one block each
-// (half of a 2-block chunk), the embeddings and the head added to the ends.
+// pp = 4 is simulated, not timed (this machine has 2 cores): from zb-v's four
+// chunks measured at pp = 2 with the same M, per kind (F, B, W), one block
+// costs the two middle chunks' time over their blocks, the embeddings what
+// chunk 0 takes beyond its blocks, the head what the last chunk takes beyond
+// its blocks; each pp 4 chunk then costs its blocks (under the same --cut
+// rule at pp 4) plus the embeddings on the first and the head on the last.
 // Those rows have bubble_measured null. Correctness at pp = 4 is tested
 // elsewhere (ctest -L pipeline).
 #include <time.h>
@@ -114,7 +121,22 @@ struct WorkerFlags {
   int micro_batches = 8;
   int steps = 6;
   int warmup = 2;
+  std::string cut = "balanced";  // balanced (by counted FLOPs) or even (by block count)
+  bool activation_checkpointing = false;
 };
+
+loom::models::GPTConfig bench_config(const WorkerFlags& f) {
+  loom::models::GPTConfig config = bench_config();
+  config.checkpoint_blocks = f.activation_checkpointing;
+  return config;
+}
+
+// Blocks per chunk under the --cut rule.
+std::vector<int64_t> cut_of(const WorkerFlags& f, const loom::models::GPTConfig& config,
+                            const pl::Schedule& schedule) {
+  return f.cut == "even" ? pl::even_gpt_chunk_layers(config, schedule)
+                         : pl::gpt_chunk_layers(config, schedule);
+}
 
 // Isolated durations of one chunk (NOTE [measured bubble]).
 struct ChunkTiming {
@@ -125,9 +147,10 @@ struct ChunkTiming {
 // F, B and W of each of this rank's chunks (by virtual stage) on one
 // micro-batch of `rows` sequences, on copies that no optimizer sees.
 std::vector<ChunkTiming> time_chunks(const loom::models::GPTConfig& config,
-                                     const pl::Schedule& schedule, int rank, int64_t rows) {
+                                     const pl::Schedule& schedule, int rank, int64_t rows,
+                                     const std::vector<int64_t>& cut) {
   using clock = std::chrono::steady_clock;
-  const pl::GPTChunks copies = pl::build_gpt_chunks(config, schedule, rank);
+  const pl::GPTChunks copies = pl::build_gpt_chunks(config, schedule, rank, cut);
   loom::Allocator& host = loom::allocator_for(loom::Device::cpu());
   const Tensor ids = random_ids(config, 99).slice(0, rows);
   const Tensor targets = random_ids(config, 98).slice(0, rows);
@@ -193,7 +216,7 @@ std::vector<std::vector<double>> gather_doubles(loom::comm::Communicator& comm,
 // the single-rank run, two are the ceiling.
 int run_single(const WorkerFlags& f, loom::Context& launch) {
   loom::comm::Communicator& world = *launch.world();
-  const loom::models::GPTConfig config = bench_config();
+  const loom::models::GPTConfig config = bench_config(f);
   loom::models::GPT model("", config);
   loom::optim::AdamW adamw(loom::optim::param_slots(model.parameters()),
                            loom::bench::benchmark_adamw());
@@ -246,7 +269,7 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
   namespace parallel = loom::parallel;
   loom::comm::Communicator& world = *launch.world();
   const int pp = world.size();
-  const loom::models::GPTConfig config = bench_config();
+  const loom::models::GPTConfig config = bench_config(f);
   const pl::Schedule schedule = pl::make_schedule(pl::schedule_kind_from_string(f.schedule),
                                                   {.pp = pp, .micro_batches = f.micro_batches});
   LOOM_CHECK(kBatch % f.micro_batches == 0, "--micro-batches ", f.micro_batches,
@@ -254,13 +277,14 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
   const parallel::ParallelGroups groups =
       parallel::make_parallel_groups(launch.world(), parallel::ParallelLayout(pp, 1, pp));
   const int rank = groups.coord.pp;
-  const pl::GPTChunks chunks = pl::build_gpt_chunks(config, schedule, rank);
+  const std::vector<int64_t> cut = cut_of(f, config, schedule);
+  const pl::GPTChunks chunks = pl::build_gpt_chunks(config, schedule, rank, cut);
   parallel::ZeroOptimizer zero(chunks.parameters(), *groups.dp, loom::bench::benchmark_adamw(),
                                {.stage = 0, .groups = parallel::reduction_groups(groups)});
   pl::PipelineExecutor executor(schedule, *groups.pp, chunks.modules(), zero,
                                 {.broadcast_loss = false});
   const int64_t rows = kBatch / f.micro_batches;
-  const std::vector<ChunkTiming> isolated = time_chunks(config, schedule, rank, rows);
+  const std::vector<ChunkTiming> isolated = time_chunks(config, schedule, rank, rows, cut);
 
   const std::vector<Tensor> inputs =
       pl::split_micro_batches(random_ids(config, 1), f.micro_batches);
@@ -337,6 +361,7 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
            {"micro_batches", f.micro_batches},
            {"virtual_stages", schedule.virtual_stages},
            {"activation_bound", schedule.activation_bound},
+           {"chunk_layers", cut},
            {"step_ms", 1e3 * seconds / f.steps},
            {"per_rank", ranks}};
   out.update(facts);
@@ -402,27 +427,35 @@ pl::ActionCosts measured_costs(const pl::Schedule& s, const json& run) {
   return costs;
 }
 
-// pp 4 chunk costs from zb-v's four 2-block chunks at pp 2 (see the file comment).
-pl::ActionCosts pp4_costs(const pl::Schedule& s, const pl::ActionCosts& zb_v_pp2) {
+// pp 4 chunk costs from zb-v's four chunks at pp 2, cut `zb_v_cut` (see the file comment).
+pl::ActionCosts pp4_costs(const pl::Schedule& s, const std::vector<int64_t>& cut,
+                          const pl::ActionCosts& zb_v_pp2, const std::vector<int64_t>& zb_v_cut) {
   pl::ActionCosts out = zb_v_pp2;
-  auto cut = [&](const std::vector<double>& two) {  // two: c0 (emb + 2), c1, c2, c3 (2 + head)
-    const double pair = 0.5 * (two[1] + two[2]);
-    const double embeddings = std::max(0.0, two[0] - pair);
-    const double head = std::max(0.0, two[3] - pair);
-    const auto n = static_cast<size_t>(s.chunks());
-    std::vector<double> chunk(n, n == 4 ? pair : 0.5 * pair);
+  auto rebuild = [&](const std::vector<double>& four) {
+    const double block = (four[1] + four[2]) / static_cast<double>(zb_v_cut[1] + zb_v_cut[2]);
+    const double embeddings = std::max(0.0, four[0] - static_cast<double>(zb_v_cut[0]) * block);
+    const double head = std::max(0.0, four[3] - static_cast<double>(zb_v_cut[3]) * block);
+    std::vector<double> chunk(cut.size());
+    for (size_t c = 0; c < cut.size(); ++c) chunk[c] = static_cast<double>(cut[c]) * block;
     chunk.front() += embeddings;
     chunk.back() += head;
     return chunk;
   };
-  out.forward = cut(zb_v_pp2.forward);
-  out.backward_input = cut(zb_v_pp2.backward_input);
-  out.backward_weight = cut(zb_v_pp2.backward_weight);
+  out.forward = rebuild(zb_v_pp2.forward);
+  out.backward_input = rebuild(zb_v_pp2.backward_input);
+  out.backward_weight = rebuild(zb_v_pp2.backward_weight);
   return out;
 }
 
 std::string cell(double v, int digits) {
   return std::isfinite(v) ? loom::bench::fixed(v, digits) : "-";
+}
+
+// Blocks per chunk, as text ("5,3").
+std::string cut_text(const std::vector<int64_t>& cut) {
+  std::string out;
+  for (const int64_t n : cut) out += (out.empty() ? "" : ",") + std::to_string(n);
+  return out;
 }
 
 int run_driver(const WorkerFlags& w, const DriverFlags& d) {
@@ -437,18 +470,32 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const loom::trace::Roofline roofline = loom::trace::Roofline::for_device(loom::Device::cpu());
   const double peak = roofline.peak_flops(loom::trace::Precision::fp32);
+  const loom::models::GPTConfig config = bench_config(w);
   std::printf(
       "pipeline_bench: GPT %d layers (vocab 8192, d_model 256, 4 heads, seq 128), global batch "
-      "%lld, AdamW; %d round(s) x %d steps (+%d warm-up); %s, %u cores, fp32 peak %.1f GFLOP/s "
+      "%lld, AdamW%s; %d round(s) x %d steps (+%d warm-up); %s, %u cores, fp32 peak %.1f GFLOP/s "
       "per core (%s)\n",
-      kLayers, static_cast<long long>(kBatch), d.rounds, w.steps, w.warmup,
+      kLayers, static_cast<long long>(kBatch),
+      w.activation_checkpointing ? ", blocks checkpointed" : "", d.rounds, w.steps, w.warmup,
       loom::bench::cpu_model().c_str(), std::thread::hardware_concurrency(), peak / 1e9,
       roofline.source.c_str());
+  for (const std::string& name : d.schedules) {
+    const pl::Schedule s =
+        pl::make_schedule(pl::schedule_kind_from_string(name), {.pp = 2, .micro_batches = 2});
+    std::string shares;
+    const std::vector<double> flops = pl::gpt_chunk_flops(config, s, cut_of(w, config, s));
+    double total = 0;
+    for (const double x : flops) total += x;
+    for (const double x : flops) shares += (shares.empty() ? "" : ", ") + cell(x / total, 3);
+    std::printf("  %s pp 2: %s cut %s, counted FLOP shares per chunk %s\n", name.c_str(),
+                w.cut.c_str(), cut_text(cut_of(w, config, s)).c_str(), shares.c_str());
+  }
   std::fflush(stdout);
   auto launch = [&](int ranks, const std::string& args) {
-    const std::string command = d.mpirun + " -np " + std::to_string(ranks) + " --oversubscribe " +
-                                self + " --steps " + std::to_string(w.steps) + " --warmup " +
-                                std::to_string(w.warmup) + " " + args;
+    const std::string command =
+        d.mpirun + " -np " + std::to_string(ranks) + " --oversubscribe " + self + " --steps " +
+        std::to_string(w.steps) + " --warmup " + std::to_string(w.warmup) + " --cut " + w.cut +
+        (w.activation_checkpointing ? " --activation-checkpointing" : "") + " " + args;
     std::string why;
     const auto out = loom::bench::run_json(command, why);
     LOOM_CHECK(out.has_value(), why);
@@ -481,6 +528,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
   json results = json::array();
   std::map<std::pair<std::string, int>, double> measured;
   std::map<int, pl::ActionCosts> zb_v_costs;
+  std::vector<int64_t> zb_v_cut;
   double one_f_one_b_eff = -1;
   std::vector<std::string> verdicts;
   auto mib = [](double bytes) { return loom::bench::fixed(bytes / (1 << 20), 1); };
@@ -503,7 +551,10 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
         bubble.push_back(wait / s.pp);
         for (const auto& v : r.at("cpu_share")) cpu = std::max(cpu, v.get<double>());
         const pl::ActionCosts costs = measured_costs(s, r);
-        if (name == "zb-v") zb_v_costs[m] = costs;
+        if (name == "zb-v") {
+          zb_v_costs[m] = costs;
+          zb_v_cut = r.at("chunk_layers").get<std::vector<int64_t>>();
+        }
         const pl::Simulation sim = pl::simulate(s, costs);
         simulated.push_back(sim.bubble_fraction);
         sim_ms.push_back(1e3 * sim.makespan);
@@ -536,6 +587,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
                          {"peak_activation_bytes", peak_bytes},
                          {"activation_bound_bytes", bound_bytes},
                          {"activation_bound_chunks", s.activation_bound},
+                         {"chunk_layers", rs.front().at("chunk_layers")},
                          {"efficiency", efficiency},
                          {"cpu_share_max", cpu},
                          {"rounds", rs}});
@@ -548,7 +600,8 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
       const pl::ScheduleKind kind = pl::schedule_kind_from_string(name);
       if (kind == pl::ScheduleKind::interleaved_1f1b && m % 4 != 0) continue;
       const pl::Schedule s = pl::make_schedule(kind, {.pp = 4, .micro_batches = m});
-      const pl::Simulation sim = pl::simulate(s, pp4_costs(s, zb_v_costs.at(m)));
+      const std::vector<int64_t> cut = cut_of(w, config, s);
+      const pl::Simulation sim = pl::simulate(s, pp4_costs(s, cut, zb_v_costs.at(m), zb_v_cut));
       const double theory = pl::unit_cost_bubble(kind, {.pp = 4, .micro_batches = m});
       const double t = 1e3 * sim.makespan;
       table.add({name, "4 (sim)", std::to_string(m), std::to_string(s.virtual_stages), cell(t, 1),
@@ -566,6 +619,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
                          {"peak_activation_bytes", nullptr},
                          {"activation_bound_bytes", nullptr},
                          {"activation_bound_chunks", s.activation_bound},
+                         {"chunk_layers", cut},
                          {"efficiency", t_single / (4 * t)}});
     }
   }
@@ -606,26 +660,28 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
   }
   for (const std::string& v : verdicts) std::printf("%s\n", v.c_str());
   if (!d.json_path.empty()) {
-    loom::bench::write_file_atomically(d.json_path,
-                                       json{{"model",
-                                             {{"layers", kLayers},
-                                              {"vocab", 8192},
-                                              {"d_model", 256},
-                                              {"heads", 4},
-                                              {"seq", 128},
-                                              {"batch", kBatch}}},
-                                            {"cpu_model", loom::bench::cpu_model()},
-                                            {"cores", std::thread::hardware_concurrency()},
-                                            {"fp32_peak_flops_per_core", peak},
-                                            {"steps", w.steps},
-                                            {"warmup", w.warmup},
-                                            {"rounds", d.rounds},
-                                            {"single_step_ms", t_single},
-                                            {"two_ranks_step_ms", median(two_ms)},
-                                            {"ceiling", ceiling},
-                                            {"targets", verdicts},
-                                            {"results", results}}
-                                           .dump(2));
+    loom::bench::write_file_atomically(
+        d.json_path, json{{"model",
+                           {{"layers", kLayers},
+                            {"vocab", 8192},
+                            {"d_model", 256},
+                            {"heads", 4},
+                            {"seq", 128},
+                            {"batch", kBatch},
+                            {"activation_checkpointing", w.activation_checkpointing}}},
+                          {"cut", w.cut},
+                          {"cpu_model", loom::bench::cpu_model()},
+                          {"cores", std::thread::hardware_concurrency()},
+                          {"fp32_peak_flops_per_core", peak},
+                          {"steps", w.steps},
+                          {"warmup", w.warmup},
+                          {"rounds", d.rounds},
+                          {"single_step_ms", t_single},
+                          {"two_ranks_step_ms", median(two_ms)},
+                          {"ceiling", ceiling},
+                          {"targets", verdicts},
+                          {"results", results}}
+                         .dump(2));
   }
   return 0;
 }
@@ -655,6 +711,11 @@ int main(int argc, char** argv) {
       ->check(flags::at_least(1));
   app.add_option("--mpirun", d.mpirun, "driver: MPI launcher");
   app.add_option("--json", d.json_path, "driver: also write the results here");
+  app.add_option("--cut", w.cut,
+                 "the stage partition: balanced (by counted FLOPs) or even (by block count)")
+      ->check(CLI::IsMember({"balanced", "even"}));
+  app.add_flag("--activation-checkpointing", w.activation_checkpointing,
+               "checkpoint every block (GPTConfig::checkpoint_blocks), single-rank runs included");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!drive) {

@@ -87,7 +87,8 @@ struct Flags {
   bool schedule_given = false;        // --schedule on the command line (refused without --pp)
   int micro_batches = 0;              // 0: pp
   int virtual_stages = 0;             // 0: the schedule's own
-  std::vector<int64_t> stage_layers;  // blocks per chunk, in chunk order; empty: even cut
+  std::vector<int64_t> stage_layers;  // blocks per chunk, in chunk order; empty: balanced by FLOPs
+  bool activation_checkpointing = false;  // GPTConfig::checkpoint_blocks
 };
 
 namespace pl = loom::parallel::pipeline;
@@ -133,10 +134,17 @@ void check_pipeline(const Flags& f) {
   const int chunks = schedule.chunks();
   LOOM_CHECK(f.layers >= chunks, "--layers ", f.layers, " is fewer than the ", chunks,
              " chunks of schedule ", f.schedule, " (--pp ", f.pp, " x ", schedule.virtual_stages,
-             " virtual stage(s)): every chunk needs at least one layer");
+             " virtual stage(s)): a cut needs at least as many layers as chunks");
   if (!f.stage_layers.empty()) {
     int64_t sum = 0;
-    for (const int64_t layers : f.stage_layers) sum += layers;
+    for (size_t c = 0; c < f.stage_layers.size(); ++c) {
+      const bool end = c == 0 || c + 1 == f.stage_layers.size();
+      LOOM_CHECK(end || f.stage_layers[c] >= 1, "--stage-layers gives chunk ", c, " ",
+                 f.stage_layers[c],
+                 " layers: only the first and the last chunk (the embeddings', the head's) may "
+                 "hold none");
+      sum += f.stage_layers[c];
+    }
     LOOM_CHECK(static_cast<int>(f.stage_layers.size()) == chunks, "--stage-layers has ",
                f.stage_layers.size(), " entries but schedule ", f.schedule, " cuts the GPT into ",
                chunks, " chunks (--pp ", f.pp, " x ", schedule.virtual_stages,
@@ -217,6 +225,7 @@ int run(const Flags& f) {
   config.d_model = f.d_model;
   config.heads = f.heads;
   config.seq_len = f.seq;
+  config.checkpoint_blocks = f.activation_checkpointing;
   config.module = {.device = device, .dtype = DType::f32, .seed = f.seed};
   LOOM_CHECK(config.vocab >= static_cast<int64_t>(file->vocab_size()), "--vocab ", config.vocab,
              " is smaller than the token file's vocabulary ", file->vocab_size());
@@ -335,18 +344,32 @@ int run(const Flags& f) {
       world.size(), dp.size(), f.tp, f.sequence_parallel ? " (sequence parallel)" : "", f.pp,
       static_cast<long long>(f.batch), device.str().c_str(), meter.peak_description().c_str());
   if (pipeline) {
-    std::string cut;
-    for (const int64_t n : pl::gpt_chunk_layers(config, *pipeline, f.stage_layers)) {
-      cut += (cut.empty() ? "" : ",") + std::to_string(n);
+    // The cut and each chunk's counted FLOPs (forward + backward of one sequence).
+    const std::vector<int64_t> layers_per_chunk =
+        pl::gpt_chunk_layers(config, *pipeline, f.stage_layers);
+    const std::vector<double> chunk_flops = pl::gpt_chunk_flops(config, *pipeline, f.stage_layers);
+    double total_flops = 0;
+    for (const double x : chunk_flops) total_flops += x;
+    std::string cut, costs;
+    for (size_t c = 0; c < layers_per_chunk.size(); ++c) {
+      cut += (cut.empty() ? "" : ",") + std::to_string(layers_per_chunk[c]);
+      char cost[64];
+      std::snprintf(cost, sizeof(cost), "%s%.3f (%.1f%%)", costs.empty() ? "" : ", ",
+                    chunk_flops[c] / 1e9, 100.0 * chunk_flops[c] / total_flops);
+      costs += cost;
     }
     say("pipeline: schedule %s, pp %d x %d virtual stage(s), %d micro-batches of %lld sequences, "
-        "layers per chunk %s; bubble at unit cost %.3f, at most %d chunk activations per rank\n",
+        "layers per chunk %s (%s); bubble at unit cost %.3f, at most %d chunk activations per "
+        "rank\n",
         f.schedule.c_str(), f.pp, pipeline->virtual_stages, micro_batches_of(f),
         static_cast<long long>(f.batch / micro_batches_of(f)), cut.c_str(),
+        f.stage_layers.empty() ? "balanced by counted FLOPs" : "--stage-layers",
         pl::unit_cost_bubble(
             pl::schedule_kind_from_string(f.schedule),
             {.pp = f.pp, .micro_batches = micro_batches_of(f), .virtual_stages = f.virtual_stages}),
         pipeline->activation_bound);
+    say("pipeline: counted GFLOP per sequence per chunk (forward + backward%s): %s\n",
+        f.activation_checkpointing ? ", blocks recomputed in backward" : "", costs.c_str());
   }
   examples::print_layout(world, groups, device, zero);
   if (f.profile) {
@@ -561,9 +584,14 @@ int main(int argc, char** argv) {
       ->check(flags::at_least(0));
   app.add_option("--stage-layers", f.stage_layers,
                  "with --pp: blocks per chunk in dataflow order, pp x virtual stages entries "
-                 "summing to --layers (e.g. 3,3,2,2; default: as even as possible)")
+                 "summing to --layers (e.g. 3,3,2,2; the first and the last may be 0; default: "
+                 "balanced by counted FLOPs, docs/pipeline.md)")
       ->delimiter(',')
-      ->check(flags::at_least(1));
+      ->check(flags::at_least(0));
+  app.add_flag("--activation-checkpointing", f.activation_checkpointing,
+               "keep only each transformer block's input from forward to backward and recompute "
+               "the block in backward: less activation memory for one more forward per block "
+               "(with or without --pp)");
   app.add_flag("--profile", f.profile, "per-op table at the end (also LOOM_PROFILE=1)");
   app.add_option("--trace", f.trace_path, "with --profile: write a Chrome trace here");
   app.add_option("--require-below-unigram", f.require_below_unigram,

@@ -1,5 +1,6 @@
 # models/: reference networks built from nn modules.
 target_sources(loom PRIVATE
   models/gpt.cpp
+  models/gpt_flops.cpp
   models/resnet.cpp
 )

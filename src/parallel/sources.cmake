@@ -10,6 +10,7 @@ target_sources(loom PRIVATE
   parallel/pipeline/executor.cpp
   parallel/pipeline/generators.cpp
   parallel/pipeline/gpt_chunks.cpp
+  parallel/pipeline/partition.cpp
   parallel/pipeline/print.cpp
   parallel/pipeline/replay.cpp
   parallel/pipeline/schedule.cpp

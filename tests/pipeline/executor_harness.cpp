@@ -59,7 +59,8 @@ RankRun run_pipeline_rank(const PipelineRun& run, comm::Communicator& world) {
   const pl::Schedule schedule = pl::make_schedule(
       run.kind,
       {.pp = run.pp, .micro_batches = run.micro_batches, .virtual_stages = run.virtual_stages});
-  const pl::GPTChunks chunks = pl::build_gpt_chunks(run.config, schedule, groups.coord.pp);
+  const pl::GPTChunks chunks =
+      pl::build_gpt_chunks(run.config, schedule, groups.coord.pp, run.chunk_layers);
   parallel::ZeroOptimizer zero(chunks.parameters(), *groups.dp, kSgd,
                                zero_options(run.zero_stage, parallel::reduction_groups(groups)));
   pl::PipelineExecutor executor(schedule, *groups.pp, chunks.modules(), zero,

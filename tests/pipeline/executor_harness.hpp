@@ -11,6 +11,7 @@
 // 16 KiB, so the small model still spans several buckets).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -36,6 +37,8 @@ struct PipelineRun {
   int steps = 3;
   int rows = 2;     // sequences per micro-batch
   double clip = 0;  // > 0: clip by the global norm
+  // Blocks per chunk (build_gpt_chunks); empty: the default cut, balanced by counted FLOPs.
+  std::vector<int64_t> chunk_layers = {};
   models::GPTConfig config = executor_test_config();
 };
 

@@ -203,8 +203,8 @@ TEST_CASE("pipeline executor: bad input is refused before any communication", "[
     const pl::Schedule s = pl::schedule_interleaved_1f1b(4, 4, 2);
     CHECK_THROWS_WITH(pl::build_gpt_chunks(small, s, 0),
                       Contains("a GPT of 7 layers cannot be cut into schedule 'interleaved' (pp 4 "
-                               "x 2 virtual stage(s) = 8 chunks): every chunk needs at least one "
-                               "layer"));
+                               "x 2 virtual stage(s) = 8 chunks): it needs at least as many "
+                               "layers as chunks"));
     CHECK_THROWS_WITH(pl::build_gpt_chunks(config, one_f_one_b, 0, {3, 3, 3}),
                       Contains("layers per chunk: 3 entries given for schedule '1f1b'"));
     CHECK_THROWS_WITH(pl::build_gpt_chunks(config, one_f_one_b, 0, {5, 4}),

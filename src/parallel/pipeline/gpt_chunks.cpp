@@ -1,34 +1,81 @@
 #include "loom/parallel/pipeline/gpt_chunks.hpp"
 
 #include "loom/core/error.hpp"
+#include "loom/models/gpt_flops.hpp"
+#include "loom/parallel/pipeline/partition.hpp"
 
 namespace loom::parallel::pipeline {
 
+namespace {
+
+std::string describe(const Schedule& schedule) {
+  return str_cat("schedule '", schedule.name, "' (pp ", schedule.pp, " x ", schedule.virtual_stages,
+                 " virtual stage(s) = ", schedule.chunks(), " chunks)");
+}
+
+void check_layer_count(const models::GPTConfig& config, const Schedule& schedule) {
+  LOOM_CHECK(config.layers >= schedule.chunks(), "a GPT of ", config.layers,
+             " layers cannot be cut into ", describe(schedule),
+             ": it needs at least as many layers as chunks");
+}
+
+// The partition problem of a GPT's cut: one cost per block, the embeddings on
+// the first chunk, the head on the last; those two may take no block. Ranks
+// as the schedule places the chunks.
+PartitionProblem flops_problem(const models::GPTConfig& config, const Schedule& schedule) {
+  const models::GPTFlops flops = models::gpt_flops(config, 1, config.seq_len);
+  const auto chunks = static_cast<size_t>(schedule.chunks());
+  PartitionProblem p;
+  p.layer_costs.assign(static_cast<size_t>(config.layers), flops.block.total());
+  p.chunk_costs.assign(chunks, 0.0);
+  p.chunk_costs.front() += flops.embeddings.total();
+  p.chunk_costs.back() += flops.head.total();
+  p.min_layers.assign(chunks, 1);
+  p.min_layers.front() = 0;
+  p.min_layers.back() = 0;
+  for (const ChunkPlace& place : schedule.placement) p.chunk_ranks.push_back(place.rank);
+  return p;
+}
+
+}  // namespace
+
+std::vector<int64_t> even_gpt_chunk_layers(const models::GPTConfig& config,
+                                           const Schedule& schedule) {
+  check_layer_count(config, schedule);
+  const int64_t chunks = schedule.chunks();
+  std::vector<int64_t> out(static_cast<size_t>(chunks), config.layers / chunks);
+  for (int64_t c = 0; c < config.layers % chunks; ++c) ++out[static_cast<size_t>(c)];
+  return out;
+}
+
 std::vector<int64_t> gpt_chunk_layers(const models::GPTConfig& config, const Schedule& schedule,
                                       const std::vector<int64_t>& chunk_layers) {
+  config.validate();
+  check_layer_count(config, schedule);
   const int64_t chunks = schedule.chunks();
-  const std::string what =
-      str_cat("schedule '", schedule.name, "' (pp ", schedule.pp, " x ", schedule.virtual_stages,
-              " virtual stage(s) = ", chunks, " chunks)");
-  if (chunk_layers.empty()) {
-    LOOM_CHECK(config.layers >= chunks, "a GPT of ", config.layers, " layers cannot be cut into ",
-               what, ": every chunk needs at least one layer");
-    std::vector<int64_t> out(static_cast<size_t>(chunks), config.layers / chunks);
-    for (int64_t c = 0; c < config.layers % chunks; ++c) ++out[static_cast<size_t>(c)];
-    return out;
-  }
+  if (chunk_layers.empty()) return balanced_partition(flops_problem(config, schedule));
   LOOM_CHECK(static_cast<int64_t>(chunk_layers.size()) == chunks,
-             "layers per chunk: ", chunk_layers.size(), " entries given for ", what,
+             "layers per chunk: ", chunk_layers.size(), " entries given for ", describe(schedule),
              "; one per chunk");
   int64_t sum = 0;
   for (size_t c = 0; c < chunk_layers.size(); ++c) {
-    LOOM_CHECK(chunk_layers[c] >= 1, "layers per chunk: chunk ", c, " gets ", chunk_layers[c],
-               "; every chunk needs at least one layer");
+    const bool end = c == 0 || static_cast<int64_t>(c) == chunks - 1;
+    LOOM_CHECK(chunk_layers[c] >= (end ? 0 : 1), "layers per chunk: chunk ", c, " gets ",
+               chunk_layers[c],
+               end ? "; a layer count cannot be negative"
+                   : "; a chunk other than the first and the last needs at least one layer (only "
+                     "the chunks holding the embeddings or the head may hold none)");
     sum += chunk_layers[c];
   }
   LOOM_CHECK(sum == config.layers, "layers per chunk sum to ", sum, " but the GPT has ",
              config.layers, " layers");
   return chunk_layers;
+}
+
+std::vector<double> gpt_chunk_flops(const models::GPTConfig& config, const Schedule& schedule,
+                                    const std::vector<int64_t>& chunk_layers) {
+  const std::vector<int64_t> cut = gpt_chunk_layers(config, schedule, chunk_layers);
+  return partition_costs(flops_problem(config, schedule), cut);
 }
 
 std::vector<nn::Module*> GPTChunks::modules() const {
