@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -58,10 +60,12 @@ void check_placement(const std::string& where, const Shape& shape, const ShardPl
              shape_str(shard.global_shape), " and offsets ", shape_str(shard.offsets),
              ": all three need one entry per dimension");
   for (size_t d = 0; d < shape.size(); ++d) {
-    LOOM_CHECK(shard.offsets[d] >= 0 && shard.offsets[d] + shape[d] <= shard.global_shape[d], where,
-               ": shard of shape ", shape_str(shape), " at offsets ", shape_str(shard.offsets),
-               " does not fit in the global shape ", shape_str(shard.global_shape), " (dimension ",
-               d, ")");
+    // Not offsets + shape <= global: a hostile offset would overflow.
+    LOOM_CHECK(shard.offsets[d] >= 0 && shape[d] <= shard.global_shape[d] &&
+                   shard.offsets[d] <= shard.global_shape[d] - shape[d],
+               where, ": shard of shape ", shape_str(shape), " at offsets ",
+               shape_str(shard.offsets), " does not fit in the global shape ",
+               shape_str(shard.global_shape), " (dimension ", d, ")");
   }
 }
 
@@ -174,6 +178,17 @@ Entry parse_entry(const Reader& file, const std::string& name, const json& value
   return e;
 }
 
+// A checksum as hex32() writes it: eight hexadecimal digits.
+uint32_t parse_hex32(const Reader& file, const std::string& where, const std::string& text) {
+  uint32_t value = 0;
+  const bool hex = text.size() == 8 && std::all_of(text.begin(), text.end(), [](char c) {
+                     return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+                   });
+  if (!hex) file.fail(where, " has crc32c \"", text, "\", not eight hexadecimal digits");
+  std::from_chars(text.data(), text.data() + text.size(), value, 16);
+  return value;
+}
+
 // Loom's per-tensor records in "loom.tensors": checksum and shard placement.
 void parse_loom_records(const Reader& file, const std::string& text, std::vector<Entry>& entries) {
   json records;
@@ -190,7 +205,7 @@ void parse_loom_records(const Reader& file, const std::string& text, std::vector
     if (!r.is_object() || !r.contains("crc32c") || !r["crc32c"].is_string()) {
       file.fail(where, ": its record in \"", kLoomTensorsKey, "\" has no crc32c string");
     }
-    e.crc = static_cast<uint32_t>(std::stoul(r["crc32c"].get<std::string>(), nullptr, 16));
+    e.crc = parse_hex32(file, where, r["crc32c"].get<std::string>());
     if (r.contains("global_shape") || r.contains("offsets")) {
       ShardPlacement shard{
           shape_from(file, r.value("global_shape", json()), where + " global_shape"),

@@ -3,5 +3,7 @@
 target_sources(loom PRIVATE
   checkpoint/crc32c.cpp
   checkpoint/distributed.cpp
+  checkpoint/reader.cpp
+  checkpoint/records.cpp
   checkpoint/safetensors.cpp
 )
