@@ -36,4 +36,16 @@ std::optional<uint64_t> env_count(const char* name, uint64_t max, const char* me
   return number;
 }
 
+std::optional<std::string> env_choice(const char* name,
+                                      std::initializer_list<const char*> choices) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  std::string accepted;
+  for (const char* choice : choices) {
+    if (std::string(text) == choice) return std::string(text);
+    accepted += (accepted.empty() ? "" : ", ") + std::string(choice);
+  }
+  throw Error(str_cat(name, "='", text, "' must be one of ", accepted));
+}
+
 }  // namespace loom::detail

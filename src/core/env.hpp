@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
+#include <string>
 
 namespace loom::detail {
 
@@ -15,5 +17,8 @@ std::optional<bool> env_switch(const char* name);
 // A whole number in [0, max] (digits only: no sign, no unit). `meaning` ends
 // the message ("a number of MiB").
 std::optional<uint64_t> env_count(const char* name, uint64_t max, const char* meaning);
+
+// One of `choices`, spelled exactly (lower case).
+std::optional<std::string> env_choice(const char* name, std::initializer_list<const char*> choices);
 
 }  // namespace loom::detail

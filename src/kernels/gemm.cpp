@@ -33,10 +33,13 @@ Shape leading(const Tensor& t) {
 GemmShape check_gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& o) {
   LOOM_CHECK(a.defined() && b.defined() && c.defined(),
              "gemm: A, B and C must all be defined; got ", describe(a, b, c, o));
-  LOOM_CHECK(a.dtype() == c.dtype() && b.dtype() == c.dtype(),
-             "gemm: A, B and C must have one dtype; got ", describe(a, b, c, o));
-  LOOM_CHECK(is_floating(c.dtype()), "gemm: dtype ", c.dtype(),
+  LOOM_CHECK(is_floating(a.dtype()), "gemm: dtype ", a.dtype(),
              " is not a floating-point type (f32, bf16, f16); got ", describe(a, b, c, o));
+  // Mixed precision: bf16 or f16 operands, an f32 result.
+  const bool mixed = c.dtype() == DType::f32 && a.dtype() != DType::f32;
+  LOOM_CHECK(a.dtype() == b.dtype() && (c.dtype() == a.dtype() || mixed), "gemm: A and B must ",
+             "have one dtype, and C that dtype or f32 (for bf16 or f16 A and B); got ",
+             describe(a, b, c, o));
   LOOM_CHECK(a.device() == c.device() && b.device() == c.device(),
              "gemm: A, B and C must be on one device; got ", describe(a, b, c, o));
   LOOM_CHECK(a.dim() >= 2 && b.dim() >= 2 && c.dim() >= 2,
@@ -76,9 +79,6 @@ GemmShape check_gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Ge
 void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& options) {
   const GemmShape s = check_gemm(a, b, c, options);
   const Device device = c.device();
-  LOOM_CHECK(device.is_cuda() || c.dtype() == DType::f32, "gemm: host GEMM supports f32 only, not ",
-             c.dtype(), " (", describe(a, b, c, options),
-             "); convert the operands with to(DType::f32) or run on CUDA");
   if (s.batch == 0 || s.m == 0 || s.n == 0) return;
   if (s.k == 0) {  // op(A) @ op(B) is all zeros
     if (options.beta == 0.0f) {
@@ -90,7 +90,8 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& 
   }
 
   detail::GemmProblem p;
-  p.dtype = c.dtype();
+  p.dtype = a.dtype();
+  p.c_dtype = c.dtype();
   p.batch = s.batch;
   p.m = s.m;
   p.n = s.n;

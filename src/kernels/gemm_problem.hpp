@@ -1,7 +1,8 @@
 // Internal: a GEMM after argument checking, in the terms both backends use.
 //
 // C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for b < batch, every matrix
-// row-major and dense. A[b] starts at a + b * stride_a elements (stride 0: one
+// row-major and dense. A and B are of `dtype`; C is of `c_dtype`: `dtype`, or f32
+// when `dtype` is bf16 or f16. A[b] starts at a + b * stride_a elements (stride 0: one
 // matrix shared by the batch), likewise B and C. m, n, k >= 1 and batch >= 1:
 // gemm() handles empty problems itself, so backends never see them.
 #pragma once
@@ -13,7 +14,8 @@
 namespace loom::kernels::detail {
 
 struct GemmProblem {
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;    // A and B
+  DType c_dtype = DType::f32;  // C
   int64_t batch = 1;
   int64_t m = 0, n = 0, k = 0;
   const void* a = nullptr;

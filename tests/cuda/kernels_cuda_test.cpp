@@ -131,6 +131,44 @@ TEST_CASE("cuBLAS gemm: batches with shared operands, views at odd offsets") {
   }
 }
 
+TEST_CASE("cuBLAS gemm: bf16 and f16 operands with an f32 C (mixed precision)") {
+  // The host reference converts the operands to f32 exactly, so the f32 C differs
+  // only by accumulation: check_device_gemm's f32 bound (out_eps 0 for an f32 C).
+  struct Dims {
+    int64_t m, n, k;
+  };
+  uint32_t seed = 700;
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    for (const Dims d : {Dims{1, 1, 1}, Dims{3, 17, 129}, Dims{129, 3, 17}, Dims{200, 150, 333}}) {
+      for (const bool trans_a : {false, true}) {
+        for (const bool trans_b : {false, true}) {
+          for (const float beta : {0.0f, -1.5f}) {
+            INFO(dtype << " m=" << d.m << " n=" << d.n << " k=" << d.k << " trans_a=" << trans_a
+                       << " trans_b=" << trans_b << " beta=" << beta);
+            const Tensor a = loom::test::random_tensor(matrix(d.m, d.k, trans_a), dtype, ++seed);
+            const Tensor b = loom::test::random_tensor(matrix(d.k, d.n, trans_b), dtype, ++seed);
+            const Tensor c = loom::test::random_tensor({d.m, d.n}, DType::f32, ++seed);
+            check_device_gemm(a, b, c, GemmOptions{trans_a, trans_b, 0.75f, beta});
+          }
+        }
+      }
+    }
+    // Batched, B shared (one cublasGemmStridedBatchedEx with stride 0) and folded.
+    const Tensor a = loom::test::random_tensor({2, 3, 9, 33}, dtype, ++seed);
+    const Tensor b = loom::test::random_tensor({33, 5}, dtype, ++seed);
+    check_device_gemm(a, b, loom::test::random_tensor({2, 3, 9, 5}, DType::f32, ++seed),
+                      GemmOptions{false, false, 1.0f, 0.5f});
+    const Tensor per_batch_b = loom::test::random_tensor({2, 3, 5, 33}, dtype, ++seed);
+    check_device_gemm(a, per_batch_b, loom::test::random_tensor({2, 3, 9, 5}, DType::f32, ++seed),
+                      GemmOptions{false, true, 1.0f, 0.0f});
+  }
+  // The host and the device agree on the rule.
+  CHECK_THROWS_WITH(
+      k::gemm(Tensor::zeros({3, 4}, DType::f32, kGpu), Tensor::zeros({4, 6}, DType::f32, kGpu),
+              Tensor::zeros({3, 6}, DType::bf16, kGpu)),
+      Contains("C that dtype or f32 (for bf16 or f16 A and B)"));
+}
+
 TEST_CASE("cuBLAS gemm: TF32, beta == 0 with NaN in C, empty sizes, determinism, errors") {
   const Tensor a = loom::test::random_tensor({100, 300}, DType::f32, 1);
   const Tensor b = loom::test::random_tensor({300, 70}, DType::f32, 2);

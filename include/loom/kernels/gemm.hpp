@@ -9,10 +9,17 @@
 // case one matrix is shared by every batch entry (e.g. a Linear layer's
 // weight applied to [batch, seq, features] input viewed as 3-D).
 //
-// dtypes: A, B and C share one dtype. Host: f32 (Loom's packed AVX-512 GEMM where the
-// CPU has AVX-512, else Eigen). CUDA: f32, bf16 and
-// f16 through cuBLAS; bf16/f16 accumulate in f32 on tensor cores; f32 uses
-// full-precision FP32 unless allow_tf32 is set.
+// dtypes: A and B share one dtype (f32, bf16 or f16); C has that dtype, or f32
+// when A and B are bf16 or f16 (mixed precision: 16-bit operands, an f32
+// result, e.g. a Linear layer's output or weight gradient). Products always
+// accumulate in f32; a bf16/f16 C is rounded once (to nearest even) from
+// alpha * sum + beta * C computed in f32.
+// Host: f32 on Loom's packed AVX-512 GEMM where the build targets AVX-512, else
+// Eigen. bf16 on the AVX-512 BF16 dot-product instruction (vdpbf16ps) where the
+// CPU has it (detected at run time; LOOM_CPU_BF16_GEMM=fallback forces the
+// other path), else, like f16, through f32 copies of the operands.
+// CUDA: f32, bf16 and f16 through cuBLAS; bf16/f16 run on tensor cores; f32
+// uses full-precision FP32 unless allow_tf32 is set.
 //
 // beta == 0 means C is not read (it may hold garbage or NaN).
 // C must not overlap A or B. Work on CUDA is queued on C's device's current stream.

@@ -1,5 +1,8 @@
-// Host GEMM (single-threaded): our packed AVX-512 kernel where the build targets
-// AVX-512 (kernels/cpu/packed_gemm.cpp), else Eigen's blocked, vectorised kernels.
+// Host GEMM (single-threaded). f32: our packed AVX-512 kernel where the build
+// targets AVX-512 (kernels/cpu/packed_gemm.cpp), else Eigen's blocked, vectorised
+// kernels. bf16: the AVX-512 BF16 dot-product kernel (kernels/cpu/bf16_gemm.cpp)
+// where the CPU has it. Otherwise bf16 and f16 operands are converted to f32
+// and run as f32; a bf16/f16 C is rounded once from the f32 result.
 //
 // Eigen is column-major by default; a row-major [r, c] buffer is the
 // column-major [c, r] matrix holding its transpose. So the row-major product
@@ -10,6 +13,12 @@
 
 #include <Eigen/Core>
 
+#include <vector>
+
+#include "core/env.hpp"
+#include "core/primitives.hpp"
+#include "kernels/cpu/bf16_gemm.hpp"
+#include "kernels/cpu/float_io.hpp"
 #include "kernels/cpu/packed_gemm.hpp"
 #include "loom/core/error.hpp"
 
@@ -49,11 +58,7 @@ void gemm_one(const detail::GemmProblem& p, const float* a, const float* b, floa
   }
 }
 
-}  // namespace
-
-void gemm(const detail::GemmProblem& p) {
-  LOOM_ASSERT(p.dtype == DType::f32, "host gemm called with ", p.dtype);
-  LOOM_ASSERT(p.m > 0 && p.n > 0 && p.k > 0 && p.batch > 0);
+void gemm_f32(const detail::GemmProblem& p) {
   if (packed_gemm_available()) {
     packed_gemm(p);
     return;
@@ -63,6 +68,92 @@ void gemm(const detail::GemmProblem& p) {
   auto* c = static_cast<float*>(p.c);
   for (int64_t i = 0; i < p.batch; ++i) {
     gemm_one(p, a + i * p.stride_a, b + i * p.stride_b, c + i * p.stride_c);
+  }
+}
+
+// Elements of A, B or C: one matrix when its stride is 0, else the batch's.
+int64_t operand_count(int64_t stride, int64_t batch, int64_t matrix) {
+  return stride == 0 ? matrix : batch * matrix;
+}
+
+std::vector<float> to_f32(const void* src, DType dtype, int64_t count) {
+  std::vector<float> out(static_cast<size_t>(count));
+  loom::detail::host_convert(src, dtype, out.data(), DType::f32, count);
+  return out;
+}
+
+// c[i] = round(value[i] + beta * c[i]) to T; beta == 0 never reads c.
+template <typename T>
+void round_into(const float* value, float beta, T* c, int64_t count) {
+  if (beta == 0.0f) {
+    for (int64_t i = 0; i < count; ++i) c[i] = store_float<T>(value[i]);
+  } else {
+    for (int64_t i = 0; i < count; ++i) c[i] = store_float<T>(value[i] + beta * load_float(c[i]));
+  }
+}
+
+// bf16/f16 operands as f32 copies through the f32 GEMM; a bf16/f16 C gets
+// alpha * op(A) op(B) in f32 scratch first and is rounded once.
+void convert_to_f32_gemm(const detail::GemmProblem& p) {
+  const std::vector<float> a = to_f32(p.a, p.dtype, operand_count(p.stride_a, p.batch, p.m * p.k));
+  const std::vector<float> b = to_f32(p.b, p.dtype, operand_count(p.stride_b, p.batch, p.k * p.n));
+  detail::GemmProblem q = p;
+  q.dtype = q.c_dtype = DType::f32;
+  q.a = a.data();
+  q.b = b.data();
+  if (p.c_dtype == DType::f32) {
+    gemm_f32(q);
+    return;
+  }
+  const int64_t count = p.batch * p.m * p.n;
+  std::vector<float> c(static_cast<size_t>(count));
+  q.c = c.data();
+  q.beta = 0.0f;
+  q.stride_c = p.m * p.n;
+  gemm_f32(q);
+  if (p.c_dtype == DType::bf16) {
+    round_into(c.data(), p.beta, static_cast<bfloat16*>(p.c), count);
+  } else {
+    round_into(c.data(), p.beta, static_cast<float16*>(p.c), count);
+  }
+}
+
+}  // namespace
+
+Bf16GemmKernel bf16_gemm_kernel() {
+  const std::string choice =
+      loom::detail::env_choice("LOOM_CPU_BF16_GEMM", {"auto", "native", "fallback"})
+          .value_or("auto");
+  if (choice == "fallback") return Bf16GemmKernel::convert_to_f32;
+  if (choice == "native") {
+    LOOM_CHECK(bf16_dot_gemm_available(),
+               "LOOM_CPU_BF16_GEMM='native' needs a CPU with AVX-512 BF16 (cpuinfo flag "
+               "avx512_bf16), which this one lacks; use auto or fallback");
+    return Bf16GemmKernel::dot_product;
+  }
+  return bf16_dot_gemm_available() ? Bf16GemmKernel::dot_product : Bf16GemmKernel::convert_to_f32;
+}
+
+void gemm(const detail::GemmProblem& p) {
+  LOOM_ASSERT(p.m > 0 && p.n > 0 && p.k > 0 && p.batch > 0);
+  LOOM_ASSERT(p.c_dtype == p.dtype || p.c_dtype == DType::f32, "host gemm: A/B ", p.dtype, ", C ",
+              p.c_dtype);
+  switch (p.dtype) {
+    case DType::f32:
+      gemm_f32(p);
+      return;
+    case DType::bf16:
+      if (bf16_gemm_kernel() == Bf16GemmKernel::dot_product) {
+        bf16_dot_gemm(p);
+      } else {
+        convert_to_f32_gemm(p);
+      }
+      return;
+    case DType::f16:
+      convert_to_f32_gemm(p);
+      return;
+    default:
+      LOOM_ASSERT(false, "host gemm called with ", p.dtype);
   }
 }
 

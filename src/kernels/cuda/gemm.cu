@@ -38,8 +38,9 @@ void gemm(const detail::GemmProblem& p, const Stream& stream) {
              " exceed cuBLAS's 32-bit sizes (at most ", INT_MAX, " each)");
   loom::detail::cuda::NvtxRange range("loom::gemm");
   const int m = static_cast<int>(p.m), n = static_cast<int>(p.n), k = static_cast<int>(p.k);
-  const cudaDataType_t type = cuda_type(p.dtype);
-  // f32 accumulation for every dtype; bf16/f16 inputs run on tensor cores with it.
+  const cudaDataType_t type = cuda_type(p.dtype), c_type = cuda_type(p.c_dtype);
+  // f32 accumulation for every dtype; bf16/f16 inputs run on tensor cores with it
+  // (C may be f32 then: cuBLAS's mixed-precision CUDA_R_16BF/16F x CUDA_R_32F case).
   const cublasComputeType_t compute =
       p.dtype == DType::f32 && p.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   // op(B)^T is [n, k]: B is stored [k, n] (no transpose, ld n) or [n, k] (transpose, ld k).
@@ -51,7 +52,7 @@ void gemm(const detail::GemmProblem& p, const Stream& stream) {
   cublasHandle_t handle = cublas_handle(stream);
   LOOM_CUBLAS_CHECK(
       cublasGemmStridedBatchedEx(handle, op_b, op_a, n, m, k, &p.alpha, p.b, type, ld_b, p.stride_b,
-                                 p.a, type, ld_a, p.stride_a, &p.beta, p.c, type, n, p.stride_c,
+                                 p.a, type, ld_a, p.stride_a, &p.beta, p.c, c_type, n, p.stride_c,
                                  static_cast<int>(p.batch), compute, CUBLAS_GEMM_DEFAULT));
 }
 
