@@ -4,6 +4,9 @@
 //   host:  single-thread memcpy bandwidth at a cache-resident (512 KiB) and a
 //          DRAM-sized (256 MiB) working set, and peak SGEMM: the best of
 //          Loom's GEMM and OpenBLAS's single-threaded sgemm over square sizes;
+//          the instruction peaks of f32 FMA and bf16 vdpbf16ps (cpu_peak.hpp):
+//          bf16 GEMM rows (bf16 A and B; C bf16, or f32 as "bf16->f32") are
+//          compared with the bf16 dot-product peak;
 //   CUDA:  device-to-device copy bandwidth and the best square cuBLAS GEMM.
 //
 // Each op is placed on the roofline: when its arithmetic intensity (flops per
@@ -24,6 +27,7 @@
 
 #include "../examples/common/flag_checks.hpp"
 #include "bench_util.hpp"
+#include "cpu_peak.hpp"
 #include "loom/loom.hpp"
 #include "openblas_peer.hpp"
 
@@ -45,6 +49,7 @@ struct Limits {
   std::vector<CopyBandwidth> copy;  // a cache-resident and a DRAM-sized working set
   double peak_gflops = 0;           // best GEMM measured in this run
   std::string peak_source;
+  loom::bench::CpuPeaks instruction_peaks;  // host only
 
   // The copy measured at the working set closest (in log scale) to `bytes`.
   const CopyBandwidth& copy_for(double bytes) const {
@@ -117,7 +122,9 @@ struct GemmShape {
   bool shared_b;  // B is one 2-D matrix used by every batch entry
 };
 
-Result run_gemm(Bench& bench, Device device, DType dtype, const GemmShape& s, uint64_t seed) {
+// C is of c_dtype (dtype, or f32 for a mixed-precision bf16/f16 GEMM).
+Result run_gemm(Bench& bench, Device device, DType dtype, const GemmShape& s, uint64_t seed,
+                std::optional<DType> c_dtype = std::nullopt) {
   const loom::Shape a_shape = s.trans_a ? loom::Shape{s.k, s.m} : loom::Shape{s.m, s.k};
   const loom::Shape b_shape = s.trans_b ? loom::Shape{s.n, s.k} : loom::Shape{s.k, s.n};
   auto batched = [&](loom::Shape shape) {
@@ -126,7 +133,8 @@ Result run_gemm(Bench& bench, Device device, DType dtype, const GemmShape& s, ui
   };
   const Tensor a = random_tensor(batched(a_shape), dtype, device, seed);
   const Tensor b = random_tensor(s.shared_b ? b_shape : batched(b_shape), dtype, device, seed + 1);
-  const Tensor c = Tensor::zeros(batched({s.m, s.n}), dtype, device);
+  const DType out = c_dtype.value_or(dtype);
+  const Tensor c = Tensor::zeros(batched({s.m, s.n}), out, device);
   loom::kernels::GemmOptions options;
   options.trans_a = s.trans_a;
   options.trans_b = s.trans_b;
@@ -138,13 +146,29 @@ Result run_gemm(Bench& bench, Device device, DType dtype, const GemmShape& s, ui
       (s.batch > 1 ? std::to_string(s.batch) + "x" : "") + dims({s.m, s.n, s.k}) +
       (s.trans_a || s.trans_b ? std::string(" ") + (s.trans_a ? "T" : "N") + (s.trans_b ? "T" : "N")
                               : "");
-  r.dtype = std::string(loom::dtype_name(dtype));
+  r.dtype = std::string(loom::dtype_name(dtype)) +
+            (out == dtype ? "" : "->" + std::string(loom::dtype_name(out)));
   r.cost = loom::kernels::gemm_cost(a, b, c, options);
   r.seconds = bench.time(device, [&] { loom::kernels::gemm(a, b, c, options); });
 
+  const int64_t a_stride = s.m * s.k, b_stride = s.shared_b ? 0 : s.k * s.n, c_stride = s.m * s.n;
+  if (device.is_cpu() && dtype == DType::bf16 && out == DType::f32 && bench.openblas &&
+      bench.openblas->has_sbgemm()) {
+    const Tensor c2 = Tensor::zeros(c.shape(), out, device);
+    const auto* pa = static_cast<const uint16_t*>(a.data());
+    const auto* pb = static_cast<const uint16_t*>(b.data());
+    float* pc = c2.data<float>();
+    r.peer = "OpenBLAS sbgemm";
+    r.peer_seconds = bench.time(device, [&] {
+      for (int64_t i = 0; i < s.batch; ++i) {
+        bench.openblas->sbgemm(s.trans_a, s.trans_b, static_cast<int>(s.m), static_cast<int>(s.n),
+                               static_cast<int>(s.k), 1.0f, pa + i * a_stride, pb + i * b_stride,
+                               0.0f, pc + i * c_stride);
+      }
+    });
+  }
   if (device.is_cpu() && dtype == DType::f32 && bench.openblas && bench.openblas->available()) {
     const Tensor c2 = Tensor::zeros(c.shape(), dtype, device);
-    const int64_t a_stride = s.m * s.k, b_stride = s.shared_b ? 0 : s.k * s.n, c_stride = s.m * s.n;
     const float* pa = a.data<float>();
     const float* pb = b.data<float>();
     float* pc = c2.data<float>();
@@ -168,6 +192,7 @@ Limits measure_limits(Bench& bench, Device device, bool quick) {
   for (const size_t working_set : {size_t{512} << 10, dram}) {
     limits.copy.push_back({working_set, measure_copy_gbps(bench, device, working_set / 2)});
   }
+  if (device.is_cpu()) limits.instruction_peaks = loom::bench::measure_cpu_peaks();
   const DType dtype = device.is_cpu() ? DType::f32 : DType::bf16;
   std::vector<int64_t> sizes = device.is_cpu() ? std::vector<int64_t>{512, 1024, 2048}
                                                : std::vector<int64_t>{2048, 4096, 8192};
@@ -208,6 +233,21 @@ void run_device(Bench& bench, Device device, bool quick) {
   for (const DType dtype : gemm_dtypes) {
     for (const GemmShape& shape : gemms)
       bench.results.push_back(run_gemm(bench, device, dtype, shape, seed += 2));
+  }
+  // Mixed precision: bf16 operands, bf16 or f32 C (host: the vdpbf16ps GEMM where
+  // the CPU has it, against the bf16 dot-product peak); squares next to the f32 ones.
+  std::vector<GemmShape> bf16_gemms = gemms;
+  if (device.is_cpu()) {
+    for (const int64_t n :
+         quick ? std::vector<int64_t>{512, 1024} : std::vector<int64_t>{512, 1024, 2048}) {
+      bf16_gemms.push_back({"square", 1, n, n, n, false, false, false});
+    }
+  }
+  for (const GemmShape& shape : bf16_gemms) {
+    for (const DType out : {DType::f32, DType::bf16}) {
+      if (device.is_cuda() && out == DType::bf16) continue;  // bf16 -> bf16 ran above
+      bench.results.push_back(run_gemm(bench, device, DType::bf16, shape, seed += 2, out));
+    }
   }
 
   const int64_t big = quick ? (4 << 20) : (16 << 20);  // 64 MiB of f32: beyond the caches
@@ -274,10 +314,15 @@ nlohmann::json report(const Bench& bench, const std::map<std::string, Limits>& l
     const double gflops = r.cost.flops / r.seconds / 1e9;
     const double gbps = r.cost.bytes / r.seconds / 1e9;
     const CopyBandwidth& copy = lim.copy_for(r.cost.bytes);
-    const double balance = lim.peak_gflops / copy.gbps;  // flops per byte
+    // Host bf16 GEMMs against the bf16 dot-product peak (where the CPU has one).
+    const bool bf16_peak = r.op.rfind("gemm", 0) == 0 && r.dtype.rfind("bf16", 0) == 0 &&
+                           lim.instruction_peaks.dot_bf16_gflops > 0;
+    const double peak = bf16_peak ? lim.instruction_peaks.dot_bf16_gflops : lim.peak_gflops;
+    const double balance = peak / copy.gbps;  // flops per byte
     const bool compute_bound = r.cost.intensity() >= balance;
-    const double of_bound = compute_bound ? gflops / lim.peak_gflops : gbps / copy.gbps;
-    const std::string bound = compute_bound ? "peak" : "copy " + kib(copy.working_set);
+    const double of_bound = compute_bound ? gflops / peak : gbps / copy.gbps;
+    const std::string bound =
+        compute_bound ? (bf16_peak ? "bf16 peak" : "peak") : "copy " + kib(copy.working_set);
     // > 1 means Loom is faster than the peer.
     const double speedup = r.peer.empty() ? 0.0 : r.peer_seconds / r.seconds;
     table.add({r.device, r.op, r.shape, r.dtype, fixed(r.seconds * 1e6, 1), fixed(gflops, 1),
@@ -305,13 +350,36 @@ nlohmann::json report(const Bench& bench, const std::map<std::string, Limits>& l
   }
   table.print();
   std::printf(
-      "\nbound: 'peak' for compute-bound ops (flops/byte above the machine balance), else the "
-      "copy\n"
+      "\nbound: 'peak' for compute-bound ops (flops/byte above the machine balance), 'bf16 peak'\n"
+      "(the vdpbf16ps instruction peak) for host bf16 GEMMs, else the copy\n"
       "bandwidth measured at the working set nearest the op's bytes. Copy bytes are half reads,\n"
       "half writes; ops that mostly read (sum, axpy) can exceed 100%% of it. loom/peer: the "
       "peer's\n"
       "time over Loom's (above 1: Loom is faster). Times are medians of %d measurements.\n",
       bench.timing.repeats);
+  // Issue 17's target: host bf16 GEMM at >= 80% of the bf16 dot-product peak.
+  const auto host_rate = [&](const std::string& op, const std::string& dtype) -> double {
+    for (const Result& r : bench.results) {
+      if (r.device == "cpu" && r.op + " " + r.shape == op && r.dtype == dtype) {
+        return r.cost.flops / r.seconds / 1e9;
+      }
+    }
+    return 0;
+  };
+  const auto cpu_limits = limits.find("cpu");
+  if (cpu_limits != limits.end() && cpu_limits->second.instruction_peaks.dot_bf16_gflops > 0) {
+    const double peak = cpu_limits->second.instruction_peaks.dot_bf16_gflops;
+    const double f32 = host_rate("gemm square 1024x1024x1024", "f32");
+    for (const char* dtype : {"bf16->f32", "bf16"}) {
+      const double bf16 = host_rate("gemm square 1024x1024x1024", dtype);
+      if (bf16 == 0) continue;
+      std::printf(
+          "%s: host %s GEMM 1024^3 %.1f GFLOP/s = %.0f%% of the bf16 dot peak %.1f "
+          "(target >= 80%%); f32 GEMM 1024^3 %.1f GFLOP/s (bf16/f32 %.2fx)\n",
+          bf16 >= 0.8 * peak ? "PASS" : "FAIL", dtype, bf16, 100 * bf16 / peak, peak, f32,
+          f32 > 0 ? bf16 / f32 : 0.0);
+    }
+  }
   nlohmann::json machine = nlohmann::json::object();
   for (const auto& [device, lim] : limits) {
     nlohmann::json copies = nlohmann::json::array();
@@ -320,6 +388,11 @@ nlohmann::json report(const Bench& bench, const std::map<std::string, Limits>& l
     }
     machine[device] = {
         {"copy", copies}, {"peak_gflops", lim.peak_gflops}, {"peak_source", lim.peak_source}};
+    if (device == "cpu") {
+      machine[device]["fma_f32_peak_gflops"] = lim.instruction_peaks.fma_f32_gflops;
+      machine[device]["fma_f32_instruction"] = lim.instruction_peaks.fma_f32_instruction;
+      machine[device]["dot_bf16_peak_gflops"] = lim.instruction_peaks.dot_bf16_gflops;
+    }
   }
   return {{"benchmark", "kernel_bench"},
           {"limits", machine},
@@ -376,6 +449,16 @@ int main(int argc, char** argv) {
         std::printf(" copy %s %.1f GB/s,", kib(c.working_set).c_str(), c.gbps);
       }
       std::printf(" peak %.1f GFLOP/s (%s)\n", lim.peak_gflops, lim.peak_source.c_str());
+      if (device.is_cpu()) {
+        const loom::bench::CpuPeaks& ip = lim.instruction_peaks;
+        std::printf("cpu instruction peaks (1 thread): f32 FMA %.1f GFLOP/s (%s), bf16 dot %s\n",
+                    ip.fma_f32_gflops, ip.fma_f32_instruction.c_str(),
+                    ip.dot_bf16_gflops > 0
+                        ? (fixed(ip.dot_bf16_gflops, 1) + " GFLOP/s (zmm vdpbf16ps, " +
+                           fixed(ip.dot_bf16_gflops / ip.fma_f32_gflops, 2) + "x the FMA peak)")
+                              .c_str()
+                        : "none (no AVX-512 BF16)");
+      }
     }
     std::printf("\n");
     for (const Device device : devices) {

@@ -29,6 +29,8 @@ OpenBlasPeer::OpenBlasPeer() {
   }
   sgemm_ = reinterpret_cast<SgemmFn>(dlsym(handle_, "cblas_sgemm"));
   if (!sgemm_) description_ += ": no cblas_sgemm symbol";
+  sbgemm_ = reinterpret_cast<SbgemmFn>(dlsym(handle_, "cblas_sbgemm"));
+  description_ += sbgemm_ ? "; bf16: cblas_sbgemm" : "; no cblas_sbgemm (bf16 GEMMs have no peer)";
 }
 
 OpenBlasPeer::~OpenBlasPeer() {
@@ -41,6 +43,14 @@ void OpenBlasPeer::sgemm(bool trans_a, bool trans_b, int m, int n, int k, float 
   const int ldb = trans_b ? k : n;
   sgemm_(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans, m, n, k, alpha, a,
          lda, b, ldb, beta, c, n);
+}
+
+void OpenBlasPeer::sbgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                          const uint16_t* a, const uint16_t* b, float beta, float* c) const {
+  const int lda = trans_a ? m : k;
+  const int ldb = trans_b ? k : n;
+  sbgemm_(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans, m, n, k, alpha, a,
+          lda, b, ldb, beta, c, n);
 }
 
 }  // namespace loom::bench
