@@ -381,6 +381,16 @@ int run(const Flags& f) {
   double train_seconds = 0;
   double last_val = std::nan("");
   int64_t step = first_step;
+  // Checkpoints are written in the background: a save stalls training only
+  // while the state is copied to host memory.
+  checkpoint::AsyncCheckpointer saver;
+  auto say_saved = [&](const checkpoint::SaveReport& r) {
+    say("checkpoint %s complete: training stalled %.1f ms (copy to host %.1f ms); rank 0 wrote "
+        "%.1f MiB in %.1f ms (%.0f MiB/s); complete %.1f ms after the save began\n",
+        r.step_dir.string().c_str(), r.stall_seconds * 1e3, r.copy_seconds * 1e3,
+        static_cast<double>(r.bytes) / (1 << 20), r.write_seconds * 1e3,
+        r.write_bandwidth() / (1 << 20), r.complete_seconds * 1e3);
+  };
   for (; step < f.steps; ++step) {
     data::TokenBatch batch = loader.next();
     trace::StepScope profiled_step;
@@ -443,16 +453,11 @@ int run(const Flags& f) {
       }
     }
     if (f.save_every > 0 && (step + 1) % f.save_every == 0) {
-      const auto start = std::chrono::steady_clock::now();
-      const auto saved = checkpoint::save_checkpoint(
-          f.checkpoint_dir, world, zero,
-          {.step = step + 1, .info = resume_invariants(f, dp.size())},
-          {.dp_rank = dp.rank(), .write_replicated = groups.tp->rank() == 0});
-      say("step %5lld  checkpoint %s saved in %.1f ms\n", static_cast<long long>(step),
-          saved.string().c_str(),
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-              .count());
+      saver.save(f.checkpoint_dir, world, zero,
+                 {.step = step + 1, .info = resume_invariants(f, dp.size())},
+                 {.dp_rank = dp.rank(), .write_replicated = groups.tp->rank() == 0});
     }
+    if (const auto report = saver.poll()) say_saved(*report);
     // Every rank must stop at the same step: rank 0's clock decides.
     bool out_of_time = f.max_seconds > 0 && train_seconds >= f.max_seconds;
     if (f.max_seconds > 0 && world.size() > 1) {
@@ -476,6 +481,7 @@ int run(const Flags& f) {
       break;
     }
   }
+  if (const auto report = saver.wait()) say_saved(*report);
   say("done: %lld steps in %.1f s, %.0f tokens/s on %d rank(s); validation loss %.4f vs unigram "
       "%.3f\n",
       static_cast<long long>(step), train_seconds, tokens_per_step * step / train_seconds,

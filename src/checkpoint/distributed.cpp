@@ -9,22 +9,26 @@
 #include <vector>
 
 #include "checkpoint/records.hpp"
+#include "checkpoint/save_parts.hpp"
 #include "core/atomic_file.hpp"
 #include "loom/checkpoint/safetensors.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/logging.hpp"
 
 namespace loom::checkpoint {
-namespace {
 
-using json = nlohmann::json;
-using on_disk::Layout;
-
-std::string rank_file(int rank) {
+std::string saving::rank_file(int rank) {
   char name[32];
   std::snprintf(name, sizeof(name), "rank-%05d.safetensors", rank);
   return name;
 }
+
+namespace {
+
+using saving::rank_file;
+
+using json = nlohmann::json;
+using on_disk::Layout;
 
 // The slot names of the optimizer: "<param>" (stage 0) or "<param>[b:e]".
 struct SlotState {
@@ -46,8 +50,15 @@ std::vector<SlotState> slot_states(const optim::Optimizer& opt) {
   return out;
 }
 
-Tensor flat_host(const Tensor& t, int64_t begin, int64_t end) {
+// Elements [begin, end) of `t` in host memory: copied into `into` when it is
+// a host tensor of that size and dtype (memory already mapped), else fresh.
+Tensor flat_host(const Tensor& t, int64_t begin, int64_t end, const Tensor& into = {}) {
   const Tensor flat = t.flat_view(begin, {end - begin});
+  if (into.defined() && into.device().is_cpu() && into.dtype() == flat.dtype() &&
+      into.numel() == flat.numel()) {
+    into.copy_from(flat);
+    return into;
+  }
   return flat.device().is_cpu() ? flat.clone() : flat.to(Device::cpu());
 }
 
@@ -73,11 +84,14 @@ std::filesystem::path step_directory(const std::filesystem::path& dir, int64_t s
   return dir / name;
 }
 
-std::filesystem::path save_checkpoint(const std::filesystem::path& dir, comm::Communicator& world,
-                                      parallel::ZeroOptimizer& zero, const TrainingState& state,
-                                      const SaveOptions& options) {
-  const std::filesystem::path step_dir = step_directory(dir, state.step);
-  std::filesystem::create_directories(step_dir);
+namespace saving {
+
+RankSnapshot snapshot_rank(const std::filesystem::path& dir, const comm::Communicator& world,
+                           parallel::ZeroOptimizer& zero, const TrainingState& state,
+                           const SaveOptions& options, const std::vector<Tensor>& reuse) {
+  RankSnapshot snap;
+  snap.step_dir = step_directory(dir, state.step);
+  snap.rank = world.rank();
   const int stage = zero.stage();
   // Stages 1 and 2 all-gather the parameters after step() without waiting:
   // the values are complete only once that has finished.
@@ -92,7 +106,6 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& dir, comm::Co
   LOOM_ASSERT(states.size() == pieces.size(), "one optimizer slot per shard piece");
   const int dp_size = std::max(1, zero.data_parallel_size());
 
-  std::vector<StoredTensor> tensors;
   json records = json::array();
   for (size_t i = 0; i < pieces.size(); ++i) {
     const parallel::ShardPiece& piece = pieces[i];
@@ -105,6 +118,11 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& dir, comm::Co
     LOOM_CHECK(p.dtype() == DType::f32, "save_checkpoint: parameter '", p.name(), "' is ",
                p.dtype(), "; checkpoints of f32 parameters only so far");
     const Layout layout{p.shape(), p.placement()};
+    // The next host buffer of an earlier snapshot, if any.
+    auto spare = [&]() -> Tensor {
+      const size_t k = snap.tensors.size();
+      return k < reuse.size() ? reuse[k] : Tensor();
+    };
     auto add = [&](const std::string& kind, Tensor host) {
       const std::string name = str_cat(p.name(), "@", piece.begin, ":", piece.end, ".", kind);
       records.push_back({{"tensor", name},
@@ -113,39 +131,57 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& dir, comm::Co
                          {"begin", piece.begin},
                          {"end", piece.end},
                          {"layout", on_disk::layout_json(layout)}});
-      tensors.push_back({name, std::move(host), std::nullopt});
+      snap.bytes += static_cast<int64_t>(host.nbytes());
+      snap.tensors.push_back({name, std::move(host), std::nullopt});
     };
-    add("value", flat_host(p.value(), piece.begin, piece.end));
+    add("value", flat_host(p.value(), piece.begin, piece.end, spare()));
     // The slot's state is this piece (stages 1-3) or the whole parameter (stage 0).
     for (const auto& [kind, tensor] : states[i].tensors) {
       const int64_t offset = stage == 0 ? piece.begin : 0;
-      add(kind, flat_host(tensor, offset, offset + (piece.end - piece.begin)));
+      add(kind, flat_host(tensor, offset, offset + (piece.end - piece.begin), spare()));
     }
   }
-  const json meta = {{"format", on_disk::kFormat},
-                     {"rank", world.rank()},
-                     {"world", world.size()},
-                     {"step", state.step},
-                     {"optimizer_steps", opt.step_count()},
-                     {"records", records}};
-  save_safetensors(step_dir / rank_file(world.rank()), tensors,
-                   {{on_disk::kMetadataKey, meta.dump()}});
   if (stage == 3) zero.release_parameters();
+  snap.metadata = json{
+      {"format", on_disk::kFormat},
+      {"rank", world.rank()},
+      {"world", world.size()},
+      {"step", state.step},
+      {"optimizer_steps", opt.step_count()},
+      {"records",
+       records}}.dump();
+  return snap;
+}
 
+void write_rank_file(const RankSnapshot& snapshot) {
+  save_safetensors(snapshot.step_dir / rank_file(snapshot.rank), snapshot.tensors,
+                   {{on_disk::kMetadataKey, snapshot.metadata}});
+}
+
+void write_manifest(const std::filesystem::path& step_dir, int world, const TrainingState& state) {
+  json files = json::array();
+  for (int r = 0; r < world; ++r) files.push_back(rank_file(r));
+  const json manifest = {{"format", on_disk::kFormat},
+                         {"step", state.step},
+                         {"world", world},
+                         {"files", files},
+                         {"info", state.info}};
+  loom::detail::write_file_atomically(step_dir / "manifest.json", "checkpoint manifest",
+                                      manifest.dump(2) + "\n");
+}
+
+}  // namespace saving
+
+std::filesystem::path save_checkpoint(const std::filesystem::path& dir, comm::Communicator& world,
+                                      parallel::ZeroOptimizer& zero, const TrainingState& state,
+                                      const SaveOptions& options) {
+  const std::filesystem::path step_dir = step_directory(dir, state.step);
+  std::filesystem::create_directories(step_dir);
+  saving::write_rank_file(saving::snapshot_rank(dir, world, zero, state, options));
   if (options.before_manifest) options.before_manifest();
   // NOTE: the manifest makes the checkpoint exist, so it is written last.
   world.barrier().wait();
-  if (world.rank() == 0) {
-    json files = json::array();
-    for (int r = 0; r < world.size(); ++r) files.push_back(rank_file(r));
-    const json manifest = {{"format", on_disk::kFormat},
-                           {"step", state.step},
-                           {"world", world.size()},
-                           {"files", files},
-                           {"info", state.info}};
-    loom::detail::write_file_atomically(step_dir / "manifest.json", "checkpoint manifest",
-                                        manifest.dump(2) + "\n");
-  }
+  if (world.rank() == 0) saving::write_manifest(step_dir, world.size(), state);
   world.barrier().wait();
   return step_dir;
 }

@@ -1,6 +1,7 @@
 # checkpoint/: tensors on disk (safetensors files with Loom's shard metadata) and
 # distributed checkpoints of parameters and ZeRO state.
 target_sources(loom PRIVATE
+  checkpoint/async_save.cpp
   checkpoint/crc32c.cpp
   checkpoint/distributed.cpp
   checkpoint/reader.cpp

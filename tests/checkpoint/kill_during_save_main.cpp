@@ -4,6 +4,8 @@
 //   train   saves after steps 2 and 4; during the second save rank 1 is killed
 //           after writing its file, before the manifest: the job must fail,
 //           leaving step-00000004 without a manifest.
+//   train-async  the same with AsyncCheckpointer: rank 1 is killed in its
+//           writer thread while training goes on, before its file is written.
 //   resume  --resume from DIR: must start from step-00000002, the newest
 //           complete checkpoint, and train steps 2 and 3.
 #include <csignal>
@@ -30,7 +32,8 @@ int run(const std::string& mode, const std::string& dir) {
   parallel::ZeroOptimizer zero(model.parameters(), world, optim::AdamWOptions{.lr = 3e-3},
                                {.stage = 1});
   nn::CrossEntropyLoss loss;
-  int64_t first = 0, last = 4;
+  int64_t first = 0, last = mode == "train-async" ? 6 : 4;  // async: train on past the save
+  checkpoint::AsyncCheckpointer saver;
   if (mode == "resume") {
     const auto latest = checkpoint::latest_checkpoint(dir);
     LOOM_CHECK(latest.has_value(), "no complete checkpoint in ", dir);
@@ -56,14 +59,19 @@ int run(const std::string& mode, const std::string& dir) {
     zero.finish();
     zero.step();
     if (world.rank() == 0) std::printf("step %lld loss %.6f\n", static_cast<long long>(s), value);
-    if (mode == "train" && (s + 1) % 2 == 0) {
+    if (mode != "resume" && (s + 1) % 2 == 0) {
       const bool kill = s + 1 == 4 && world.rank() == 1;
-      checkpoint::save_checkpoint(dir, world, zero, {.step = s + 1},
-                                  {.dp_rank = world.rank(), .before_manifest = [kill] {
-                                     if (kill) std::raise(SIGKILL);
-                                   }});
+      const checkpoint::SaveOptions options{.dp_rank = world.rank(), .before_manifest = [kill] {
+                                              if (kill) std::raise(SIGKILL);
+                                            }};
+      if (mode == "train") {
+        checkpoint::save_checkpoint(dir, world, zero, {.step = s + 1}, options);
+      } else {
+        saver.save(dir, world, zero, {.step = s + 1}, options);
+      }
     }
   }
+  saver.wait();
   zero.wait_parameters();
   return 0;
 }
@@ -72,7 +80,7 @@ int run(const std::string& mode, const std::string& dir) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: loom_kill_during_save train|resume DIR\n");
+    std::fprintf(stderr, "usage: loom_kill_during_save train|train-async|resume DIR\n");
     return 2;
   }
   return run(argv[1], argv[2]);

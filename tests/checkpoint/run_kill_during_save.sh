@@ -2,14 +2,14 @@
 # A rank killed during a checkpoint save: the job fails promptly, the
 # checkpoint it was writing has no manifest, and a resumed job starts from the
 # previous complete one.
-#   run_kill_during_save.sh MPIRUN BINARY WORK_DIR
+#   run_kill_during_save.sh MPIRUN BINARY WORK_DIR [train|train-async]
 set -u
-mpirun=$1 binary=$2 work=$3
+mpirun=$1 binary=$2 work=$3 mode=${4:-train}
 rm -rf "$work"
 mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 start=$(date +%s)
-out=$(timeout --kill-after=5 60 "$mpirun" -np 2 --oversubscribe "$binary" train "$work/ckpt" 2>&1)
+out=$(timeout --kill-after=5 60 "$mpirun" -np 2 --oversubscribe "$binary" "$mode" "$work/ckpt" 2>&1)
 status=$?
 elapsed=$(( $(date +%s) - start ))
 echo "$out" | grep -v "^\[loom .* I"

@@ -28,9 +28,11 @@
 //    rule, before any state is changed.
 //  - Resuming on the same layout restores every element bit for bit.
 //
-// Not yet (docs/checkpoint.md): asynchronous saves (the step waits for the
-// write), fp32 master weights of bf16/f16 parameters, and reading only the
-// overlapping files (every rank reads every file of the checkpoint).
+// Saves are synchronous (save_checkpoint) or asynchronous (AsyncCheckpointer:
+// training goes on once the state is copied to host memory).
+//
+// Not yet (docs/checkpoint.md): fp32 master weights of bf16/f16 parameters,
+// and reading only the overlapping files (every rank reads every file).
 #pragma once
 
 #include <cstdint>
@@ -59,9 +61,11 @@ struct SaveOptions {
   // tensor-parallel group (true on tp rank 0 only, so each is written once).
   int dp_rank = 0;
   bool write_replicated = true;
-  // Test seam: runs on every rank after its own file is complete and before
-  // the barrier that precedes the manifest (a test kills a rank here, leaving
-  // a checkpoint without its manifest, as a crash during a save does).
+  // Test seam (a test kills a rank here, leaving a checkpoint without its
+  // manifest, as a crash during a save does). save_checkpoint: runs on every
+  // rank after its own file is complete, before the barrier that precedes the
+  // manifest. AsyncCheckpointer: runs in the writer thread before the rank's
+  // file is written.
   std::function<void()> before_manifest = {};
 };
 
@@ -74,6 +78,74 @@ std::filesystem::path step_directory(const std::filesystem::path& dir, int64_t s
 std::filesystem::path save_checkpoint(const std::filesystem::path& dir, comm::Communicator& world,
                                       parallel::ZeroOptimizer& zero, const TrainingState& state,
                                       const SaveOptions& options = {});
+
+// What one asynchronous save cost this rank.
+struct SaveReport {
+  int64_t step = 0;
+  std::filesystem::path step_dir;
+  double stall_seconds = 0;     // training was blocked: the previous save's end, two barriers,
+                                // and the copy to host memory
+  double copy_seconds = 0;      // of the stall, copying this rank's state to host memory
+  double write_seconds = 0;     // this rank's file: serialising, checksums, write, fsync, rename
+  double complete_seconds = 0;  // from the save's start until this rank's part was done (rank
+                                // 0: the manifest written, so the checkpoint exists)
+  int64_t bytes = 0;            // this rank's tensors
+  double write_bandwidth() const {  // bytes per second of this rank's write
+    return write_seconds > 0 ? static_cast<double>(bytes) / write_seconds : 0.0;
+  }
+};
+
+// Asynchronous saves: save() blocks only while this rank's state is copied to
+// host memory; a writer thread then writes the rank's file, and on rank 0
+// waits until every rank's file is in place (renamed, so whole) and writes
+// the manifest. The writer thread never communicates: rank 0 sees the other
+// ranks' files in the step directory, which therefore must be on a file
+// system every rank shares (as loading under another layout needs anyway).
+// A save waits for this rank's previous one; errors of a save in the
+// background are rethrown by the next save(), poll() or wait().
+//
+//   checkpoint::AsyncCheckpointer saver(world);
+//   for (step ...) {
+//     ... train ...
+//     if (due) saver.save(dir, world, zero, {.step = step + 1}, {.dp_rank = dp.rank()});
+//     if (auto report = saver.poll()) log(*report);  // a save that has completed
+//   }
+//   saver.wait();  // before exiting: the last checkpoint is complete
+struct AsyncOptions {
+  // How long rank 0 waits for the other ranks' files.
+  comm::Milliseconds timeout = comm::default_comm_timeout();
+  // Keep the host copy between saves (one copy of this rank's share of the
+  // state), so that later saves copy into memory already mapped instead of
+  // faulting in fresh pages: a shorter stall for the price of that memory.
+  bool keep_buffers = true;
+};
+
+class AsyncCheckpointer {
+ public:
+  explicit AsyncCheckpointer(const AsyncOptions& options = {});
+  // Waits for the save in flight (unwinding from an error, abandons waiting
+  // for other ranks' files instead, leaving the checkpoint without manifest).
+  ~AsyncCheckpointer();
+  AsyncCheckpointer(const AsyncCheckpointer&) = delete;
+  AsyncCheckpointer& operator=(const AsyncCheckpointer&) = delete;
+
+  // Collective over `world` (two barriers; at ZeRO stage 3 a gather over dp).
+  // Returns the step directory the checkpoint will complete in.
+  std::filesystem::path save(const std::filesystem::path& dir, comm::Communicator& world,
+                             parallel::ZeroOptimizer& zero, const TrainingState& state,
+                             const SaveOptions& options = {});
+  // The report of a save that has completed since the last poll() or wait()
+  // (each report once), else nullopt. Never blocks. Rethrows the save's error.
+  std::optional<SaveReport> poll();
+  // Blocks until the save in flight is done; its report (or a completed one
+  // not yet reported), else nullopt. Rethrows its error.
+  std::optional<SaveReport> wait();
+  bool in_flight() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // The step directory of the newest complete checkpoint under `dir` (the
 // highest step with a manifest), or nullopt when there is none.
