@@ -5,6 +5,7 @@
 # end, and stops the daemons again.
 #
 #   run_slurm_test.sh WORK_DIR [PROGRAM [ARGS...]]
+#   run_slurm_test.sh WORK_DIR --compare-layout "LAYOUT ARGS" TRAIN_GPT [ARGS...]
 #
 # 1. PROGRAM ARGS (default: ./loom_mpi_tests, less its mpirun-only case) as
 #    2 nodes x 2 tasks: the job must exit 0, every one of the 4 tasks must
@@ -20,6 +21,13 @@
 #    bound by Slurm (--gpus-per-task=1) and by loom.sbatch (--gpus-per-node):
 #    local task i of each node must see CUDA_VISIBLE_DEVICES=i.
 #
+# With --compare-layout, job 1 alone runs, as TRAIN_GPT ARGS LAYOUT ARGS
+# (e.g. "--tp 2 --pp 2 ..."), and then must also have placed each
+# tensor-parallel group on one node (its layout table against the tasks'
+# nodes), and its logged losses, gradient norms and validation loss must match
+# one rank's run of TRAIN_GPT ARGS on the same global batch, to
+# tests/tensor_parallel/compare_train_gpt.py's tolerance (the printed digit).
+#
 # Exit status 0: passed; 1: failed; 77: skipped (no Slurm, or not root), with
 # the reason on stdout. Everything lives under WORK_DIR (configuration, state,
 # logs, job output); daemons left there by a run that was killed are stopped
@@ -27,11 +35,13 @@
 #
 # Environment: LOOM_SLURM_EXPECT_INIT=0 when PROGRAM is not a Loom program (no
 # loom::init() lines to check), LOOM_SLURM_PORT (first of three TCP ports; default random),
-# LOOM_SLURM_TASKS_PER_NODE (2), LOOM_SLURM_JOB_LIMIT (seconds per job, 120).
+# LOOM_SLURM_TASKS_PER_NODE (2), LOOM_SLURM_JOB_LIMIT (seconds per job, 120),
+# LOOM_SLURM_DEADLINE (seconds for the whole run, then it stops everything and
+# fails; set it below ctest's TIMEOUT, whose kill would leave the daemons).
 set -uo pipefail
 
 if [ $# -lt 1 ]; then
-  echo "usage: run_slurm_test.sh WORK_DIR [PROGRAM [ARGS...]]" >&2
+  echo "usage: run_slurm_test.sh WORK_DIR [--compare-layout \"LAYOUT ARGS\"] [PROGRAM [ARGS...]]" >&2
   exit 2
 fi
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,6 +49,12 @@ root=$(cd "$here/../.." && pwd)
 launcher=$root/scripts/slurm/launch.sh
 work=$(mkdir -p "$1" && cd "$1" && pwd)
 shift
+compare_layout=
+if [ "${1:-}" = --compare-layout ]; then
+  compare_layout=${2:?--compare-layout needs the layout arguments}
+  shift 2
+  [ $# -gt 0 ] || { echo "run_slurm_test.sh: --compare-layout needs TRAIN_GPT" >&2 && exit 2; }
+fi
 if [ $# -gt 0 ]; then
   program=("$@")
 else
@@ -116,6 +132,7 @@ for n in "${nodes[@]}"; do mkdir -p "$work/spool/$n" "$work/tmp/$n"; done
 
 on_exit() {
   local status=$?
+  [ -n "${watchdog:-}" ] && kill "$watchdog" 2>/dev/null
   stop_ours
   if [ "$status" -ne 0 ] && [ "$status" -ne 77 ]; then
     for log in "$work"/log/*.log; do
@@ -128,7 +145,20 @@ on_exit() {
 }
 trap on_exit EXIT
 trap 'exit 130' INT
-trap 'exit 143' TERM
+trap 'echo "FAIL: stopped by SIGTERM (LOOM_SLURM_DEADLINE ${LOOM_SLURM_DEADLINE:-unset} s)"; exit 143' TERM
+# A deadline of our own, so that a hang ends in the EXIT trap (which stops the
+# daemons) rather than in ctest's SIGKILL (which cannot reach them: they are
+# daemons, not our children).
+watchdog=
+if [ -n "${LOOM_SLURM_DEADLINE:-}" ]; then
+  (
+    trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+    sleep "$LOOM_SLURM_DEADLINE" &
+    sleeper=$!
+    wait "$sleeper" && kill -TERM $$
+  ) &
+  watchdog=$!
+fi
 
 # --- Ports ------------------------------------------------------------------------
 port_in_use() {
@@ -267,9 +297,13 @@ submit() {
 }
 
 # --- 1. The program on 2 nodes x N tasks -------------------------------------------
-submit two_nodes "$job_limit" -- "${program[@]}"
-[ "$job_status" -eq 0 ] || fail "job 'two_nodes' failed (sbatch exit status $job_status)"
-[ -f "$job_out" ] || fail "job 'two_nodes' wrote no output file"
+# With --compare-layout: the program with the layout's arguments.
+read -ra layout_args <<<"$compare_layout"
+job1=two_nodes
+[ -z "$compare_layout" ] || job1=layout
+submit "$job1" "$job_limit" -- "${program[@]}" "${layout_args[@]}"
+[ "$job_status" -eq 0 ] || fail "job '$job1' failed (sbatch exit status $job_status)"
+[ -f "$job_out" ] || fail "job '$job1' wrote no output file"
 for ((r = 0; r < ntasks; ++r)); do
   grep -q "loom.sbatch: task $r of $ntasks on node " "$job_out" ||
     fail "task $r of $ntasks never started"
@@ -286,7 +320,39 @@ if [ "${LOOM_SLURM_EXPECT_INIT:-1}" != 0 ]; then
   done
 fi
 grep -q "loom.sbatch: srun exited with status 0" "$job_out" || fail "srun did not exit 0"
-echo "slurm test: job 'two_nodes' passed: $ntasks tasks on nodes $started_on"
+echo "slurm test: job '$job1' passed: $ntasks tasks on nodes $started_on"
+
+if [ -n "$compare_layout" ]; then
+  # Each tensor-parallel group (the ranks that share dp and pp coordinates in
+  # the layout table) on one node (the tasks' banners). The table's host
+  # column cannot tell: both fake nodes are this machine.
+  placement=$(awk -v ntasks="$ntasks" '
+    /^loom\.sbatch: task [0-9]+ of [0-9]+ on node / { node[$3] = $8 }
+    /^  rank +dp +tp +pp / { table = 1; next }
+    table && /^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ / { group[$1] = "dp " $2 ", pp " $4; next }
+    { table = 0 }
+    END {
+      for (r = 0; r < ntasks; ++r) {
+        if (!(r in group) || !(r in node)) { print "FAIL rank " r " is not in the layout table or has no node"; continue }
+        g = group[r]
+        members[g] = members[g] " " r
+        if (g in on && on[g] != node[r]) bad[g] = 1
+        on[g] = node[r]
+      }
+      for (g in members) print (g in bad ? "FAIL" : "ok") " tp group of " g ": ranks" members[g] " on " (g in bad ? "several nodes" : on[g])
+    }' "$job_out" | sort)
+  echo "$placement"
+  if [ -z "$placement" ] || grep -q '^FAIL' <<<"$placement"; then
+    fail "job '$job1' did not place every tensor-parallel group on one node"
+  fi
+  # Its losses against one rank's on the same global batch.
+  python3 "$root/tests/tensor_parallel/compare_train_gpt.py" --output "$job_out" "$ntasks" \
+    "${program[@]:0:1}" --layout "$compare_layout" -- "${program[@]:1}" ||
+    fail "job '$job1' does not reproduce one rank's losses"
+  echo "PASS: slurm $job1 ($compare_layout) as ${#nodes[@]} nodes x $tasks_per_node tasks"
+  exit 0
+fi
+
 
 # --- 2. A rank that fails must end the job, promptly -------------------------------
 # shellcheck disable=SC2016  # expanded by the task's shell
