@@ -4,7 +4,7 @@
 //
 // The reading path depends on core/ and the safetensors reader only, not on
 // comm/, optim/ or parallel/: tests/checkpoint/fuzz_reader_main.cpp builds it
-// on its own under ASan and UBSan (docs/checkpoint.md, "Fuzzing").
+// on its own under ASan and UBSan (docs/checkpoint.md, "Proven": checkpoint.reader_fuzz_asan).
 #pragma once
 
 #include <nlohmann/json.hpp>

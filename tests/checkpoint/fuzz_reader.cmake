@@ -1,5 +1,5 @@
 # The checkpoint reader fuzzed under ASan and UBSan (docs/checkpoint.md,
-# "Fuzzing"): loom_checkpoint_fuzz_asan is built from the reading path's
+# "Proven"): loom_checkpoint_fuzz_asan is built from the reading path's
 # sources alone (the safetensors reader, the manifest and records, the core
 # they stand on), not from the uninstrumented libloom, so the suite runs it
 # instrumented without a second, sanitized build of the whole library.
