@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -68,6 +70,70 @@ inline void print_layout(loom::comm::Communicator& world,
       "  largest per rank: parameters %.3f MiB, gradients %.3f MiB, optimizer state %.3f "
       "MiB\n",
       b[0], b[1], b[2]);
+}
+
+// Bytes one rank puts on the wire per training step in one parallel group
+// (ring algorithms: an all-reduce of S bytes over n ranks sends 2(n-1)/n S).
+struct GroupTraffic {
+  const char* name;  // "dp", "tp", "pp"
+  loom::comm::Communicator* group;
+  double wire_bytes;  // per rank per step
+};
+
+// The bus bandwidth of `group`'s all-reduce (bytes a rank sends per second,
+// 2(n-1)/n S / t), measured now: the median of three all-reduces of `bytes`
+// after one warm-up. Collective over `group`.
+inline double measure_bus_bandwidth(loom::comm::Communicator& group, int64_t bytes = 4 << 20) {
+  const int n = group.size();
+  const Tensor buffer = Tensor::zeros({bytes / 4}, loom::DType::f32);
+  std::vector<double> seconds;
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    group.all_reduce(buffer).wait();
+    if (rep > 0) {
+      seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return 2.0 * (n - 1) / n * static_cast<double>(bytes) / std::max(seconds[1], 1e-9);
+}
+
+// The expected communication time per step: each group's wire bytes (the
+// largest rank's) at the bus bandwidth measured now over that group (every
+// group of a kind at once, as in training; rank 0's group's figure). Printed
+// by rank 0; collective over `world` and every group in `traffic`.
+inline void print_expected_comm(loom::comm::Communicator& world,
+                                const std::vector<GroupTraffic>& traffic) {
+  std::vector<float> mib;
+  for (const GroupTraffic& t : traffic) mib.push_back(static_cast<float>(t.wire_bytes / 1048576.0));
+  const Tensor largest = Tensor::from_vector(mib, {static_cast<int64_t>(mib.size())});
+  world.all_reduce(largest, {.op = loom::comm::ReduceOp::max}).wait();
+  mib = largest.to_vector<float>();
+  std::string line;
+  double total = 0;
+  for (size_t i = 0; i < traffic.size(); ++i) {
+    const GroupTraffic& t = traffic[i];
+    const double wire_bytes = static_cast<double>(mib[i]) * 1048576.0;
+    if (t.group->size() < 2 || wire_bytes <= 0) continue;
+    const double bandwidth = measure_bus_bandwidth(*t.group);
+    const double seconds = wire_bytes / bandwidth;
+    total += seconds;
+    char text[160];
+    std::snprintf(text, sizeof(text), "%s%s %.2f MiB at %.2f GiB/s = %.2f ms",
+                  line.empty() ? "" : "; ", t.name, wire_bytes / 1048576.0,
+                  bandwidth / 1073741824.0, seconds * 1e3);
+    line += text;
+  }
+  if (world.rank() != 0) return;
+  if (line.empty()) {
+    std::printf("  expected communication per step: none (one rank per group)\n");
+    return;
+  }
+  std::printf(
+      "  expected communication per step (wire bytes of the largest rank, at the all-reduce bus "
+      "bandwidth measured now): %s; %.2f ms if none of it overlaps compute\n",
+      line.c_str(), total * 1e3);
 }
 
 }  // namespace loom::examples

@@ -46,6 +46,7 @@
 #include "loom/parallel/pipeline/executor.hpp"
 #include "loom/parallel/pipeline/generators.hpp"
 #include "loom/parallel/pipeline/gpt_chunks.hpp"
+#include "loom/parallel/pipeline/simulate.hpp"
 #include "loom/trace/chrome_trace.hpp"
 #include "loom/trace/profiler.hpp"
 
@@ -370,8 +371,50 @@ int run(const Flags& f) {
         pipeline->activation_bound);
     say("pipeline: counted GFLOP per sequence per chunk (forward + backward%s): %s\n",
         f.activation_checkpointing ? ", blocks recomputed in backward" : "", costs.c_str());
+    // The simulator fed the counted FLOPs (F, B and W each a third of a chunk's).
+    pl::ActionCosts counted;
+    counted.forward.clear();
+    for (const double x : chunk_flops) counted.forward.push_back(x / 3.0);
+    counted.backward_input = counted.backward_weight = counted.forward;
+    say("pipeline: expected bubble %.3f (the simulator at the counted FLOPs of this cut)\n",
+        pl::simulate(*pipeline, counted).bubble_fraction);
   }
   examples::print_layout(world, groups, device, zero);
+  {
+    // Wire bytes per rank per step (ring algorithms); docs/3d.md.
+    double param_bytes = 0;  // this rank's part of the model
+    for (const nn::Parameter* p : zero.parameters()) {
+      param_bytes += static_cast<double>(p->numel()) * static_cast<double>(dtype_size(p->dtype()));
+    }
+    const double n_dp = dp.size(), n_tp = f.tp;
+    // Activations of a step (every micro-batch) entering or leaving a block.
+    const double activations = static_cast<double>(f.batch * f.seq * config.d_model) * 4.0;
+    int64_t blocks = 0;  // on this rank
+    if (pipeline) {
+      const std::vector<int64_t> per_chunk =
+          pl::gpt_chunk_layers(config, *pipeline, f.stage_layers);
+      for (int c = 0; c < pipeline->chunks(); ++c) {
+        if (pipeline->rank_of(c) == groups.coord.pp) blocks += per_chunk[static_cast<size_t>(c)];
+      }
+    } else {
+      blocks = config.layers;
+    }
+    // dp: the gradients reduced and the parameters gathered, once (stage 3: the
+    // parameters twice, forward and backward). tp: per block two all-reduces
+    // forward and two backward (or their reduce-scatter/all-gather halves under
+    // sequence parallelism), two more when blocks are recomputed, and the
+    // vocabulary-parallel embedding's. pp: each micro-batch's activation out and
+    // gradient back per chunk (a token slice under sequence parallelism).
+    const double tp_collectives =
+        4.0 * static_cast<double>(blocks) * (f.activation_checkpointing ? 1.5 : 1.0) +
+        (groups.coord.pp == 0 ? 1.0 : 0.0);
+    const double pp_messages = pipeline ? 2.0 * pipeline->virtual_stages : 0.0;
+    examples::print_expected_comm(
+        world,
+        {{"dp", groups.dp.get(), (zero.stage() == 3 ? 3.0 : 2.0) * (n_dp - 1) / n_dp * param_bytes},
+         {"tp", groups.tp.get(), tp_collectives * 2.0 * (n_tp - 1) / n_tp * activations},
+         {"pp", groups.pp.get(), pp_messages * activations / (f.sequence_parallel ? n_tp : 1.0)}});
+  }
   if (f.profile) {
     trace::Profiler::instance().enable();
   }
