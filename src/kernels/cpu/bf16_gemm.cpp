@@ -21,7 +21,7 @@
 // the partial sums of a 1536 x 768 region are kept in f32 scratch (4.5 MiB)
 // and the last k block rounds them into C.
 //
-// Packing is vectorised: A and transposed-B blocks go through an 8 x 16
+// Packing is vectorised: untransposed A and transposed B go through an 8 x 16
 // transpose of 32-bit words in registers (three rounds of two-source
 // permutes); interleaving the pairs of untransposed B and of transposed A is a
 // 16-bit permute of two rows. Edges use masked loads, so padding is
