@@ -90,6 +90,7 @@ struct Flags {
   int virtual_stages = 0;             // 0: the schedule's own
   std::vector<int64_t> stage_layers;  // blocks per chunk, in chunk order; empty: balanced by FLOPs
   bool activation_checkpointing = false;  // GPTConfig::checkpoint_blocks
+  std::string precision = "fp32";         // nn/precision.hpp
 };
 
 namespace pl = loom::parallel::pipeline;
@@ -227,7 +228,10 @@ int run(const Flags& f) {
   config.heads = f.heads;
   config.seq_len = f.seq;
   config.checkpoint_blocks = f.activation_checkpointing;
-  config.module = {.device = device, .dtype = DType::f32, .seed = f.seed};
+  config.module = {.device = device,
+                   .dtype = DType::f32,
+                   .seed = f.seed,
+                   .precision = nn::precision_from_string(f.precision)};
   LOOM_CHECK(config.vocab >= static_cast<int64_t>(file->vocab_size()), "--vocab ", config.vocab,
              " is smaller than the token file's vocabulary ", file->vocab_size());
   config.validate();
@@ -332,15 +336,17 @@ int run(const Flags& f) {
   auto say = [lead](const char* format, auto... args) {
     if (lead) std::printf(format, args...);
   };
-  say("GPT: %lld layers, d_model %lld, %lld heads, seq %lld, vocab %lld, %.2fM parameters\n",
+  say("GPT: %lld layers, d_model %lld, %lld heads, seq %lld, vocab %lld, %.2fM parameters; matrix "
+      "products in %s\n",
       static_cast<long long>(config.layers), static_cast<long long>(config.d_model),
       static_cast<long long>(config.heads), static_cast<long long>(config.seq_len),
-      static_cast<long long>(config.vocab), config.parameter_count() / 1e6);
+      static_cast<long long>(config.vocab), config.parameter_count() / 1e6, f.precision.c_str());
   say("data: %s, %lld tokens (byte-level), train %lld, unigram baseline %.3f nats\n",
       f.token_file.c_str(), static_cast<long long>(file->size()),
       static_cast<long long>(train_tokens.size()), unigram);
 
-  examples::StepMeter meter(device);
+  examples::StepMeter meter(
+      device, f.precision == "bf16" ? trace::Precision::bf16 : trace::Precision::fp32);
   say("ranks: %d = dp %d x tp %d%s x pp %d, %lld sequences per replica per step; device %s, %s\n",
       world.size(), dp.size(), f.tp, f.sequence_parallel ? " (sequence parallel)" : "", f.pp,
       static_cast<long long>(f.batch), device.str().c_str(), meter.peak_description().c_str());
@@ -546,7 +552,9 @@ int run(const Flags& f) {
   if (f.profile) {
     auto& profiler = trace::Profiler::instance();
     trace::ReportOptions report{
-        .top_n = 15, .precision = trace::Precision::fp32, .roofline = &meter.roofline()};
+        .top_n = 15,
+        .precision = f.precision == "bf16" ? trace::Precision::bf16 : trace::Precision::fp32,
+        .roofline = &meter.roofline()};
     say("%s", profiler.report(report).c_str());
     if (!f.trace_path.empty()) {
       // Each rank writes its own file; rank 0 merges them into one timeline.
@@ -637,6 +645,10 @@ int main(int argc, char** argv) {
                  "balanced by counted FLOPs, docs/pipeline.md)")
       ->delimiter(',')
       ->check(flags::at_least(0));
+  app.add_option("--precision", f.precision,
+                 "matrix products in fp32, or bf16 (operands rounded to bf16, f32 accumulation; "
+                 "parameters, activations, norms and the loss stay f32: docs/nn.md)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_flag("--activation-checkpointing", f.activation_checkpointing,
                "keep only each transformer block's input from forward to backward and recompute "
                "the block in backward: less activation memory for one more forward per block "

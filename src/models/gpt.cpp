@@ -232,7 +232,9 @@ std::vector<nn::Module*> GPTEmbeddings::children() {
 // ---- GPTHead --------------------------------------------------------------------------------
 
 GPTHead::GPTHead(const std::string& model, const GPTConfig& config, nn::Parameter& token_table)
-    : GPTHead(model, config, std::make_unique<nn::Linear>(prefixed(model, "lm_head"), token_table),
+    : GPTHead(model, config,
+              std::make_unique<nn::Linear>(prefixed(model, "lm_head"), token_table,
+                                           config.module.precision),
               &token_table) {}
 
 GPTHead::GPTHead(const std::string& model, const GPTConfig& config)

@@ -10,13 +10,29 @@
 namespace loom::nn {
 
 struct Linear::State : SavedState {
-  Tensor x;   // the input viewed as [rows, in]
-  Tensor dy;  // the output gradient viewed as [rows, out], kept for backward_weight
+  Tensor x;  // the input viewed as [rows, in] (in the matmul dtype)
+  Tensor w;  // the weight in the matmul dtype, when that is not the weight's own
+  Tensor
+      dy;  // the output gradient viewed as [rows, out] (in the matmul dtype), for backward_weight
+  Tensor dy_bias;  // the output gradient as it came, for the bias, when dy was rounded
   Shape x_shape;
 };
 
+namespace {
+
+// `t` in the matmul dtype: itself when it already is, else rounded once.
+Tensor matmul_operand(const Tensor& t, DType matmul) {
+  return t.dtype() == matmul ? t : t.to(matmul);
+}
+
+}  // namespace
+
 Linear::Linear(std::string name, int64_t in_features, int64_t out_features, LinearOptions options)
-    : Module(std::move(name)), in_features_(in_features), out_features_(out_features) {
+    : Module(std::move(name)),
+      in_features_(in_features),
+      out_features_(out_features),
+      matmul_(options.module.precision.reduced() ? options.module.precision.matmul
+                                                 : options.module.dtype) {
   LOOM_CHECK(in_features >= 1 && out_features >= 1, "linear '", this->name(), "': in_features ",
              in_features, " and out_features ", out_features, " must be at least 1");
   LOOM_CHECK(options.init_std >= 0.0f, "linear '", this->name(), "': init_std ", options.init_std,
@@ -43,8 +59,10 @@ Linear::Linear(std::string name, int64_t in_features, int64_t out_features, Line
   }
 }
 
-Linear::Linear(std::string name, Parameter& shared_weight)
-    : Module(std::move(name)), weight_(&shared_weight) {
+Linear::Linear(std::string name, Parameter& shared_weight, Precision precision)
+    : Module(std::move(name)),
+      weight_(&shared_weight),
+      matmul_(precision.reduced() ? precision.matmul : shared_weight.dtype()) {
   LOOM_CHECK(shared_weight.value().dim() == 2, "linear '", this->name(), "': shared weight '",
              shared_weight.name(), "' ", shared_weight.value(), " must be a [out, in] matrix");
   out_features_ = shared_weight.value().size(0);
@@ -68,18 +86,20 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
   Shape y_shape = x.shape();
   y_shape.back() = out_features_;
   Tensor y = Tensor::empty(y_shape, w.dtype(), w.device());
-  const Tensor x2 = x.view({rows, in_features_});
   const Tensor y2 = y.view({rows, out_features_});
   const kernels::GemmOptions options{.trans_a = false, .trans_b = true};
+  State& state = tape.emplace<State>(*this);
   {
-    kernels::OpCost cost = kernels::gemm_cost(x2, w, y2, options);
+    // Under a reduced precision the operands are rounded once here and kept
+    // for backward (NOTE in nn/precision.hpp); the product accumulates in f32.
+    state.x = matmul_operand(x.view({rows, in_features_}), matmul_);
+    state.w = matmul_operand(w, matmul_);
+    kernels::OpCost cost = kernels::gemm_cost(state.x, state.w, y2, options);
     if (bias_) cost += kernels::bias_add_cost(y2);
     trace::OpScope scope("linear.forward", cost, w.device(), name());
-    kernels::gemm(x2, w, y2, options);
+    kernels::gemm(state.x, state.w, y2, options);
     if (bias_) kernels::bias_add(y2, bias_->value());
   }
-  State& state = tape.emplace<State>(*this);
-  state.x = x2;
   state.x_shape = x.shape();
   return y;
 }
@@ -93,15 +113,16 @@ Tensor Linear::backward_input(const Tensor& dy, Tape& tape) {
              "': output gradient ", dy, " must have the output's shape ", shape_str(y_shape),
              " and dtype ", w.dtype());
   const int64_t rows = state.x.size(0);
-  const Tensor dy2 = dy.view({rows, out_features_});
   Tensor dx = Tensor::empty(state.x_shape, w.dtype(), w.device());
   const Tensor dx2 = dx.view({rows, in_features_});
   {
-    trace::OpScope scope("linear.backward_input", kernels::gemm_cost(dy2, w, dx2), w.device(),
-                         name());
-    kernels::gemm(dy2, w, dx2);
+    state.dy = matmul_operand(dy.view({rows, out_features_}), matmul_);
+    if (bias_ && state.dy.dtype() != dy.dtype()) state.dy_bias = dy.view({rows, out_features_});
+    trace::OpScope scope("linear.backward_input", kernels::gemm_cost(state.dy, state.w, dx2),
+                         w.device(), name());
+    kernels::gemm(state.dy, state.w, dx2);
   }
-  state.dy = dy2;
+  state.w = Tensor();  // not needed by backward_weight
   return dx;
 }
 
@@ -114,13 +135,18 @@ void Linear::backward_weight(Tape& tape) {
     const kernels::GemmOptions options{
         .trans_a = true, .trans_b = false, .beta = dw.accumulate ? 1.0f : 0.0f};
     kernels::OpCost cost = kernels::gemm_cost(state.dy, state.x, dw.grad, options);
-    if (bias_) cost += kernels::bias_grad_cost(state.dy, bias_->grad_written());
+    if (bias_) {
+      cost += kernels::bias_grad_cost(state.dy_bias.defined() ? state.dy_bias : state.dy,
+                                      bias_->grad_written());
+    }
     trace::OpScope scope("linear.backward_weight", cost, dw.grad.device(), name());
     kernels::gemm(state.dy, state.x, dw.grad, options);
     weight_->end_grad_write(tape);
     if (bias_) {
       const Parameter::GradWrite db = bias_->begin_grad_write();
-      kernels::bias_grad(state.dy, db.grad, db.accumulate);
+      // The bias gradient sums the output gradient as it came, not rounded.
+      kernels::bias_grad(state.dy_bias.defined() ? state.dy_bias : state.dy, db.grad,
+                         db.accumulate);
       bias_->end_grad_write(tape);
     }
   }

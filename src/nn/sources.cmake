@@ -15,6 +15,7 @@ target_sources(loom PRIVATE
   nn/module.cpp
   nn/parameter.cpp
   nn/pool.cpp
+  nn/precision.cpp
   nn/residual.cpp
   nn/sequential.cpp
 )

@@ -121,11 +121,11 @@ ColumnParallelLinear::ColumnParallelLinear(std::string name, int64_t in_features
 
 ColumnParallelLinear::ColumnParallelLinear(std::string name, nn::Parameter& weight,
                                            std::shared_ptr<comm::Communicator> tp,
-                                           bool sequence_parallel)
+                                           bool sequence_parallel, nn::Precision precision)
     : Module(name),
       tp_(checked_group(tp, name)),
       sequence_parallel_(sequence_parallel),
-      local_(name, weight) {}
+      local_(name, weight, precision) {}
 
 Tensor ColumnParallelLinear::forward(const Tensor& x, nn::Tape& tape) {
   // The conjugate operator: identity forward (SP: the tokens gathered).

@@ -88,7 +88,8 @@ std::unique_ptr<models::GPTEnd> TensorParallelGPTLayers::head(const std::string&
   if (token_table != nullptr) {
     return std::make_unique<models::GPTHead>(
         model, config,
-        std::make_unique<ColumnParallelLinear>(prefixed(model, "lm_head"), *token_table, tp_, sp),
+        std::make_unique<ColumnParallelLinear>(prefixed(model, "lm_head"), *token_table, tp_, sp,
+                                               config.module.precision),
         token_table);
   }
   const int64_t padded = padded_vocab(config.vocab, tp_->size());

@@ -17,6 +17,10 @@
 // fires once per backward, after both contributions have been written.
 //
 // dtypes: f32 on the host; f32 or bf16 on CUDA (the weight's dtype; x must match).
+// Under a reduced precision (ModuleOptions::precision, nn/precision.hpp) the
+// products take x, the weight and dy rounded to bf16 (or f16), accumulate in
+// f32 and write outputs and gradients in the weight's dtype; the input is
+// saved for backward in the reduced dtype.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +45,7 @@ class Linear : public Module {
  public:
   Linear(std::string name, int64_t in_features, int64_t out_features, LinearOptions options = {});
   // A bias-free Linear whose weight is `shared` (a [out, in] matrix owned elsewhere).
-  Linear(std::string name, Parameter& shared_weight);
+  Linear(std::string name, Parameter& shared_weight, Precision precision = {});
 
   Tensor forward(const Tensor& x, Tape& tape) override;
   Tensor backward_input(const Tensor& dy, Tape& tape) override;
@@ -53,12 +57,14 @@ class Linear : public Module {
   Parameter& weight() { return *weight_; }
   Parameter* bias() { return bias_.get(); }  // null without a bias
   bool ties_weight() const { return owned_weight_ == nullptr; }
+  DType matmul_dtype() const { return matmul_; }  // the operands' dtype in the products
 
  private:
   struct State;
   int64_t in_features_ = 0, out_features_ = 0;
   std::unique_ptr<Parameter> owned_weight_;
   Parameter* weight_ = nullptr;
+  DType matmul_ = DType::f32;
   std::unique_ptr<Parameter> bias_;
 };
 

@@ -25,6 +25,7 @@
 #include "loom/core/dtype.hpp"
 #include "loom/core/tensor.hpp"
 #include "loom/nn/parameter.hpp"
+#include "loom/nn/precision.hpp"
 #include "loom/nn/tape.hpp"
 
 namespace loom::nn {
@@ -34,6 +35,7 @@ struct ModuleOptions {
   Device device = Device::cpu();
   DType dtype = DType::f32;
   uint64_t seed = 0;
+  Precision precision = {};  // the operands of matrix products (nn/precision.hpp)
 };
 
 class Module {

@@ -66,7 +66,8 @@ class ColumnParallelLinear : public nn::Module {
   // Without a bias, its weight tied to `weight`, a shard this rank already
   // holds (a head tied to a vocab-parallel token table).
   ColumnParallelLinear(std::string name, nn::Parameter& weight,
-                       std::shared_ptr<comm::Communicator> tp, bool sequence_parallel = false);
+                       std::shared_ptr<comm::Communicator> tp, bool sequence_parallel = false,
+                       nn::Precision precision = {});
 
   // x [..., in] (the same on every tp rank; SP: this rank's tokens
   // [B, T / tp, in]) -> [..., out / tp] (SP: all tokens, [B, T, out / tp]).

@@ -1,0 +1,42 @@
+// Mixed precision: which dtype a module's matrix products take their
+// operands in, while everything else stays f32.
+//
+//   nn::Precision p = nn::precision_from_string("bf16");
+//   models::GPTConfig config;  config.module.precision = p;
+//
+// Under bf16 (or f16) a Linear rounds its input and its weight to bf16 for
+// the product, accumulates in f32 and writes an f32 output; its backward
+// rounds the output gradient the same way, and its weight gradient is
+// accumulated in f32. So:
+//   - the parameters stay f32: they are the master weights the optimizer
+//     updates (and ZeRO shards), and a bf16 copy of a weight lives only for
+//     the duration of one forward and backward;
+//   - activations between modules stay f32 on the host, and LayerNorm,
+//     softmax, the loss, the optimizer and every reduction run in f32;
+//   - a Linear saves its input for backward in bf16 (half the bytes).
+// On the host the bf16 products run on AVX-512 BF16's vdpbf16ps where the
+// CPU has it (kernels::gemm; docs/kernels.md); on CUDA through cuBLAS with
+// f32 accumulation. f16 rounds to f16 instead (no faster on the host: the
+// operands are widened to f32 there); its narrow range needs loss scaling,
+// which is not built yet, so the examples refuse it.
+#pragma once
+
+#include <string>
+
+#include "loom/core/dtype.hpp"
+
+namespace loom::nn {
+
+struct Precision {
+  // The operand dtype of matrix products: f32 (no rounding), bf16 or f16.
+  DType matmul = DType::f32;
+
+  bool reduced() const { return matmul != DType::f32; }
+};
+
+// "fp32" | "bf16" | "fp16"; throws loom::Error naming the value otherwise.
+Precision precision_from_string(const std::string& name);
+// "fp32", "bf16" or "fp16".
+std::string precision_name(const Precision& precision);
+
+}  // namespace loom::nn
