@@ -21,10 +21,18 @@ inline bool is_benchmark_model(const std::string& name) {
   return name == "gpt" || name == "resnet";
 }
 
-// The model, unwrapped (stage 3 of ZeRO wraps it).
-inline std::unique_ptr<nn::Module> make_benchmark_model(const std::string& name) {
+// The model, unwrapped (stage 3 of ZeRO wraps it); `precision`: the operands
+// of its matrix products (nn/precision.hpp).
+inline std::unique_ptr<nn::Module> make_benchmark_model(const std::string& name,
+                                                        nn::Precision precision = {}) {
   LOOM_CHECK(is_benchmark_model(name), "model '", name, "' is not one of gpt, resnet");
-  if (name == "gpt") return std::make_unique<models::GPT>("", models::GPTConfig{});
+  if (name == "gpt") {
+    models::GPTConfig config;
+    config.module.precision = precision;
+    return std::make_unique<models::GPT>("", config);
+  }
+  LOOM_CHECK(!precision.reduced(), "model 'resnet' in ", nn::precision_name(precision),
+             ": Loom has no reduced-precision convolution yet");
   models::ResNetOptions options;
   options.stem = models::ResNetStem::cifar;
   options.classes = 10;

@@ -10,8 +10,8 @@
 //   eager    fp32 eager mode, what Loom does;
 //   compile  torch.compile (Inductor on CPU); the first step, which
 //            compiles, is reported apart (compile s) and is not a step time;
-//   bf16     torch.autocast(device_type="cpu", dtype=torch.bfloat16): the
-//            peer's alone (Loom has no bf16 training yet), no ratio.
+//   bf16     torch.autocast(device_type="cpu", dtype=torch.bfloat16), against
+//            Loom's bf16 GPT with --precision bf16 (no Loom bf16 ResNet yet).
 // The peer starts with OMP_NUM_THREADS=MKL_NUM_THREADS=OPENBLAS_NUM_THREADS=1,
 // uses one intra-op and one inter-op thread and is bound to the cores this
 // process runs on (Loom's single rank here). Both sides' CPU time over the
@@ -70,9 +70,9 @@ struct LoomModel {
   }
 };
 
-LoomModel make_model(const std::string& name) {
+LoomModel make_model(const std::string& name, loom::nn::Precision precision = {}) {
   LoomModel m;
-  m.model = loom::bench::make_benchmark_model(name);
+  m.model = loom::bench::make_benchmark_model(name, precision);
   m.optimizer = loom::bench::make_benchmark_optimizer(name, *m.model);
   auto batch = loom::bench::benchmark_batch(name, 0);
   m.inputs = batch.inputs;
@@ -86,7 +86,8 @@ struct RoundResult {
   double cpu_share = 0;  // over the timed steps
 };
 
-RoundResult time_loom(LoomModel& m, int warmup, int steps, const loom::trace::Roofline& peak) {
+RoundResult time_loom(LoomModel& m, int warmup, int steps, const loom::trace::Roofline& peak,
+                      loom::trace::Precision precision = loom::trace::Precision::fp32) {
   for (int i = 0; i < warmup; ++i) m.step();
   std::vector<double> ms;
   std::vector<double> flops;
@@ -102,8 +103,7 @@ RoundResult time_loom(LoomModel& m, int warmup, int steps, const loom::trace::Ro
   }
   share.stop();
   const double t = median(ms);
-  return {t, loom::trace::mfu(median(flops), t / 1e3, peak, loom::trace::Precision::fp32),
-          share.share()};
+  return {t, loom::trace::mfu(median(flops), t / 1e3, peak, precision), share.share()};
 }
 
 // The peer's columns, in the order the peer runs them.
@@ -151,10 +151,17 @@ int main(int argc, char** argv) {
   app.add_option("--peer-threads", peer_threads,
                  "threads of the peer: anything but 1 exists to see the CPU-share refusal")
       ->check(flags::at_least(1));
+  std::vector<std::string> precisions = {"fp32"};
+  app.add_option("--precision", precisions,
+                 "Loom's precisions: fp32 and/or bf16 (the GPT's matrix products in bf16, "
+                 "against fp32 Loom and the peer's bf16 autocast column)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_flag("--no-peer", no_peer, "time Loom only");
   app.add_option("--json", json_path, "also write the results here");
   CLI11_PARSE(app, argc, argv);
 
+  const bool bf16 = std::find(precisions.begin(), precisions.end(), "bf16") != precisions.end();
   try {
     const auto peak = loom::trace::Roofline::for_device(loom::Device::cpu());
     const std::vector<int> cores = loom::bench::cpu_affinity();
@@ -188,14 +195,25 @@ int main(int argc, char** argv) {
     };
     std::string rounds_header = "rounds Loom";
     for (const auto& c : columns) rounds_header.append("/").append(c);
+    if (bf16) rounds_header.insert(std::string("rounds Loom").size(), "|bf16");
     loom::bench::Table table({"model", "Loom ms/step", "eager ms", "Loom/eager", "compile ms",
-                              "Loom/compile", "compile s", "bf16 ms (peer only)", "Loom MFU",
-                              "Loom loss", "cores Loom|peer", rounds_header + " ms"});
+                              "Loom/compile", "compile s", "autocast bf16 ms", "Loom bf16 ms",
+                              "bf16/fp32", "Loom bf16/autocast", "Loom MFU", "Loom loss",
+                              "cores Loom|peer", rounds_header + " ms"});
     nlohmann::json results = nlohmann::json::array();
     nlohmann::json peer_record;  // the last peer output: torch version, config, binding
     std::vector<std::string> notes;
+    const bool bf16 = std::find(precisions.begin(), precisions.end(), "bf16") != precisions.end();
     for (const auto& name : models) {
       LoomModel m = make_model(name);
+      // Loom in bf16 beside fp32, where the model has it (no bf16 convolution yet).
+      std::optional<LoomModel> m16;
+      if (bf16 && name == "gpt") m16 = make_model(name, loom::nn::precision_from_string("bf16"));
+      if (bf16 && name != "gpt") {
+        notes.push_back(name +
+                        ": no Loom bf16 row (Loom has no reduced-precision convolution yet)");
+      }
+      std::vector<double> loom16_ms, mfus16;
       std::vector<double> loom_ms, mfus, loom_share;
       std::map<std::string, PeerSeries> peer;
       std::string why;
@@ -206,6 +224,15 @@ int main(int argc, char** argv) {
         mfus.push_back(loom_round.mfu);
         loom_share.push_back(loom_round.cpu_share);
         per_round += (r ? " " : "") + loom::bench::fixed(loom_round.median_ms, 0);
+        if (m16) {
+          const RoundResult r16 =
+              time_loom(*m16, warmup, steps, peak, loom::trace::Precision::bf16);
+          loom::bench::require_one_core("Loom bf16", 0, r16.cpu_share);
+          loom16_ms.push_back(r16.median_ms);
+          mfus16.push_back(r16.mfu);
+          loom_share.push_back(r16.cpu_share);
+          per_round += "|" + loom::bench::fixed(r16.median_ms, 0);
+        }
         std::optional<nlohmann::json> out;
         if (peer_on && why.empty()) {
           std::string column_list;
@@ -270,11 +297,16 @@ int main(int argc, char** argv) {
       for (const auto& c : columns) {
         shares += " " + (peer.count(c) ? cell(max_of(peer.at(c).cpu_share), 2) : std::string("-"));
       }
+      const double loom16_median = m16 ? median(loom16_ms) : -1.0;
+      const double autocast = has("bf16") ? peer_median("bf16") : -1.0;
       table.add({name, cell(loom_median, 1), has("eager") ? cell(peer_median("eager"), 1) : "",
                  has("eager") ? ratio("eager") : "",
                  has("compile") ? cell(peer_median("compile"), 1) : "",
                  has("compile") ? ratio("compile") : "", has("compile") ? compile_s : "",
                  has("bf16") ? cell(peer_median("bf16"), 1) : "",
+                 m16 ? cell(loom16_median, 1) : "-",
+                 m16 ? cell(loom16_median / loom_median, 2) : "-",
+                 m16 && autocast > 0 ? cell(loom16_median / autocast, 2) : "-",
                  loom::bench::fixed(100.0 * median(mfus), 1) + "%",
                  loom::bench::fixed(m.last_loss, 3), shares, per_round});
       if (!why.empty()) std::printf("peer unavailable for %s: %s\n", name.c_str(), why.c_str());
@@ -286,8 +318,7 @@ int main(int argc, char** argv) {
         p["column"] = c;
         p["label"] = c == "eager"     ? "torch eager fp32"
                      : c == "compile" ? "torch.compile (inductor) fp32"
-                                      : "torch eager, bf16 autocast (peer only: no Loom bf16 "
-                                        "training yet)";
+                                      : "torch eager, bf16 autocast";
         p["peer_ms"] = s.ms;
         p["peer_median_ms"] = peer_median(c);
         p["ratio"] = c != "bf16" && peer_median(c) > 0 ? loom_median / peer_median(c) : -1.0;
@@ -311,13 +342,31 @@ int main(int argc, char** argv) {
            {"peer_ms", peer.count("eager") ? peer.at("eager").ms : std::vector<double>{}},
            {"peer_median_ms", peer_median("eager")},
            {"ratio", peer_median("eager") > 0 ? loom_median / peer_median("eager") : -1.0},
+           {"precision", "fp32"},
+           {"step_ms", loom_median},
+           {"peer_step_ms", peer_median("eager")},
+           {"loss", m.last_loss},
            {"peers", peers}});
+      if (m16) {
+        results.push_back({{"model", name},
+                           {"precision", "bf16"},
+                           {"step_ms", loom16_median},
+                           {"loom_ms", loom16_ms},
+                           {"loom_mfu", median(mfus16)},
+                           {"peer", "torch eager, bf16 autocast"},
+                           {"peer_step_ms", autocast},
+                           {"ratio_to_peer", autocast > 0 ? loom16_median / autocast : -1.0},
+                           {"ratio_to_fp32", loom16_median / loom_median},
+                           {"loss", m16->last_loss},
+                           {"loss_fp32", m.last_loss},
+                           {"cpu_model", loom::bench::cpu_model()}});
+      }
     }
     table.print();
     if (!peer_record.is_null()) {
       std::printf(
           "peer: torch %s, one process bound to cores %s like Loom; eager and compile are fp32 "
-          "like Loom, bf16 is the peer's alone\n%s",
+          "like Loom fp32, autocast bf16 against Loom bf16 (matrix products in bf16)\n%s",
           peer_record.at("peer_torch_version").get<std::string>().c_str(),
           loom::bench::bindings_text(peer_record.at("peer_binding")).c_str(),
           loom::bench::peer_config_text(peer_record).c_str());
