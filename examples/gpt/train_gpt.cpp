@@ -182,6 +182,9 @@ void check_layout(const Flags& f, int world) {
              " (under --sequence-parallel each rank holds seq / tp tokens of every sequence)");
 
   check_pipeline(f);
+  LOOM_CHECK(f.precision != "fp16" || f.pp == 1, "--precision fp16 with --pp ", f.pp,
+             ": the pipeline executor does not scale the loss gradient yet (loss scaling needs "
+             "it); use --precision bf16, which needs no scaling");
   LOOM_CHECK(f.checkpoint_dir.empty() == (f.save_every == 0 && !f.resume),
              f.checkpoint_dir.empty()
                  ? "--save-every and --resume need --checkpoint-dir (where checkpoints live)"
@@ -430,6 +433,9 @@ int run(const Flags& f) {
   double train_seconds = 0;
   double last_val = std::nan("");
   int64_t step = first_step;
+  // fp16: dynamic loss scaling (optim/loss_scaler.hpp).
+  std::optional<optim::LossScaler> scaler;
+  if (f.precision == "fp16") scaler.emplace();
   // Checkpoints are written in the background: a save stalls training only
   // while the state is copied to host memory.
   checkpoint::AsyncCheckpointer saver;
@@ -469,11 +475,25 @@ int run(const Flags& f) {
       tape.set_random_seed(step_seed);
       Tensor logits = model->forward(batch.inputs.to(device), tape);
       loss = loss_fn.forward(logits, batch.targets.to(device), loss_tape).item<float>();
-      model->backward(loss_fn.backward(loss_tape), tape);
+      const Tensor dlogits = loss_fn.backward(loss_tape);
+      if (scaler) scaler->scale_gradient(dlogits);  // fp16: S x the loss gradient
+      model->backward(dlogits, tape);
       zero.finish();
-      norm = f.clip > 0 ? zero.clip_grad_norm(f.clip) : 0.0;
+      // The true global norm (unscaling fp16's gradients in the same pass); a
+      // non-finite one, the same on every rank, skips the step.
+      if (f.clip > 0 || scaler) {
+        norm = zero.clip_grad_norm(f.clip > 0 ? f.clip : HUGE_VAL, scaler ? scaler->scale() : 1.0);
+      }
       zero.optimizer().set_lr(schedule.lr_at(step));
-      if (std::isfinite(norm)) zero.step();
+      const double scale_used = scaler ? scaler->scale() : 1.0;
+      if (scaler ? scaler->update(norm) : std::isfinite(norm)) {
+        zero.step();
+      } else if (scaler) {
+        say("step %5lld  skipped: the gradients overflowed at loss scale %g (now %g; %lld "
+            "skipped so far)\n",
+            static_cast<long long>(step), scale_used, scaler->scale(),
+            static_cast<long long>(scaler->skipped_steps()));
+      }
       zero.zero_grad();
     }
     if (const parallel::GradReducer* reducer = zero.reducer()) {
@@ -646,9 +666,10 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(flags::at_least(0));
   app.add_option("--precision", f.precision,
-                 "matrix products in fp32, or bf16 (operands rounded to bf16, f32 accumulation; "
-                 "parameters, activations, norms and the loss stay f32: docs/nn.md)")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+                 "matrix products in fp32, or bf16/fp16 (operands rounded, f32 accumulation; "
+                 "parameters, activations, norms and the loss stay f32; fp16 with dynamic loss "
+                 "scaling, not yet with --pp: docs/nn.md)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_flag("--activation-checkpointing", f.activation_checkpointing,
                "keep only each transformer block's input from forward to backward and recompute "
                "the block in backward: less activation memory for one more forward per block "

@@ -2,6 +2,7 @@
 target_sources(loom PRIVATE
   optim/adamw.cpp
   optim/grad_clip.cpp
+  optim/loss_scaler.cpp
   optim/lr_schedule.cpp
   optim/optimizer.cpp
   optim/param_slot.cpp

@@ -48,25 +48,30 @@ double global_grad_norm(const std::vector<GradPiece>& pieces, const ReductionGro
 }
 
 double clip_grad_norm(const std::vector<GradPiece>& pieces, const ReductionGroups& groups,
-                      double max_norm, comm::Communicator* shards) {
-  LOOM_CHECK(max_norm > 0 && std::isfinite(max_norm), "clip_grad_norm: max_norm is ", max_norm,
-             "; it must be positive and finite");
-  const double norm = global_grad_norm(pieces, groups, shards);
-  if (std::isfinite(norm) && norm > max_norm) {
+                      double max_norm, comm::Communicator* shards, double grad_scale) {
+  LOOM_CHECK(max_norm > 0, "clip_grad_norm: max_norm is ", max_norm,
+             "; it must be positive (infinity: never clip)");
+  LOOM_CHECK(grad_scale > 0 && std::isfinite(grad_scale), "clip_grad_norm: grad_scale is ",
+             grad_scale, "; it must be positive and finite");
+  const double norm = global_grad_norm(pieces, groups, shards) / grad_scale;
+  if (!std::isfinite(norm)) return norm;
+  const double coefficient =
+      (norm > max_norm ? optim::clip_coefficient(norm, max_norm) : 1.0) / grad_scale;
+  if (coefficient != 1.0) {
     std::vector<Tensor> grads;
     grads.reserve(pieces.size());
     for (const GradPiece& piece : pieces) grads.push_back(piece.grad);
-    optim::scale_grads(grads, optim::clip_coefficient(norm, max_norm));
+    optim::scale_grads(grads, coefficient);
   }
   return norm;
 }
 
 double clip_grad_norm(const std::vector<nn::Parameter*>& params, const ReductionGroups& groups,
-                      double max_norm) {
+                      double max_norm, double grad_scale) {
   std::vector<GradPiece> pieces;
   pieces.reserve(params.size());
   for (nn::Parameter* p : params) pieces.push_back({p, p->grad()});
-  return clip_grad_norm(pieces, groups, max_norm);
+  return clip_grad_norm(pieces, groups, max_norm, nullptr, grad_scale);
 }
 
 }  // namespace loom::parallel

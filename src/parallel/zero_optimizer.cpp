@@ -278,15 +278,15 @@ void ZeroOptimizer::finish() {
   }
 }
 
-double ZeroOptimizer::clip_grad_norm(double max_norm) {
+double ZeroOptimizer::clip_grad_norm(double max_norm, double grad_scale) {
   if (impl_->stage == 0) {
-    return parallel::clip_grad_norm(impl_->params, options_.groups, max_norm);
+    return parallel::clip_grad_norm(impl_->params, options_.groups, max_norm, grad_scale);
   }
   const std::vector<Tensor> grads = grad_shards();
   std::vector<GradPiece> pieces;
   pieces.reserve(grads.size());
   for (size_t k = 0; k < grads.size(); ++k) pieces.push_back({impl_->slot_params[k], grads[k]});
-  return parallel::clip_grad_norm(pieces, options_.groups, max_norm, &impl_->comm);
+  return parallel::clip_grad_norm(pieces, options_.groups, max_norm, &impl_->comm, grad_scale);
 }
 
 const std::vector<nn::Parameter*>& ZeroOptimizer::parameters() const {

@@ -15,7 +15,12 @@
 // (to rounding: the sums are added in double, carried as two f32 words).
 //
 // As optim::clip_grad_norm: a non-finite norm leaves the gradients alone and
-// is returned as is; max_norm must be positive and finite.
+// is returned as is; max_norm must be positive (infinity: never clip).
+//
+// grad_scale: the gradients hold grad_scale times the true gradients (loss
+// scaling, optim/loss_scaler.hpp). The norm returned is the true one, and the
+// same pass that clips divides the gradients by grad_scale (unless the norm
+// is not finite: an overflow the scaler answers by skipping the step).
 #pragma once
 
 #include <vector>
@@ -42,9 +47,10 @@ double global_grad_norm(const std::vector<GradPiece>& pieces, const ReductionGro
 
 // Clips the pieces in place when the global norm exceeds max_norm; returns the norm.
 double clip_grad_norm(const std::vector<GradPiece>& pieces, const ReductionGroups& groups,
-                      double max_norm, comm::Communicator* shards = nullptr);
+                      double max_norm, comm::Communicator* shards = nullptr,
+                      double grad_scale = 1.0);
 // Every parameter's whole gradient (data parallelism without ZeRO sharding).
 double clip_grad_norm(const std::vector<nn::Parameter*>& params, const ReductionGroups& groups,
-                      double max_norm);
+                      double max_norm, double grad_scale = 1.0);
 
 }  // namespace loom::parallel

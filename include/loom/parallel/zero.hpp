@@ -137,8 +137,10 @@ class ZeroOptimizer {
   // After finish(): the true global L2 norm of the gradients (parallel/
   // grad_clip.hpp: squares of this rank's shard, summed over dp and over
   // ZeroOptions.groups.model, replicas counted once); scales them when it
-  // exceeds max_norm. Returns the norm before clipping.
-  double clip_grad_norm(double max_norm);
+  // exceeds max_norm (infinity: never). Returns the norm before clipping.
+  // grad_scale: the gradients are grad_scale x the true ones (loss scaling):
+  // the true norm is returned and the gradients are unscaled in the same pass.
+  double clip_grad_norm(double max_norm, double grad_scale = 1.0);
   // Steps this rank's shard (every slot at stage 0) and starts the all-gather (stages 1, 2).
   void step();
   // The learning rate of the next step(): optimizer().set_lr() and lr(), the
