@@ -91,6 +91,7 @@ struct Flags {
   std::vector<int64_t> stage_layers;  // blocks per chunk, in chunk order; empty: balanced by FLOPs
   bool activation_checkpointing = false;  // GPTConfig::checkpoint_blocks
   std::string precision = "fp32";         // nn/precision.hpp
+  std::string grad_reduce = "fp32";       // the dtype gradients travel in over dp
 };
 
 namespace pl = loom::parallel::pipeline;
@@ -182,6 +183,9 @@ void check_layout(const Flags& f, int world) {
              " (under --sequence-parallel each rank holds seq / tp tokens of every sequence)");
 
   check_pipeline(f);
+  LOOM_CHECK(f.grad_reduce == "fp32" || f.zero_stage == 0, "--grad-reduce ", f.grad_reduce,
+             " with --zero-stage ", f.zero_stage,
+             ": gradients are reduced in bf16 at stage 0 (plain data parallelism) only so far");
   LOOM_CHECK(f.precision != "fp16" || f.pp == 1, "--precision fp16 with --pp ", f.pp,
              ": the pipeline executor does not scale the loss gradient yet (loss scaling needs "
              "it); use --precision bf16, which needs no scaling");
@@ -286,7 +290,9 @@ int run(const Flags& f) {
           .decay = optim::DecayPolicy::matrices_only,
           .modules = units,
           .broadcast_parameters = true,
-          .groups = parallel::reduction_groups(groups)});
+          .groups = parallel::reduction_groups(groups),
+          .compression = f.grad_reduce == "bf16" ? parallel::GradCompression::bf16
+                                                 : parallel::GradCompression::none});
   examples::Loss loss_fn;
   if (f.tp > 1) {
     loss_fn.vocab_parallel =
@@ -670,6 +676,10 @@ int main(int argc, char** argv) {
                  "parameters, activations, norms and the loss stay f32; fp16 with dynamic loss "
                  "scaling, not yet with --pp: docs/nn.md)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--grad-reduce", f.grad_reduce,
+                 "the dtype gradients are averaged over dp in: fp32, or bf16 (half the bytes, "
+                 "about 2^-7 relative error per element; --zero-stage 0 only)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_flag("--activation-checkpointing", f.activation_checkpointing,
                "keep only each transformer block's input from forward to backward and recompute "
                "the block in backward: less activation memory for one more forward per block "

@@ -2,8 +2,10 @@
 // one rank's gradient makes every rank skip the same step, lower the same
 // scale and leave its parameters untouched; the scale grows back after
 // growth_interval good steps; the gradients the optimizer sees are unscaled.
+// And gradients averaged over dp in bf16 (ZeroOptions.compression).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -11,8 +13,10 @@
 #include <vector>
 
 #include "loom/comm/local.hpp"
+#include "loom/core/random.hpp"
 #include "loom/models/gpt.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
+#include "loom/nn/linear.hpp"
 #include "loom/optim/loss_scaler.hpp"
 #include "loom/parallel/layout.hpp"
 #include "loom/parallel/reduction.hpp"
@@ -235,4 +239,60 @@ TEST_CASE(
   REQUIRE(norms[1].size() == 3);
   // f32 model: scaling by a power of two is exact, so the runs agree closely.
   for (int s = 0; s < 3; ++s) CHECK(norms[1][s] == Approx(norms[0][s]).epsilon(1e-6));
+}
+
+TEST_CASE(
+    "ZeroOptions.compression bf16 at stage 0 averages the gradients in bf16 (half the bytes, "
+    "within 2 x 2^-8), and stages 1-3 refuse it",
+    "[precision]") {
+  std::vector<std::vector<float>> grads(2), plain(2);
+  std::vector<size_t> wire(2);
+  std::vector<std::string> errors(2);
+  for (const parallel::GradCompression compression :
+       {parallel::GradCompression::none, parallel::GradCompression::bf16}) {
+    comm::run_local_ranks(comm::make_local_group(2), [&](comm::Communicator& world) {
+      const auto r = static_cast<size_t>(world.rank());
+      try {
+        nn::Linear fc("fc", 40, 24, {.module = {.seed = 3}});
+        parallel::ZeroOptimizer zero(fc.parameters(), world, optim::SgdOptions{.lr = 0.1},
+                                     {.stage = 0, .compression = compression});
+        zero.zero_grad();
+        Tensor x = Tensor::empty({8, 40});
+        fill_normal(x, RandomKey{9, static_cast<uint64_t>(world.rank())}, 0.0f, 1.0f);
+        nn::Tape tape;
+        const Tensor y = fc.forward(x, tape);
+        fc.backward(Tensor::full(y.shape(), 1.0 + world.rank()), tape);
+        zero.finish();
+        auto& out = compression == parallel::GradCompression::bf16 ? grads[r] : plain[r];
+        out = fc.weight().grad().to_vector<float>();
+        if (compression == parallel::GradCompression::bf16)
+          wire[r] = zero.reducer()->stats().wire_bytes;
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (const std::string& e : errors) REQUIRE(e.empty());
+  CHECK(grads[0] == grads[1]);           // every rank holds the same average
+  // bf16 on the wire: 2 bytes per element (buckets padded to their alignment).
+  CHECK(wire[0] >= (40 * 24 + 24) * 2);
+  CHECK(wire[0] < (40 * 24 + 24) * 2 + 64);
+  float largest = 0;
+  for (const float g : plain[0]) largest = std::max(largest, std::abs(g));
+  for (size_t i = 0; i < plain[0].size(); ++i) {
+    INFO("element " << i);
+    CHECK(std::abs(grads[0][i] - plain[0][i]) <= 2.0 * std::ldexp(1.0, -8) * largest);
+  }
+  std::string refused;
+  comm::run_local_ranks(comm::make_local_group(2), [&](comm::Communicator& world) {
+    nn::Linear fc("fc", 4, 4);
+    try {
+      parallel::ZeroOptimizer zero(fc.parameters(), world, optim::SgdOptions{.lr = 0.1},
+                                   {.stage = 1, .compression = parallel::GradCompression::bf16});
+    } catch (const Error& e) {
+      if (world.rank() == 0) refused = e.what();
+    }
+  });
+  CHECK_THAT(refused, Contains("ZeroOptions.compression bf16 at stage 1") &&
+                          Contains("stage 0 (plain data parallelism) only so far"));
 }
