@@ -118,9 +118,6 @@ void check_pipeline(const Flags& f) {
     LOOM_CHECK(f.stage_layers.empty(), "--stage-layers cuts the layers over pipeline stages", why);
     return;
   }
-  LOOM_CHECK(f.zero_stage <= 2, "--zero-stage ", f.zero_stage, " is not supported with --pp ", f.pp,
-             ": ZeRO 3 gathers each block's parameters around its use, which the pipeline "
-             "executor does not do; use --zero-stage 0, 1 or 2");
   const int m = micro_batches_of(f);
   LOOM_CHECK(f.batch % m == 0, "--batch ", f.batch, " is not divisible by --micro-batches ", m,
              " (each micro-batch takes batch / M of the replica's sequences)");
@@ -257,6 +254,9 @@ int run(const Flags& f) {
   if (f.pp > 1) {
     pipeline = make_pipeline_schedule(f);
     chunks = pl::build_gpt_chunks(config, *pipeline, groups.coord.pp, f.stage_layers, layers);
+    // ZeRO stage 3: every chunk and every block of it is one unit, gathered
+    // around each forward and backward the executor runs (docs/pipeline.md).
+    if (f.zero_stage == 3) units = chunks.shard_parameters();
   } else {
     model_owner = std::make_unique<models::GPT>("", config, layers);
     // ZeRO stage 3 gathers each block's parameters around its use: every block
@@ -415,18 +415,21 @@ int run(const Flags& f) {
       blocks = config.layers;
     }
     // dp: the gradients reduced and the parameters gathered, once (stage 3: the
-    // parameters twice, forward and backward). tp: per block two all-reduces
-    // forward and two backward (or their reduce-scatter/all-gather halves under
-    // sequence parallelism), two more when blocks are recomputed, and the
+    // parameters twice, forward and backward, of every micro-batch under --pp).
+    // tp: per block two all-reduces forward and two backward (or their
+    // reduce-scatter/all-gather halves under sequence parallelism), two more
+    // when blocks are recomputed, and the
     // vocabulary-parallel embedding's. pp: each micro-batch's activation out and
     // gradient back per chunk (a token slice under sequence parallelism).
     const double tp_collectives =
         4.0 * static_cast<double>(blocks) * (f.activation_checkpointing ? 1.5 : 1.0) +
         (groups.coord.pp == 0 ? 1.0 : 0.0);
     const double pp_messages = pipeline ? 2.0 * pipeline->virtual_stages : 0.0;
+    const double dp_passes =
+        zero.stage() == 3 ? 1.0 + 2.0 * (pipeline ? micro_batches_of(f) : 1) : 2.0;
     examples::print_expected_comm(
         world,
-        {{"dp", groups.dp.get(), (zero.stage() == 3 ? 3.0 : 2.0) * (n_dp - 1) / n_dp * param_bytes},
+        {{"dp", groups.dp.get(), dp_passes * (n_dp - 1) / n_dp * param_bytes},
          {"tp", groups.tp.get(), tp_collectives * 2.0 * (n_tp - 1) / n_tp * activations},
          {"pp", groups.pp.get(), pp_messages * activations / (f.sequence_parallel ? n_tp : 1.0)}});
   }

@@ -1,5 +1,7 @@
 #include "loom/parallel/sharded_module.hpp"
 
+#include <algorithm>
+
 #include "loom/core/error.hpp"
 
 namespace loom::parallel {
@@ -7,34 +9,56 @@ namespace loom::parallel {
 using Phase = ParameterGatherer::Phase;
 
 ShardedModule::ShardedModule(std::unique_ptr<nn::Module> inner)
-    : Module(inner ? inner->name() : std::string()), inner_(std::move(inner)) {
+    : Module(inner ? inner->name() : std::string()),
+      owned_(std::move(inner)),
+      inner_(owned_.get()) {
   LOOM_CHECK(inner_ != nullptr, "ShardedModule: the inner module is null");
   Module::set_training(inner_->training());
 }
 
+ShardedModule::ShardedModule(nn::Module& inner) : Module(inner.name()), inner_(&inner) {
+  Module::set_training(inner_->training());
+}
+
+void ShardedModule::before_use(Phase phase) {
+  for (ShardedModule* other : gather_with_) {
+    LOOM_CHECK(other->gatherer_ == gatherer_, "ShardedModule '", name(), "' gathers with '",
+               other->name(),
+               "', which is not attached to the same ZeroOptimizer; pass both "
+               "in ZeroOptions.modules");
+    gatherer_->before_use(*other, phase);
+  }
+  gatherer_->before_use(*this, phase);
+}
+
+void ShardedModule::after_use(Phase phase) {
+  gatherer_->after_use(*this, phase);
+  for (ShardedModule* other : gather_with_) gatherer_->after_use(*other, phase);
+}
+
 Tensor ShardedModule::forward(const Tensor& x, nn::Tape& tape) {
   if (!gatherer_) return inner_->forward(x, tape);
-  gatherer_->before_use(*this, Phase::forward);
+  before_use(Phase::forward);
   Tensor y = inner_->forward(x, tape);
-  gatherer_->after_use(*this, Phase::forward);
+  after_use(Phase::forward);
   return y;
 }
 
 Tensor ShardedModule::backward_input(const Tensor& dy, nn::Tape& tape) {
-  if (gatherer_) gatherer_->before_use(*this, Phase::backward);
+  if (gatherer_) before_use(Phase::backward);
   return inner_->backward_input(dy, tape);  // kept gathered for backward_weight
 }
 
 void ShardedModule::backward_weight(nn::Tape& tape) {
   inner_->backward_weight(tape);
-  if (gatherer_) gatherer_->after_use(*this, Phase::backward);
+  if (gatherer_) after_use(Phase::backward);
 }
 
 Tensor ShardedModule::backward(const Tensor& dy, nn::Tape& tape) {
   if (!gatherer_) return inner_->backward(dy, tape);
-  gatherer_->before_use(*this, Phase::backward);
+  before_use(Phase::backward);
   Tensor dx = inner_->backward(dy, tape);
-  gatherer_->after_use(*this, Phase::backward);
+  after_use(Phase::backward);
   return dx;
 }
 
@@ -46,6 +70,13 @@ void ShardedModule::attach(ParameterGatherer* gatherer) {
   LOOM_CHECK(gatherer == nullptr || gatherer_ == nullptr || gatherer_ == gatherer,
              "ShardedModule '", name(), "' is already attached to another ZeroOptimizer");
   gatherer_ = gatherer;
+}
+
+void ShardedModule::gather_with(ShardedModule& other) {
+  LOOM_CHECK(&other != this, "ShardedModule '", name(), "': gather_with itself");
+  LOOM_CHECK(std::find(gather_with_.begin(), gather_with_.end(), &other) == gather_with_.end(),
+             "ShardedModule '", name(), "': gather_with '", other.name(), "' named twice");
+  gather_with_.push_back(&other);
 }
 
 std::vector<ShardedModule*> shard_children(nn::Sequential& seq) {

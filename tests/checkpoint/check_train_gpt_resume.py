@@ -11,7 +11,13 @@ COMMON_ARGS must hold --steps 8, --batch B and --log-every 1.
    validation loss.
 3. --resume on one rank (batch 2B), and on pp 2 (1F1B, 2 micro-batches, batch
    2B), logs the same losses and norms to the printed digit.
-4. --resume with another --seed is refused naming both seeds.
+4. --resume on pp 2 x dp 2 with ZeRO-3 (ZB-H1, 2 micro-batches; parameters
+   sharded at rest) logs the same losses and norms to the printed digit.
+5. pp 2 x dp 2 with ZeRO-3 trains 8 steps from scratch, saving every 4 steps
+   (the snapshot gathers the sharded parameters), as the first run to the
+   printed digit; its step-8 checkpoint loses its manifest and --resume on
+   the same layout logs steps 4-7 exactly as its uninterrupted run did.
+6. --resume with another --seed is refused naming both seeds.
 Each run has a hard 240 s limit.
 """
 import os
@@ -58,7 +64,7 @@ def main():
         problems.append(f"the uninterrupted run logged steps {sorted(whole)}")
     os.remove(os.path.join(ckpt, "step-00000008", "manifest.json"))
 
-    def check(name, command, exact):
+    def check(name, command, exact, whole=whole, whole_val=whole_val):
         text, got, val = run(command)
         if "at step 4" not in text or "step-00000004" not in text:
             problems.append(f"{name}: did not resume from step-00000004 at step 4")
@@ -81,6 +87,23 @@ def main():
     check("one rank", [program] + with_batch(common, 2) + resume, exact=False)
     check("pp 2", [mpirun, "-np", "2", "--oversubscribe", program] + with_batch(common, 2)
           + ["--pp", "2", "--schedule", "1f1b", "--micro-batches", "2"] + resume, exact=False)
+    pp_zero3 = ["--pp", "2", "--schedule", "zb-h1", "--micro-batches", "2", "--zero-stage", "3"]
+    check("pp 2 x dp 2, ZeRO-3", mp4 + common + pp_zero3 + resume, exact=False)
+    # Saved under pp 2 x dp 2 with ZeRO-3, resumed there.
+    ckpt3 = os.path.join(work, "checkpoints_pp_zero3")
+    shutil.rmtree(ckpt3, ignore_errors=True)
+    _, whole3, whole3_val = run(mp4 + common + pp_zero3 + ["--checkpoint-dir", ckpt3,
+                                                           "--save-every", "4"])
+    for s in sorted(whole):
+        (gl, gn), (wl, wn) = whole3.get(s, ("nan", "nan")), whole[s]
+        if not (abs(float(gl) - float(wl)) <= 1e-4 + 1e-4 * float(wl)
+                and abs(float(gn) - float(wn)) <= 1e-3 + 1e-4 * float(wn)):
+            problems.append(f"pp 2 x dp 2, ZeRO-3 from scratch, step {s}: loss {gl} norm {gn}, "
+                            f"tp 2 x dp 2 {wl} {wn}")
+    os.remove(os.path.join(ckpt3, "step-00000008", "manifest.json"))
+    check("pp 2 x dp 2, ZeRO-3, its own checkpoint",
+          mp4 + common + pp_zero3 + ["--checkpoint-dir", ckpt3, "--resume"], exact=True,
+          whole=whole3, whole_val=whole3_val)
     seeded = list(common) + ["--seed", "2"] if "--seed" not in common else None
     if seeded is not None:
         text, _, _ = run([program] + with_batch(seeded, 2) + resume, expect_ok=False)

@@ -59,10 +59,11 @@ RankRun run_pipeline_rank(const PipelineRun& run, comm::Communicator& world) {
   const pl::Schedule schedule = pl::make_schedule(
       run.kind,
       {.pp = run.pp, .micro_batches = run.micro_batches, .virtual_stages = run.virtual_stages});
-  const pl::GPTChunks chunks =
+  pl::GPTChunks chunks =
       pl::build_gpt_chunks(run.config, schedule, groups.coord.pp, run.chunk_layers);
-  parallel::ZeroOptimizer zero(chunks.parameters(), *groups.dp, kSgd,
-                               zero_options(run.zero_stage, parallel::reduction_groups(groups)));
+  parallel::ZeroOptions options = zero_options(run.zero_stage, parallel::reduction_groups(groups));
+  if (run.zero_stage == 3) options.modules = chunks.shard_parameters();
+  parallel::ZeroOptimizer zero(chunks.parameters(), *groups.dp, kSgd, options);
   pl::PipelineExecutor executor(schedule, *groups.pp, chunks.modules(), zero,
                                 {.clip_grad_norm = run.clip});
   RankRun mine;
@@ -88,6 +89,9 @@ RankRun run_pipeline_rank(const PipelineRun& run, comm::Communicator& world) {
     };
     mine.stats.push_back(executor.step(input, loss));
   }
+  zero.wait_parameters();  // stages 1, 2: the all-gather after the last step (and its send copy)
+  mine.memory = zero.memory();
+  mine.shard_numel = zero.shard_numel();
   // Shape headers are the only int64 messages on the pp group.
   for (const comm::FlightRecord& r : groups.pp->flight_recorder().snapshot()) {
     mine.shape_headers_received += r.info.op == comm::OpType::recv && r.info.dtype == DType::i64;

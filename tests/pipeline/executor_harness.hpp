@@ -1,5 +1,5 @@
 // Training a small GPT with the pipeline executor on in-process ranks
-// (pp x dp, ZeRO stages 0 to 2), and the single-rank run on the same global
+// (pp x dp, ZeRO stages 0 to 3), and the single-rank run on the same global
 // batch that it must reproduce. Shared by the executor's tests.
 //
 // Data: step s's global batch is dp x M micro-batches of `rows` sequences of
@@ -21,6 +21,7 @@
 #include "loom/parallel/layout.hpp"
 #include "loom/parallel/pipeline/executor.hpp"
 #include "loom/parallel/pipeline/generators.hpp"
+#include "loom/parallel/zero.hpp"
 
 namespace loom::testing {
 
@@ -47,6 +48,8 @@ struct RankRun {
   parallel::MeshCoord coord;
   std::vector<parallel::pipeline::StepStats> stats;  // per step
   std::map<std::string, std::vector<float>> params;  // after the last step
+  parallel::MemoryStats memory;                      // ZeroOptimizer::memory() after the last step
+  int64_t shard_numel = 0;                           // ZeroOptimizer::shard_numel()
   int receives_per_step = 0;                         // recv actions in its list
   int activation_bound = 0;                          // the schedule's
   // Shape headers this rank received on the pp group over all steps (if the

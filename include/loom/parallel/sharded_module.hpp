@@ -15,6 +15,14 @@
 //
 // shard_children(seq) wraps every child of a Sequential that has parameters
 // (e.g. GPT::blocks(), or a ResNet's stem, blocks and head) in place.
+//
+// A wrapper may also borrow (it does not own) its inner module, when the
+// inner module is owned elsewhere (a pipeline chunk, pipeline/gpt_chunks.hpp),
+// and may name other wrappers whose parameters its inner module uses too
+// (gather_with: a weight tied to one another wrapper holds, e.g. the GPT
+// head's projection tied to the token table of the embeddings in another
+// chunk on the same rank): its forward and backward then gather theirs as
+// well, before its own, and release them after.
 #pragma once
 
 #include <memory>
@@ -42,6 +50,8 @@ class ShardedModule : public nn::Module {
  public:
   // Takes the inner module's name.
   explicit ShardedModule(std::unique_ptr<nn::Module> inner);
+  // Borrows `inner`, which must outlive the wrapper.
+  explicit ShardedModule(nn::Module& inner);
 
   Tensor forward(const Tensor& x, nn::Tape& tape) override;
   Tensor backward_input(const Tensor& dy, nn::Tape& tape) override;
@@ -49,14 +59,24 @@ class ShardedModule : public nn::Module {
   Tensor backward(const Tensor& dy, nn::Tape& tape) override;
   void collect_parameters(std::vector<nn::Parameter*>& out) override;
 
-  std::vector<nn::Module*> children() override { return {inner_.get()}; }
+  std::vector<nn::Module*> children() override { return {inner_}; }
   nn::Module& inner() { return *inner_; }
   // Set (and cleared) by ZeroOptimizer; at most one at a time.
   void attach(ParameterGatherer* gatherer);
   bool attached() const { return gatherer_ != nullptr; }
+  // `other`'s parameters are gathered around this wrapper's uses too (see the
+  // file comment); `other` must outlive this wrapper and be attached to the
+  // same gatherer. Refuses itself and a wrapper named twice.
+  void gather_with(ShardedModule& other);
 
  private:
-  std::unique_ptr<nn::Module> inner_;
+  // Around each forward and backward: the wrappers named by gather_with, then this one.
+  void before_use(ParameterGatherer::Phase phase);
+  void after_use(ParameterGatherer::Phase phase);
+
+  std::unique_ptr<nn::Module> owned_;  // null when the inner module is borrowed
+  nn::Module* inner_;
+  std::vector<ShardedModule*> gather_with_;
   ParameterGatherer* gatherer_ = nullptr;
 };
 

@@ -116,6 +116,19 @@ PipelineExecutor::PipelineExecutor(Schedule schedule, comm::Communicator& pp,
                                    std::vector<nn::Module*> chunks, ZeroOptimizer& zero,
                                    ExecutorOptions options) {
   check_inputs(schedule, pp, chunks, options);
+  if (zero.stage() == 3) {
+    // NOTE [ZeRO 3 under the pipeline] in pipeline/executor.hpp.
+    for (size_t j = 0; j < chunks.size(); ++j) {
+      const auto* wrapper = dynamic_cast<const ShardedModule*>(chunks[j]);
+      LOOM_CHECK(wrapper != nullptr && wrapper->attached(), "pipeline executor: at ZeRO stage 3 ",
+                 "each chunk must be a ShardedModule attached to the ZeroOptimizer (in ",
+                 "ZeroOptions.modules), which gathers its parameters around each action; the "
+                 "module of virtual stage ",
+                 j, " on rank ", pp.rank(), " ('", chunks[j]->name(), "') is ",
+                 wrapper == nullptr ? "not a ShardedModule" : "a ShardedModule not attached",
+                 " (for a GPT: GPTChunks::shard_parameters(), then modules())");
+    }
+  }
   const int final_micro = final_micro_batch_of(schedule, pp.rank());
   impl_ = std::make_unique<Impl>(std::move(schedule), pp, std::move(chunks), zero, options);
   impl_->final_micro = final_micro;

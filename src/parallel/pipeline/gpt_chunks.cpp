@@ -80,8 +80,42 @@ std::vector<double> gpt_chunk_flops(const models::GPTConfig& config, const Sched
 
 std::vector<nn::Module*> GPTChunks::modules() const {
   std::vector<nn::Module*> out;
+  for (const auto& wrapper : wrappers) out.push_back(wrapper.get());
+  if (!out.empty()) return out;
   for (const auto& part : parts) out.push_back(part.get());
   return out;
+}
+
+std::vector<parallel::ShardedModule*> GPTChunks::shard_parameters() {
+  LOOM_CHECK(wrappers.empty(),
+             "GPT chunks: shard_parameters() was called already; each part "
+             "and block takes one ShardedModule");
+  std::vector<parallel::ShardedModule*> units;
+  for (const auto& part : parts) {
+    wrappers.push_back(std::make_unique<parallel::ShardedModule>(*part));
+    units.push_back(wrappers.back().get());
+    for (parallel::ShardedModule* block : parallel::shard_children(part->blocks())) {
+      units.push_back(block);
+    }
+  }
+  // A head tied to the table of the embeddings in another part on this rank
+  // (ZB-V's rank 0): the table is the embeddings' part's parameter (the head
+  // lists none), so the head's part gathers that part's parameters too.
+  for (size_t j = 0; j < parts.size(); ++j) {
+    models::GPTEnd* head = parts[j]->head();
+    if (head == nullptr || head->owns_token_table() || parts[j]->embeddings() != nullptr) continue;
+    bool found = false;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      models::GPTEnd* embeddings = parts[k]->embeddings();
+      if (embeddings != nullptr && &embeddings->token_table() == &head->token_table()) {
+        wrappers[j]->gather_with(*wrappers[k]);
+        found = true;
+      }
+    }
+    LOOM_CHECK(found, "GPT chunks: the head of virtual stage ", j,
+               " is tied to a token table that no part on this rank holds");
+  }
+  return units;
 }
 
 std::vector<nn::Parameter*> GPTChunks::parameters() const {

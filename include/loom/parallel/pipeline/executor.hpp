@@ -32,6 +32,24 @@
 //    It is this data-parallel replica's mean: average it over dp yourself
 //    (parallel::mean_over) for the global batch's.
 //
+// NOTE [ZeRO 3 under the pipeline] At ZeRO stage 3 every chunk module is a
+// ShardedModule attached to the ZeroOptimizer (checked at construction; for a
+// GPT: GPTChunks::shard_parameters(), then modules()), and the parameters are
+// gathered per action, as ZeRO 3 without a pipeline gathers them per
+// micro-batch: F gathers around the chunk's forward, B gathers and keeps them
+// until the same micro-batch's W (backward_input to backward_weight), BW
+// gathers around its backward; inside a chunk each block is a unit of its
+// own, gathered around its own part of the action (the next one prefetched),
+// the chunk's own parameters (embeddings, final LayerNorm, the head's table)
+// for the whole action. Every unit counts its users, so micro-batches in
+// flight (several B before their W, two chunks on a rank) never release what
+// another still uses, and finish() finds every unit released. So a rank holds
+// its 1/dp shard at rest and, in a step, the units that an action is running
+// or whose B waits for its W; it all-gathers each chunk's parameters 2 M times
+// per step (stage 2: once). A parameter that two chunks of a rank use (ZB-V's
+// token table, tied on rank 0) is in one unit, which the other chunk's wrapper
+// also gathers (ShardedModule::gather_with).
+//
 // Messages (NOTE [pipeline messages] in src/parallel/pipeline/stage_messages.hpp):
 //  - Each message has its own tag, from its kind, micro-batch and chunk, so
 //    activations and gradients between the same two ranks (pp = 2, or two
@@ -52,7 +70,7 @@
 // exactly one reduce gradients and one optimizer step on this rank, and one
 // micro-batch whose weight gradient is the last on every chunk of the rank;
 // message tags that fit the communicator's range (2 × chunks × (M + 1) <
-// 32768).
+// 32768); at ZeRO stage 3, chunks that are attached ShardedModules.
 //
 // Not thread-safe; one executor per rank. The modules, the communicator and
 // the ZeroOptimizer must outlive it. A step that throws (a peer failed, a

@@ -24,6 +24,15 @@
 // at pp = 1) the head ties to the embeddings' table on this rank: one
 // parameter, nothing to sum.
 //
+// ZeRO stage 3 (NOTE [ZeRO 3 under the pipeline] in pipeline/executor.hpp):
+// shard_parameters() wraps each part in a parallel::ShardedModule
+// (its own parameters: the embeddings, the final LayerNorm, the head's copy of
+// the token table) and each of its blocks in another, and returns them all for
+// ZeroOptions.modules; modules() then returns the part wrappers, which gather
+// their parameters around every forward and backward the executor runs. When
+// the head is tied to the embeddings' table on this rank (ZB-V's rank 0), the
+// head's part gathers the embeddings' part's parameters too (gather_with).
+//
 // Activation checkpointing: config.checkpoint_blocks wraps every block of
 // the rank's chunks in nn::Checkpoint (only each block's input is kept from
 // F to B; B recomputes the block's forward). Each rank builds its own chunks,
@@ -43,6 +52,7 @@
 #include "loom/models/gpt_parts.hpp"
 #include "loom/nn/module.hpp"
 #include "loom/parallel/pipeline/schedule.hpp"
+#include "loom/parallel/sharded_module.hpp"
 
 namespace loom::parallel::pipeline {
 
@@ -63,10 +73,17 @@ std::vector<double> gpt_chunk_flops(const models::GPTConfig& config, const Sched
 struct GPTChunks {
   // Per virtual stage of the rank (what PipelineExecutor takes, in order).
   std::vector<std::unique_ptr<models::GPTPart>> parts;
+  // Per virtual stage, the ZeRO stage 3 wrapper around the part (empty until
+  // shard_parameters()).
+  std::vector<std::unique_ptr<parallel::ShardedModule>> wrappers;
 
+  // What runs each virtual stage: the parts, or their wrappers once sharded.
   std::vector<nn::Module*> modules() const;
   // Every parameter of the rank's parts, once (the tied table once when tied here).
   std::vector<nn::Parameter*> parameters() const;
+  // ZeRO stage 3: wraps the parts and their blocks (see the file comment) and
+  // returns every wrapper, for ZeroOptions.modules. Throws if called twice.
+  std::vector<parallel::ShardedModule*> shard_parameters();
 };
 
 GPTChunks build_gpt_chunks(const models::GPTConfig& config, const Schedule& schedule, int rank,
