@@ -425,8 +425,9 @@ int run(const Flags& f) {
         4.0 * static_cast<double>(blocks) * (f.activation_checkpointing ? 1.5 : 1.0) +
         (groups.coord.pp == 0 ? 1.0 : 0.0);
     const double pp_messages = pipeline ? 2.0 * pipeline->virtual_stages : 0.0;
-    const double dp_passes =
-        zero.stage() == 3 ? 1.0 + 2.0 * (pipeline ? micro_batches_of(f) : 1) : 2.0;
+    // (--grad-reduce bf16, stage 0: the gradients travel in half the bytes.)
+    const double dp_passes = zero.stage() == 3 ? 1.0 + 2.0 * (pipeline ? micro_batches_of(f) : 1)
+                                               : (f.grad_reduce == "bf16" ? 1.0 : 2.0);
     examples::print_expected_comm(
         world,
         {{"dp", groups.dp.get(), dp_passes * (n_dp - 1) / n_dp * param_bytes},
