@@ -23,6 +23,7 @@
 #include "loom/nn/cross_entropy_loss.hpp"
 #include "loom/parallel/sharded_module.hpp"
 #include "loom/parallel/zero.hpp"
+#include "support/small_gpt.hpp"
 
 using namespace loom;
 using Catch::Matchers::Contains;
@@ -49,13 +50,7 @@ struct RankResult {
 
 void train(comm::Communicator& world, const fs::path& dir, const Run& run, RankResult& out) {
   try {
-    models::GPTConfig config;
-    config.vocab = 61;
-    config.layers = 2;
-    config.d_model = 32;
-    config.heads = 4;
-    config.seq_len = 16;
-    config.module.seed = 7;
+    const models::GPTConfig config = test::small_gpt();
     auto gpt = std::make_unique<models::GPT>("", config);
     std::vector<parallel::ShardedModule*> units;
     if (run.stage == 3) units = parallel::shard_children(gpt->blocks());

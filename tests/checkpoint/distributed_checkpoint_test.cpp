@@ -24,6 +24,7 @@
 #include "loom/parallel/tensor_parallel_gpt.hpp"
 #include "loom/parallel/vocab_parallel.hpp"
 #include "loom/parallel/zero.hpp"
+#include "support/small_gpt.hpp"
 
 using namespace loom;
 using Catch::Matchers::Contains;
@@ -31,16 +32,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-models::GPTConfig small_gpt(int64_t d_model = 32) {
-  models::GPTConfig c;
-  c.vocab = 61;
-  c.layers = 2;
-  c.d_model = d_model;
-  c.heads = 4;
-  c.seq_len = 16;
-  c.module.seed = 7;
-  return c;
-}
+using test::small_gpt;
 
 struct Layout {
   int tp = 1;

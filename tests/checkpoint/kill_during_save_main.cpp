@@ -14,6 +14,7 @@
 #include <string>
 
 #include "loom/loom.hpp"
+#include "support/small_gpt.hpp"
 
 namespace {
 
@@ -21,14 +22,7 @@ int run(const std::string& mode, const std::string& dir) {
   using namespace loom;
   Context context = init();
   comm::Communicator& world = *context.world();
-  models::GPTConfig config;
-  config.vocab = 61;
-  config.layers = 2;
-  config.d_model = 32;
-  config.heads = 4;
-  config.seq_len = 16;
-  config.module.seed = 7;
-  models::GPT model("", config);
+  models::GPT model("", test::small_gpt());
   parallel::ZeroOptimizer zero(model.parameters(), world, optim::AdamWOptions{.lr = 3e-3},
                                {.stage = 1});
   nn::CrossEntropyLoss loss;

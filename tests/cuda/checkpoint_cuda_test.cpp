@@ -15,6 +15,7 @@
 #include "loom/models/gpt.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
 #include "loom/parallel/zero.hpp"
+#include "support/small_gpt.hpp"
 
 using namespace loom;
 namespace fs = std::filesystem;
@@ -34,13 +35,8 @@ Run train(Device device, int first, int last, const fs::path& dir, int save_afte
   Run out;
   comm::run_local_ranks(comm::make_local_group(1), [&](comm::Communicator& world) {
     try {
-      models::GPTConfig config;
-      config.vocab = 61;
-      config.layers = 2;
-      config.d_model = 32;
-      config.heads = 4;
-      config.seq_len = 16;
-      config.module = {.device = device, .seed = 7};
+      models::GPTConfig config = test::small_gpt();
+      config.module.device = device;
       models::GPT model("", config);
       parallel::ZeroOptimizer zero(model.parameters(), world, optim::AdamWOptions{.lr = 3e-3},
                                    {.stage = 0});

@@ -23,6 +23,7 @@
 #include "loom/parallel/tensor_parallel_gpt.hpp"
 #include "loom/parallel/vocab_parallel.hpp"
 #include "loom/parallel/zero.hpp"
+#include "support/small_gpt.hpp"
 
 using namespace loom;
 using Catch::Matchers::Contains;
@@ -51,13 +52,7 @@ enum class Plant { loss_gradient, tp_shard_after_reduction };
 void train(comm::Communicator& world, int tp, int stage, Plant plant, int bad_rank, int bad_step,
            RankRun& out) {
   try {
-    models::GPTConfig config;
-    config.vocab = 61;
-    config.layers = 2;
-    config.d_model = 32;
-    config.heads = 4;
-    config.seq_len = 16;
-    config.module.seed = 7;
+    models::GPTConfig config = test::small_gpt();
     config.module.precision = nn::precision_from_string("fp16");
     const parallel::ParallelGroups groups = parallel::make_parallel_groups(
         world.shared_from_this(), parallel::ParallelLayout(world.size(), tp, 1));
@@ -203,13 +198,7 @@ TEST_CASE(
   std::vector<double> norms[2];
   for (const double scale : {1.0, 4096.0}) {
     comm::run_local_ranks(comm::make_local_group(1), [&](comm::Communicator& world) {
-      models::GPTConfig config;
-      config.vocab = 61;
-      config.layers = 1;
-      config.d_model = 32;
-      config.heads = 4;
-      config.seq_len = 16;
-      config.module.seed = 7;
+      const models::GPTConfig config = test::small_gpt(32, 1);
       models::GPT model("", config);
       parallel::ZeroOptimizer zero(model.parameters(), world, optim::AdamWOptions{.lr = 3e-3},
                                    {.stage = 0});
@@ -273,7 +262,7 @@ TEST_CASE(
     });
   }
   for (const std::string& e : errors) REQUIRE(e.empty());
-  CHECK(grads[0] == grads[1]);           // every rank holds the same average
+  CHECK(grads[0] == grads[1]);  // every rank holds the same average
   // bf16 on the wire: 2 bytes per element (buckets padded to their alignment).
   CHECK(wire[0] >= (40 * 24 + 24) * 2);
   CHECK(wire[0] < (40 * 24 + 24) * 2 + 64);

@@ -30,6 +30,7 @@
 #include "loom/parallel/vocab_parallel.hpp"
 #include "loom/parallel/zero.hpp"
 #include "support/compare.hpp"
+#include "support/small_gpt.hpp"
 
 using namespace loom;
 using Catch::Matchers::Contains;
@@ -37,14 +38,8 @@ using Catch::Matchers::Contains;
 namespace {
 
 models::GPTConfig small_gpt(float dropout) {
-  models::GPTConfig c;
-  c.vocab = 61;
-  c.layers = 2;
-  c.d_model = 32;
-  c.heads = 4;
-  c.seq_len = 16;
+  models::GPTConfig c = test::small_gpt();
   c.dropout = dropout;
-  c.module.seed = 7;
   return c;
 }
 
