@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "gemm_reference.hpp"
 #include "kernel_test_util.hpp"
 #include "kernels/cpu/bf16_gemm.hpp"
 #include "kernels/cpu/gemm.hpp"
@@ -89,39 +90,21 @@ double out_eps(DType dtype) {
 // file); returns C as f32.
 std::vector<float> check_gemm(const Tensor& a, const Tensor& b, const Tensor& c,
                               const GemmOptions& o) {
-  const int64_t m = c.size(-2), n = c.size(-1);
-  const int64_t k = o.trans_a ? a.size(-2) : a.size(-1);
-  const int64_t batch = loom::shape_numel(Shape(c.shape().begin(), c.shape().end() - 2));
-  const std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>();
-  const std::vector<float> before = c.to_vector<float>();
+  const int64_t n = c.size(-1);
+  const loom::test::GemmReference expected = loom::test::reference_gemm(a, b, c.clone(), o);
   gemm(a, b, c, o);
   const std::vector<float> got = c.to_vector<float>();
-  REQUIRE(got.size() == before.size());
+  REQUIRE(got.size() == expected.value.size());
   int64_t bad = 0;
-  for (int64_t p = 0; p < batch; ++p) {
-    const int64_t a0 = a.dim() == 2 ? 0 : p * m * k, b0 = b.dim() == 2 ? 0 : p * k * n;
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        double sum = 0, sum_abs = 0;
-        for (int64_t l = 0; l < k; ++l) {
-          const double x = av[static_cast<size_t>(a0 + (o.trans_a ? l * m + i : i * k + l))];
-          const double y = bv[static_cast<size_t>(b0 + (o.trans_b ? j * k + l : l * n + j))];
-          sum += x * y;
-          sum_abs += std::abs(x * y);
-        }
-        const auto at = static_cast<size_t>(p * m * n + i * n + j);
-        const double old = o.beta == 0.0f ? 0.0 : o.beta * static_cast<double>(before[at]);
-        const double want = o.alpha * sum + old;
-        const double tol =
-            out_eps(c.dtype()) * std::abs(want) +
-            static_cast<double>(k + 4) * 0x1p-23 * (std::abs(o.alpha) * sum_abs + std::abs(old)) +
-            1e-30;
-        if (!loom::test::close(got[at], want, tol) && bad++ == 0) {
-          UNSCOPED_INFO("first mismatch: batch " << p << " C[" << i << ", " << j
-                                                 << "] = " << got[at] << ", expected " << want
-                                                 << " within " << tol);
-        }
-      }
+  for (size_t at = 0; at < got.size(); ++at) {
+    const double want = expected.value[at];
+    // The f32 accumulation's bound, plus one rounding of a reduced-precision C.
+    const double tol = out_eps(c.dtype()) * std::abs(want) + expected.bound[at];
+    if (!loom::test::close(got[at], want, tol) && bad++ == 0) {
+      const auto i = static_cast<int64_t>(at) / n % c.size(-2), j = static_cast<int64_t>(at) % n;
+      UNSCOPED_INFO("first mismatch: element " << at << " (C[" << i << ", " << j
+                                               << "] of its matrix) = " << got[at] << ", expected "
+                                               << want << " within " << tol);
     }
   }
   REQUIRE(bad == 0);

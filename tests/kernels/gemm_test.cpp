@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "gemm_reference.hpp"
 #include "kernel_test_util.hpp"
 #include "loom/kernels/gemm.hpp"
 #include "support/compare.hpp"
@@ -20,47 +21,8 @@ using loom::kernels::GemmOptions;
 
 namespace {
 
-// C = alpha op(A) op(B) + beta C in double, and for each element a bound on the
-// f32 rounding error: (k + 4) * 2^-23 * (|alpha| sum |a||b| + |beta c|), about
-// twice the classical worst case k * 2^-24 of a dot product of length k.
-struct Reference {
-  std::vector<double> value;
-  std::vector<double> bound;
-};
-
-Reference reference_gemm(const Tensor& a, const Tensor& b, const Tensor& c_before,
-                         const GemmOptions& o) {
-  const int64_t m = c_before.size(-2), n = c_before.size(-1);
-  const int64_t k = o.trans_a ? a.size(-2) : a.size(-1);
-  const int64_t batch =
-      loom::shape_numel(Shape(c_before.shape().begin(), c_before.shape().end() - 2));
-  const std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>();
-  const std::vector<float> cv = c_before.to_vector<float>();
-  Reference r;
-  r.value.resize(cv.size());
-  r.bound.resize(cv.size());
-  for (int64_t p = 0; p < batch; ++p) {
-    const int64_t a0 = a.dim() == 2 ? 0 : p * m * k, b0 = b.dim() == 2 ? 0 : p * k * n;
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        double sum = 0, sum_abs = 0;
-        for (int64_t l = 0; l < k; ++l) {
-          const double x = av[static_cast<size_t>(a0 + (o.trans_a ? l * m + i : i * k + l))];
-          const double y = bv[static_cast<size_t>(b0 + (o.trans_b ? j * k + l : l * n + j))];
-          sum += x * y;
-          sum_abs += std::abs(x * y);
-        }
-        const auto at = static_cast<size_t>(p * m * n + i * n + j);
-        const double old = o.beta == 0.0f ? 0.0 : o.beta * static_cast<double>(cv[at]);
-        r.value[at] = o.alpha * sum + old;
-        r.bound[at] = static_cast<double>(k + 4) * std::ldexp(1.0, -23) *
-                          (std::abs(o.alpha) * sum_abs + std::abs(old)) +
-                      1e-30;
-      }
-    }
-  }
-  return r;
-}
+using loom::test::reference_gemm;
+using Reference = loom::test::GemmReference;
 
 // Runs gemm on a copy of c and checks it against the reference; returns the result.
 std::vector<float> check_gemm(const Tensor& a, const Tensor& b, const Tensor& c,
