@@ -560,7 +560,7 @@ int run(const Flags& f) {
       break;
     }
   }
-  if (const auto report = saver.wait()) say_saved(*report);
+  while (const auto report = saver.wait()) say_saved(*report);
   say("done: %lld steps in %.1f s, %.0f tokens/s on %d rank(s); validation loss %.4f vs unigram "
       "%.3f\n",
       static_cast<long long>(step), train_seconds, tokens_per_step * step / train_seconds,

@@ -118,7 +118,10 @@ std::optional<SaveReport> AsyncCheckpointer::poll() {
 
 std::optional<SaveReport> AsyncCheckpointer::wait() {
   if (!impl_->in_flight.valid()) return std::exchange(impl_->finished, std::nullopt);
-  return impl_->in_flight.get();
+  SaveReport last = impl_->in_flight.get();
+  // The older report first; the next wait() or poll() returns this one.
+  if (impl_->finished) return std::exchange(impl_->finished, std::move(last));
+  return last;
 }
 
 std::filesystem::path AsyncCheckpointer::save(const std::filesystem::path& dir,

@@ -110,7 +110,7 @@ struct SaveReport {
 //     if (due) saver.save(dir, world, zero, {.step = step + 1}, {.dp_rank = dp.rank()});
 //     if (auto report = saver.poll()) log(*report);  // a save that has completed
 //   }
-//   saver.wait();  // before exiting: the last checkpoint is complete
+//   while (auto report = saver.wait()) log(*report);  // the last checkpoint is complete
 struct AsyncOptions {
   // How long rank 0 waits for the other ranks' files.
   comm::Milliseconds timeout = comm::default_comm_timeout();
@@ -137,8 +137,8 @@ class AsyncCheckpointer {
   // The report of a save that has completed since the last poll() or wait()
   // (each report once), else nullopt. Never blocks. Rethrows the save's error.
   std::optional<SaveReport> poll();
-  // Blocks until the save in flight is done; its report (or a completed one
-  // not yet reported), else nullopt. Rethrows its error.
+  // Blocks until the save in flight is done; returns the oldest report not
+  // yet returned (call until nullopt to have them all). Rethrows its error.
   std::optional<SaveReport> wait();
   bool in_flight() const;
 
