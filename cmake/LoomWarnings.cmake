@@ -21,6 +21,23 @@ if(LOOM_SANITIZE)
       "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/sanitizers/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0")
 endif()
 
+# NOTE [slp miscompile]: GCC 12.2 with AVX-512 enabled (-march=native on an
+# AVX-512 CPU) builds some constant vectors wrongly in its SLP vectorizer
+# (std::vector<double>{2, 2, 2, 0} holds four 2s; cmake/checks/). Where the
+# check program shows it, the SLP vectorizer is switched off for Loom's code.
+set(LOOM_SLP_WORKAROUND OFF)
+if(LOOM_NATIVE_ARCH AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND NOT CMAKE_CROSSCOMPILING)
+  try_run(_loom_slp_run _loom_slp_compiled ${CMAKE_BINARY_DIR}/loom_checks/slp
+          ${PROJECT_SOURCE_DIR}/cmake/checks/slp_constant_vector.cpp
+          COMPILE_DEFINITIONS -O2 -march=native CXX_STANDARD 20)
+  if(_loom_slp_compiled AND NOT _loom_slp_run EQUAL 0)
+    set(LOOM_SLP_WORKAROUND ON)
+    message(STATUS "Loom: ${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION} miscompiles "
+                   "constant vectors with -march=native (cmake/checks/slp_constant_vector.cpp); "
+                   "building with -fno-tree-slp-vectorize")
+  endif()
+endif()
+
 function(loom_configure_target target)
   set(cxx_flags -Wall -Wextra -Wno-unused-parameter)
   if(LOOM_WERROR)
@@ -28,6 +45,9 @@ function(loom_configure_target target)
   endif()
   if(LOOM_NATIVE_ARCH)
     list(APPEND cxx_flags -march=native)
+  endif()
+  if(LOOM_SLP_WORKAROUND)  # NOTE [slp miscompile]
+    list(APPEND cxx_flags -fno-tree-slp-vectorize)
   endif()
   if(_loom_sanitizers)
     list(APPEND cxx_flags ${_loom_sanitizers} -fno-omit-frame-pointer)
@@ -41,6 +61,9 @@ function(loom_configure_target target)
     string(REPLACE ";" "," host_flags "-Wall;-Wextra;-Wno-unused-parameter")
     if(LOOM_NATIVE_ARCH)
       string(APPEND host_flags ",-march=native")
+    endif()
+    if(LOOM_SLP_WORKAROUND)
+      string(APPEND host_flags ",-fno-tree-slp-vectorize")
     endif()
     target_compile_options(${target} PRIVATE
       $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=${host_flags} --expt-relaxed-constexpr>)
