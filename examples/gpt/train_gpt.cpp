@@ -49,6 +49,7 @@
 #include "loom/parallel/pipeline/simulate.hpp"
 #include "loom/trace/chrome_trace.hpp"
 #include "loom/trace/profiler.hpp"
+#include "step_traffic.hpp"
 
 namespace {
 
@@ -396,43 +397,28 @@ int run(const Flags& f) {
   }
   examples::print_layout(world, groups, device, zero);
   {
-    // Wire bytes per rank per step (ring algorithms); docs/3d.md.
-    double param_bytes = 0;  // this rank's part of the model
-    for (const nn::Parameter* p : zero.parameters()) {
-      param_bytes += static_cast<double>(p->numel()) * static_cast<double>(dtype_size(p->dtype()));
-    }
-    const double n_dp = dp.size(), n_tp = f.tp;
-    // Activations of a step (every micro-batch) entering or leaving a block.
-    const double activations = static_cast<double>(f.batch * f.seq * config.d_model) * 4.0;
-    int64_t blocks = 0;  // on this rank
+    int64_t blocks = config.layers;  // on this rank
     if (pipeline) {
+      blocks = 0;
       const std::vector<int64_t> per_chunk =
           pl::gpt_chunk_layers(config, *pipeline, f.stage_layers);
       for (int c = 0; c < pipeline->chunks(); ++c) {
         if (pipeline->rank_of(c) == groups.coord.pp) blocks += per_chunk[static_cast<size_t>(c)];
       }
-    } else {
-      blocks = config.layers;
     }
-    // dp: the gradients reduced and the parameters gathered, once (stage 3: the
-    // parameters twice, forward and backward, of every micro-batch under --pp).
-    // tp: per block two all-reduces forward and two backward (or their
-    // reduce-scatter/all-gather halves under sequence parallelism), two more
-    // when blocks are recomputed, and the
-    // vocabulary-parallel embedding's. pp: each micro-batch's activation out and
-    // gradient back per chunk (a token slice under sequence parallelism).
-    const double tp_collectives =
-        4.0 * static_cast<double>(blocks) * (f.activation_checkpointing ? 1.5 : 1.0) +
-        (groups.coord.pp == 0 ? 1.0 : 0.0);
-    const double pp_messages = pipeline ? 2.0 * pipeline->virtual_stages : 0.0;
-    // (--grad-reduce bf16, stage 0: the gradients travel in half the bytes.)
-    const double dp_passes = zero.stage() == 3 ? 1.0 + 2.0 * (pipeline ? micro_batches_of(f) : 1)
-                                               : (f.grad_reduce == "bf16" ? 1.0 : 2.0);
     examples::print_expected_comm(
         world,
-        {{"dp", groups.dp.get(), dp_passes * (n_dp - 1) / n_dp * param_bytes},
-         {"tp", groups.tp.get(), tp_collectives * 2.0 * (n_tp - 1) / n_tp * activations},
-         {"pp", groups.pp.get(), pp_messages * activations / (f.sequence_parallel ? n_tp : 1.0)}});
+        examples::gpt_step_traffic(groups, zero,
+                                   {.batch = f.batch,
+                                    .seq = f.seq,
+                                    .d_model = config.d_model,
+                                    .blocks = blocks,
+                                    .first_stage = groups.coord.pp == 0,
+                                    .micro_batches = micro_batches_of(f),
+                                    .virtual_stages = pipeline ? pipeline->virtual_stages : 0,
+                                    .sequence_parallel = f.sequence_parallel,
+                                    .recompute = f.activation_checkpointing,
+                                    .bf16_gradients = f.grad_reduce == "bf16"}));
   }
   if (f.profile) {
     trace::Profiler::instance().enable();
