@@ -30,6 +30,7 @@
 // Everything AVX-512 here carries a target attribute instead of relying on the
 // build's -march, and runs only after bf16_dot_gemm_available() said yes.
 #include "kernels/cpu/bf16_gemm.hpp"
+#include "kernels/cpu/scratch.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -68,28 +69,6 @@ int64_t round_up(int64_t value, int64_t multiple) {
 // Columns of a packed B panel holding `valid` columns: 16, 32 or 48.
 int64_t panel_width(int64_t valid) {
   return round_up(valid, 16);
-}
-
-// A 64-byte aligned, per-thread scratch buffer of 4-byte elements that grows to
-// the largest request (slots: 0 packed A, 1 packed B, 2 partial sums).
-template <typename T>
-T* scratch(int slot, int64_t elements) {
-  static_assert(sizeof(T) == 4);
-  struct AlignedDelete {
-    void operator()(uint32_t* p) const { ::operator delete[](p, std::align_val_t{64}); }
-  };
-  struct Buffer {
-    std::unique_ptr<uint32_t[], AlignedDelete> data;
-    int64_t size = 0;
-  };
-  thread_local Buffer buffers[3];
-  Buffer& buffer = buffers[slot];
-  if (buffer.size < elements) {
-    buffer.data.reset(static_cast<uint32_t*>(
-        ::operator new[](static_cast<size_t>(elements) * 4, std::align_val_t{64})));
-    buffer.size = elements;
-  }
-  return reinterpret_cast<T*>(buffer.data.get());
 }
 
 // 32 bf16 (16 pairs) from their bits. (Not std::bit_cast: its instantiation
@@ -372,7 +351,8 @@ LOOM_BF16_TARGET void gemm_one(const detail::GemmProblem& p, const uint16_t* a, 
   // A bf16 C over more than one k block keeps its partial sums in f32.
   const bool use_partial = c_bf16 && p.k > kDepth;
   const int64_t group = use_partial ? kGroupCols : p.n;
-  float* partial = use_partial ? scratch<float>(2, kBlockRows * kGroupCols) : nullptr;
+  float* partial =
+      use_partial ? scratch<float>(ScratchSlot::bf16_partial, kBlockRows * kGroupCols) : nullptr;
   for (int64_t i0 = 0; i0 < p.m; i0 += kBlockRows) {
     const int64_t rows = std::min(kBlockRows, p.m - i0);
     for (int64_t g0 = 0; g0 < p.n; g0 += group) {
@@ -380,11 +360,13 @@ LOOM_BF16_TARGET void gemm_one(const detail::GemmProblem& p, const uint16_t* a, 
       for (int64_t l0 = 0; l0 < p.k; l0 += kDepth) {
         const int64_t depth = std::min(kDepth, p.k - l0), pairs = (depth + 1) / 2;
         const bool first = l0 == 0, last = l0 + depth == p.k;
-        uint32_t* packed_a = scratch<uint32_t>(0, round_up(rows, kTileRows) * pairs);
+        uint32_t* packed_a =
+            scratch<uint32_t>(ScratchSlot::bf16_a, round_up(rows, kTileRows) * pairs);
         pack_a(p, a, i0, rows, l0, depth, packed_a);
         for (int64_t j0 = g0; j0 < g0 + group_cols; j0 += kBlockCols) {
           const int64_t cols = std::min(kBlockCols, g0 + group_cols - j0);
-          uint32_t* packed_b = scratch<uint32_t>(1, round_up(cols, kTileCols) * pairs);
+          uint32_t* packed_b =
+              scratch<uint32_t>(ScratchSlot::bf16_b, round_up(cols, kTileCols) * pairs);
           pack_b(p, b, l0, depth, j0, cols, packed_b);
           for (int64_t s = 0; s < rows; s += kTileRows) {
             const int64_t tile_rows = std::min(kTileRows, rows - s);

@@ -22,6 +22,7 @@
 // so every B value loaded from L2 feeds 8 FMAs per lane and every packed A
 // value is read from L1.
 #include "kernels/cpu/packed_gemm.hpp"
+#include "kernels/cpu/scratch.hpp"
 
 #include "kernels/cpu/transpose16.hpp"
 
@@ -55,25 +56,6 @@ int64_t round_up(int64_t value, int64_t multiple) {
 // 32 columns runs a narrower tile, so n = 64 or 256 wastes no FMAs on padding.
 int64_t panel_width(int64_t valid) {
   return packed_panel_width(valid);
-}
-
-// A 64-byte aligned, per-thread scratch buffer that grows to the largest request.
-float* scratch(int slot, int64_t elements) {
-  struct AlignedDelete {
-    void operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
-  };
-  struct Buffer {
-    std::unique_ptr<float[], AlignedDelete> data;
-    int64_t size = 0;
-  };
-  thread_local Buffer buffers[2];
-  Buffer& buffer = buffers[slot];
-  if (buffer.size < elements) {
-    buffer.data.reset(static_cast<float*>(
-        ::operator new[](static_cast<size_t>(elements) * sizeof(float), std::align_val_t{64})));
-    buffer.size = elements;
-  }
-  return buffer.data.get();
 }
 
 // Rows [i0, i0 + rows) and k [l0, l0 + depth) of op(A) into strips of kTileRows.
@@ -266,11 +248,11 @@ void gemm_one(const detail::GemmProblem& p, const float* a, const float* b, floa
     const float beta = l0 == 0 ? p.beta : 1.0f;
     for (int64_t i0 = 0; i0 < p.m; i0 += kBlockRows) {
       const int64_t rows = std::min(kBlockRows, p.m - i0);
-      float* packed_a = scratch(0, round_up(rows, kTileRows) * depth);
+      float* packed_a = scratch<float>(ScratchSlot::f32_a, round_up(rows, kTileRows) * depth);
       pack_a(p, a, i0, rows, l0, depth, packed_a);
       for (int64_t j0 = 0; j0 < p.n; j0 += kBlockCols) {
         const int64_t cols = std::min(kBlockCols, p.n - j0);
-        float* packed_b = scratch(1, round_up(cols, kTileCols) * depth);
+        float* packed_b = scratch<float>(ScratchSlot::f32_b, round_up(cols, kTileCols) * depth);
         pack_b(p, b, l0, depth, j0, cols, packed_b);
         for (int64_t s = 0; s < rows; s += kTileRows) {
           for (int64_t q = 0; q < cols; q += kTileCols) {
@@ -298,7 +280,7 @@ void gemm_one(const detail::GemmProblem& p, const float* a, const float* b, floa
 // blocks are still added in order, as in gemm_one.
 void implicit_gemm(const ImplicitGemm& g) {
   const int64_t strip_rows = round_up(g.m, kTileRows);
-  float* packed_a = scratch(0, strip_rows * g.k);
+  float* packed_a = scratch<float>(ScratchSlot::f32_a, strip_rows * g.k);
   for (int64_t l0 = 0; l0 < g.k; l0 += kDepth) {
     const int64_t depth = std::min(kDepth, g.k - l0);
     if (g.packed_a != nullptr) {
@@ -310,7 +292,7 @@ void implicit_gemm(const ImplicitGemm& g) {
   const GroupedMatrix<float>& out = g.c;
   for (int64_t j0 = 0; j0 < g.n; j0 += kBlockCols) {
     const int64_t cols = std::min(kBlockCols, g.n - j0);
-    float* packed_b = scratch(1, round_up(cols, kTileCols) * kDepth);
+    float* packed_b = scratch<float>(ScratchSlot::f32_b, round_up(cols, kTileCols) * kDepth);
     for (int64_t l0 = 0; l0 < g.k; l0 += kDepth) {
       const int64_t depth = std::min(kDepth, g.k - l0);
       const float beta = l0 == 0 ? g.beta : 1.0f;
