@@ -12,11 +12,6 @@
 
 namespace loom::examples {
 
-// Message tags of the pipeline's evaluation pass (pipeline_evaluate), above
-// every tag of the executor's (2 x chunks x (M + 1) of them from 0).
-constexpr int kEvalShapeTag = (1 << 15) - 2;
-constexpr int kEvalPayloadTag = (1 << 15) - 1;
-
 // The loss of the full logits on one rank, or of each tp rank's vocabulary
 // columns (parallel/vocab_parallel.hpp).
 struct Loss {
@@ -39,7 +34,9 @@ double evaluate(loom::nn::Module& model, Loss& loss_fn,
                 const loom::data::TokenLoaderOptions& options, int64_t max_batches,
                 loom::Device device, loom::comm::Communicator& dp);
 
-// The same through the pipeline's stages (see evaluation.cpp).
+// The same through the pipeline's stages, forward only, whole batches (no
+// micro-batches; pipeline/forward_pass.hpp): the mean over the batches and the
+// replicas, on every rank.
 double pipeline_evaluate(const loom::parallel::pipeline::Schedule& schedule,
                          const loom::parallel::pipeline::GPTChunks& chunks, Loss& loss_fn,
                          const std::shared_ptr<const loom::data::TokenFile>& file,

@@ -8,11 +8,13 @@ target_sources(loom PRIVATE
   parallel/layout.cpp
   parallel/mean_over.cpp
   parallel/pipeline/executor.cpp
+  parallel/pipeline/forward_pass.cpp
   parallel/pipeline/generators.cpp
   parallel/pipeline/gpt_chunks.cpp
   parallel/pipeline/partition.cpp
   parallel/pipeline/print.cpp
   parallel/pipeline/replay.cpp
+  parallel/pipeline/resnet_chunks.cpp
   parallel/pipeline/schedule.cpp
   parallel/pipeline/schedule_checks.cpp
   parallel/pipeline/simulate.cpp
