@@ -40,6 +40,7 @@
 
 #include "../common/flag_checks.hpp"
 #include "../common/layout_table.hpp"
+#include "../common/pipeline_flags.hpp"
 #include "../common/step_meter.hpp"
 #include "evaluation.hpp"
 #include "loom/loom.hpp"
@@ -81,15 +82,10 @@ struct Flags {
   int zero_stage = 0;  // 0: plain data parallelism; 1-3: ZeRO (docs/zero.md)
   int tp = 1;          // tensor-parallel ranks per replica (docs/tensor_parallel.md)
   bool sequence_parallel = false;
-  int pp = 1;                  // pipeline stages (docs/pipeline.md)
-  std::string checkpoint_dir;  // distributed checkpoints (docs/checkpoint.md)
-  int64_t save_every = 0;      // save every N steps (0: never)
-  bool resume = false;         // start from the newest complete checkpoint in checkpoint_dir
-  std::string schedule = "1f1b";
-  bool schedule_given = false;        // --schedule on the command line (refused without --pp)
-  int micro_batches = 0;              // 0: pp
-  int virtual_stages = 0;             // 0: the schedule's own
-  std::vector<int64_t> stage_layers;  // blocks per chunk, in chunk order; empty: balanced by FLOPs
+  loom::examples::PipelineFlags pipe;  // --pp, --schedule, ... (docs/pipeline.md)
+  std::string checkpoint_dir;          // distributed checkpoints (docs/checkpoint.md)
+  int64_t save_every = 0;              // save every N steps (0: never)
+  bool resume = false;  // start from the newest complete checkpoint in checkpoint_dir
   bool activation_checkpointing = false;  // GPTConfig::checkpoint_blocks
   std::string precision = "fp32";         // nn/precision.hpp
   std::string grad_reduce = "fp32";       // the dtype gradients travel in over dp
@@ -97,68 +93,33 @@ struct Flags {
 
 namespace pl = loom::parallel::pipeline;
 
-int micro_batches_of(const Flags& f) {
-  return f.micro_batches > 0 ? f.micro_batches : f.pp;
-}
-
-pl::Schedule make_pipeline_schedule(const Flags& f) {
-  return pl::make_schedule(
-      pl::schedule_kind_from_string(f.schedule),
-      {.pp = f.pp, .micro_batches = micro_batches_of(f), .virtual_stages = f.virtual_stages});
-}
-
 // The pipeline flags' rules, checked before any communication.
 void check_pipeline(const Flags& f) {
-  if (f.pp == 1) {
-    const char* why = "; it needs --pp 2 or more";
-    LOOM_CHECK(!f.schedule_given, "--schedule ", f.schedule, " orders the pipeline's work", why);
-    LOOM_CHECK(f.micro_batches == 0, "--micro-batches ", f.micro_batches,
-               " cuts the batch for the pipeline", why);
-    LOOM_CHECK(f.virtual_stages == 0, "--virtual-stages ", f.virtual_stages,
-               " gives each pipeline rank several chunks", why);
-    LOOM_CHECK(f.stage_layers.empty(), "--stage-layers cuts the layers over pipeline stages", why);
-    return;
-  }
-  const int m = micro_batches_of(f);
-  LOOM_CHECK(f.batch % m == 0, "--batch ", f.batch, " is not divisible by --micro-batches ", m,
-             " (each micro-batch takes batch / M of the replica's sequences)");
-  LOOM_CHECK(f.schedule != "interleaved" || m % f.pp == 0, "--micro-batches ", m,
-             " is not a multiple of --pp ", f.pp,
-             ": the interleaved schedule takes micro-batches pp at a time through each chunk");
-  pl::Schedule schedule;
-  try {
-    schedule = make_pipeline_schedule(f);
-  } catch (const loom::Error& e) {
-    throw loom::Error(loom::str_cat("--schedule ", f.schedule, " --pp ", f.pp, " --micro-batches ",
-                                    m, " --virtual-stages ", f.virtual_stages, ": ", e.what()));
-  }
+  const pl::Schedule schedule = f.pipe.check(f.batch, /*accumulation=*/false);
+  if (f.pipe.pp == 1) return;
   const int chunks = schedule.chunks();
   LOOM_CHECK(f.layers >= chunks, "--layers ", f.layers, " is fewer than the ", chunks,
-             " chunks of schedule ", f.schedule, " (--pp ", f.pp, " x ", schedule.virtual_stages,
+             " chunks of schedule ", f.pipe.schedule, " (--pp ", f.pipe.pp, " x ",
+             schedule.virtual_stages,
              " virtual stage(s)): a cut needs at least as many layers as chunks");
-  if (!f.stage_layers.empty()) {
+  if (!f.pipe.stage_layers.empty()) {
     int64_t sum = 0;
-    for (size_t c = 0; c < f.stage_layers.size(); ++c) {
-      const bool end = c == 0 || c + 1 == f.stage_layers.size();
-      LOOM_CHECK(end || f.stage_layers[c] >= 1, "--stage-layers gives chunk ", c, " ",
-                 f.stage_layers[c],
+    for (size_t c = 0; c < f.pipe.stage_layers.size(); ++c) {
+      const bool end = c == 0 || c + 1 == f.pipe.stage_layers.size();
+      LOOM_CHECK(end || f.pipe.stage_layers[c] >= 1, "--stage-layers gives chunk ", c, " ",
+                 f.pipe.stage_layers[c],
                  " layers: only the first and the last chunk (the embeddings', the head's) may "
                  "hold none");
-      sum += f.stage_layers[c];
+      sum += f.pipe.stage_layers[c];
     }
-    LOOM_CHECK(static_cast<int>(f.stage_layers.size()) == chunks, "--stage-layers has ",
-               f.stage_layers.size(), " entries but schedule ", f.schedule, " cuts the GPT into ",
-               chunks, " chunks (--pp ", f.pp, " x ", schedule.virtual_stages,
+    LOOM_CHECK(static_cast<int>(f.pipe.stage_layers.size()) == chunks, "--stage-layers has ",
+               f.pipe.stage_layers.size(), " entries but schedule ", f.pipe.schedule,
+               " cuts the GPT into ", chunks, " chunks (--pp ", f.pipe.pp, " x ",
+               schedule.virtual_stages,
                " virtual stage(s)): one entry per chunk, in dataflow order");
     LOOM_CHECK(sum == f.layers, "--stage-layers sums to ", sum, " layers but --layers is ",
                f.layers);
   }
-  // The executor tags every message of a step apart (docs/pipeline.md); the
-  // evaluation pass takes the two tags above them.
-  const int64_t tags = int64_t{2} * chunks * (m + 1) + 2;
-  LOOM_CHECK(tags <= (int64_t{1} << 15), "--micro-batches ", m, " over ", chunks,
-             " chunks needs 2 x chunks x (M + 1) + 2 = ", tags,
-             " message tags, more than a communicator's 32768: use fewer micro-batches");
 }
 
 // Every rule the flags must meet that the model's shape decides, checked
@@ -170,8 +131,9 @@ void check_layout(const Flags& f, int world) {
              f.tp, ")");
   LOOM_CHECK(world % f.tp == 0, "--tp ", f.tp, " does not divide the world of ", world,
              " ranks (world = tp x dp x pp)");
-  LOOM_CHECK(world % (f.tp * f.pp) == 0, "--tp ", f.tp, " x --pp ", f.pp, " = ", f.tp * f.pp,
-             " does not divide the world of ", world, " ranks (world = tp x dp x pp)");
+  LOOM_CHECK(world % (f.tp * f.pipe.pp) == 0, "--tp ", f.tp, " x --pp ", f.pipe.pp, " = ",
+             f.tp * f.pipe.pp, " does not divide the world of ", world,
+             " ranks (world = tp x dp x pp)");
   LOOM_CHECK(f.heads % f.tp == 0, "--tp ", f.tp, " does not divide --heads ", f.heads,
              " (each tensor-parallel rank holds whole heads)");
   LOOM_CHECK(4 * f.d_model % f.tp == 0, "--tp ", f.tp, " does not divide the MLP width 4 x ",
@@ -184,7 +146,7 @@ void check_layout(const Flags& f, int world) {
   LOOM_CHECK(f.grad_reduce == "fp32" || f.zero_stage == 0, "--grad-reduce ", f.grad_reduce,
              " with --zero-stage ", f.zero_stage,
              ": gradients are reduced in bf16 at stage 0 (plain data parallelism) only so far");
-  LOOM_CHECK(f.precision != "fp16" || f.pp == 1, "--precision fp16 with --pp ", f.pp,
+  LOOM_CHECK(f.precision != "fp16" || f.pipe.pp == 1, "--precision fp16 with --pp ", f.pipe.pp,
              ": the pipeline executor does not scale the loss gradient yet (loss scaling needs "
              "it); use --precision bf16, which needs no scaling");
   LOOM_CHECK(f.checkpoint_dir.empty() == (f.save_every == 0 && !f.resume),
@@ -209,7 +171,7 @@ int run(const Flags& f) {
   comm::Communicator& world = *launch.world();
   check_layout(f, world.size());
   const parallel::ParallelGroups groups = parallel::make_parallel_groups(
-      launch.world(), parallel::ParallelLayout(world.size(), f.tp, f.pp));
+      launch.world(), parallel::ParallelLayout(world.size(), f.tp, f.pipe.pp));
   comm::Communicator& dp = *groups.dp;
   const bool lead = launch.rank() == 0;
   const Device device = f.device == "auto" ? launch.device() : parse_device(f.device);
@@ -252,9 +214,9 @@ int run(const Flags& f) {
   pl::GPTChunks chunks;
   std::unique_ptr<nn::Module> model_owner;
   std::vector<parallel::ShardedModule*> units;
-  if (f.pp > 1) {
-    pipeline = make_pipeline_schedule(f);
-    chunks = pl::build_gpt_chunks(config, *pipeline, groups.coord.pp, f.stage_layers, layers);
+  if (f.pipe.pp > 1) {
+    pipeline = f.pipe.make_schedule();
+    chunks = pl::build_gpt_chunks(config, *pipeline, groups.coord.pp, f.pipe.stage_layers, layers);
     // ZeRO stage 3: every chunk and every block of it is one unit, gathered
     // around each forward and backward the executor runs (docs/pipeline.md).
     if (f.zero_stage == 3) units = chunks.shard_parameters();
@@ -358,13 +320,14 @@ int run(const Flags& f) {
   examples::StepMeter meter(
       device, f.precision == "bf16" ? trace::Precision::bf16 : trace::Precision::fp32);
   say("ranks: %d = dp %d x tp %d%s x pp %d, %lld sequences per replica per step; device %s, %s\n",
-      world.size(), dp.size(), f.tp, f.sequence_parallel ? " (sequence parallel)" : "", f.pp,
+      world.size(), dp.size(), f.tp, f.sequence_parallel ? " (sequence parallel)" : "", f.pipe.pp,
       static_cast<long long>(f.batch), device.str().c_str(), meter.peak_description().c_str());
   if (pipeline) {
     // The cut and each chunk's counted FLOPs (forward + backward of one sequence).
     const std::vector<int64_t> layers_per_chunk =
-        pl::gpt_chunk_layers(config, *pipeline, f.stage_layers);
-    const std::vector<double> chunk_flops = pl::gpt_chunk_flops(config, *pipeline, f.stage_layers);
+        pl::gpt_chunk_layers(config, *pipeline, f.pipe.stage_layers);
+    const std::vector<double> chunk_flops =
+        pl::gpt_chunk_flops(config, *pipeline, f.pipe.stage_layers);
     double total_flops = 0;
     for (const double x : chunk_flops) total_flops += x;
     std::string cut, costs;
@@ -378,12 +341,13 @@ int run(const Flags& f) {
     say("pipeline: schedule %s, pp %d x %d virtual stage(s), %d micro-batches of %lld sequences, "
         "layers per chunk %s (%s); bubble at unit cost %.3f, at most %d chunk activations per "
         "rank\n",
-        f.schedule.c_str(), f.pp, pipeline->virtual_stages, micro_batches_of(f),
-        static_cast<long long>(f.batch / micro_batches_of(f)), cut.c_str(),
-        f.stage_layers.empty() ? "balanced by counted FLOPs" : "--stage-layers",
-        pl::unit_cost_bubble(
-            pl::schedule_kind_from_string(f.schedule),
-            {.pp = f.pp, .micro_batches = micro_batches_of(f), .virtual_stages = f.virtual_stages}),
+        f.pipe.schedule.c_str(), f.pipe.pp, pipeline->virtual_stages, f.pipe.micro_batch_count(),
+        static_cast<long long>(f.batch / f.pipe.micro_batch_count()), cut.c_str(),
+        f.pipe.stage_layers.empty() ? "balanced by counted FLOPs" : "--stage-layers",
+        pl::unit_cost_bubble(pl::schedule_kind_from_string(f.pipe.schedule),
+                             {.pp = f.pipe.pp,
+                              .micro_batches = f.pipe.micro_batch_count(),
+                              .virtual_stages = f.pipe.virtual_stages}),
         pipeline->activation_bound);
     say("pipeline: counted GFLOP per sequence per chunk (forward + backward%s): %s\n",
         f.activation_checkpointing ? ", blocks recomputed in backward" : "", costs.c_str());
@@ -401,7 +365,7 @@ int run(const Flags& f) {
     if (pipeline) {
       blocks = 0;
       const std::vector<int64_t> per_chunk =
-          pl::gpt_chunk_layers(config, *pipeline, f.stage_layers);
+          pl::gpt_chunk_layers(config, *pipeline, f.pipe.stage_layers);
       for (int c = 0; c < pipeline->chunks(); ++c) {
         if (pipeline->rank_of(c) == groups.coord.pp) blocks += per_chunk[static_cast<size_t>(c)];
       }
@@ -414,7 +378,7 @@ int run(const Flags& f) {
                                     .d_model = config.d_model,
                                     .blocks = blocks,
                                     .first_stage = groups.coord.pp == 0,
-                                    .micro_batches = micro_batches_of(f),
+                                    .micro_batches = f.pipe.micro_batch_count(),
                                     .virtual_stages = pipeline ? pipeline->virtual_stages : 0,
                                     .sequence_parallel = f.sequence_parallel,
                                     .recompute = f.activation_checkpointing,
@@ -450,7 +414,7 @@ int run(const Flags& f) {
     double loss = 0, norm = 0;
     pl::StepStats pipeline_stats;
     if (executor) {
-      const int m_count = micro_batches_of(f);
+      const int m_count = f.pipe.micro_batch_count();
       const std::vector<Tensor> inputs = pl::split_micro_batches(batch.inputs.to(device), m_count);
       const std::vector<Tensor> targets =
           pl::split_micro_batches(batch.targets.to(device), m_count);
@@ -532,12 +496,14 @@ int run(const Flags& f) {
     }
     if ((f.eval_every > 0 && (step + 1) % f.eval_every == 0) || step + 1 == f.steps ||
         out_of_time) {
-      if (zero.stage() == 3) zero.gather_parameters();
+      // Waits for the step's parameter all-gather (ZeRO 1, 2: the executor
+      // leaves it in flight), gathers them all at stage 3.
+      zero.gather_parameters();
       last_val = pipeline
                      ? pipeline_evaluate(*pipeline, chunks, loss_fn, file, loader_options,
                                          f.eval_batches, device, *groups.pp, dp)
                      : evaluate(*model, loss_fn, file, loader_options, f.eval_batches, device, dp);
-      if (zero.stage() == 3) zero.release_parameters();
+      zero.release_parameters();
       say("step %5lld  validation loss %.4f nats (%.3f bits/byte; unigram baseline %.3f)\n",
           static_cast<long long>(step), last_val, last_val / std::log(2.0), unigram);
     }
@@ -644,23 +610,11 @@ int main(int argc, char** argv) {
       ->check(flags::at_least(1));
   app.add_flag("--sequence-parallel", f.sequence_parallel,
                "with --tp: LayerNorm, dropout and residual regions hold 1/tp of the tokens");
-  app.add_option("--pp", f.pp, "pipeline stages (world = tp x dp x pp; docs/pipeline.md)")
-      ->check(flags::at_least(1));
-  CLI::Option* schedule_option =
-      app.add_option("--schedule", f.schedule, "with --pp: the pipeline schedule (default 1f1b)")
-          ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}));
-  app.add_option("--micro-batches", f.micro_batches,
-                 "with --pp: micro-batches per step, each batch / M sequences (0: pp)")
-      ->check(flags::at_least(0));
-  app.add_option("--virtual-stages", f.virtual_stages,
-                 "with --pp: chunks per rank (0: the schedule's own; interleaved: 2 or more)")
-      ->check(flags::at_least(0));
-  app.add_option("--stage-layers", f.stage_layers,
-                 "with --pp: blocks per chunk in dataflow order, pp x virtual stages entries "
-                 "summing to --layers (e.g. 3,3,2,2; the first and the last may be 0; default: "
-                 "balanced by counted FLOPs, docs/pipeline.md)")
-      ->delimiter(',')
-      ->check(flags::at_least(0));
+  f.pipe.add_to(app, "sequences",
+                "with --pp: blocks per chunk in dataflow order, pp x virtual stages entries "
+                "summing to --layers (e.g. 3,3,2,2; the first and the last may be 0; default: "
+                "balanced by counted FLOPs, docs/pipeline.md)",
+                /*accumulation=*/false);
   app.add_option("--precision", f.precision,
                  "matrix products in fp32, or bf16/fp16 (operands rounded, f32 accumulation; "
                  "parameters, activations, norms and the loss stay f32; fp16 with dynamic loss "
@@ -681,7 +635,7 @@ int main(int argc, char** argv) {
                  "baseline (a learning check for tests)")
       ->check(flags::at_least(0));
   CLI11_PARSE(app, argc, argv);
-  f.schedule_given = schedule_option->count() > 0;
+  f.pipe.parsed();
   try {
     return run(f);
   } catch (const std::exception& e) {

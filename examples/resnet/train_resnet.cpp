@@ -1,31 +1,59 @@
 // train_resnet: trains Loom's ResNet on the 1,797 handwritten digits (8x8,
 // from scikit-learn's Debian package; scripts/fetch_digits.sh) or runs it on
-// synthetic CIFAR- or ImageNet-shaped batches for throughput, on one rank.
+// synthetic CIFAR- or ImageNet-shaped batches for throughput, on one rank or
+// over every rank of the launch (mpirun/srun): data parallel with ZeRO
+// (--zero-stage), and pipeline parallel (--pp N --schedule S --micro-batches
+// M), world = dp x pp with dp inner (docs/pipeline.md).
 //
-// Prints per-step loss, images/s and MFU; on digits, test accuracy after each
-// epoch. --forward-only --profile answers "which ops take the time in a
-// forward pass":
+// Prints per-step loss, gradient norm, images/s and MFU; on digits, test
+// accuracy after each epoch; at the end the parameters' L2 and L1 norms (a
+// fingerprint to compare runs by). --forward-only --profile answers "which
+// ops take the time in a forward pass":
 //
 //   build/examples/train_resnet --epochs 8                       # digits, ~1 minute
 //   build/examples/train_resnet --arch resnet50 --stem imagenet --data imagenet
 //       --batch 8 --steps 3 --forward-only --profile               # top ops of ResNet-50
+//   mpirun -np 4 build/examples/train_resnet --pp 2 --schedule zb-h1 --micro-batches 4
+//       --zero-stage 1                                              # pp 2 x dp 2
+//
+// Every data-parallel replica takes its own rows of the global batch (--batch
+// rows per replica), so dp replicas take the same steps as one rank with
+// --batch dp x batch. --micro-batches M cuts a replica's rows into M
+// micro-batches, each normalised by BatchNorm with its own statistics; the
+// step's loss and gradient are the mean over them. Without --pp the
+// micro-batches run one after another (gradient accumulation), which is the
+// single-rank run a pipeline run equals: `--pp P --micro-batches M` on dp
+// replicas takes the steps of one rank with `--batch dp x batch
+// --micro-batches dp x M` (BatchNorm's running statistics aside: each replica
+// keeps its own).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "../common/flag_checks.hpp"
+#include "../common/layout_table.hpp"
+#include "../common/pipeline_flags.hpp"
 #include "../common/step_meter.hpp"
 #include "loom/loom.hpp"
+#include "loom/parallel/pipeline/executor.hpp"
+#include "loom/parallel/pipeline/forward_pass.hpp"
+#include "loom/parallel/pipeline/resnet_chunks.hpp"
+#include "loom/parallel/pipeline/simulate.hpp"
 #include "loom/trace/profiler.hpp"
 
 namespace {
+
+namespace pl = loom::parallel::pipeline;
 
 struct Flags {
   std::string arch = "resnet18";
@@ -33,7 +61,7 @@ struct Flags {
   std::string data = "digits";  // digits | cifar | imagenet (the last two synthetic)
   std::string digits_path;      // default: loom::data::default_digits_path()
   int64_t width = 64;
-  int64_t batch = 32;
+  int64_t batch = 32;  // images per data-parallel replica per step
   int64_t epochs = 8;  // digits
   int64_t steps = 20;  // synthetic data
   double lr = 0.1;
@@ -46,6 +74,9 @@ struct Flags {
   bool profile = false;
   std::string trace_path;
   double require_accuracy = 0;  // digits: fail unless the final test accuracy reaches this
+  int zero_stage = 0;           // 0: plain data parallelism; 1-3: ZeRO (docs/zero.md)
+  double bucket_cap_mib = 4;
+  loom::examples::PipelineFlags pipe;  // --pp, --schedule, --micro-batches, ... (docs/pipeline.md)
 };
 
 loom::models::ResNetConfig make_config(const Flags& f, int64_t in_channels, int64_t classes,
@@ -63,6 +94,41 @@ loom::models::ResNetConfig make_config(const Flags& f, int64_t in_channels, int6
   if (f.arch == "resnet34") return resnet34(options);
   if (f.arch == "resnet50") return resnet50(options);
   throw loom::Error("--arch '" + f.arch + "' is not one of resnet18, resnet34, resnet50");
+}
+
+// The rules the flags must meet, checked before any communication. Returns
+// the pipeline's schedule under --pp.
+std::optional<pl::Schedule> check_flags(const Flags& f, int world,
+                                        const loom::models::ResNetConfig& config) {
+  LOOM_CHECK(world % f.pipe.pp == 0, "--pp ", f.pipe.pp, " does not divide the world of ", world,
+             " ranks (world = dp x pp)");
+  LOOM_CHECK(!f.forward_only || (world == 1 && f.pipe.micro_batches == 0),
+             "--forward-only times one rank's forward pass over the whole batch; it runs on one "
+             "rank without --pp or --micro-batches (the world has ",
+             world, " ranks, --micro-batches ", f.pipe.micro_batches, ")");
+  const pl::Schedule schedule = f.pipe.check(f.batch, /*accumulation=*/true);
+  if (f.pipe.pp == 1) return std::nullopt;
+  const int64_t layers = loom::models::resnet_layer_count(config);
+  LOOM_CHECK(layers >= schedule.chunks(), "--arch ", f.arch, " has ", layers,
+             " layers (conv1, bn1, relu, [maxpool], its blocks, avgpool, fc), fewer than the ",
+             schedule.chunks(), " chunks of schedule ", f.pipe.schedule, " (--pp ", f.pipe.pp,
+             " x ", schedule.virtual_stages, " virtual stage(s))");
+  if (!f.pipe.stage_layers.empty()) {
+    int64_t sum = 0;
+    for (size_t c = 0; c < f.pipe.stage_layers.size(); ++c) {
+      LOOM_CHECK(f.pipe.stage_layers[c] >= 1, "--stage-layers gives chunk ", c, " ",
+                 f.pipe.stage_layers[c], " layers: every chunk of a ResNet needs at least one");
+      sum += f.pipe.stage_layers[c];
+    }
+    LOOM_CHECK(static_cast<int>(f.pipe.stage_layers.size()) == schedule.chunks(),
+               "--stage-layers has ", f.pipe.stage_layers.size(), " entries but schedule ",
+               f.pipe.schedule, " cuts the ResNet into ", schedule.chunks(), " chunks (--pp ",
+               f.pipe.pp, " x ", schedule.virtual_stages,
+               " virtual stage(s)): one entry per chunk, in dataflow order");
+    LOOM_CHECK(sum == layers, "--stage-layers sums to ", sum, " layers but --arch ", f.arch,
+               " has ", layers);
+  }
+  return schedule;
 }
 
 // Rows `order[begin, end)` of a dataset, as one batch.
@@ -85,31 +151,74 @@ loom::data::ImageBatch gather(const loom::data::ImageDataset& set,
   return {images.to(device), labels.to(device)};
 }
 
-double accuracy(loom::nn::Module& model, const loom::data::ImageDataset& test, int64_t batch,
-                loom::Device device) {
-  model.set_training(false);
+// Correct predictions among `logits` [n, classes] for `labels`.
+int64_t count_correct(const loom::Tensor& logits, const loom::Tensor& labels) {
+  const auto values = logits.to_vector<float>();
+  const auto truth = labels.to_vector<int32_t>();
+  const int64_t n = static_cast<int64_t>(truth.size());
+  const int64_t classes = static_cast<int64_t>(values.size()) / std::max<int64_t>(1, n);
+  int64_t correct = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto first = values.begin() + i * classes;
+    const int64_t predicted = std::max_element(first, first + classes) - first;
+    correct += predicted == truth[static_cast<size_t>(i)];
+  }
+  return correct;
+}
+
+// Test accuracy of this replica (BatchNorm's running statistics are its
+// own), in eval mode: through the whole model, or through the pipeline's
+// stages (the rank holding the last chunk counts, and tells the pp group).
+double accuracy(const std::vector<loom::nn::Module*>& modules,
+                const std::optional<pl::Schedule>& pipeline, loom::comm::Communicator& pp,
+                const loom::data::ImageDataset& test, int64_t batch, loom::Device device) {
+  for (loom::nn::Module* m : modules) m->set_training(false);
   std::vector<int64_t> order(static_cast<size_t>(test.size()));
   std::iota(order.begin(), order.end(), 0);
   int64_t correct = 0;
   for (int64_t begin = 0; begin < test.size(); begin += batch) {
     const int64_t end = std::min(test.size(), begin + batch);
     auto b = gather(test, order, begin, end, device);
-    loom::nn::Tape tape;
-    const auto logits = model.forward(b.images, tape).to_vector<float>();
-    const auto labels = b.labels.to_vector<int32_t>();
-    const int64_t classes = static_cast<int64_t>(logits.size()) / (end - begin);
-    for (int64_t i = 0; i < end - begin; ++i) {
-      const auto first = logits.begin() + i * classes;
-      const int64_t predicted = std::max_element(first, first + classes) - first;
-      correct += predicted == labels[static_cast<size_t>(i)];
+    if (pipeline) {
+      const loom::Tensor logits =
+          pl::forward_through_stages(*pipeline, pp, modules, b.images, device);
+      if (logits.defined()) correct += count_correct(logits, b.labels);
+    } else {
+      loom::nn::Tape tape;
+      correct += count_correct(modules.front()->forward(b.images, tape), b.labels);
     }
   }
-  model.set_training(true);
-  return static_cast<double>(correct) / static_cast<double>(test.size());
+  for (loom::nn::Module* m : modules) m->set_training(true);
+  double fraction = static_cast<double>(correct) / static_cast<double>(test.size());
+  if (pipeline)
+    fraction = pl::broadcast_double(pp, fraction, pipeline->rank_of(pipeline->chunks() - 1));
+  return fraction;
+}
+
+// The L2 and L1 norms of every parameter of the model (summed over the pp
+// group's chunks), on every rank: a fingerprint of the trained weights.
+std::pair<double, double> parameter_norms(const std::vector<loom::nn::Parameter*>& params,
+                                          loom::comm::Communicator& pp) {
+  double squares = 0, absolutes = 0;
+  for (const loom::nn::Parameter* p : params) {
+    for (const float v : p->value().to(loom::Device::cpu()).to_vector<float>()) {
+      squares += static_cast<double>(v) * v;
+      absolutes += std::fabs(static_cast<double>(v));
+    }
+  }
+  const double ranks = pp.size();
+  return {std::sqrt(loom::parallel::mean_over(pp, squares) * ranks),
+          loom::parallel::mean_over(pp, absolutes) * ranks};
 }
 
 int run(const Flags& f) {
   using namespace loom;
+  loom::Context launch = loom::init();
+  comm::Communicator& world = *launch.world();
+  const bool lead = launch.rank() == 0;
+  auto say = [lead](const char* format, auto... args) {
+    if (lead) std::printf(format, args...);
+  };
   const Device device = parse_device(f.device);
   LOOM_CHECK(f.data == "digits" || f.data == "cifar" || f.data == "imagenet", "--data '", f.data,
              "' is not one of digits, cifar, imagenet");
@@ -123,36 +232,114 @@ int run(const Flags& f) {
         data::kDigitsTestCount, f.seed);
     shape = {1, 8, 8, split.train.classes};
   }
-  auto model = models::make_resnet("", make_config(f, shape.channels, shape.classes, device));
-  int64_t parameters = 0;
-  for (auto* p : model->parameters()) parameters += p->numel();
+  const models::ResNetConfig config = make_config(f, shape.channels, shape.classes, device);
+  const std::optional<pl::Schedule> pipeline = check_flags(f, world.size(), config);
+  const int micro_batches =
+      f.pipe.pp > 1 ? f.pipe.micro_batch_count() : std::max(1, f.pipe.micro_batches);
+  const parallel::ParallelGroups groups = parallel::make_parallel_groups(
+      launch.world(), parallel::ParallelLayout(world.size(), 1, f.pipe.pp));
+  comm::Communicator& dp = *groups.dp;
+  const int64_t global_batch = f.batch * dp.size();
 
-  const int64_t steps_per_epoch = digits ? split.train.size() / f.batch : f.steps;
+  // Under --pp: this rank's chunks, cut by counted FLOPs unless --stage-layers
+  // gives the cut. Otherwise the whole network.
+  pl::ResNetChunks chunks;
+  std::unique_ptr<nn::Sequential> model;
+  std::vector<parallel::ShardedModule*> units;  // ZeRO stage 3
+  std::vector<int64_t> cut;
+  std::vector<double> chunk_flops;
+  if (pipeline) {
+    const std::vector<double> layer_flops =
+        pl::resnet_layer_flops(config, shape.height, shape.width);
+    cut = pl::resnet_chunk_layers(config, *pipeline, layer_flops, f.pipe.stage_layers);
+    chunk_flops = pl::resnet_chunk_flops(layer_flops, cut);
+    chunks = pl::build_resnet_chunks("", config, *pipeline, groups.coord.pp, cut);
+    // ZeRO stage 3: each chunk is one unit, gathered around every action.
+    if (f.zero_stage == 3) units = chunks.shard_parameters();
+  } else {
+    model = models::make_resnet("", config);
+    // ZeRO stage 3: the stem's layers, every block and the head are units.
+    if (f.zero_stage == 3) units = parallel::shard_children(*model);
+  }
+  const std::vector<nn::Parameter*> params = pipeline ? chunks.parameters() : model->parameters();
+  const std::vector<nn::Module*> modules =
+      pipeline ? chunks.modules() : std::vector<nn::Module*>{model.get()};
+
+  const int64_t steps_per_epoch = digits ? split.train.size() / global_batch : f.steps;
+  LOOM_CHECK(steps_per_epoch >= 1, "--batch ", f.batch, " x ", dp.size(),
+             " data-parallel replica(s) = ", global_batch, " images is more than the ",
+             split.train.size(), " training images of the digits");
   const int64_t total_steps = digits ? steps_per_epoch * f.epochs : f.steps;
   optim::WarmupCosine schedule{.peak = f.lr,
                                .min = 0.0,
                                .warmup_steps = std::min<int64_t>(total_steps, digits ? 20 : 0),
                                .total_steps = total_steps};
   schedule.validate();
-  optim::SGD optimizer(optim::param_slots(model->parameters()), {.lr = f.lr,
-                                                                 .momentum = f.momentum,
-                                                                 .dampening = 0.0,
-                                                                 .weight_decay = f.weight_decay,
-                                                                 .nesterov = false});
+  // One optimizer path for every layout: parameters broadcast from rank 0,
+  // gradients averaged over dp bucket by bucket while backward runs, or
+  // sharded with the optimizer state (ZeRO 1-3).
+  parallel::ZeroOptimizer zero(
+      params, dp,
+      optim::SgdOptions{.lr = f.lr,
+                        .momentum = f.momentum,
+                        .dampening = 0.0,
+                        .weight_decay = f.weight_decay,
+                        .nesterov = false},
+      parallel::ZeroOptions{.stage = f.zero_stage,
+                            .bucket_cap_bytes = static_cast<size_t>(f.bucket_cap_mib * (1 << 20)),
+                            .decay = optim::DecayPolicy::all,
+                            .modules = units,
+                            .broadcast_parameters = true,
+                            .groups = parallel::reduction_groups(groups)});
   nn::CrossEntropyLoss loss_fn;
+  std::unique_ptr<pl::PipelineExecutor> executor;
+  if (pipeline) {
+    // The norm is computed (clipping at the largest double: never) so every
+    // run prints it.
+    executor = std::make_unique<pl::PipelineExecutor>(
+        *pipeline, *groups.pp, modules, zero,
+        pl::ExecutorOptions{.clip_grad_norm = std::numeric_limits<double>::max()});
+  }
 
-  std::printf("%s (%s stem, width %lld): %.2fM parameters; data %s %lldx%lldx%lld, %lld classes\n",
-              f.arch.c_str(), f.stem.c_str(), static_cast<long long>(f.width), parameters / 1e6,
-              digits ? "digits" : (f.data + " (synthetic)").c_str(),
-              static_cast<long long>(shape.channels), static_cast<long long>(shape.height),
-              static_cast<long long>(shape.width), static_cast<long long>(shape.classes));
+  int64_t parameters = 0;
+  for (const nn::Parameter* p : params) parameters += p->numel();
+  say("%s (%s stem, width %lld): %.2fM parameters%s; data %s %lldx%lldx%lld, %lld classes\n",
+      f.arch.c_str(), f.stem.c_str(), static_cast<long long>(f.width), parameters / 1e6,
+      pipeline ? " on rank 0's chunks" : "", digits ? "digits" : (f.data + " (synthetic)").c_str(),
+      static_cast<long long>(shape.channels), static_cast<long long>(shape.height),
+      static_cast<long long>(shape.width), static_cast<long long>(shape.classes));
   if (digits) {
-    std::printf("digits: %lld train, %lld test images; chance accuracy %.1f%%\n",
-                static_cast<long long>(split.train.size()),
-                static_cast<long long>(split.test.size()), 100.0 / split.train.classes);
+    say("digits: %lld train, %lld test images; chance accuracy %.1f%%\n",
+        static_cast<long long>(split.train.size()), static_cast<long long>(split.test.size()),
+        100.0 / split.train.classes);
   }
   examples::StepMeter meter(device);
-  std::printf("device: %s, %s\n", device.str().c_str(), meter.peak_description().c_str());
+  say("ranks: %d = dp %d x pp %d, %lld images per replica per step in %d micro-batch(es); device "
+      "%s, %s\n",
+      world.size(), dp.size(), f.pipe.pp, static_cast<long long>(f.batch), micro_batches,
+      device.str().c_str(), meter.peak_description().c_str());
+  if (pipeline) {
+    double total = 0;
+    for (const double x : chunk_flops) total += x;
+    std::string cut_text, costs;
+    for (size_t c = 0; c < cut.size(); ++c) {
+      cut_text += (cut_text.empty() ? "" : ",") + std::to_string(cut[c]);
+      char cost[64];
+      std::snprintf(cost, sizeof(cost), "%s%.1f%%", costs.empty() ? "" : ", ",
+                    100.0 * chunk_flops[c] / total);
+      costs += cost;
+    }
+    pl::ActionCosts counted;
+    counted.forward.clear();
+    for (const double x : chunk_flops) counted.forward.push_back(x / 3.0);
+    counted.backward_input = counted.backward_weight = counted.forward;
+    say("pipeline: schedule %s, pp %d x %d virtual stage(s), layers per chunk %s (%s; counted "
+        "FLOPs %s); expected bubble %.3f (the simulator at those FLOPs)\n",
+        f.pipe.schedule.c_str(), f.pipe.pp, pipeline->virtual_stages, cut_text.c_str(),
+        f.pipe.stage_layers.empty() ? "balanced by counted FLOPs" : "--stage-layers", costs.c_str(),
+        pl::simulate(*pipeline, counted).bubble_fraction);
+  }
+  if (world.size() > 1) examples::print_layout(world, groups, device, zero);
   if (f.profile) trace::Profiler::instance().enable();
 
   std::mt19937_64 shuffle(f.seed);
@@ -163,44 +350,96 @@ int run(const Flags& f) {
   for (int64_t step = 0; step < total_steps; ++step) {
     const int64_t in_epoch = step % steps_per_epoch;
     if (digits && in_epoch == 0) std::shuffle(order.begin(), order.end(), shuffle);
-    data::ImageBatch batch =
-        digits ? gather(split.train, order, in_epoch * f.batch, (in_epoch + 1) * f.batch, device)
-               : data::synthetic_image_batch(shape, f.batch, f.seed, step, device);
+    // This replica's rows of the global batch.
+    data::ImageBatch batch;
+    if (digits) {
+      const int64_t first = in_epoch * global_batch + dp.rank() * f.batch;
+      batch = gather(split.train, order, first, first + f.batch, device);
+    } else {
+      const data::ImageBatch whole =
+          data::synthetic_image_batch(shape, global_batch, f.seed, step, device);
+      batch = {pl::split_micro_batches(whole.images, dp.size())[static_cast<size_t>(dp.rank())],
+               pl::split_micro_batches(whole.labels, dp.size())[static_cast<size_t>(dp.rank())]};
+    }
+    const std::vector<Tensor> images = pl::split_micro_batches(batch.images, micro_batches);
+    const std::vector<Tensor> labels = pl::split_micro_batches(batch.labels, micro_batches);
 
     trace::StepScope profiled_step;
     meter.begin();
-    nn::Tape tape, loss_tape;
-    double loss = std::nan("");
+    double loss = std::nan(""), norm = std::nan("");
+    zero.optimizer().set_lr(schedule.lr_at(step));
     if (f.forward_only) {
       model->set_training(false);
+      nn::Tape tape;
       model->forward(batch.images, tape);
+    } else if (executor) {
+      const pl::StepStats stats = executor->step(
+          [&](int m) { return images[static_cast<size_t>(m)]; },
+          [&](const Tensor& logits, int m) {
+            nn::Tape loss_tape;
+            const double value =
+                loss_fn.forward(logits, labels[static_cast<size_t>(m)], loss_tape).item<float>();
+            return pl::LossOutput{value, loss_fn.backward(loss_tape)};
+          });
+      loss = stats.loss;
+      norm = stats.grad_norm;
     } else {
-      Tensor logits = model->forward(batch.images, tape);
-      loss = loss_fn.forward(logits, batch.labels, loss_tape).item<float>();
-      model->backward(loss_fn.backward(loss_tape), tape);
-      optimizer.set_lr(schedule.lr_at(step));
-      optimizer.step();
-      optimizer.zero_grad();
+      // The micro-batches one after another, each loss scaled by 1 / M; only
+      // the last backward launches the gradients' reduction over dp.
+      loss = 0;
+      for (int m = 0; m < micro_batches; ++m) {
+        nn::Tape tape, loss_tape;
+        const Tensor logits = model->forward(images[static_cast<size_t>(m)], tape);
+        loss += loss_fn.forward(logits, labels[static_cast<size_t>(m)], loss_tape).item<float>();
+        const Tensor dlogits = loss_fn.backward(loss_tape);
+        kernels::scale(dlogits, 1.0f / static_cast<float>(micro_batches), dlogits);
+        if (m + 1 < micro_batches) {
+          const auto accumulate = zero.no_sync();
+          model->backward(dlogits, tape);
+        } else {
+          model->backward(dlogits, tape);
+        }
+      }
+      loss /= micro_batches;
+      zero.finish();
+      norm = zero.clip_grad_norm(HUGE_VAL);
+      zero.step();
+      zero.zero_grad();
     }
-    meter.end(static_cast<double>(f.batch));
+    meter.end(static_cast<double>(global_batch));
     seconds += meter.seconds();
     if (step % f.log_every == 0 || step + 1 == total_steps) {
-      char loss_text[32] = "-";
-      if (!f.forward_only) std::snprintf(loss_text, sizeof(loss_text), "%.4f", loss);
-      std::printf("step %5lld  loss %s  lr %.3f  %7.1f ms  %7.1f img/s  MFU %5.1f%%\n",
-                  static_cast<long long>(step), loss_text, schedule.lr_at(step),
-                  meter.seconds() * 1e3, meter.items_per_second(), 100.0 * meter.mfu());
+      char loss_text[32] = "-", norm_text[32] = "-";
+      if (!f.forward_only) {
+        std::snprintf(loss_text, sizeof(loss_text), "%.4f", parallel::mean_over(dp, loss));
+        std::snprintf(norm_text, sizeof(norm_text), "%.4f", norm);
+      }
+      say("step %5lld  loss %s  lr %.3f  norm %s  %7.1f ms  %7.1f img/s  MFU %5.1f%%\n",
+          static_cast<long long>(step), loss_text, schedule.lr_at(step), norm_text,
+          meter.seconds() * 1e3, meter.items_per_second(), 100.0 * meter.mfu());
     }
     if (digits && in_epoch + 1 == steps_per_epoch) {
-      test_accuracy = accuracy(*model, split.test, 128, device);
-      std::printf("epoch %lld  test accuracy %.1f%%\n",
-                  static_cast<long long>(step / steps_per_epoch + 1), 100.0 * test_accuracy);
+      // Waits for the step's parameter all-gather (ZeRO 1, 2: the executor
+      // leaves it in flight), gathers them all at stage 3.
+      zero.gather_parameters();
+      test_accuracy = accuracy(modules, pipeline, *groups.pp, split.test, 128, device);
+      zero.release_parameters();
+      say("epoch %lld  test accuracy %.1f%%\n", static_cast<long long>(step / steps_per_epoch + 1),
+          100.0 * test_accuracy);
     }
   }
-  std::printf("done: %lld steps in %.1f s, %.1f images/s\n", static_cast<long long>(total_steps),
-              seconds, static_cast<double>(f.batch * total_steps) / seconds);
+  say("done: %lld steps in %.1f s, %.1f images/s on %d rank(s)\n",
+      static_cast<long long>(total_steps), seconds,
+      static_cast<double>(global_batch * total_steps) / seconds, world.size());
+  if (!f.forward_only) {
+    zero.gather_parameters();
+    const auto [l2, l1] = parameter_norms(params, *groups.pp);
+    zero.release_parameters();
+    say("parameters: L2 norm %.6f  L1 norm %.4f\n", l2, l1);
+  }
 
   if (f.require_accuracy > 0 && !(test_accuracy >= f.require_accuracy)) {
+    if (!lead) return 1;
     std::fprintf(stderr, "train_resnet: test accuracy %.1f%% is below the required %.1f%%\n",
                  100.0 * test_accuracy, 100.0 * f.require_accuracy);
     return 1;
@@ -209,11 +448,11 @@ int run(const Flags& f) {
     auto& profiler = trace::Profiler::instance();
     trace::ReportOptions report{
         .top_n = 15, .precision = trace::Precision::fp32, .roofline = &meter.roofline()};
-    std::printf("%s", profiler.report(report).c_str());
-    if (!f.trace_path.empty()) {
+    say("%s", profiler.report(report).c_str());
+    if (!f.trace_path.empty() && lead) {
       profiler.write_chrome_trace(f.trace_path);
-      std::printf("Chrome trace written to %s (open in https://ui.perfetto.dev)\n",
-                  f.trace_path.c_str());
+      say("Chrome trace of rank 0 written to %s (open in https://ui.perfetto.dev)\n",
+          f.trace_path.c_str());
     }
   }
   return 0;
@@ -229,7 +468,8 @@ int main(int argc, char** argv) {
   app.add_option("--data", f.data, "digits, or synthetic cifar / imagenet batches");
   app.add_option("--digits", f.digits_path, "digits.csv.gz (default: data/digits.csv.gz)");
   app.add_option("--width", f.width, "channels of the first stage")->check(flags::at_least(1));
-  app.add_option("--batch", f.batch)->check(flags::at_least(1));
+  app.add_option("--batch", f.batch, "images per data-parallel replica per step")
+      ->check(flags::at_least(1));
   app.add_option("--epochs", f.epochs, "digits: passes over the 1,500 training images")
       ->check(flags::at_least(1));
   app.add_option("--steps", f.steps, "synthetic data: steps to run")->check(flags::at_least(1));
@@ -239,6 +479,17 @@ int main(int argc, char** argv) {
   app.add_option("--log-every", f.log_every)->check(flags::at_least(1));
   app.add_option("--seed", f.seed)->check(flags::at_least(0));
   app.add_option("--device", f.device, "cpu or cuda:N");
+  app.add_option("--zero-stage", f.zero_stage,
+                 "0: plain data parallelism; 1, 2, 3: shard optimizer state, + gradients, "
+                 "+ parameters (docs/zero.md)")
+      ->check(flags::between(0, 3));
+  app.add_option("--bucket-cap-mib", f.bucket_cap_mib, "data parallel: gradient bucket cap")
+      ->check(flags::positive());
+  f.pipe.add_to(app, "images",
+                "with --pp: top-level layers per chunk in dataflow order (conv1, bn1, relu, "
+                "[maxpool], each block, avgpool, fc: 13 for a CIFAR-stem ResNet-18), pp x "
+                "virtual stages entries of at least 1 (default: balanced by counted FLOPs)",
+                /*accumulation=*/true);
   app.add_flag("--forward-only", f.forward_only, "time forward passes only (eval mode)");
   app.add_flag("--profile", f.profile, "per-op table at the end (also LOOM_PROFILE=1)");
   app.add_option("--trace", f.trace_path, "with --profile: write a Chrome trace here");
@@ -246,6 +497,7 @@ int main(int argc, char** argv) {
                  "digits: exit 1 unless the final test accuracy (0..1) reaches this")
       ->check(flags::between(0, 1));
   CLI11_PARSE(app, argc, argv);
+  f.pipe.parsed();
   try {
     return run(f);
   } catch (const std::exception& e) {

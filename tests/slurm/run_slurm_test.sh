@@ -26,7 +26,7 @@
 # tensor-parallel group on one node (its layout table against the tasks'
 # nodes), and its logged losses, gradient norms and validation loss must match
 # one rank's run of TRAIN_GPT ARGS on the same global batch, to
-# tests/tensor_parallel/compare_train_gpt.py's tolerance (the printed digit).
+# tests/support/compare_train_runs.py's tolerance (the printed digit).
 #
 # Exit status 0: passed; 1: failed; 77: skipped (no Slurm, or not root), with
 # the reason on stdout. Everything lives under WORK_DIR (configuration, state,
@@ -346,7 +346,7 @@ if [ -n "$compare_layout" ]; then
     fail "job '$job1' did not place every tensor-parallel group on one node"
   fi
   # Its losses against one rank's on the same global batch.
-  python3 "$root/tests/tensor_parallel/compare_train_gpt.py" --output "$job_out" "$ntasks" \
+  python3 "$root/tests/support/compare_train_runs.py" --output "$job_out" "$ntasks" \
     "${program[@]:0:1}" --layout "$compare_layout" -- "${program[@]:1}" ||
     fail "job '$job1' does not reproduce one rank's losses"
   echo "PASS: slurm $job1 ($compare_layout) as ${#nodes[@]} nodes x $tasks_per_node tasks"

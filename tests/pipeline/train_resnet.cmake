@@ -1,0 +1,79 @@
+# train_resnet under mpirun (included from tests/CMakeLists.txt inside
+# LOOM_BUILD_EXAMPLES): pipeline parallelism, alone and with data parallelism
+# and ZeRO, reproduces one rank running the same micro-batches one after
+# another (BatchNorm normalises each micro-batch by its own statistics):
+# every logged loss and gradient norm and the trained parameters' L2 and L1
+# norms to the last printed digit (tests/support/compare_train_runs.py
+# --accumulate). Label pipeline.
+#
+# loom_train_resnet_compare(COMMON... CASES "np|layout flags" ...)
+function(loom_train_resnet_compare)
+  cmake_parse_arguments(A "" "NAME_PREFIX" "COMMON;CASES" ${ARGN})
+  foreach(case IN LISTS A_CASES)
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 np)
+    list(GET parts 1 flags)
+    string(REGEX REPLACE "[-, ]+" "_" name "${A_NAME_PREFIX}_np${np}${flags}")
+    add_test(NAME examples.resnet${name}
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/support/compare_train_runs.py
+                     --accumulate ${MPIEXEC_EXECUTABLE} ${np} $<TARGET_FILE:train_resnet>
+                     --layout "${flags}" -- ${A_COMMON})
+    set_tests_properties(examples.resnet${name} PROPERTIES TIMEOUT 300 PROCESSORS ${np}
+                         LABELS "examples;mpi;pipeline" ENVIRONMENT "${LOOM_MPI_TEST_ENV}"
+                         SKIP_REGULAR_EXPRESSION "digits: cannot open")
+  endforeach()
+endfunction()
+
+# ResNet-18's small variant (width 8) on synthetic CIFAR-shaped batches: every
+# schedule at pp 2 and pp 4, an explicit cut, pp 2 x dp 2 with ZeRO 0 to 3,
+# and data parallelism with gradient accumulation alone.
+loom_train_resnet_compare(
+  COMMON --data cifar --width 8 --batch 8 --steps 4 --log-every 1 --lr 0.05
+  CASES
+    "2|--pp 2 --schedule gpipe --micro-batches 2"
+    "2|--pp 2 --schedule 1f1b --micro-batches 4 --stage-layers 8,5"
+    "2|--pp 2 --schedule interleaved --micro-batches 4"
+    "2|--pp 2 --schedule zb-h1 --micro-batches 4"
+    "2|--pp 2 --schedule zb-v --micro-batches 4"
+    "4|--pp 4 --schedule gpipe --micro-batches 4"
+    "4|--pp 4 --schedule 1f1b --micro-batches 8"
+    "4|--pp 4 --schedule interleaved --micro-batches 4"
+    "4|--pp 4 --schedule zb-h1 --micro-batches 4"
+    "4|--pp 4 --schedule zb-v --micro-batches 4"
+    "4|--pp 2 --schedule 1f1b --micro-batches 2"
+    "4|--pp 2 --schedule 1f1b --micro-batches 2 --zero-stage 1"
+    "4|--pp 2 --schedule zb-h1 --micro-batches 4 --zero-stage 2"
+    "4|--pp 2 --schedule zb-v --micro-batches 2 --zero-stage 3"
+    "2|--micro-batches 2 --zero-stage 1")
+# On the digits: the test accuracy after the epoch through the stages (BatchNorm's
+# running statistics, forward only) equals one rank's too.
+loom_train_resnet_compare(NAME_PREFIX _digits
+  COMMON --data digits --digits ${PROJECT_SOURCE_DIR}/data/digits.csv.gz --width 8 --batch 64
+         --epochs 1 --log-every 4
+  CASES "2|--pp 2 --schedule zb-v --micro-batches 4")
+
+# Pipeline flags the network or the world cannot take are refused before any
+# communication, naming the values and the rule.
+foreach(case
+    "2|--pp 4|--pp 4 does not divide the world of 2 ranks"
+    "2|--pp 2 --micro-batches 3|--batch 8 is not divisible by --micro-batches 3"
+    "2|--pp 2 --schedule interleaved --micro-batches 1|--micro-batches 1 is not a multiple of --pp 2"
+    "2|--pp 2 --stage-layers 7,7|--stage-layers sums to 14 layers but --arch resnet18 has 13"
+    "2|--pp 2 --stage-layers 13,0|--stage-layers gives chunk 1 0 layers"
+    "2|--pp 2 --stage-layers 5,4,4|--stage-layers has 3 entries but schedule 1f1b cuts the ResNet into 2 chunks"
+    "2|--pp 2 --schedule interleaved --virtual-stages 8 --micro-batches 2|--arch resnet18 has 13 layers .* fewer than the 16 chunks"
+    "1|--schedule zb-v|--schedule zb-v orders the pipeline's work. it needs --pp 2 or more"
+    "2|--pp 2 --forward-only|--forward-only times one rank's forward pass")
+  string(REPLACE "|" ";" parts "${case}")
+  list(GET parts 0 np)
+  list(GET parts 1 flags)
+  list(GET parts 2 message)
+  string(REGEX REPLACE "[-, ]+" "_" name "_np${np}${flags}")
+  separate_arguments(flags)
+  add_test(NAME examples.resnet_refuses${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} -np ${np} --oversubscribe $<TARGET_FILE:train_resnet>
+                   --data cifar --width 8 --batch 8 --steps 1 ${flags})
+  set_tests_properties(examples.resnet_refuses${name} PROPERTIES TIMEOUT 60 PROCESSORS ${np}
+                       LABELS "examples;mpi;pipeline" ENVIRONMENT "${LOOM_MPI_TEST_ENV}"
+                       PASS_REGULAR_EXPRESSION "${message}")
+endforeach()
