@@ -146,9 +146,6 @@ void check_layout(const Flags& f, int world) {
   LOOM_CHECK(f.grad_reduce == "fp32" || f.zero_stage == 0, "--grad-reduce ", f.grad_reduce,
              " with --zero-stage ", f.zero_stage,
              ": gradients are reduced in bf16 at stage 0 (plain data parallelism) only so far");
-  LOOM_CHECK(f.precision != "fp16" || f.pipe.pp == 1, "--precision fp16 with --pp ", f.pipe.pp,
-             ": the pipeline executor does not scale the loss gradient yet (loss scaling needs "
-             "it); use --precision bf16, which needs no scaling");
   LOOM_CHECK(f.checkpoint_dir.empty() == (f.save_every == 0 && !f.resume),
              f.checkpoint_dir.empty()
                  ? "--save-every and --resume need --checkpoint-dir (where checkpoints live)"
@@ -263,11 +260,14 @@ int run(const Flags& f) {
   }
   // Runs this rank's list of the schedule each step: the loss on the last
   // stage, broadcast over pp; reduction, clipping and the optimizer step inside.
+  // fp16: dynamic loss scaling (optim/loss_scaler.hpp), the same on every rank.
+  std::optional<optim::LossScaler> scaler;
+  if (f.precision == "fp16") scaler.emplace();
   std::unique_ptr<pl::PipelineExecutor> executor;
   if (pipeline) {
-    executor =
-        std::make_unique<pl::PipelineExecutor>(*pipeline, *groups.pp, chunks.modules(), zero,
-                                               pl::ExecutorOptions{.clip_grad_norm = f.clip});
+    executor = std::make_unique<pl::PipelineExecutor>(
+        *pipeline, *groups.pp, chunks.modules(), zero,
+        pl::ExecutorOptions{.clip_grad_norm = f.clip, .loss_scaler = scaler ? &*scaler : nullptr});
   }
 
   // --resume: the newest complete checkpoint, under whatever layout it was saved.
@@ -393,9 +393,6 @@ int run(const Flags& f) {
   double train_seconds = 0;
   double last_val = std::nan("");
   int64_t step = first_step;
-  // fp16: dynamic loss scaling (optim/loss_scaler.hpp).
-  std::optional<optim::LossScaler> scaler;
-  if (f.precision == "fp16") scaler.emplace();
   // Checkpoints are written in the background: a save stalls training only
   // while the state is copied to host memory.
   checkpoint::AsyncCheckpointer saver;
@@ -411,6 +408,12 @@ int run(const Flags& f) {
     trace::StepScope profiled_step;
     meter.begin();
     const uint64_t step_seed = f.seed * 1000003 + static_cast<uint64_t>(step);
+    auto say_skipped = [&](double scale_used) {
+      say("step %5lld  skipped: the gradients overflowed at loss scale %g (now %g; %lld skipped "
+          "so far)\n",
+          static_cast<long long>(step), scale_used, scaler->scale(),
+          static_cast<long long>(scaler->skipped_steps()));
+    };
     double loss = 0, norm = 0;
     pl::StepStats pipeline_stats;
     if (executor) {
@@ -430,6 +433,7 @@ int run(const Flags& f) {
           [&](int m) { return step_seed * 131 + static_cast<uint64_t>(m); });
       loss = pipeline_stats.loss;
       norm = pipeline_stats.grad_norm;
+      if (scaler && !pipeline_stats.stepped) say_skipped(pipeline_stats.loss_scale);
     } else {
       nn::Tape tape, loss_tape;
       tape.set_random_seed(step_seed);
@@ -449,10 +453,7 @@ int run(const Flags& f) {
       if (scaler ? scaler->update(norm) : std::isfinite(norm)) {
         zero.step();
       } else if (scaler) {
-        say("step %5lld  skipped: the gradients overflowed at loss scale %g (now %g; %lld "
-            "skipped so far)\n",
-            static_cast<long long>(step), scale_used, scaler->scale(),
-            static_cast<long long>(scaler->skipped_steps()));
+        say_skipped(scale_used);
       }
       zero.zero_grad();
     }
@@ -618,7 +619,7 @@ int main(int argc, char** argv) {
   app.add_option("--precision", f.precision,
                  "matrix products in fp32, or bf16/fp16 (operands rounded, f32 accumulation; "
                  "parameters, activations, norms and the loss stay f32; fp16 with dynamic loss "
-                 "scaling, not yet with --pp: docs/nn.md)")
+                 "scaling: docs/nn.md)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--grad-reduce", f.grad_reduce,
                  "the dtype gradients are averaged over dp in: fp32, or bf16 (half the bytes, "

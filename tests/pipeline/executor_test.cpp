@@ -29,6 +29,8 @@
 
 #include "loom/comm/local.hpp"
 #include "loom/core/error.hpp"
+#include "loom/nn/cross_entropy_loss.hpp"
+#include "loom/optim/loss_scaler.hpp"
 #include "loom/parallel/pipeline/gpt_chunks.hpp"
 #include "loom/parallel/pipeline/validate.hpp"
 #include "parallel/pipeline/stage_messages.hpp"
@@ -425,4 +427,69 @@ TEST_CASE("pipeline executor: a non-finite gradient norm skips the optimizer ste
   const pl::StepStats next = executor.step(input, zero_loss);
   CHECK(next.stepped);
   CHECK(chunks.parameters().front()->value().to_vector<float>() != before);
+}
+
+TEST_CASE(
+    "pipeline executor: fp16 with loss scaling, an inf in one micro-batch's loss gradient makes "
+    "both stages skip the same step and lower the same scale",
+    "[pipeline][precision]") {
+  models::GPTConfig config = executor_test_config();
+  config.module.precision = nn::precision_from_string("fp16");
+  const pl::Schedule s = pl::schedule_1f1b(2, 2);
+  struct Seen {
+    std::vector<pl::StepStats> stats;
+    std::vector<bool> params_changed;
+    std::string error;
+  };
+  std::vector<Seen> seen(2);
+  comm::run_local_ranks(comm::make_local_group(2, "world"), [&](comm::Communicator& world) {
+    Seen& mine = seen[static_cast<size_t>(world.rank())];
+    try {
+      const parallel::ParallelGroups groups = parallel::make_parallel_groups(
+          world.shared_from_this(), parallel::ParallelLayout(2, 1, 2));
+      const pl::GPTChunks chunks = pl::build_gpt_chunks(config, s, groups.coord.pp);
+      parallel::ZeroOptimizer zero(chunks.parameters(), *groups.dp, optim::SgdOptions{.lr = 0.1},
+                                   {.stage = 0, .groups = parallel::reduction_groups(groups)});
+      // 1024, doubled after every good step, halved after an overflow.
+      optim::LossScaler scaler({.initial_scale = 1024, .growth_interval = 1});
+      pl::PipelineExecutor executor(s, *groups.pp, chunks.modules(), zero,
+                                    {.loss_scaler = &scaler});
+      const Tensor ids = Tensor::zeros({2, config.seq_len}, DType::i32);
+      nn::CrossEntropyLoss cross_entropy;
+      for (int step = 0; step < 3; ++step) {
+        auto loss = [&](const Tensor& logits, int m) {
+          nn::Tape tape;
+          const double value = cross_entropy.forward(logits, ids, tape).item<float>();
+          Tensor dlogits = cross_entropy.backward(tape);
+          // Step 1, micro-batch 1: an overflow in the loss gradient.
+          if (step == 1 && m == 1) dlogits = Tensor::full(logits.shape(), HUGE_VAL);
+          return pl::LossOutput{value, dlogits};
+        };
+        const std::vector<float> before = chunks.parameters().front()->value().to_vector<float>();
+        mine.stats.push_back(executor.step([&](int) { return ids; }, loss));
+        mine.params_changed.push_back(chunks.parameters().front()->value().to_vector<float>() !=
+                                      before);
+      }
+    } catch (const std::exception& e) {
+      mine.error = e.what();
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    const Seen& mine = seen[static_cast<size_t>(r)];
+    REQUIRE(mine.error.empty());
+    REQUIRE(mine.stats.size() == 3);
+    CHECK(mine.stats[0].loss_scale == 1024.0);
+    CHECK(mine.stats[1].loss_scale == 2048.0);
+    CHECK(mine.stats[2].loss_scale == 1024.0);
+    for (int step = 0; step < 3; ++step) {
+      INFO("step " << step);
+      const pl::StepStats& st = mine.stats[static_cast<size_t>(step)];
+      CHECK(st.stepped == (step != 1));
+      CHECK(std::isfinite(st.grad_norm) == (step != 1));
+      CHECK(mine.params_changed[static_cast<size_t>(step)] == (step != 1));
+    }
+  }
+  // The true (unscaled) norm is the same on both stages.
+  CHECK(seen[0].stats[0].grad_norm == seen[1].stats[0].grad_norm);
 }

@@ -172,6 +172,7 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
   const std::vector<Action>& actions = schedule.ranks[static_cast<size_t>(rank)];
   const bool profiling = trace::Profiler::instance().enabled();
   StepStats stats;
+  if (options.loss_scaler != nullptr) stats.loss_scale = options.loss_scaler->scale();
   const int64_t step_start = trace::now_ns();
   messages.reset_counters();
 
@@ -255,8 +256,10 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
                      " returned dlogits ", out.dlogits.defined() ? out.dlogits.str() : "undefined",
                      " for logits ", y.str(), "; it must have the logits' shape and dtype");
           loss_sum += out.loss;
-          if (micro_batches > 1) {
-            kernels::scale(out.dlogits, 1.0f / static_cast<float>(micro_batches), out.dlogits);
+          // The mean over micro-batches, times the loss scale (fp16).
+          const double factor = stats.loss_scale / micro_batches;
+          if (factor != 1.0) {
+            kernels::scale(out.dlogits, static_cast<float>(factor), out.dlogits);
           }
           put_value(MessageKind::gradient, a.micro_batch, last_chunk + 1, std::move(out.dlogits));
         } else {
@@ -321,14 +324,20 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
       }
       case ActionKind::reduce_gradients:
         zero.finish();
-        if (options.clip_grad_norm > 0)
-          stats.grad_norm = zero.clip_grad_norm(options.clip_grad_norm);
+        if (options.clip_grad_norm > 0 || options.loss_scaler != nullptr) {
+          stats.grad_norm = zero.clip_grad_norm(
+              options.clip_grad_norm > 0 ? options.clip_grad_norm : HUGE_VAL, stats.loss_scale);
+        }
         compute_seconds = &stats.reduce_seconds;
         break;
       case ActionKind::optimizer_step:
         // A non-finite global norm (the same on every rank) skips the update,
         // as train_gpt's step without a pipeline does.
-        stats.stepped = options.clip_grad_norm <= 0 || std::isfinite(stats.grad_norm);
+        if (options.loss_scaler != nullptr) {
+          stats.stepped = options.loss_scaler->update(stats.grad_norm);
+        } else {
+          stats.stepped = options.clip_grad_norm <= 0 || std::isfinite(stats.grad_norm);
+        }
         if (stats.stepped) zero.step();
         compute_seconds = &stats.optimizer_seconds;
         break;

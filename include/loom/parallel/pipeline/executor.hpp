@@ -14,8 +14,9 @@
 //    F calls the chunk's forward (chunk 0 takes input(m), the micro-batch's
 //    token ids; the last chunk's logits go to loss(logits, m) at once), B its
 //    backward_input, W its backward_weight, BW its backward; reduce gradients
-//    is ZeroOptimizer::finish() (then clip_grad_norm when asked), optimizer
-//    step is ZeroOptimizer::step().
+//    is ZeroOptimizer::finish() (then clip_grad_norm when asked, or the
+//    norm unscaled under a loss scaler), optimizer step is
+//    ZeroOptimizer::step() (skipped when the norm is not finite).
 //  - Each (micro-batch, chunk) gets its own nn::Tape, created at its F and
 //    destroyed after its W (or BW); the tapes of one micro-batch share its id,
 //    and the micro-batch whose weight gradients come last on this rank is
@@ -26,7 +27,8 @@
 //    gradient of that loss with respect to the logits; the executor scales
 //    the gradient by 1 / micro_batches, so the step's gradient is that of the
 //    mean over micro-batches, as one rank running the same micro-batches
-//    with each loss scaled by 1 / M. StepStats::loss is the mean of the
+//    with each loss scaled by 1 / M (times the loss scale, fp16:
+//    ExecutorOptions::loss_scaler). StepStats::loss is the mean of the
 //    returned losses on the rank holding the last chunk, and on every rank
 //    when ExecutorOptions::broadcast_loss (one 8-byte broadcast over pp).
 //    It is this data-parallel replica's mean: average it over dp yourself
@@ -85,6 +87,7 @@
 #include "loom/comm/communicator.hpp"
 #include "loom/core/tensor.hpp"
 #include "loom/nn/module.hpp"
+#include "loom/optim/loss_scaler.hpp"
 #include "loom/parallel/pipeline/schedule.hpp"
 #include "loom/parallel/zero.hpp"
 
@@ -114,16 +117,26 @@ struct ExecutorOptions {
   double clip_grad_norm = 0;
   // The last stage's loss broadcast over pp, so every rank's stats carry it.
   bool broadcast_loss = true;
+  // fp16: dynamic loss scaling (optim/loss_scaler.hpp). Each rank passes its
+  // own scaler, built with the same options on every rank. The loss gradient
+  // is multiplied by scale() / M; reduce gradients takes the true global norm
+  // (unscaling, and clipping when clip_grad_norm > 0); the optimizer step runs
+  // only when update(norm) allows it, so an overflow on any rank skips the
+  // same step and lowers the same scale everywhere. Must outlive the executor.
+  optim::LossScaler* loss_scaler = nullptr;
 };
 
 struct StepStats {
   // The mean over micro-batches of this replica (NaN on a rank without the
   // last chunk when broadcast_loss is false).
   double loss = 0;
-  double grad_norm = 0;  // before clipping, when ExecutorOptions::clip_grad_norm > 0
-  // False when clipping found a non-finite global norm (an overflow) and the
-  // optimizer step was skipped, on every rank alike (the norm is global).
+  // Before clipping, when ExecutorOptions::clip_grad_norm > 0 or a loss
+  // scaler is given (then the true, unscaled norm).
+  double grad_norm = 0;
+  // False when the global norm was not finite (an overflow) and the optimizer
+  // step was skipped, on every rank alike (the norm is global).
   bool stepped = true;
+  double loss_scale = 1;  // the loss scale this step ran with (1 without a scaler)
   double step_seconds = 0;
   // Time blocked waiting for receives (shape headers included): what the
   // rank idles on the pipeline, for the measured bubble.
