@@ -20,12 +20,13 @@ struct GptStepShape {
   int virtual_stages = 0;                   // chunks per rank; 0 without a pipeline
   bool sequence_parallel = false;
   bool recompute = false;       // --activation-checkpointing: blocks run forward twice
-  bool bf16_gradients = false;  // --grad-reduce bf16 (stage 0)
+  bool bf16_gradients = false;  // --grad-reduce bf16
 };
 
-// dp: the gradients reduced and the parameters gathered, once (ZeRO 3: the
-// parameters twice, forward and backward, of every micro-batch under a
-// pipeline; bf16 gradients: half the bytes). tp: per block two all-reduces of
+// dp: the gradients reduced (all-reduce at ZeRO 0 and 1, reduce-scatter at 2
+// and 3; bf16 gradients: half the bytes) and the parameters gathered (once at
+// stages 1 and 2; at 3 twice, forward and backward, or twice per micro-batch
+// under a pipeline). tp: per block two all-reduces of
 // the step's activations forward and two backward (or their reduce-scatter /
 // all-gather halves under sequence parallelism), half as many again when
 // blocks are recomputed, and the vocabulary-parallel embedding's. pp: each
@@ -40,9 +41,14 @@ inline std::vector<GroupTraffic> gpt_step_traffic(const parallel::ParallelGroups
   }
   const double n_dp = groups.dp->size(), n_tp = groups.tp->size();
   const double activations = static_cast<double>(s.batch * s.seq * s.d_model) * 4.0;
-  const double dp_passes = zero.stage() == 3
-                               ? 1.0 + 2.0 * (s.virtual_stages > 0 ? s.micro_batches : 1)
-                               : (s.bf16_gradients ? 1.0 : 2.0);
+  // Gradients: all-reduced (two passes) at stages 0 and 1, reduce-scattered
+  // (one) at 2 and 3, half the bytes in bf16. Parameters: all-gathered once
+  // after the step at stages 1 and 2, around every use at stage 3.
+  const int stage = zero.stage();
+  const double grad_passes = (stage <= 1 ? 2.0 : 1.0) * (s.bf16_gradients ? 0.5 : 1.0);
+  const double param_passes =
+      stage == 0 ? 0.0 : (stage < 3 ? 1.0 : 2.0 * (s.virtual_stages > 0 ? s.micro_batches : 1));
+  const double dp_passes = grad_passes + param_passes;
   const double tp_collectives =
       4.0 * static_cast<double>(s.blocks) * (s.recompute ? 1.5 : 1.0) + (s.first_stage ? 1.0 : 0.0);
   const double pp_messages = 2.0 * s.virtual_stages;

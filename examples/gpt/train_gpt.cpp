@@ -143,9 +143,6 @@ void check_layout(const Flags& f, int world) {
              " (under --sequence-parallel each rank holds seq / tp tokens of every sequence)");
 
   check_pipeline(f);
-  LOOM_CHECK(f.grad_reduce == "fp32" || f.zero_stage == 0, "--grad-reduce ", f.grad_reduce,
-             " with --zero-stage ", f.zero_stage,
-             ": gradients are reduced in bf16 at stage 0 (plain data parallelism) only so far");
   LOOM_CHECK(f.checkpoint_dir.empty() == (f.save_every == 0 && !f.resume),
              f.checkpoint_dir.empty()
                  ? "--save-every and --resume need --checkpoint-dir (where checkpoints live)"
@@ -623,7 +620,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--grad-reduce", f.grad_reduce,
                  "the dtype gradients are averaged over dp in: fp32, or bf16 (half the bytes, "
-                 "about 2^-7 relative error per element; --zero-stage 0 only)")
+                 "about 2^-7 relative error per element; at every --zero-stage)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_flag("--activation-checkpointing", f.activation_checkpointing,
                "keep only each transformer block's input from forward to backward and recompute "

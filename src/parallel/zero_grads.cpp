@@ -20,17 +20,52 @@ Tensor ZeroOptimizer::Impl::grad_view(size_t i) {
 void ZeroOptimizer::Impl::launch(size_t index) {
   Bucket& b = buckets[index];
   const Range range = layout.buckets[index].range;
-  if (stage == 1) {
-    b.work = comm.all_reduce(b.buffer, {.op = comm::ReduceOp::avg, .overlaps_compute = true});
-  } else {
+  // Compression rounds f32 gradients to the wire dtype (bf16 or f16) for the
+  // collective, as GradReducer does at stage 0; other dtypes travel as they are.
+  const bool compress = options.compression != GradCompression::none && dtype == DType::f32;
+  const DType wire = options.compression == GradCompression::f16 ? DType::f16 : DType::bf16;
+  if (stage != 1) {
     // Keep at most two full-size buckets in flight: free the older ones first.
     for (size_t k = 0; k + 1 < index; ++k) release_bucket(k);
     if (!b.buffer.defined()) (void)grad_view(layout.buckets[index].params.front());
+  }
+  Tensor payload = b.buffer;
+  Tensor out = stage == 1 ? Tensor() : flat_range(shard_grad, local_piece(range));
+  if (compress) {
+    b.wire = Tensor::empty({range.size()}, wire, device);
+    b.wire.copy_from(b.buffer);  // rounds to nearest even
+    payload = b.wire;
+    int64_t wire_bytes = static_cast<int64_t>(b.wire.nbytes());
+    if (stage != 1) {
+      b.wire_piece = Tensor::empty({local_piece(range).size()}, wire, device);
+      out = b.wire_piece;
+      wire_bytes += static_cast<int64_t>(b.wire_piece.nbytes());
+    }
+    track(0, wire_bytes);
+  }
+  if (stage == 1) {
+    b.work = comm.all_reduce(payload, {.op = comm::ReduceOp::avg, .overlaps_compute = true});
+  } else {
     b.work = comm.reduce_scatter(
-        b.buffer, flat_range(shard_grad, local_piece(range)),
+        payload, out,
         {.op = comm::ReduceOp::avg, .counts = layout.counts(range), .overlaps_compute = true});
   }
   b.launched = true;
+}
+
+void ZeroOptimizer::Impl::unwire(size_t index) {
+  Bucket& b = buckets[index];
+  if (!b.wire.defined()) return;
+  int64_t wire_bytes = static_cast<int64_t>(b.wire.nbytes());
+  if (stage == 1) {
+    b.buffer.copy_from(b.wire);  // widening is exact
+  } else {
+    flat_range(shard_grad, local_piece(layout.buckets[index].range)).copy_from(b.wire_piece);
+    wire_bytes += static_cast<int64_t>(b.wire_piece.nbytes());
+  }
+  track(0, -wire_bytes);
+  b.wire = Tensor();
+  b.wire_piece = Tensor();
 }
 
 void ZeroOptimizer::Impl::release_bucket(size_t index) {
@@ -38,6 +73,7 @@ void ZeroOptimizer::Impl::release_bucket(size_t index) {
   if (!b.launched || !b.buffer.defined()) return;
   b.work.block_stream(current_stream(device));
   b.work.wait();
+  unwire(index);
   for (const size_t i : layout.buckets[index].params) params[i]->release_grad();
   track(0, -static_cast<int64_t>(b.buffer.nbytes()));
   b.buffer = Tensor();
@@ -52,6 +88,7 @@ void ZeroOptimizer::Impl::finish() {
     if (stage == 1) {
       buckets[b].work.block_stream(current_stream(device));
       buckets[b].work.wait();
+      unwire(b);
     } else {
       release_bucket(b);
     }

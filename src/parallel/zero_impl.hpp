@@ -27,6 +27,10 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
 
   struct Bucket {
     Tensor buffer;  // stage 1: a view of the full gradient; stages 2, 3: transient
+    // Under ZeroOptions::compression (f32 gradients): the bucket rounded to
+    // the wire dtype, and at stages 2, 3 this rank's reduced piece in it;
+    // both live from launch to completion.
+    Tensor wire, wire_piece;
     bool launched = false;
     comm::Work work;
   };
@@ -128,6 +132,9 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
   Tensor grad_view(size_t i);
 
   void launch(size_t index);
+  // After bucket `index`'s collective completed: the compressed result widened
+  // into the gradient (stage 1) or the shard (stages 2, 3), the wire freed.
+  void unwire(size_t index);
 
   // Stages 2, 3: waits for a launched bucket and frees its full-size buffer.
   void release_bucket(size_t index);

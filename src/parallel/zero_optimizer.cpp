@@ -31,11 +31,11 @@ void validate(const std::vector<nn::Parameter*>& params, const ZeroOptions& opti
   LOOM_CHECK(options.stage >= 0 && options.stage <= 3, "ZeroOptions.stage is ", options.stage,
              "; it must be 0 (plain data parallelism), 1 (optimizer state sharded), 2 (+ "
              "gradients) or 3 (+ parameters)");
-  LOOM_CHECK(options.stage == 0 || options.compression == GradCompression::none,
-             "ZeroOptions.compression ", grad_compression_name(options.compression), " at stage ",
-             options.stage,
-             ": reduced-precision gradient reduction is built for stage 0 (plain data "
-             "parallelism) only so far");
+  LOOM_CHECK(options.compression == GradCompression::none ||
+                 options.compression == GradCompression::bf16 ||
+                 options.compression == GradCompression::f16,
+             "ZeroOptions.compression is ", static_cast<int>(options.compression),
+             "; it must be GradCompression::none, ::bf16 or ::f16");
   LOOM_CHECK(options.first_bucket_bytes >= 1 && options.bucket_cap_bytes >= 1,
              "ZeroOptions bucket caps are ", options.first_bucket_bytes, " and ",
              options.bucket_cap_bytes, " bytes; both must be at least 1");

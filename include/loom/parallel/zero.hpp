@@ -93,9 +93,13 @@ struct ZeroOptions {
   // Groups beyond dp that some gradients are summed over, and that the
   // gradient norm sums over (parallel/reduction.hpp).
   ReductionGroups groups = {};
-  // The dtype gradients travel in over dp (GradReducer's compression: half
-  // the bytes, at most about 2 * 2^-8 relative error per element in bf16).
-  // Stage 0 only so far; stages 1-3 refuse anything but none.
+  // The dtype f32 gradients travel in over dp (GradReducer's compression:
+  // half the bytes, at most about 2 * 2^-8 relative error per element in
+  // bf16), at every stage: each bucket is rounded into a transient wire
+  // buffer for its all-reduce (stage 1) or reduce-scatter (stages 2, 3) and
+  // the result widened back into the gradient or the shard; memory() counts
+  // the wire buffers with the gradients. Gradients already in bf16/f16
+  // travel as they are.
   GradCompression compression = GradCompression::none;
 };
 
