@@ -17,8 +17,8 @@
 // On the host the bf16 products run on AVX-512 BF16's vdpbf16ps where the
 // CPU has it (kernels::gemm; docs/kernels.md); on CUDA through cuBLAS with
 // f32 accumulation. f16 rounds to f16 instead (no faster on the host: the
-// operands are widened to f32 there); its narrow range needs loss scaling,
-// which is not built yet, so the examples refuse it.
+// operands are widened to f32 there); its narrow range needs dynamic loss
+// scaling (optim/loss_scaler.hpp; train_gpt --precision fp16 uses it).
 #pragma once
 
 #include <string>
