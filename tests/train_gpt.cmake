@@ -1,0 +1,165 @@
+# train_gpt (and, through pipeline/train_resnet.cmake, train_resnet) under
+# mpirun against one rank, and the layouts they refuse: tensor, pipeline and
+# 3D parallelism, mixed precision, checkpoints resumed across layouts.
+# Included from tests/CMakeLists.txt inside if(LOOM_BUILD_EXAMPLES).
+# loom_train_gpt_compare(LABEL TOKENS [NAME_PREFIX P] COMMON... CASES "np|extra common args|layout flags" ...):
+# a multi-rank train_gpt run per case against one rank on the same global
+# batch (tests/support/compare_train_runs.py).
+function(loom_train_gpt_compare label tokens)
+  cmake_parse_arguments(A "" "NAME_PREFIX" "COMMON;CASES" ${ARGN})
+  foreach(case IN LISTS A_CASES)
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 np)
+    list(GET parts 1 extra)
+    list(GET parts 2 flags)
+    string(REGEX REPLACE "[-, ]+" "_" name "${A_NAME_PREFIX}_np${np}${flags}")
+    separate_arguments(extra)
+    add_test(NAME examples.gpt${name}
+             COMMAND ${Python3_EXECUTABLE}
+                     ${CMAKE_CURRENT_SOURCE_DIR}/support/compare_train_runs.py
+                     ${MPIEXEC_EXECUTABLE} ${np} $<TARGET_FILE:train_gpt> --layout "${flags}" --
+                     ${A_COMMON} ${extra} --token-file ${tokens})
+    set_tests_properties(examples.gpt${name} PROPERTIES TIMEOUT 300 PROCESSORS ${np}
+                         LABELS "examples;mpi;${label}" ENVIRONMENT "${LOOM_MPI_TEST_ENV}"
+                         RESOURCE_LOCK ${tokens})
+  endforeach()
+endfunction()
+# loom_train_gpt_refuses(LABEL COMMON... CASES "np|flags|expected message" ...):
+# flags the model or the world cannot take, refused before any communication.
+function(loom_train_gpt_refuses label)
+  cmake_parse_arguments(A "" "" "COMMON;CASES" ${ARGN})
+  foreach(case IN LISTS A_CASES)
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 np)
+    list(GET parts 1 flags)
+    list(GET parts 2 message)
+    string(REGEX REPLACE "[-, ]+" "_" name "_np${np}${flags}")
+    separate_arguments(flags)
+    add_test(NAME examples.gpt_refuses${name}
+             COMMAND ${MPIEXEC_EXECUTABLE} -np ${np} --oversubscribe $<TARGET_FILE:train_gpt>
+                     ${A_COMMON} ${flags})
+    set_tests_properties(examples.gpt_refuses${name} PROPERTIES TIMEOUT 60 PROCESSORS ${np}
+                         LABELS "examples;mpi;${label}" ENVIRONMENT "${LOOM_MPI_TEST_ENV}"
+                         PASS_REGULAR_EXPRESSION "${message}")
+  endforeach()
+endfunction()
+
+# Tensor parallelism under mpirun reproduces one rank on the same global
+# batch: every logged loss and gradient norm, and the validation loss, to
+# the last printed digit (tests/support/compare_train_runs.py).
+loom_train_gpt_compare(tp ${CMAKE_CURRENT_BINARY_DIR}/tensor_parallel/python_stdlib_tp.tokens
+  COMMON --layers 2 --d-model 64 --heads 4 --seq 32 --batch 4 --steps 8 --log-every 1
+         --eval-every 0 --eval-batches 2
+  CASES "2||--tp 2" "4||--tp 4" "4||--tp 4 --sequence-parallel"
+        "4||--tp 2 --sequence-parallel --zero-stage 1" "4||--tp 2 --zero-stage 3")
+
+# A layout the model cannot take is refused before any communication, naming
+# the numbers and the rule.
+loom_train_gpt_refuses(tp
+  COMMON --layers 1 --d-model 32 --batch 2 --steps 1
+         --token-file ${CMAKE_CURRENT_BINARY_DIR}/tensor_parallel/python_stdlib_tp.tokens
+  CASES
+    "1|--sequence-parallel --seq 16|--sequence-parallel splits the tensor-parallel group's tokens. it needs --tp 2 or more"
+    "3|--tp 2 --seq 16|--tp 2 does not divide the world of 3 ranks"
+    "3|--tp 3 --heads 4 --seq 16|--tp 3 does not divide --heads 4"
+    "2|--tp 2 --heads 2 --seq 15 --sequence-parallel|--tp 2 does not divide --seq 15")
+
+# Distributed checkpoints through train_gpt: saved as tp 2 x dp 2 with ZeRO-1,
+# resumed bit for bit on the same layout after the newest checkpoint lost its
+# manifest, and to the printed digit on one rank, on pp 2 and on pp 2 x dp 2
+# with ZeRO-3; saved as pp 2 x dp 2 with ZeRO-3 and resumed there bit for bit.
+add_test(NAME checkpoint.train_gpt_resume
+         COMMAND ${Python3_EXECUTABLE}
+                 ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint/check_train_gpt_resume.py
+                 ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_gpt>
+                 ${CMAKE_CURRENT_BINARY_DIR}/train_gpt_resume --
+                 --layers 2 --d-model 64 --heads 4 --seq 32 --batch 4 --steps 8 --log-every 1
+                 --eval-every 0 --eval-batches 2
+                 --token-file ${CMAKE_CURRENT_BINARY_DIR}/train_gpt_resume/python_stdlib.tokens)
+set_tests_properties(checkpoint.train_gpt_resume PROPERTIES TIMEOUT 600 PROCESSORS 4
+                     LABELS "checkpoint;mpi;examples" ENVIRONMENT "${LOOM_MPI_TEST_ENV}")
+
+# Pipeline parallelism under mpirun reproduces one rank on the same global
+# batch: every schedule at pp 2 (the cut balanced by counted FLOPs unless
+# --stage-layers gives one; activation checkpointing under split B / W), 1f1b
+# and zb-v at pp 4, pp 2 x dp 2 with ZeRO 1 and 3, tp 2 x pp 2 (+ SP, ZeRO 2);
+# logged losses, gradient norms and the validation loss (forward-only through
+# the stages) to the last printed digit.
+loom_train_gpt_compare(pipeline ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.tokens
+  COMMON --d-model 64 --heads 4 --seq 32 --batch 4 --steps 6 --log-every 1 --eval-every 0
+         --eval-batches 2
+  CASES
+    "2|--layers 4|--pp 2 --schedule gpipe --micro-batches 2"
+    "2|--layers 4|--pp 2 --schedule 1f1b --micro-batches 4 --stage-layers 3,1"
+    "2|--layers 4|--pp 2 --schedule interleaved --micro-batches 4"
+    "2|--layers 4|--pp 2 --schedule zb-h1 --micro-batches 4"
+    "2|--layers 4|--pp 2 --schedule zb-v --micro-batches 4"
+    "2|--layers 4|--pp 2 --schedule zb-h1 --micro-batches 4 --activation-checkpointing"
+    "2|--layers 4|--pp 2 --schedule 1f1b --micro-batches 2 --stage-layers 4,0"
+    "4|--layers 4|--pp 4 --schedule 1f1b --micro-batches 4"
+    "4|--layers 8|--pp 4 --schedule zb-v --micro-batches 4"
+    "4|--layers 4|--pp 2 --schedule 1f1b --micro-batches 2 --zero-stage 1"
+    "4|--layers 4|--pp 2 --schedule 1f1b --micro-batches 4 --zero-stage 3"
+    "4|--layers 4|--pp 2 --schedule zb-v --micro-batches 4 --zero-stage 3"
+    "4|--layers 4|--tp 2 --pp 2 --schedule zb-v --micro-batches 2"
+    "4|--layers 4|--tp 2 --sequence-parallel --pp 2 --schedule zb-h1 --micro-batches 4 --zero-stage 2")
+
+# Mixed precision: a bf16 (and an fp16, loss-scaled) GPT's validation loss
+# after 300 steps within 0.01 nats of the fp32 run's; bf16 under dp with ZeRO,
+# tp and pp, and fp16 under pp, equal one rank of the same precision to the
+# printed digit (f32 accumulation: only sums reassociate).
+foreach(precision bf16 fp16)
+  add_test(NAME precision.gpt_${precision}_training
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/precision/check_training.py
+                   $<TARGET_FILE:train_gpt> ${precision} 0.01 --
+                   --layers 2 --d-model 128 --heads 4 --seq 64 --batch 8 --steps 300
+                   --log-every 25 --eval-every 0 --eval-batches 8
+                   --token-file ${CMAKE_CURRENT_BINARY_DIR}/precision/python_stdlib_bf16.tokens)
+  set_tests_properties(precision.gpt_${precision}_training PROPERTIES TIMEOUT 300
+                       LABELS "precision;examples"
+                       RESOURCE_LOCK ${CMAKE_CURRENT_BINARY_DIR}/precision/python_stdlib_bf16.tokens)
+endforeach()
+loom_train_gpt_compare(precision ${CMAKE_CURRENT_BINARY_DIR}/precision/python_stdlib_bf16.tokens
+  NAME_PREFIX _bf16
+  COMMON --d-model 64 --heads 4 --seq 32 --batch 4 --steps 6 --log-every 1 --eval-every 0
+         --eval-batches 2 --precision bf16
+  CASES "2|--layers 2|--zero-stage 1" "2|--layers 2|--zero-stage 3" "2|--layers 2|--tp 2"
+        "4|--layers 4|--tp 2 --pp 2 --schedule 1f1b --micro-batches 2")
+# fp16 with dynamic loss scaling under the pipeline executor (the loss
+# gradient scaled by S / M, the norm unscaled, the step skipped together).
+loom_train_gpt_compare(precision ${CMAKE_CURRENT_BINARY_DIR}/precision/python_stdlib_bf16.tokens
+  NAME_PREFIX _fp16
+  COMMON --d-model 64 --heads 4 --seq 32 --batch 4 --steps 6 --log-every 1 --eval-every 0
+         --eval-batches 2 --precision fp16
+  CASES "2|--layers 4|--pp 2 --schedule zb-h1 --micro-batches 2"
+        "4|--layers 4|--pp 2 --schedule 1f1b --micro-batches 2 --zero-stage 1")
+
+# 3D: dp 2 x tp 2 x pp 2 on 8 ranks (oversubscribed) with ZeRO, one rank's
+# losses to the printed digit (the checkpoint issue's composition).
+loom_train_gpt_compare(3d ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.tokens
+  COMMON --d-model 64 --heads 4 --seq 32 --batch 4 --steps 6 --log-every 1 --eval-every 0
+         --eval-batches 2
+  CASES
+    "8|--layers 4|--tp 2 --pp 2 --schedule 1f1b --micro-batches 2 --zero-stage 1"
+    "8|--layers 4|--tp 2 --sequence-parallel --pp 2 --schedule interleaved --micro-batches 2 --zero-stage 2"
+    "8|--layers 4|--tp 2 --pp 2 --schedule zb-h1 --micro-batches 2 --zero-stage 3")
+
+include(pipeline/train_resnet.cmake)
+
+# Pipeline flags the model or the world cannot take are refused before any
+# communication, naming the values and the rule.
+loom_train_gpt_refuses(pipeline
+  COMMON --d-model 32 --heads 2 --seq 16 --steps 1
+         --token-file ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.tokens
+  CASES
+    "2|--pp 2 --layers 1 --batch 4|--layers 1 is fewer than the 2 chunks of schedule 1f1b"
+    "2|--pp 4 --schedule zb-v --layers 4 --batch 4|--tp 1 x --pp 4 = 4 does not divide the world of 2 ranks"
+    "3|--pp 2 --layers 2 --batch 4|--tp 1 x --pp 2 = 2 does not divide the world of 3 ranks"
+    "2|--pp 2 --layers 4 --batch 4 --micro-batches 3|--batch 4 is not divisible by --micro-batches 3"
+    "2|--pp 2 --layers 4 --batch 6 --micro-batches 3 --schedule interleaved|--micro-batches 3 is not a multiple of --pp 2: the interleaved schedule takes micro-batches pp at a time"
+    "2|--pp 2 --layers 4 --batch 4 --schedule zb-h3|--schedule: zb-h3 not in"
+    "2|--pp 2 --layers 4 --batch 4 --stage-layers 2,1|--stage-layers sums to 3 layers but --layers is 4"
+    "2|--pp 2 --layers 4 --batch 4 --stage-layers 2,1,1|--stage-layers has 3 entries but schedule 1f1b cuts the GPT into 2 chunks"
+    "2|--pp 2 --layers 4 --batch 4 --schedule zb-v --stage-layers 2,0,2,0|--stage-layers gives chunk 1 0 layers: only the first and the last chunk"
+    "2|--pp 2 --layers 4 --batch 4 --virtual-stages 3|1f1b schedule runs 1 chunk per rank, not 3 virtual stages"
+    "1|--layers 2 --batch 4 --micro-batches 2|--micro-batches 2 cuts the batch for the pipeline. it needs --pp 2 or more")
