@@ -31,11 +31,10 @@ inline std::unique_ptr<nn::Module> make_benchmark_model(const std::string& name,
     config.module.precision = precision;
     return std::make_unique<models::GPT>("", config);
   }
-  LOOM_CHECK(!precision.reduced(), "model 'resnet' in ", nn::precision_name(precision),
-             ": Loom has no reduced-precision convolution yet");
   models::ResNetOptions options;
   options.stem = models::ResNetStem::cifar;
   options.classes = 10;
+  options.module.precision = precision;  // bf16: convolutions and fc (Conv2d refuses fp16)
   return models::make_resnet("", models::resnet18(options));
 }
 

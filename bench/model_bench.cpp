@@ -11,7 +11,8 @@
 //   compile  torch.compile (Inductor on CPU); the first step, which
 //            compiles, is reported apart (compile s) and is not a step time;
 //   bf16     torch.autocast(device_type="cpu", dtype=torch.bfloat16), against
-//            Loom's bf16 GPT with --precision bf16 (no Loom bf16 ResNet yet).
+//            Loom in bf16 with --precision bf16 (the GPT's Linear products, the
+//            ResNet's convolutions and classifier).
 // The peer starts with OMP_NUM_THREADS=MKL_NUM_THREADS=OPENBLAS_NUM_THREADS=1,
 // uses one intra-op and one inter-op thread and is bound to the cores this
 // process runs on (Loom's single rank here). Both sides' CPU time over the
@@ -153,7 +154,7 @@ int main(int argc, char** argv) {
       ->check(flags::at_least(1));
   std::vector<std::string> precisions = {"fp32"};
   app.add_option("--precision", precisions,
-                 "Loom's precisions: fp32 and/or bf16 (the GPT's matrix products in bf16, "
+                 "Loom's precisions: fp32 and/or bf16 (matrix products and convolutions in bf16, "
                  "against fp32 Loom and the peer's bf16 autocast column)")
       ->delimiter(',')
       ->check(CLI::IsMember({"fp32", "bf16"}));
@@ -206,13 +207,9 @@ int main(int argc, char** argv) {
     const bool bf16 = std::find(precisions.begin(), precisions.end(), "bf16") != precisions.end();
     for (const auto& name : models) {
       LoomModel m = make_model(name);
-      // Loom in bf16 beside fp32, where the model has it (no bf16 convolution yet).
+      // Loom in bf16 beside fp32.
       std::optional<LoomModel> m16;
-      if (bf16 && name == "gpt") m16 = make_model(name, loom::nn::precision_from_string("bf16"));
-      if (bf16 && name != "gpt") {
-        notes.push_back(name +
-                        ": no Loom bf16 row (Loom has no reduced-precision convolution yet)");
-      }
+      if (bf16) m16 = make_model(name, loom::nn::precision_from_string("bf16"));
       std::vector<double> loom16_ms, mfus16;
       std::vector<double> loom_ms, mfus, loom_share;
       std::map<std::string, PeerSeries> peer;

@@ -1,4 +1,4 @@
-# train_gpt (and, through pipeline/train_resnet.cmake, train_resnet) under
+# train_gpt (and train_resnet: pipeline/train_resnet.cmake, bf16 on the digits) under
 # mpirun against one rank, and the layouts they refuse: tensor, pipeline and
 # 3D parallelism, mixed precision, checkpoints resumed across layouts.
 # Included from tests/CMakeLists.txt inside if(LOOM_BUILD_EXAMPLES).
@@ -125,6 +125,14 @@ loom_train_gpt_compare(precision ${CMAKE_CURRENT_BINARY_DIR}/precision/python_st
          --eval-batches 2 --precision bf16
   CASES "2|--layers 2|--zero-stage 1" "2|--layers 2|--zero-stage 3" "2|--layers 2|--tp 2"
         "4|--layers 4|--tp 2 --pp 2 --schedule 1f1b --micro-batches 2")
+# ResNet-18 on the digits (train_resnet's defaults, 8 epochs) in bf16: the
+# test accuracy within 1 point of fp32's (bf16 convolutions and classifier).
+add_test(NAME precision.resnet_digits_bf16
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/precision/check_resnet_digits.py
+                 $<TARGET_FILE:train_resnet> 1.0 --
+                 --digits ${PROJECT_SOURCE_DIR}/data/digits.csv.gz --log-every 1000)
+set_tests_properties(precision.resnet_digits_bf16 PROPERTIES TIMEOUT 600
+                     LABELS "precision;examples" SKIP_REGULAR_EXPRESSION "digits: cannot open")
 # fp16 with dynamic loss scaling under the pipeline executor (the loss
 # gradient scaled by S / M, the norm unscaled, the step skipped together).
 loom_train_gpt_compare(precision ${CMAKE_CURRENT_BINARY_DIR}/precision/python_stdlib_bf16.tokens

@@ -76,6 +76,7 @@ struct Flags {
   double require_accuracy = 0;  // digits: fail unless the final test accuracy reaches this
   int zero_stage = 0;           // 0: plain data parallelism; 1-3: ZeRO (docs/zero.md)
   double bucket_cap_mib = 4;
+  std::string precision = "fp32";      // nn/precision.hpp: the convolutions' and fc's operands
   loom::examples::PipelineFlags pipe;  // --pp, --schedule, --micro-batches, ... (docs/pipeline.md)
 };
 
@@ -89,7 +90,10 @@ loom::models::ResNetConfig make_config(const Flags& f, int64_t in_channels, int6
   options.in_channels = in_channels;
   options.classes = classes;
   options.width = f.width;
-  options.module = {.device = device, .dtype = loom::DType::f32, .seed = f.seed};
+  options.module = {.device = device,
+                    .dtype = loom::DType::f32,
+                    .seed = f.seed,
+                    .precision = loom::nn::precision_from_string(f.precision)};
   if (f.arch == "resnet18") return resnet18(options);
   if (f.arch == "resnet34") return resnet34(options);
   if (f.arch == "resnet50") return resnet50(options);
@@ -303,17 +307,20 @@ int run(const Flags& f) {
 
   int64_t parameters = 0;
   for (const nn::Parameter* p : params) parameters += p->numel();
-  say("%s (%s stem, width %lld): %.2fM parameters%s; data %s %lldx%lldx%lld, %lld classes\n",
+  say("%s (%s stem, width %lld): %.2fM parameters%s; data %s %lldx%lldx%lld, %lld classes; "
+      "products in %s\n",
       f.arch.c_str(), f.stem.c_str(), static_cast<long long>(f.width), parameters / 1e6,
       pipeline ? " on rank 0's chunks" : "", digits ? "digits" : (f.data + " (synthetic)").c_str(),
       static_cast<long long>(shape.channels), static_cast<long long>(shape.height),
-      static_cast<long long>(shape.width), static_cast<long long>(shape.classes));
+      static_cast<long long>(shape.width), static_cast<long long>(shape.classes),
+      f.precision.c_str());
   if (digits) {
     say("digits: %lld train, %lld test images; chance accuracy %.1f%%\n",
         static_cast<long long>(split.train.size()), static_cast<long long>(split.test.size()),
         100.0 / split.train.classes);
   }
-  examples::StepMeter meter(device);
+  examples::StepMeter meter(
+      device, f.precision == "bf16" ? trace::Precision::bf16 : trace::Precision::fp32);
   say("ranks: %d = dp %d x pp %d, %lld images per replica per step in %d micro-batch(es); device "
       "%s, %s\n",
       world.size(), dp.size(), f.pipe.pp, static_cast<long long>(f.batch), micro_batches,
@@ -447,7 +454,9 @@ int run(const Flags& f) {
   if (f.profile) {
     auto& profiler = trace::Profiler::instance();
     trace::ReportOptions report{
-        .top_n = 15, .precision = trace::Precision::fp32, .roofline = &meter.roofline()};
+        .top_n = 15,
+        .precision = f.precision == "bf16" ? trace::Precision::bf16 : trace::Precision::fp32,
+        .roofline = &meter.roofline()};
     say("%s", profiler.report(report).c_str());
     if (!f.trace_path.empty() && lead) {
       profiler.write_chrome_trace(f.trace_path);
@@ -490,6 +499,11 @@ int main(int argc, char** argv) {
                 "[maxpool], each block, avgpool, fc: 13 for a CIFAR-stem ResNet-18), pp x "
                 "virtual stages entries of at least 1 (default: balanced by counted FLOPs)",
                 /*accumulation=*/true);
+  app.add_option("--precision", f.precision,
+                 "the convolutions' and the classifier's products in fp32, or on bf16-rounded "
+                 "operands with f32 accumulation (parameters, activations, BatchNorm and the "
+                 "loss stay f32; docs/nn.md)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_flag("--forward-only", f.forward_only, "time forward passes only (eval mode)");
   app.add_flag("--profile", f.profile, "per-op table at the end (also LOOM_PROFILE=1)");
   app.add_option("--trace", f.trace_path, "with --profile: write a Chrome trace here");

@@ -5,6 +5,7 @@
 
 #include "kernels/conv2d_problem.hpp"
 #include "kernels/cpu/conv2d.hpp"
+#include "kernels/cpu/conv2d_bf16.hpp"
 #include "kernels/tensor_checks.hpp"
 #include "loom/config.hpp"
 #include "loom/core/stream.hpp"
@@ -44,6 +45,7 @@ Conv2dProblem make_problem(const Shape& x, const Shape& w, const Conv2dParams& p
              ", padding ", p.padding, ")");
   p.oh = (padded_h - p.kh) / p.stride + 1;
   p.ow = (padded_w - p.kw) / p.stride + 1;
+  p.operands = params.operands;
   return p;
 }
 
@@ -65,6 +67,10 @@ void check_tensors(const char* pass, const Conv2dProblem& p, const Tensor& x, co
              what, ": all tensors must be on one device");
   LOOM_CHECK(y.device().is_cuda() || y.dtype() == DType::f32, what,
              ": the host convolution supports f32 only");
+  LOOM_CHECK(p.operands == DType::f32 ||
+                 (p.operands == DType::bf16 && y.device().is_cpu() && y.dtype() == DType::f32),
+             what, ": operands ", p.operands,
+             " are built for f32 tensors on the host and bf16 only (on CUDA pass bf16 tensors)");
   LOOM_CHECK(y.shape() == output_shape(p), what, ": the output (gradient) must be ",
              shape_str(output_shape(p)));
   LOOM_CHECK(!bias.defined() || bias.shape() == Shape{p.c_out}, what, ": the bias must be [",
@@ -99,7 +105,8 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   p.dtype = y.dtype();
   if (empty(p)) return;  // y has no elements
   if (y.device().is_cpu()) {
-    cpu::conv2d_forward(p, x.data<float>(), w.data<float>(), host_data(bias), y.data<float>());
+    (p.operands == DType::bf16 ? cpu::conv2d_forward_bf16 : cpu::conv2d_forward)(
+        p, x.data<float>(), w.data<float>(), host_data(bias), y.data<float>());
     return;
   }
 #if LOOM_HAS_CUDA
@@ -126,7 +133,8 @@ void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx,
     return;
   }
   if (dx.device().is_cpu()) {
-    cpu::conv2d_backward_input(p, dy.data<float>(), w.data<float>(), dx.data<float>());
+    (p.operands == DType::bf16 ? cpu::conv2d_backward_input_bf16 : cpu::conv2d_backward_input)(
+        p, dy.data<float>(), w.data<float>(), dx.data<float>());
     return;
   }
 #if LOOM_HAS_CUDA
@@ -155,8 +163,8 @@ void conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw,
     return;
   }
   if (dw.device().is_cpu()) {
-    cpu::conv2d_backward_weight(p, x.data<float>(), dy.data<float>(), dw.data<float>(),
-                                host_mutable(db), accumulate);
+    (p.operands == DType::bf16 ? cpu::conv2d_backward_weight_bf16 : cpu::conv2d_backward_weight)(
+        p, x.data<float>(), dy.data<float>(), dw.data<float>(), host_mutable(db), accumulate);
     return;
   }
 #if LOOM_HAS_CUDA

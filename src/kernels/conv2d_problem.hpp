@@ -15,6 +15,7 @@ struct Conv2dProblem {
   int64_t c_out = 0, kh = 0, kw = 0;      // weight
   int64_t oh = 0, ow = 0;                 // output
   int64_t stride = 1, padding = 0;
+  DType operands = DType::f32;  // Conv2dParams::operands
 
   int64_t in_plane() const { return h * w; }
   int64_t out_plane() const { return oh * ow; }

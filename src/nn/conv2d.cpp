@@ -20,6 +20,16 @@ Conv2d::Conv2d(std::string name, int64_t in_channels, int64_t out_channels, int6
              "': in_channels ", in_channels, ", out_channels ", out_channels, " and kernel ",
              kernel, " must all be at least 1");
   const ModuleOptions& m = options.module;
+  // Mixed precision (nn/precision.hpp): the products on bf16-rounded operands,
+  // f32 in and out (kernels::Conv2dParams::operands), built for the host.
+  if (m.precision.reduced()) {
+    LOOM_CHECK(m.precision.matmul == DType::bf16 && m.dtype == DType::f32 && m.device.is_cpu(),
+               "Conv2d '", this->name(), "': precision ", precision_name(m.precision), " with ",
+               m.dtype, " parameters on ", m.device.str(),
+               " is not built; reduced-precision convolutions are bf16 operands of f32 "
+               "parameters on the host");
+    params_.operands = DType::bf16;
+  }
   // PyTorch's default: kaiming_uniform(a = sqrt(5)) gives the bound 1 / sqrt(fan_in) for the
   // weight, and the bias uses the same bound.
   const float bound = 1.0f / std::sqrt(static_cast<float>(in_channels * kernel * kernel));

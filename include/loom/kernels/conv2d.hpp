@@ -34,6 +34,12 @@ namespace loom::kernels {
 struct Conv2dParams {
   int64_t stride = 1;
   int64_t padding = 0;
+  // Mixed precision (host, f32 tensors): DType::bf16 rounds the pass's two
+  // operands (x and w, dy and w, or x and dy) to bf16, nearest even, and
+  // multiplies them with f32 accumulation into the f32 output: the bf16 GEMM
+  // (vdpbf16ps where the CPU has it) on an im2col matrix built in bf16. The
+  // bias and its gradient stay f32. f32 (the default): no rounding.
+  DType operands = DType::f32;
 };
 
 // The output shape for input shape x and weight shape w; throws if they do not fit.

@@ -1,0 +1,144 @@
+// The host convolution on bf16 operands (kernels::Conv2dParams::operands):
+// each pass equals the f32 convolution of the bf16-rounded operands up to the
+// order of the f32 sums, and the f32 convolution of the unrounded operands
+// within bf16's rounding; nn::Conv2d under bf16 precision runs it.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "loom/core/random.hpp"
+#include "loom/kernels/conv2d.hpp"
+#include "loom/nn/conv2d.hpp"
+#include "loom/nn/precision.hpp"
+
+using namespace loom;
+using Catch::Matchers::Contains;
+
+namespace {
+
+Tensor random_tensor(const Shape& shape, uint64_t stream) {
+  Tensor t = Tensor::empty(shape);
+  fill_normal(t, RandomKey{23, stream}, 0.0f, 1.0f);
+  return t;
+}
+
+Tensor rounded(const Tensor& t) {
+  return t.to(DType::bf16).to(DType::f32);
+}
+
+// The largest |a - b| over the largest |b|.
+double relative_error(const Tensor& a, const Tensor& b) {
+  const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
+  double worst = 0, scale = 1e-30;
+  for (size_t i = 0; i < x.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(x[i]) - y[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(y[i])));
+  }
+  return worst / scale;
+}
+
+struct Shape2d {
+  int64_t n, c_in, h, w, c_out, kernel, stride, padding;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "conv2d with bf16 operands equals the f32 convolution of the rounded operands, every pass",
+    "[precision][conv2d]") {
+  // 3x3 stride 1 and 2 (ResNet blocks), 1x1 stride 2 (a downsample), 7x7 stride
+  // 2 (an ImageNet stem), deep layers whose small planes group several images
+  // per GEMM, and a bias.
+  for (const Shape2d& s : {Shape2d{2, 3, 9, 11, 5, 3, 1, 1}, Shape2d{3, 8, 16, 16, 16, 3, 2, 1},
+                           Shape2d{5, 16, 8, 8, 32, 1, 2, 0}, Shape2d{2, 3, 20, 20, 4, 7, 2, 3},
+                           Shape2d{6, 32, 4, 4, 16, 3, 1, 1}, Shape2d{4, 8, 6, 6, 8, 1, 1, 0}}) {
+    for (const bool bias : {false, true}) {
+      INFO("n " << s.n << " c_in " << s.c_in << " " << s.h << "x" << s.w << " c_out " << s.c_out
+                << " kernel " << s.kernel << " stride " << s.stride << " bias " << bias);
+      const kernels::Conv2dParams f32{.stride = s.stride, .padding = s.padding};
+      kernels::Conv2dParams bf16 = f32;
+      bf16.operands = DType::bf16;
+      const Tensor x = random_tensor({s.n, s.c_in, s.h, s.w}, 1);
+      const Tensor w = random_tensor({s.c_out, s.c_in, s.kernel, s.kernel}, 2);
+      const Tensor b = bias ? random_tensor({s.c_out}, 3) : Tensor();
+      const Shape y_shape = kernels::conv2d_output_shape(x.shape(), w.shape(), f32);
+      const Tensor dy = random_tensor(y_shape, 4);
+
+      const Tensor y = Tensor::empty(y_shape), y_rounded = Tensor::empty(y_shape),
+                   y_exact = Tensor::empty(y_shape);
+      kernels::conv2d_forward(x, w, b, y, bf16);
+      kernels::conv2d_forward(rounded(x), rounded(w), b, y_rounded, f32);
+      kernels::conv2d_forward(x, w, b, y_exact, f32);
+      CHECK(relative_error(y, y_rounded) < 1e-5);
+      CHECK(relative_error(y, y_exact) < 3e-2);
+      CHECK(relative_error(y, y_exact) > 0);  // it did round
+
+      const Tensor dx = Tensor::empty(x.shape()), dx_rounded = Tensor::empty(x.shape());
+      kernels::conv2d_backward_input(dy, w, dx, bf16);
+      kernels::conv2d_backward_input(rounded(dy), rounded(w), dx_rounded, f32);
+      CHECK(relative_error(dx, dx_rounded) < 1e-5);
+
+      // The weight gradient, written then accumulated; the bias gradient sums
+      // the unrounded dy.
+      for (const bool accumulate : {false, true}) {
+        INFO("accumulate " << accumulate);
+        const Tensor dw = random_tensor(w.shape(), 5), dw_rounded = dw.clone();
+        const Tensor db = bias ? random_tensor({s.c_out}, 6) : Tensor();
+        const Tensor db_f32 = bias ? db.clone() : Tensor();
+        kernels::conv2d_backward_weight(x, dy, dw, db, bf16, accumulate);
+        kernels::conv2d_backward_weight(rounded(x), rounded(dy), dw_rounded, Tensor(), f32,
+                                        accumulate);
+        CHECK(relative_error(dw, dw_rounded) < 1e-5);
+        if (bias) {
+          const Tensor dw_scratch = Tensor::empty(w.shape());
+          kernels::conv2d_backward_weight(x, dy, dw_scratch, db_f32, f32, accumulate);
+          CHECK(relative_error(db, db_f32) < 1e-5);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("conv2d with bf16 operands: bad input is refused, naming the rule",
+          "[precision][conv2d]") {
+  kernels::Conv2dParams params{.stride = 1, .padding = 1};
+  params.operands = DType::f16;
+  const Tensor x = random_tensor({1, 2, 4, 4}, 1), w = random_tensor({3, 2, 3, 3}, 2);
+  const Tensor y = Tensor::empty({1, 3, 4, 4});
+  CHECK_THROWS_WITH(kernels::conv2d_forward(x, w, Tensor(), y, params),
+                    Contains("operands f16 are built for f32 tensors on the host and bf16 only"));
+  params.operands = DType::bf16;
+  CHECK_THROWS_WITH(kernels::conv2d_forward(x.to(DType::bf16), w.to(DType::bf16), Tensor(),
+                                            y.to(DType::bf16), params),
+                    Contains("all tensors must have one dtype") ||
+                        Contains("the host convolution supports f32 only"));
+}
+
+TEST_CASE("nn::Conv2d under bf16 precision multiplies bf16-rounded operands, f32 in and out",
+          "[precision][conv2d]") {
+  nn::ModuleOptions reduced{.seed = 4};
+  reduced.precision = nn::precision_from_string("bf16");
+  nn::Conv2d conv("conv", 4, 6, 3, {.stride = 1, .padding = 1, .module = reduced});
+  nn::Conv2d reference("conv", 4, 6, 3, {.stride = 1, .padding = 1, .module = {.seed = 4}});
+  CHECK(conv.weight().value().dtype() == DType::f32);  // the f32 master
+  reference.weight().value().copy_from(rounded(conv.weight().value()));
+  const Tensor x = random_tensor({2, 4, 5, 5}, 7);
+  nn::Tape tape, ref_tape;
+  const Tensor y = conv.forward(x, tape);
+  const Tensor y_ref = reference.forward(rounded(x), ref_tape);
+  CHECK(y.dtype() == DType::f32);
+  CHECK(relative_error(y, y_ref) < 1e-5);
+  const Tensor dy = random_tensor(y.shape(), 8);
+  const Tensor dx = conv.backward(dy, tape);
+  const Tensor dx_ref = reference.backward(rounded(dy), ref_tape);
+  CHECK(relative_error(dx, dx_ref) < 1e-5);
+  CHECK(relative_error(conv.weight().grad(), reference.weight().grad()) < 1e-5);
+
+  nn::ModuleOptions half{.seed = 4};
+  half.precision = nn::precision_from_string("fp16");
+  CHECK_THROWS_WITH(nn::Conv2d("half", 4, 6, 3, {.module = half}),
+                    Contains("Conv2d 'half': precision fp16") &&
+                        Contains("reduced-precision convolutions are bf16 operands"));
+}
