@@ -18,9 +18,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/primitives.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/im2col.hpp"
-#include "loom/core/half.hpp"
 
 namespace loom::kernels::cpu {
 namespace {
@@ -45,7 +45,7 @@ float* f32_scratch(int64_t elements) {
 
 const Bits* rounded(int slot, const float* values, int64_t count) {
   Bits* out = scratch<Bits>(slot, count);
-  for (int64_t i = 0; i < count; ++i) out[i] = loom::detail::float_to_bf16_bits(values[i]);
+  loom::detail::host_convert(values, DType::f32, out, DType::bf16, count);
   return out;
 }
 
