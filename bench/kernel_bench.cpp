@@ -6,7 +6,9 @@
 //          Loom's GEMM and OpenBLAS's single-threaded sgemm over square sizes;
 //          the instruction peaks of f32 FMA and bf16 vdpbf16ps (cpu_peak.hpp):
 //          bf16 GEMM rows (bf16 A and B; C bf16, or f32 as "bf16->f32") are
-//          compared with the bf16 dot-product peak;
+//          compared with the bf16 dot-product peak, and so are the rows of
+//          convolutions on bf16-rounded operands (ResNet-18's CIFAR layers,
+//          each pass, f32 beside them);
 //   CUDA:  device-to-device copy bandwidth and the best square cuBLAS GEMM.
 //
 // Each op is placed on the roofline: when its arithmetic intensity (flops per
@@ -22,8 +24,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include "../examples/common/flag_checks.hpp"
 #include "bench_util.hpp"
@@ -250,6 +254,51 @@ void run_device(Bench& bench, Device device, bool quick) {
     }
   }
 
+  // Convolutions at ResNet-18's CIFAR layers (batch 32; --quick: 4), each pass in
+  // f32 and on bf16-rounded operands of f32 tensors (what nn::Conv2d runs under
+  // bf16 precision; kernels/conv2d.hpp), the latter against the bf16 peak.
+  if (device.is_cpu()) {
+    struct ConvShape {
+      const char* name;
+      int64_t channels, size, out_channels, stride;
+    };
+    const int64_t images = quick ? 4 : 32;
+    for (const ConvShape& c :
+         {ConvShape{"64x32x32 3x3", 64, 32, 64, 1}, ConvShape{"128x16x16 3x3", 128, 16, 128, 1},
+          ConvShape{"256x8x8 3x3", 256, 8, 256, 1}, ConvShape{"512x4x4 3x3", 512, 4, 512, 1},
+          ConvShape{"64x32x32 3x3/2", 64, 32, 128, 2}}) {
+      const Tensor x = random_tensor({images, c.channels, c.size, c.size}, DType::f32, device, 4);
+      const Tensor w = random_tensor({c.out_channels, c.channels, 3, 3}, DType::f32, device, 5);
+      const Tensor dx = Tensor::empty(x.shape()), dw = Tensor::empty(w.shape());
+      for (const DType operands : {DType::f32, DType::bf16}) {
+        const loom::kernels::Conv2dParams params{
+            .stride = c.stride, .padding = 1, .operands = operands};
+        const Tensor y =
+            Tensor::empty(loom::kernels::conv2d_output_shape(x.shape(), w.shape(), params));
+        const Tensor dy = random_tensor(y.shape(), DType::f32, device, 6);
+        using loom::kernels::Conv2dPass;
+        for (const auto& [pass, name, run] :
+             {std::tuple{Conv2dPass::forward, "conv2d forward", std::function<void()>([&] {
+                           loom::kernels::conv2d_forward(x, w, Tensor(), y, params);
+                         })},
+              std::tuple{Conv2dPass::backward_input, "conv2d backward_input",
+                         std::function<void()>(
+                             [&] { loom::kernels::conv2d_backward_input(dy, w, dx, params); })},
+              std::tuple{
+                  Conv2dPass::backward_weight, "conv2d backward_weight", std::function<void()>([&] {
+                    loom::kernels::conv2d_backward_weight(x, dy, dw, Tensor(), params, false);
+                  })}}) {
+          Result r(device, name, images, operands);
+          r.shape = loom::str_cat("N", images, " ", c.name);
+          if (operands == DType::bf16) r.dtype = "bf16->f32";
+          r.cost = loom::kernels::conv2d_cost(pass, x.shape(), w.shape(), false, params, operands);
+          r.seconds = bench.time(device, run);
+          bench.results.push_back(r);
+        }
+      }
+    }
+  }
+
   const int64_t big = quick ? (4 << 20) : (16 << 20);  // 64 MiB of f32: beyond the caches
   const int64_t small = 64 << 10;                      // 256 KiB of f32: cache-resident
   for (const int64_t n : {small, big}) {
@@ -315,7 +364,8 @@ nlohmann::json report(const Bench& bench, const std::map<std::string, Limits>& l
     const double gbps = r.cost.bytes / r.seconds / 1e9;
     const CopyBandwidth& copy = lim.copy_for(r.cost.bytes);
     // Host bf16 GEMMs against the bf16 dot-product peak (where the CPU has one).
-    const bool bf16_peak = r.op.rfind("gemm", 0) == 0 && r.dtype.rfind("bf16", 0) == 0 &&
+    const bool bf16_peak = (r.op.rfind("gemm", 0) == 0 || r.op.rfind("conv2d", 0) == 0) &&
+                           r.dtype.rfind("bf16", 0) == 0 &&
                            lim.instruction_peaks.dot_bf16_gflops > 0;
     const double peak = bf16_peak ? lim.instruction_peaks.dot_bf16_gflops : lim.peak_gflops;
     const double balance = peak / copy.gbps;  // flops per byte
