@@ -18,6 +18,8 @@ namespace loom::kernels::cpu::im2col {
 
 inline constexpr int64_t kTargetColumns = 2048;
 inline constexpr int64_t kMaxColumnElements = int64_t{16} << 20;
+// Rows of im2col at most this long are filled element by element.
+inline constexpr int64_t kShortRow = 16;
 
 // Images per GEMM.
 inline int64_t group_size(const detail::Conv2dProblem& p) {
@@ -55,11 +57,13 @@ void image_to_columns(const detail::Conv2dProblem& p, const T* x, T* col, int64_
             continue;
           }
           const T* in = plane + ih * p.w + (kj - p.padding);
-          if (s == 1) {
+          if (s == 1 && p.ow > kShortRow) {
             std::fill(out, out + cols.lo, T{});
             std::copy(in + cols.lo, in + cols.hi, out + cols.lo);
             std::fill(out + cols.hi, out + p.ow, T{});
           } else {
+            // Short rows (deep layers) and strided ones: one select per element
+            // costs less than three library calls.
             for (int64_t ow = 0; ow < p.ow; ++ow) {
               out[ow] = ow >= cols.lo && ow < cols.hi ? in[ow * s] : T{};
             }
