@@ -11,6 +11,15 @@ std::vector<Parameter*> Module::parameters() {
   return out;
 }
 
+bool Module::backward_weight_reads_parameters() {
+  size_t in_children = 0;
+  for (Module* child : children()) {
+    if (child->backward_weight_reads_parameters()) return true;
+    in_children += child->parameters().size();
+  }
+  return parameters().size() > in_children;
+}
+
 void Module::set_training(bool training) {
   training_ = training;
   for (Module* child : children()) child->set_training(training);

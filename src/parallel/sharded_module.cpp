@@ -44,14 +44,23 @@ Tensor ShardedModule::forward(const Tensor& x, nn::Tape& tape) {
   return y;
 }
 
+bool ShardedModule::weight_pass_reads_parameters() {
+  if (!weight_pass_reads_) weight_pass_reads_ = inner_->backward_weight_reads_parameters();
+  return *weight_pass_reads_;
+}
+
 Tensor ShardedModule::backward_input(const Tensor& dy, nn::Tape& tape) {
-  if (gatherer_) before_use(Phase::backward);
-  return inner_->backward_input(dy, tape);  // kept gathered for backward_weight
+  if (!gatherer_) return inner_->backward_input(dy, tape);
+  before_use(Phase::backward);
+  Tensor dx = inner_->backward_input(dy, tape);
+  // Kept gathered for backward_weight only when that reads the values.
+  if (!weight_pass_reads_parameters()) after_use(Phase::backward);
+  return dx;
 }
 
 void ShardedModule::backward_weight(nn::Tape& tape) {
   inner_->backward_weight(tape);
-  if (gatherer_) after_use(Phase::backward);
+  if (gatherer_ && weight_pass_reads_parameters()) after_use(Phase::backward);
 }
 
 Tensor ShardedModule::backward(const Tensor& dy, nn::Tape& tape) {

@@ -35,6 +35,8 @@ class Conv2d : public Module {
   Tensor forward(const Tensor& x, Tape& tape) override;
   Tensor backward_input(const Tensor& dy, Tape& tape) override;
   void backward_weight(Tape& tape) override;
+  // Its weight gradient needs only the saved input and the output gradient.
+  bool backward_weight_reads_parameters() override { return false; }
   void collect_parameters(std::vector<Parameter*>& out) override;
 
   Parameter& weight() { return *weight_; }

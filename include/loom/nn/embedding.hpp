@@ -26,6 +26,8 @@ class Embedding : public Module {
   Tensor forward(const Tensor& ids, Tape& tape) override;
   Tensor backward_input(const Tensor& dy, Tape& tape) override;
   void backward_weight(Tape& tape) override;
+  // Its weight gradient needs only the saved input and the output gradient.
+  bool backward_weight_reads_parameters() override { return false; }
   void collect_parameters(std::vector<Parameter*>& out) override;
 
   int64_t vocab() const { return vocab_; }

@@ -64,6 +64,16 @@ class Module {
   // of asking for container types.
   virtual std::vector<Module*> children() { return {}; }
   virtual void collect_parameters(std::vector<Parameter*>& out) { (void)out; }
+  // Whether backward_weight reads the values of this module's parameters (it
+  // always writes their gradients). ZeRO stage 3 releases a unit's gathered
+  // parameters right after backward_input when its module answers no
+  // (parallel/sharded_module.hpp), instead of holding them until the
+  // micro-batch's backward_weight. The default is the safe answer: a module
+  // reads them if any child does, or if it holds parameters beyond its
+  // children's; the layers whose weight gradient needs only their saved
+  // input and the output gradient (Linear, Conv2d, Embedding, LayerNorm,
+  // BatchNorm2d) answer no.
+  virtual bool backward_weight_reads_parameters();
   // Training mode (Dropout drops, BatchNorm uses batch statistics); on by
   // default. Applies to this module and, through children(), to every module
   // inside it.

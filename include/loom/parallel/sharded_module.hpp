@@ -8,8 +8,12 @@
 // parameters (those of the inner module not inside a nested ShardedModule)
 // are all-gathered just before its forward and before its backward (the
 // optimizer prefetches the next unit's while this one computes) and freed
-// right after: after forward, and after backward_weight (backward_input keeps
-// them for backward_weight). Wrappers nest: an outer wrapper's parameters stay
+// right after: after forward, and after backward_input, unless the inner
+// module's backward_weight reads parameter values
+// (nn::Module::backward_weight_reads_parameters; none of Loom's layers do),
+// in which case backward_input keeps them until backward_weight. So under a
+// split backward (a zero-bubble pipeline schedule, B now and W later) a unit
+// is not held from a micro-batch's B to its W. Wrappers nest: an outer wrapper's parameters stay
 // gathered while its inner modules run. At stages 0 to 2 nothing is attached
 // and the wrapper only forwards calls.
 //
@@ -26,6 +30,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "loom/nn/module.hpp"
@@ -58,6 +63,9 @@ class ShardedModule : public nn::Module {
   void backward_weight(nn::Tape& tape) override;
   Tensor backward(const Tensor& dy, nn::Tape& tape) override;
   void collect_parameters(std::vector<nn::Parameter*>& out) override;
+  // Its parameters are its own unit's, which it gathers and releases itself:
+  // nothing that an enclosing unit holds.
+  bool backward_weight_reads_parameters() override { return false; }
 
   std::vector<nn::Module*> children() override { return {inner_}; }
   nn::Module& inner() { return *inner_; }
@@ -73,6 +81,12 @@ class ShardedModule : public nn::Module {
   // Around each forward and backward: the wrappers named by gather_with, then this one.
   void before_use(ParameterGatherer::Phase phase);
   void after_use(ParameterGatherer::Phase phase);
+
+  // Whether the inner module's backward_weight reads its parameters (asked
+  // at the first backward_input): if not, the unit is released right after
+  // backward_input instead of after backward_weight.
+  bool weight_pass_reads_parameters();
+  std::optional<bool> weight_pass_reads_;
 
   std::unique_ptr<nn::Module> owned_;  // null when the inner module is borrowed
   nn::Module* inner_;

@@ -38,9 +38,10 @@
 // ShardedModule attached to the ZeroOptimizer (checked at construction; for a
 // GPT: GPTChunks::shard_parameters(), then modules()), and the parameters are
 // gathered per action, as ZeRO 3 without a pipeline gathers them per
-// micro-batch: F gathers around the chunk's forward, B gathers and keeps them
-// until the same micro-batch's W (backward_input to backward_weight), BW
-// gathers around its backward; inside a chunk each block is a unit of its
+// micro-batch: F gathers around the chunk's forward, B around its
+// backward_input (kept until the same micro-batch's W only for a module whose
+// backward_weight reads parameter values, which none of Loom's layers does:
+// nn::Module::backward_weight_reads_parameters), BW around its backward; inside a chunk each block is a unit of its
 // own, gathered around its own part of the action (the next one prefetched),
 // the chunk's own parameters (embeddings, final LayerNorm, the head's table)
 // for the whole action. Every unit counts its users, so micro-batches in
