@@ -9,6 +9,12 @@
 //   backward_input   forward convolutions of dy (conv2d_transposed.cpp)
 // K = C_in KH KW and P = OH OW.
 //
+// Position-major (Zen 4 only: position_major_fits, conv2d_position_major.hpp): the
+// same three passes with GEMM columns (position, image) and k rows (tap,
+// channel), through transposed copies of x and y, leaving out the products on
+// the padding; chosen where they are at least 1/8 of all (ResNet-18's 4x4 and
+// 8x8 layers). Every other machine kind takes the paths above and below.
+//
 // im2col (the rest: the RGB stem, 1x1 kernels, planes that are not a multiple
 // of 16, non-AVX-512 builds). The im2col matrix of a group of G images is
 // [K, G P]: row (c, ki, kj) holds, for every output position of every image,
@@ -36,8 +42,10 @@
 #endif
 
 #include "kernels/cpu/conv2d_panels.hpp"
+#include "kernels/cpu/conv2d_position_major.hpp"
 #include "kernels/cpu/conv2d_transposed.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/im2col.hpp"
 #include "kernels/cpu/packed_gemm.hpp"
 #include "loom/core/error.hpp"
 
@@ -46,95 +54,11 @@ namespace {
 
 using detail::Conv2dProblem;
 
-// Columns per GEMM we aim for, and the most scratch one im2col matrix may take.
-constexpr int64_t kTargetColumns = 2048;
-// Rows of im2col at most this long are filled element by element.
-constexpr int64_t kShortRow = 16;
-constexpr int64_t kMaxColumnElements = int64_t{16} << 20;  // 64 MiB of f32
-
 float* scratch(int slot, int64_t elements) {
   thread_local std::vector<float> buffers[2];
   std::vector<float>& buffer = buffers[slot];
   if (static_cast<int64_t>(buffer.size()) < elements) buffer.resize(static_cast<size_t>(elements));
   return buffer.data();
-}
-
-// Images per GEMM.
-int64_t group_size(const Conv2dProblem& p) {
-  const int64_t plane = p.out_plane();
-  int64_t g = (kTargetColumns + plane - 1) / plane;
-  g = std::min(g, std::max<int64_t>(1, kMaxColumnElements / (p.patch() * plane)));
-  return std::clamp<int64_t>(g, 1, p.n);
-}
-
-// Output columns [lo, hi) whose input column ow * stride + offset lies inside [0, size).
-struct ValidRange {
-  int64_t lo, hi;
-};
-ValidRange valid_range(int64_t offset, int64_t stride, int64_t size, int64_t out) {
-  const int64_t lo = offset >= 0 ? 0 : std::min(out, (-offset + stride - 1) / stride);
-  const int64_t hi = offset > size - 1 ? 0 : std::min(out, (size - 1 - offset) / stride + 1);
-  return {lo, std::max(lo, hi)};
-}
-
-// One image's im2col into `col`, whose rows are `ld` elements apart.
-void im2col(const Conv2dProblem& p, const float* x, float* col, int64_t ld) {
-  const int64_t s = p.stride;
-  for (int64_t c = 0; c < p.c_in; ++c) {
-    const float* plane = x + c * p.in_plane();
-    for (int64_t ki = 0; ki < p.kh; ++ki) {
-      for (int64_t kj = 0; kj < p.kw; ++kj) {
-        float* row = col + ((c * p.kh + ki) * p.kw + kj) * ld;
-        const ValidRange cols = valid_range(kj - p.padding, s, p.w, p.ow);
-        for (int64_t oh = 0; oh < p.oh; ++oh) {
-          float* out = row + oh * p.ow;
-          const int64_t ih = oh * s - p.padding + ki;
-          if (ih < 0 || ih >= p.h) {
-            std::fill(out, out + p.ow, 0.0f);
-            continue;
-          }
-          const float* in = plane + ih * p.w + (kj - p.padding);
-          if (s == 1 && p.ow > kShortRow) {
-            std::fill(out, out + cols.lo, 0.0f);
-            std::copy(in + cols.lo, in + cols.hi, out + cols.lo);
-            std::fill(out + cols.hi, out + p.ow, 0.0f);
-          } else {
-            // Short rows (deep layers) and strided ones: one select per element
-            // costs less than three library calls.
-            for (int64_t ow = 0; ow < p.ow; ++ow) {
-              out[ow] = ow >= cols.lo && ow < cols.hi ? in[ow * s] : 0.0f;
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
-// The adjoint of im2col: adds every col entry to the input element it came
-// from. dx must be zeroed (or hold what should be added to).
-void col2im(const Conv2dProblem& p, const float* col, int64_t ld, float* dx) {
-  const int64_t s = p.stride;
-  for (int64_t c = 0; c < p.c_in; ++c) {
-    float* plane = dx + c * p.in_plane();
-    for (int64_t ki = 0; ki < p.kh; ++ki) {
-      for (int64_t kj = 0; kj < p.kw; ++kj) {
-        const float* row = col + ((c * p.kh + ki) * p.kw + kj) * ld;
-        const ValidRange cols = valid_range(kj - p.padding, s, p.w, p.ow);
-        for (int64_t oh = 0; oh < p.oh; ++oh) {
-          const int64_t ih = oh * s - p.padding + ki;
-          if (ih < 0 || ih >= p.h) continue;
-          const float* in = row + oh * p.ow;
-          float* out = plane + ih * p.w + (kj - p.padding);
-          if (s == 1) {
-            for (int64_t ow = cols.lo; ow < cols.hi; ++ow) out[ow] += in[ow];
-          } else {
-            for (int64_t ow = cols.lo; ow < cols.hi; ++ow) out[ow * s] += in[ow];
-          }
-        }
-      }
-    }
-  }
 }
 
 // col2im at stride 2 for input rows of at most 32 and output rows of 16 (the
@@ -212,29 +136,9 @@ const float* group_columns(const Conv2dProblem& p, const float* x, int64_t n0, i
   const int64_t ld = g * p.out_plane();
   float* col = scratch(0, p.patch() * ld);
   for (int64_t i = 0; i < g; ++i) {
-    im2col(p, first + i * p.c_in * p.in_plane(), col + i * p.out_plane(), ld);
+    im2col::image_to_columns(p, first + i * p.c_in * p.in_plane(), col + i * p.out_plane(), ld);
   }
   return col;
-}
-
-// Copies planes between the [g, C, P] layout of tensors and the [C, g P] layout of the GEMMs.
-void planes_to_channel_major(const float* src, int64_t g, int64_t channels, int64_t plane,
-                             float* dst) {
-  for (int64_t i = 0; i < g; ++i) {
-    for (int64_t c = 0; c < channels; ++c) {
-      std::memcpy(dst + (c * g + i) * plane, src + (i * channels + c) * plane,
-                  static_cast<size_t>(plane) * sizeof(float));
-    }
-  }
-}
-void channel_major_to_planes(const float* src, int64_t g, int64_t channels, int64_t plane,
-                             float* dst) {
-  for (int64_t i = 0; i < g; ++i) {
-    for (int64_t c = 0; c < channels; ++c) {
-      std::memcpy(dst + (i * channels + c) * plane, src + (c * g + i) * plane,
-                  static_cast<size_t>(plane) * sizeof(float));
-    }
-  }
 }
 
 // The group's dY' [C_out, g P]: dy itself for one image, else a copy in scratch slot 1.
@@ -242,7 +146,7 @@ const float* group_output_grad(const Conv2dProblem& p, const float* dy, int64_t 
   const float* first = dy + n0 * p.c_out * p.out_plane();
   if (g == 1) return first;
   float* buffer = scratch(1, p.c_out * g * p.out_plane());
-  planes_to_channel_major(first, g, p.c_out, p.out_plane(), buffer);
+  im2col::planes_to_channel_major(first, g, p.c_out, p.out_plane(), buffer);
   return buffer;
 }
 
@@ -305,7 +209,7 @@ void implicit_backward_weight(const Conv2dProblem& p, const float* x, const floa
 
 void backward_weight_by_groups(const Conv2dProblem& p, const float* x, const float* dy, float* dw,
                                bool accumulate) {
-  const int64_t group = group_size(p), plane = p.out_plane();
+  const int64_t group = im2col::group_size(p), plane = p.out_plane();
   for (int64_t n0 = 0; n0 < p.n; n0 += group) {
     const int64_t g = std::min(group, p.n - n0);
     const float* col = group_columns(p, x, n0, g);
@@ -328,19 +232,24 @@ void add_bias(const Conv2dProblem& p, const float* bias, int64_t images, float* 
 
 void conv2d_forward(const Conv2dProblem& p, const float* x, const float* w, const float* bias,
                     float* y) {
+  if (position_major_fits(p)) {
+    position_major_convolution(p, x, w, KernelReading::forward, y);
+    if (bias != nullptr) add_bias(p, bias, p.n, y);
+    return;
+  }
   if (implicit_fits(p)) {
     implicit_forward(p, x, w, y);
     if (bias != nullptr) add_bias(p, bias, p.n, y);
     return;
   }
-  const int64_t group = group_size(p), plane = p.out_plane();
+  const int64_t group = im2col::group_size(p), plane = p.out_plane();
   for (int64_t n0 = 0; n0 < p.n; n0 += group) {
     const int64_t g = std::min(group, p.n - n0);
     const float* col = group_columns(p, x, n0, g);
     float* out = y + n0 * p.c_out * plane;
     float* product = g == 1 ? out : scratch(1, p.c_out * g * plane);
     run_gemm(p.c_out, g * plane, p.patch(), w, false, col, false, product, 0.0f);
-    if (g > 1) channel_major_to_planes(product, g, p.c_out, plane, out);
+    if (g > 1) im2col::channel_major_to_planes(product, g, p.c_out, plane, out);
     if (bias != nullptr) add_bias(p, bias, g, out);
   }
 }
@@ -352,7 +261,7 @@ void conv2d_backward_input(const Conv2dProblem& p, const float* dy, const float*
   // stride 2, 16-wide: ~110 -> ~128).
   const bool by_rows = col2im_by_rows_fits(p) && p.kh * p.kw > 1;
   if (!by_rows && conv2d_backward_input_as_forward(p, dy, w, dx)) return;
-  const int64_t group = group_size(p), plane = p.out_plane();
+  const int64_t group = im2col::group_size(p), plane = p.out_plane();
   for (int64_t n0 = 0; n0 < p.n; n0 += group) {
     const int64_t g = std::min(group, p.n - n0);
     const float* grad = group_output_grad(p, dy, n0, g);
@@ -372,14 +281,16 @@ void conv2d_backward_input(const Conv2dProblem& p, const float* dy, const float*
     }
     std::fill(dx_first, dx_first + g * p.c_in * p.in_plane(), 0.0f);
     for (int64_t i = 0; i < g; ++i) {
-      col2im(p, dcol + i * plane, ld, dx_first + i * p.c_in * p.in_plane());
+      im2col::columns_to_image(p, dcol + i * plane, ld, dx_first + i * p.c_in * p.in_plane());
     }
   }
 }
 
 void conv2d_backward_weight(const Conv2dProblem& p, const float* x, const float* dy, float* dw,
                             float* db, bool accumulate) {
-  if (implicit_fits(p)) {
+  if (position_major_fits(p)) {
+    position_major_weight_gradient(p, x, dy, dw, accumulate);
+  } else if (implicit_fits(p)) {
     implicit_backward_weight(p, x, dy, dw, accumulate);
   } else {
     backward_weight_by_groups(p, x, dy, dw, accumulate);

@@ -13,7 +13,9 @@
 // dx, small next to the GEMMs).
 //
 // Either way w' is never stored: KernelTaps packs the GEMM's A strips straight
-// from w, and Im2colPanels packs B from dy.
+// from w, and Im2colPanels packs B from dy. On Zen 4 a stride-1 dx whose
+// padding holds enough of the products runs the position-major convolution
+// instead (conv2d_position_major.hpp), with w' read the same way.
 #include "kernels/cpu/conv2d_transposed.hpp"
 
 #include <algorithm>
@@ -24,6 +26,7 @@
 #endif
 
 #include "kernels/cpu/conv2d_panels.hpp"
+#include "kernels/cpu/conv2d_position_major.hpp"
 #include "kernels/cpu/packed_gemm.hpp"
 
 namespace loom::kernels::cpu {
@@ -107,6 +110,10 @@ bool stride_one(const Conv2dProblem& p, const float* dy, const float* w, float* 
   t.oh = p.h;
   t.ow = p.w;
   t.padding = p.kh - 1 - p.padding;
+  if (position_major_fits(t)) {
+    position_major_convolution(t, dy, w, KernelReading::input_gradient, dx);
+    return true;
+  }
   if (!fits(t)) return false;
   std::vector<int64_t> taps;
   for (int64_t tap = p.kh * p.kw - 1; tap >= 0; --tap) taps.push_back(tap);

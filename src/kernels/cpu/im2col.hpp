@@ -1,5 +1,6 @@
 // Internal: the im2col matrix of a convolution and its adjoint, for the host
-// convolutions that run as explicit GEMMs (conv2d_bf16.cpp).
+// convolutions that run as explicit GEMMs (conv2d.cpp's im2col path,
+// conv2d_bf16.cpp).
 //
 // The im2col matrix of a group of G images is [C_in KH KW, G OH OW]: row
 // (c, ki, kj) holds, for every output position of every image, the input

@@ -20,7 +20,9 @@
 //         8-row strips                  - one strip (8 KiB) stays in L1
 //           48-column panels            - streamed from L2
 // so every B value loaded from L2 feeds 8 FMAs per lane and every packed A
-// value is read from L1.
+// value is read from L1. The narrow implicit GEMM (NOTE [narrow panels] in
+// packed_gemm.hpp; Zen 4's position-major convolution only) runs the 8 x 16
+// tile on panels of 16 columns and leaves out the blocks B reports zero.
 #include "kernels/cpu/packed_gemm.hpp"
 #include "kernels/cpu/scratch.hpp"
 
@@ -316,6 +318,50 @@ void implicit_gemm(const ImplicitGemm& g) {
   }
 }
 
+// The narrow implicit GEMM (NOTE [narrow panels] in packed_gemm.hpp): as
+// implicit_gemm, on panels of 16 columns and k blocks of `block_depth`, with
+// the tiles of every panel that b reports zero for a k block left out.
+void implicit_gemm_narrow(const ImplicitGemm& g, int64_t block_depth) {
+  constexpr int64_t kPanel = kNarrowPanelColumns;
+  const int64_t strip_rows = round_up(g.m, kTileRows);
+  float* packed_a = scratch<float>(ScratchSlot::f32_a, strip_rows * g.k);
+  if (g.packed_a != nullptr) {
+    g.packed_a->pack_blocks(g.m, g.k, block_depth, packed_a);
+  } else {
+    for (int64_t l0 = 0; l0 < g.k; l0 += block_depth) {
+      pack_grouped_a(g.a, g.m, l0, std::min(block_depth, g.k - l0), packed_a + strip_rows * l0);
+    }
+  }
+  const GroupedMatrix<float>& out = g.c;
+  constexpr int64_t kMaxPanels = kBlockCols / kPanel;
+  for (int64_t j0 = 0; j0 < g.n; j0 += kBlockCols) {
+    const int64_t cols = std::min(kBlockCols, g.n - j0);
+    float* packed_b = scratch<float>(ScratchSlot::f32_b, round_up(cols, kPanel) * block_depth);
+    for (int64_t l0 = 0; l0 < g.k; l0 += block_depth) {
+      const int64_t depth = std::min(block_depth, g.k - l0);
+      const float beta = l0 == 0 ? g.beta : 1.0f;
+      bool zero[kMaxPanels];
+      for (int64_t q = 0; q < cols; q += kPanel)
+        zero[q / kPanel] = g.b->zero_panel(l0, depth, j0 + q);
+      g.b->pack(l0, depth, j0, cols, packed_b);
+      const float* block_a = packed_a + strip_rows * l0;
+      for (int64_t s = 0; s < g.m; s += kTileRows) {
+        const int64_t tile_rows = std::min(kTileRows, g.m - s);
+        for (int64_t q = 0; q < cols; q += kPanel) {
+          // A zero block adds nothing; where it is the first, C still becomes beta C.
+          const bool skip = zero[q / kPanel];
+          if (skip && beta == 1.0f) continue;
+          const int64_t j = j0 + q;
+          float* vector = out.data + (j / out.group_columns) * out.group_stride +
+                          s * out.row_stride + j % out.group_columns;
+          tile<1>(skip ? 0 : depth, block_a + s * depth, packed_b + q * depth, &vector,
+                  out.row_stride, tile_rows, std::min(kPanel, cols - q), g.alpha, beta);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 bool packed_gemm_available() {
@@ -341,6 +387,14 @@ void packed_gemm_implicit(const ImplicitGemm& g) {
   implicit_gemm(g);
 }
 
+void packed_gemm_implicit_narrow(const ImplicitGemm& g, int64_t depth) {
+  LOOM_ASSERT(g.m > 0 && g.n > 0 && g.k > 0 && g.b != nullptr && depth > 0);
+  LOOM_ASSERT(g.a.data != nullptr || g.packed_a != nullptr);
+  LOOM_ASSERT(g.c.group_columns % 16 == 0 || g.c.group_columns >= g.n,
+              "implicit gemm output groups of ", g.c.group_columns, " columns split a vector");
+  implicit_gemm_narrow(g, depth);
+}
+
 #else  // no AVX-512: callers use Eigen
 
 bool packed_gemm_available() {
@@ -352,6 +406,10 @@ void packed_gemm(const detail::GemmProblem&) {
 }
 
 void packed_gemm_implicit(const ImplicitGemm&) {
+  LOOM_CHECK(false, "packed gemm needs AVX-512; this build targets a CPU without it");
+}
+
+void packed_gemm_implicit_narrow(const ImplicitGemm&, int64_t) {
   LOOM_CHECK(false, "packed gemm needs AVX-512; this build targets a CPU without it");
 }
 

@@ -48,6 +48,15 @@ class PackedA {
  public:
   virtual ~PackedA() = default;
   virtual void pack(int64_t l0, int64_t depth, float* out) const = 0;
+  // For the narrow GEMM: all k blocks of `block_depth` ([0, k) of m rows), block
+  // l0 at out + round_up(m, kPackedStripRows) * l0. By default one pack() per
+  // block; a source whose blocks interleave may pack them in one pass.
+  virtual void pack_blocks(int64_t m, int64_t k, int64_t block_depth, float* out) const {
+    const int64_t strip_rows = (m + kPackedStripRows - 1) / kPackedStripRows * kPackedStripRows;
+    for (int64_t l0 = 0; l0 < k; l0 += block_depth) {
+      pack(l0, k - l0 < block_depth ? k - l0 : block_depth, out + strip_rows * l0);
+    }
+  }
 };
 
 // A B operand [k, n] that exists only as its packed blocks.
@@ -55,6 +64,12 @@ class PackedB {
  public:
   virtual ~PackedB() = default;
   virtual void pack(int64_t l0, int64_t depth, int64_t j0, int64_t cols, float* out) const = 0;
+  // For the narrow GEMM only: true when rows [l0, l0 + depth) of the 16 columns
+  // from j0 are all zero, which pack() then need not write.
+  virtual bool zero_panel(int64_t l0, int64_t depth, int64_t j0) const {
+    (void)l0, (void)depth, (void)j0;
+    return false;
+  }
 };
 
 // A matrix [rows, columns] stored as column groups: element (i, j) is at
@@ -84,5 +99,21 @@ struct ImplicitGemm {
   float alpha = 1.0f, beta = 0.0f;
 };
 void packed_gemm_implicit(const ImplicitGemm& problem);
+
+// NOTE [narrow panels]
+// packed_gemm_implicit on B panels of kNarrowPanelColumns columns (b writes
+// them so; the layout is otherwise as above) and k blocks of `depth` rows,
+// leaving out each (k block, panel) that b->zero_panel() reports zero: a
+// convolution whose panels each hold one output position (of 16 images)
+// skips the kernel taps that fall in the padding for that position. Within
+// one C element the products are summed in order of k, in blocks of `depth`;
+// a left-out block adds nothing. For MachineKind::avx512_half_width, where an
+// 8 x 16 tile runs as fast as the 8 x 48 one: both wait on the FMA unit's one
+// 512-bit FMA per cycle (measured on Zen 4 with packed operands in L1/L2:
+// 8 x 16 115-117 GFLOP/s, 8 x 48 114-116, FMA peak 117). At full width (two
+// FMAs per cycle) the 8 x 16 tile's 9 loads per 8 FMAs would bound it instead;
+// that kind never calls this.
+constexpr int64_t kNarrowPanelColumns = 16;
+void packed_gemm_implicit_narrow(const ImplicitGemm& problem, int64_t depth);
 
 }  // namespace loom::kernels::cpu
