@@ -128,42 +128,17 @@ void col2im_by_rows(const Conv2dProblem& p, const float* col, int64_t ld, float*
 #endif
 }
 
-// The group's im2col matrix [K, g P] for images [n0, n0 + g): the input itself
-// when that is already the matrix, else built in scratch slot 0.
+// The group's im2col [K, g P] (scratch slot 0) and dY' [C_out, g P] (slot 1).
 const float* group_columns(const Conv2dProblem& p, const float* x, int64_t n0, int64_t g) {
-  const float* first = x + n0 * p.c_in * p.in_plane();
-  if (g == 1 && p.pointwise()) return first;
-  const int64_t ld = g * p.out_plane();
-  float* col = scratch(0, p.patch() * ld);
-  for (int64_t i = 0; i < g; ++i) {
-    im2col::image_to_columns(p, first + i * p.c_in * p.in_plane(), col + i * p.out_plane(), ld);
-  }
-  return col;
+  return im2col::group_columns(p, x, n0, g, [](int64_t n) { return scratch(0, n); });
 }
-
-// The group's dY' [C_out, g P]: dy itself for one image, else a copy in scratch slot 1.
 const float* group_output_grad(const Conv2dProblem& p, const float* dy, int64_t n0, int64_t g) {
-  const float* first = dy + n0 * p.c_out * p.out_plane();
-  if (g == 1) return first;
-  float* buffer = scratch(1, p.c_out * g * p.out_plane());
-  im2col::planes_to_channel_major(first, g, p.c_out, p.out_plane(), buffer);
-  return buffer;
+  return im2col::group_output_grad(p, dy, n0, g, [](int64_t n) { return scratch(1, n); });
 }
 
 void run_gemm(int64_t m, int64_t n, int64_t k, const float* a, bool trans_a, const float* b,
               bool trans_b, float* c, float beta) {
-  detail::GemmProblem g;
-  g.dtype = DType::f32;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.a = a;
-  g.b = b;
-  g.c = c;
-  g.trans_a = trans_a;
-  g.trans_b = trans_b;
-  g.beta = beta;
-  gemm(g);
+  gemm_into_f32(DType::f32, m, n, k, a, trans_a, b, trans_b, c, beta);
 }
 
 // Whether the implicit GEMM runs this convolution: its tile stores 16 output

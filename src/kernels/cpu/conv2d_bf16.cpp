@@ -49,42 +49,19 @@ const Bits* rounded(int slot, const float* values, int64_t count) {
   return out;
 }
 
-// The group's im2col of the rounded input, [K, g P].
+// The group's im2col of the rounded input [K, g P], and its rounded output
+// gradient channel first [C_out, g P].
 const Bits* group_columns(const Conv2dProblem& p, const Bits* x16, int64_t n0, int64_t g) {
-  const Bits* first = x16 + n0 * p.c_in * p.in_plane();
-  if (g == 1 && p.pointwise()) return first;
-  const int64_t ld = g * p.out_plane();
-  Bits* col = scratch<Bits>(kColumns, p.patch() * ld);
-  for (int64_t i = 0; i < g; ++i) {
-    im2col::image_to_columns(p, first + i * p.c_in * p.in_plane(), col + i * p.out_plane(), ld);
-  }
-  return col;
+  return im2col::group_columns(p, x16, n0, g, [](int64_t n) { return scratch<Bits>(kColumns, n); });
 }
-
-// The group's rounded output gradient, channel first: [C_out, g P].
 const Bits* group_output_grad(const Conv2dProblem& p, const Bits* dy16, int64_t n0, int64_t g) {
-  const Bits* first = dy16 + n0 * p.c_out * p.out_plane();
-  if (g == 1) return first;
-  Bits* out = scratch<Bits>(kGroupGrad, p.c_out * g * p.out_plane());
-  im2col::planes_to_channel_major(first, g, p.c_out, p.out_plane(), out);
-  return out;
+  return im2col::group_output_grad(p, dy16, n0, g,
+                                   [](int64_t n) { return scratch<Bits>(kGroupGrad, n); });
 }
 
 void run_gemm(int64_t m, int64_t n, int64_t k, const Bits* a, bool trans_a, const Bits* b,
               bool trans_b, float* c, float beta) {
-  detail::GemmProblem g;
-  g.dtype = DType::bf16;
-  g.c_dtype = DType::f32;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.a = a;
-  g.b = b;
-  g.c = c;
-  g.trans_a = trans_a;
-  g.trans_b = trans_b;
-  g.beta = beta;
-  gemm(g);
+  gemm_into_f32(DType::bf16, m, n, k, a, trans_a, b, trans_b, c, beta);
 }
 
 }  // namespace

@@ -98,6 +98,28 @@ inline void columns_to_image(const detail::Conv2dProblem& p, const float* col, i
   }
 }
 
+// The im2col matrix [K, g P] of images [n0, n0 + g) of x, in a buffer from
+// `allocate(elements)`, or x itself where it already is that matrix (one
+// image of a pointwise convolution).
+template <typename T, typename Allocate>
+const T* group_columns(const detail::Conv2dProblem& p, const T* x, int64_t n0, int64_t g,
+                       Allocate&& allocate) {
+  const T* first = x + n0 * p.c_in * p.in_plane();
+  if (g == 1 && p.pointwise()) return first;
+  const int64_t ld = g * p.out_plane();
+  T* col = allocate(p.patch() * ld);
+  for (int64_t i = 0; i < g; ++i) {
+    image_to_columns(p, first + i * p.c_in * p.in_plane(), col + i * p.out_plane(), ld);
+  }
+  return col;
+}
+
+// The output gradient of images [n0, n0 + g), channel first [C_out, g P]: dy
+// itself for one image, else a copy in a buffer from `allocate(elements)`.
+template <typename T, typename Allocate>
+const T* group_output_grad(const detail::Conv2dProblem& p, const T* dy, int64_t n0, int64_t g,
+                           Allocate&& allocate);
+
 // [G, channels, plane] <-> [channels, G, plane] (a group's planes with the
 // image first, as NCHW holds them, or with the channel first, as a GEMM over
 // the group's columns takes or makes them).
@@ -118,6 +140,16 @@ void channel_major_to_planes(const T* src, int64_t g, int64_t channels, int64_t 
                   static_cast<size_t>(plane) * sizeof(T));
     }
   }
+}
+
+template <typename T, typename Allocate>
+const T* group_output_grad(const detail::Conv2dProblem& p, const T* dy, int64_t n0, int64_t g,
+                           Allocate&& allocate) {
+  const T* first = dy + n0 * p.c_out * p.out_plane();
+  if (g == 1) return first;
+  T* out = allocate(p.c_out * g * p.out_plane());
+  planes_to_channel_major(first, g, p.c_out, p.out_plane(), out);
+  return out;
 }
 
 }  // namespace loom::kernels::cpu::im2col
