@@ -6,9 +6,9 @@
 # norms to the last printed digit (tests/support/compare_train_runs.py
 # --accumulate). Label pipeline.
 #
-# loom_train_resnet_compare(COMMON... CASES "np|layout flags" ...)
+# loom_train_resnet_compare([NAME_PREFIX P] [LABELS extra...] COMMON... CASES "np|layout flags" ...)
 function(loom_train_resnet_compare)
-  cmake_parse_arguments(A "" "NAME_PREFIX" "COMMON;CASES" ${ARGN})
+  cmake_parse_arguments(A "" "NAME_PREFIX" "COMMON;CASES;LABELS" ${ARGN})
   foreach(case IN LISTS A_CASES)
     string(REPLACE "|" ";" parts "${case}")
     list(GET parts 0 np)
@@ -19,8 +19,8 @@ function(loom_train_resnet_compare)
                      --accumulate ${MPIEXEC_EXECUTABLE} ${np} $<TARGET_FILE:train_resnet>
                      --layout "${flags}" -- ${A_COMMON})
     set_tests_properties(examples.resnet${name} PROPERTIES TIMEOUT 300 PROCESSORS ${np}
-                         LABELS "examples;mpi;pipeline" ENVIRONMENT "${LOOM_MPI_TEST_ENV}"
-                         SKIP_REGULAR_EXPRESSION "digits: cannot open")
+                         LABELS "examples;mpi;pipeline;${A_LABELS}"
+                         ENVIRONMENT "${LOOM_MPI_TEST_ENV}" SKIP_REGULAR_EXPRESSION "digits: cannot open")
   endforeach()
 endfunction()
 
@@ -45,6 +45,11 @@ loom_train_resnet_compare(
     "4|--pp 2 --schedule zb-h1 --micro-batches 4 --zero-stage 2"
     "4|--pp 2 --schedule zb-v --micro-batches 2 --zero-stage 3"
     "2|--micro-batches 2 --zero-stage 1")
+# bf16 convolutions (precision label too): the pipeline and data parallelism
+# with ZeRO equal one bf16 rank running the same micro-batches.
+loom_train_resnet_compare(NAME_PREFIX _bf16 LABELS precision
+  COMMON --data cifar --width 8 --batch 8 --steps 4 --log-every 1 --lr 0.05 --precision bf16
+  CASES "2|--pp 2 --schedule zb-h1 --micro-batches 4" "2|--micro-batches 2 --zero-stage 2")
 # On the digits: the test accuracy after the epoch through the stages (BatchNorm's
 # running statistics, forward only) equals one rank's too.
 loom_train_resnet_compare(NAME_PREFIX _digits
