@@ -123,6 +123,7 @@ struct WorkerFlags {
   int warmup = 2;
   std::string cut = "balanced";  // balanced (by counted FLOPs) or even (by block count)
   bool activation_checkpointing = false;
+  int receives_ahead = 2;  // ExecutorOptions::receives_ahead
 };
 
 loom::models::GPTConfig bench_config(const WorkerFlags& f) {
@@ -282,7 +283,7 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
   parallel::ZeroOptimizer zero(chunks.parameters(), *groups.dp, loom::bench::benchmark_adamw(),
                                {.stage = 0, .groups = parallel::reduction_groups(groups)});
   pl::PipelineExecutor executor(schedule, *groups.pp, chunks.modules(), zero,
-                                {.broadcast_loss = false});
+                                {.receives_ahead = f.receives_ahead, .broadcast_loss = false});
   const int64_t rows = kBatch / f.micro_batches;
   const std::vector<ChunkTiming> isolated = time_chunks(config, schedule, rank, rows, cut);
 
@@ -495,6 +496,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
     const std::string command =
         d.mpirun + " -np " + std::to_string(ranks) + " --oversubscribe " + self + " --steps " +
         std::to_string(w.steps) + " --warmup " + std::to_string(w.warmup) + " --cut " + w.cut +
+        " --receives-ahead " + std::to_string(w.receives_ahead) +
         (w.activation_checkpointing ? " --activation-checkpointing" : "") + " " + args;
     std::string why;
     const auto out = loom::bench::run_json(command, why);
@@ -670,6 +672,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
                             {"batch", kBatch},
                             {"activation_checkpointing", w.activation_checkpointing}}},
                           {"cut", w.cut},
+                          {"receives_ahead", w.receives_ahead},
                           {"cpu_model", loom::bench::cpu_model()},
                           {"cores", std::thread::hardware_concurrency()},
                           {"fp32_peak_flops_per_core", peak},
@@ -714,6 +717,9 @@ int main(int argc, char** argv) {
   app.add_option("--cut", w.cut,
                  "the stage partition: balanced (by counted FLOPs) or even (by block count)")
       ->check(CLI::IsMember({"balanced", "even"}));
+  app.add_option("--receives-ahead", w.receives_ahead,
+                 "receives the executor keeps posted ahead of the one it waits for")
+      ->check(flags::at_least(1));
   app.add_flag("--activation-checkpointing", w.activation_checkpointing,
                "checkpoint every block (GPTConfig::checkpoint_blocks), single-rank runs included");
   CLI11_PARSE(app, argc, argv);
