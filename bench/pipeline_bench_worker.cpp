@@ -1,0 +1,305 @@
+// pipeline_bench's worker: see pipeline_bench_worker.hpp, and pipeline_bench.cpp
+// for what the records hold (NOTE [measured bubble]).
+#include "pipeline_bench_worker.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_models.hpp"
+#include "bench_util.hpp"
+#include "loom/loom.hpp"
+#include "loom/parallel/pipeline/executor.hpp"
+#include "loom/parallel/pipeline/generators.hpp"
+#include "loom/parallel/pipeline/gpt_chunks.hpp"
+#include "loom/parallel/pipeline/simulate.hpp"
+#include "loom/trace/roofline.hpp"
+#include "rank_facts.hpp"
+#include "run_json.hpp"
+
+namespace loom::bench::pipeline_bench {
+namespace {
+
+using loom::Tensor;
+using loom::bench::median;
+using nlohmann::json;
+namespace pl = loom::parallel::pipeline;
+
+loom::models::GPTConfig bench_config() {
+  loom::models::GPTConfig config;  // issue 4's: vocab 8192, d_model 256, 4 heads, seq 128
+  config.layers = kLayers;
+  return config;
+}
+
+Tensor random_ids(const loom::models::GPTConfig& config, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(config.vocab - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(kBatch * config.seq_len));
+  for (auto& id : ids) id = pick(rng);
+  return Tensor::from_vector(ids, {kBatch, config.seq_len});
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Isolated durations of one chunk (NOTE [measured bubble]).
+struct ChunkTiming {
+  double forward = 0, backward_input = 0, backward_weight = 0;
+  int64_t activation_bytes = 0;
+};
+
+// F, B and W of each of this rank's chunks (by virtual stage) on one
+// micro-batch of `rows` sequences, on copies that no optimizer sees.
+std::vector<ChunkTiming> time_chunks(const loom::models::GPTConfig& config,
+                                     const pl::Schedule& schedule, int rank, int64_t rows,
+                                     const std::vector<int64_t>& cut) {
+  using clock = std::chrono::steady_clock;
+  const pl::GPTChunks copies = pl::build_gpt_chunks(config, schedule, rank, cut);
+  loom::Allocator& host = loom::allocator_for(loom::Device::cpu());
+  const Tensor ids = random_ids(config, 99).slice(0, rows);
+  const Tensor targets = random_ids(config, 98).slice(0, rows);
+  std::vector<ChunkTiming> out(static_cast<size_t>(schedule.virtual_stages));
+  for (int c = 0; c < schedule.chunks(); ++c) {
+    const pl::ChunkPlace place = schedule.placement[static_cast<size_t>(c)];
+    if (place.rank != rank) continue;
+    loom::nn::Module& chunk = *copies.parts[static_cast<size_t>(place.virtual_stage)];
+    const bool last = c == schedule.chunks() - 1;
+    const Tensor input =
+        c == 0 ? ids : Tensor::full({rows, config.seq_len, config.d_model}, 0.01, loom::DType::f32);
+    std::vector<double> f, b, w;
+    int64_t bytes = 0;
+    for (int rep = 0; rep < 4; ++rep) {  // the first is a warm-up
+      loom::nn::CrossEntropyLoss loss;
+      loom::nn::Tape tape, loss_tape;
+      const auto before = static_cast<int64_t>(host.stats().allocated_bytes);
+      auto t0 = clock::now();
+      Tensor y = chunk.forward(input, tape);
+      Tensor dy;
+      if (last) {
+        loss.forward(y, targets, loss_tape);
+        dy = loss.backward(loss_tape);
+      }
+      const double forward = seconds_since(t0);
+      bytes = std::max(bytes, static_cast<int64_t>(host.stats().allocated_bytes) - before);
+      if (!last) dy = Tensor::full(y.shape(), 1e-3, loom::DType::f32);
+      t0 = clock::now();
+      chunk.backward_input(dy, tape);
+      const double backward_input = seconds_since(t0);
+      t0 = clock::now();
+      chunk.backward_weight(tape);
+      const double backward_weight = seconds_since(t0);
+      if (rep == 0) continue;
+      f.push_back(forward);
+      b.push_back(backward_input);
+      w.push_back(backward_weight);
+    }
+    out[static_cast<size_t>(place.virtual_stage)] = {median(f), median(b), median(w), bytes};
+  }
+  return out;
+}
+
+// The doubles of every rank, by rank (the values' bits travel as int64).
+std::vector<std::vector<double>> gather_doubles(loom::comm::Communicator& comm,
+                                                const std::vector<double>& mine) {
+  const auto n = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> bits(mine.size());
+  std::memcpy(bits.data(), mine.data(), mine.size() * sizeof(double));
+  Tensor all = Tensor::zeros({n * comm.size()}, loom::DType::i64);
+  comm.all_gather(Tensor::from_vector(bits, {n}), all).wait();
+  const std::vector<int64_t> flat = all.to_vector<int64_t>();
+  std::vector<std::vector<double>> out(static_cast<size_t>(comm.size()),
+                                       std::vector<double>(mine.size()));
+  for (int r = 0; r < comm.size(); ++r) {
+    std::memcpy(out[static_cast<size_t>(r)].data(), flat.data() + r * n,
+                mine.size() * sizeof(double));
+  }
+  return out;
+}
+
+// The whole model on every rank, no communication in the step: one rank is
+// the single-rank run, two are the ceiling.
+int run_single(const WorkerFlags& f, loom::Context& launch) {
+  loom::comm::Communicator& world = *launch.world();
+  const loom::models::GPTConfig config = bench_config(f);
+  loom::models::GPT model("", config);
+  loom::optim::AdamW adamw(loom::optim::param_slots(model.parameters()),
+                           loom::bench::benchmark_adamw());
+  const Tensor ids = random_ids(config, 1), targets = random_ids(config, 2);
+  loom::nn::CrossEntropyLoss loss;
+  auto step = [&] {
+    adamw.zero_grad();
+    loom::nn::Tape tape, loss_tape;
+    const Tensor logits = model.forward(ids, tape);
+    loss.forward(logits, targets, loss_tape);
+    model.backward(loss.backward(loss_tape), tape);
+    adamw.step();
+  };
+  for (int s = 0; s < f.warmup; ++s) step();
+  world.barrier().wait();
+  loom::bench::CpuShare share;
+  share.start();
+  const auto start = std::chrono::steady_clock::now();
+  for (int s = 0; s < f.steps; ++s) step();
+  world.barrier().wait();
+  const double seconds = seconds_since(start);
+  share.stop();
+  const json facts = loom::bench::gather_rank_facts(world, share.share());
+  if (launch.rank() != 0) return 0;
+  json out{{"mode", "single"}, {"ranks", world.size()}, {"step_ms", 1e3 * seconds / f.steps}};
+  out.update(facts);
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+// Per rank, after the timed steps: per-step means of the StepStats fields,
+// the activation figures, then F, B, W per virtual stage.
+enum Field {
+  kStepSeconds,
+  kRecvWait,
+  kSendWait,
+  kForward,
+  kBackwardInput,
+  kBackwardWeight,
+  kBackward,
+  kReduce,
+  kOptimizer,
+  kPeakBytes,
+  kChunkBytes,
+  kPeakTapes,
+  kFields
+};
+
+int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
+  namespace parallel = loom::parallel;
+  loom::comm::Communicator& world = *launch.world();
+  const int pp = world.size();
+  const loom::models::GPTConfig config = bench_config(f);
+  const pl::Schedule schedule = pl::make_schedule(pl::schedule_kind_from_string(f.schedule),
+                                                  {.pp = pp, .micro_batches = f.micro_batches});
+  LOOM_CHECK(kBatch % f.micro_batches == 0, "--micro-batches ", f.micro_batches,
+             " does not divide the global batch of ", kBatch, " sequences");
+  const parallel::ParallelGroups groups =
+      parallel::make_parallel_groups(launch.world(), parallel::ParallelLayout(pp, 1, pp));
+  const int rank = groups.coord.pp;
+  const std::vector<int64_t> cut = cut_of(f, config, schedule);
+  const pl::GPTChunks chunks = pl::build_gpt_chunks(config, schedule, rank, cut);
+  parallel::ZeroOptimizer zero(chunks.parameters(), *groups.dp, loom::bench::benchmark_adamw(),
+                               {.stage = 0, .groups = parallel::reduction_groups(groups)});
+  pl::PipelineExecutor executor(schedule, *groups.pp, chunks.modules(), zero,
+                                {.receives_ahead = f.receives_ahead, .broadcast_loss = false});
+  const int64_t rows = kBatch / f.micro_batches;
+  const std::vector<ChunkTiming> isolated = time_chunks(config, schedule, rank, rows, cut);
+
+  const std::vector<Tensor> inputs =
+      pl::split_micro_batches(random_ids(config, 1), f.micro_batches);
+  const std::vector<Tensor> targets =
+      pl::split_micro_batches(random_ids(config, 2), f.micro_batches);
+  loom::nn::CrossEntropyLoss cross_entropy;
+  auto input = [&](int m) { return inputs[static_cast<size_t>(m)]; };
+  auto loss = [&](const Tensor& logits, int m) {
+    loom::nn::Tape tape;
+    const double value =
+        cross_entropy.forward(logits, targets[static_cast<size_t>(m)], tape).item<float>();
+    return pl::LossOutput{value, cross_entropy.backward(tape)};
+  };
+  for (int s = 0; s < f.warmup; ++s) executor.step(input, loss);
+
+  loom::Allocator& host = loom::allocator_for(loom::Device::cpu());
+  std::vector<double> mine(kFields, 0.0);
+  world.barrier().wait();
+  loom::bench::CpuShare share;
+  share.start();
+  const auto start = std::chrono::steady_clock::now();
+  for (int s = 0; s < f.steps; ++s) {
+    const auto rest = static_cast<double>(host.stats().allocated_bytes);
+    host.reset_peak_stats();
+    const pl::StepStats st = executor.step(input, loss);
+    mine[kPeakBytes] =
+        std::max(mine[kPeakBytes], static_cast<double>(host.stats().peak_allocated_bytes) - rest);
+    mine[kStepSeconds] += st.step_seconds;
+    mine[kRecvWait] += st.recv_wait_seconds;
+    mine[kSendWait] += st.send_wait_seconds;
+    mine[kForward] += st.forward_seconds;
+    mine[kBackwardInput] += st.backward_input_seconds;
+    mine[kBackwardWeight] += st.backward_weight_seconds;
+    mine[kBackward] += st.backward_seconds;
+    mine[kReduce] += st.reduce_seconds;
+    mine[kOptimizer] += st.optimizer_seconds;
+    mine[kPeakTapes] = std::max(mine[kPeakTapes], static_cast<double>(st.peak_tapes));
+  }
+  world.barrier().wait();
+  const double seconds = seconds_since(start);
+  share.stop();
+  for (int k = kStepSeconds; k <= kOptimizer; ++k) mine[static_cast<size_t>(k)] /= f.steps;
+  for (const ChunkTiming& t : isolated) {
+    mine[kChunkBytes] = std::max(mine[kChunkBytes], static_cast<double>(t.activation_bytes));
+    mine.insert(mine.end(), {t.forward, t.backward_input, t.backward_weight});
+  }
+  const std::vector<std::vector<double>> all = gather_doubles(world, mine);
+  const json facts = loom::bench::gather_rank_facts(world, share.share());
+  if (launch.rank() != 0) return 0;
+  json ranks = json::array();
+  for (const std::vector<double>& r : all) {
+    json chunk_times = json::array();
+    for (size_t j = kFields; j + 2 < r.size(); j += 3) {
+      chunk_times.push_back(
+          {{"forward_s", r[j]}, {"backward_input_s", r[j + 1]}, {"backward_weight_s", r[j + 2]}});
+    }
+    ranks.push_back({{"step_s", r[kStepSeconds]},
+                     {"recv_wait_s", r[kRecvWait]},
+                     {"send_wait_s", r[kSendWait]},
+                     {"forward_s", r[kForward]},
+                     {"backward_input_s", r[kBackwardInput]},
+                     {"backward_weight_s", r[kBackwardWeight]},
+                     {"backward_s", r[kBackward]},
+                     {"reduce_s", r[kReduce]},
+                     {"optimizer_s", r[kOptimizer]},
+                     {"peak_step_bytes", r[kPeakBytes]},
+                     {"chunk_activation_bytes", r[kChunkBytes]},
+                     {"peak_tapes", r[kPeakTapes]},
+                     {"isolated_chunks", chunk_times}});
+  }
+  json out{{"mode", "pipeline"},
+           {"schedule", f.schedule},
+           {"pp", pp},
+           {"micro_batches", f.micro_batches},
+           {"virtual_stages", schedule.virtual_stages},
+           {"activation_bound", schedule.activation_bound},
+           {"chunk_layers", cut},
+           {"step_ms", 1e3 * seconds / f.steps},
+           {"per_rank", ranks}};
+  out.update(facts);
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+// ---------------------------------------------------------------- driver ---
+
+}  // namespace
+
+loom::models::GPTConfig bench_config(const WorkerFlags& f) {
+  loom::models::GPTConfig config = bench_config();
+  config.checkpoint_blocks = f.activation_checkpointing;
+  return config;
+}
+
+std::vector<int64_t> cut_of(const WorkerFlags& f, const loom::models::GPTConfig& config,
+                            const pl::Schedule& schedule) {
+  return f.cut == "even" ? pl::even_gpt_chunk_layers(config, schedule)
+                         : pl::gpt_chunk_layers(config, schedule);
+}
+
+int run_worker(const WorkerFlags& f) {
+  loom::Context launch = loom::init();
+  return f.mode == "single" ? run_single(f, launch) : run_pipeline(f, launch);
+}
+
+}  // namespace loom::bench::pipeline_bench
