@@ -4,44 +4,18 @@
 # Included from tests/CMakeLists.txt inside if(LOOM_BUILD_EXAMPLES).
 # loom_train_gpt_compare(LABEL TOKENS [NAME_PREFIX P] COMMON... CASES "np|extra common args|layout flags" ...):
 # a multi-rank train_gpt run per case against one rank on the same global
-# batch (tests/support/compare_train_runs.py).
+# batch (loom_compare_runs, tests/support/train_runs.cmake).
 function(loom_train_gpt_compare label tokens)
   cmake_parse_arguments(A "" "NAME_PREFIX" "COMMON;CASES" ${ARGN})
-  foreach(case IN LISTS A_CASES)
-    string(REPLACE "|" ";" parts "${case}")
-    list(GET parts 0 np)
-    list(GET parts 1 extra)
-    list(GET parts 2 flags)
-    string(REGEX REPLACE "[-, ]+" "_" name "${A_NAME_PREFIX}_np${np}${flags}")
-    separate_arguments(extra)
-    add_test(NAME examples.gpt${name}
-             COMMAND ${Python3_EXECUTABLE}
-                     ${CMAKE_CURRENT_SOURCE_DIR}/support/compare_train_runs.py
-                     ${MPIEXEC_EXECUTABLE} ${np} $<TARGET_FILE:train_gpt> --layout "${flags}" --
-                     ${A_COMMON} ${extra} --token-file ${tokens})
-    set_tests_properties(examples.gpt${name} PROPERTIES TIMEOUT 300 PROCESSORS ${np}
-                         LABELS "examples;mpi;${label}" ENVIRONMENT "${LOOM_MPI_TEST_ENV}"
-                         RESOURCE_LOCK ${tokens})
-  endforeach()
+  loom_compare_runs(PROGRAM train_gpt NAME examples.gpt${A_NAME_PREFIX} LABELS ${label}
+                    RESOURCE_LOCK ${tokens} COMMON ${A_COMMON} --token-file ${tokens}
+                    CASES ${A_CASES})
 endfunction()
-# loom_train_gpt_refuses(LABEL COMMON... CASES "np|flags|expected message" ...):
-# flags the model or the world cannot take, refused before any communication.
+# loom_train_gpt_refuses(LABEL COMMON... CASES "np|flags|expected message" ...).
 function(loom_train_gpt_refuses label)
   cmake_parse_arguments(A "" "" "COMMON;CASES" ${ARGN})
-  foreach(case IN LISTS A_CASES)
-    string(REPLACE "|" ";" parts "${case}")
-    list(GET parts 0 np)
-    list(GET parts 1 flags)
-    list(GET parts 2 message)
-    string(REGEX REPLACE "[-, ]+" "_" name "_np${np}${flags}")
-    separate_arguments(flags)
-    add_test(NAME examples.gpt_refuses${name}
-             COMMAND ${MPIEXEC_EXECUTABLE} -np ${np} --oversubscribe $<TARGET_FILE:train_gpt>
-                     ${A_COMMON} ${flags})
-    set_tests_properties(examples.gpt_refuses${name} PROPERTIES TIMEOUT 60 PROCESSORS ${np}
-                         LABELS "examples;mpi;${label}" ENVIRONMENT "${LOOM_MPI_TEST_ENV}"
-                         PASS_REGULAR_EXPRESSION "${message}")
-  endforeach()
+  loom_refuses_runs(PROGRAM train_gpt NAME examples.gpt_refuses LABELS ${label}
+                    COMMON ${A_COMMON} CASES ${A_CASES})
 endfunction()
 
 # Tensor parallelism under mpirun reproduces one rank on the same global

@@ -9,19 +9,14 @@
 # loom_train_resnet_compare([NAME_PREFIX P] [LABELS extra...] COMMON... CASES "np|layout flags" ...)
 function(loom_train_resnet_compare)
   cmake_parse_arguments(A "" "NAME_PREFIX" "COMMON;CASES;LABELS" ${ARGN})
+  set(cases)
   foreach(case IN LISTS A_CASES)
-    string(REPLACE "|" ";" parts "${case}")
-    list(GET parts 0 np)
-    list(GET parts 1 flags)
-    string(REGEX REPLACE "[-, ]+" "_" name "${A_NAME_PREFIX}_np${np}${flags}")
-    add_test(NAME examples.resnet${name}
-             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/support/compare_train_runs.py
-                     --accumulate ${MPIEXEC_EXECUTABLE} ${np} $<TARGET_FILE:train_resnet>
-                     --layout "${flags}" -- ${A_COMMON})
-    set_tests_properties(examples.resnet${name} PROPERTIES TIMEOUT 300 PROCESSORS ${np}
-                         LABELS "examples;mpi;pipeline;${A_LABELS}"
-                         ENVIRONMENT "${LOOM_MPI_TEST_ENV}" SKIP_REGULAR_EXPRESSION "digits: cannot open")
+    string(REPLACE "|" "||" case "${case}")  # no extra common args
+    list(APPEND cases "${case}")
   endforeach()
+  loom_compare_runs(PROGRAM train_resnet NAME examples.resnet${A_NAME_PREFIX} ACCUMULATE
+                    LABELS pipeline ${A_LABELS} SKIP_REGULAR_EXPRESSION "digits: cannot open"
+                    COMMON ${A_COMMON} CASES ${cases})
 endfunction()
 
 # ResNet-18's small variant (width 8) on synthetic CIFAR-shaped batches: every
@@ -59,7 +54,9 @@ loom_train_resnet_compare(NAME_PREFIX _digits
 
 # Pipeline flags the network or the world cannot take are refused before any
 # communication, naming the values and the rule.
-foreach(case
+loom_refuses_runs(PROGRAM train_resnet NAME examples.resnet_refuses LABELS pipeline
+  COMMON --data cifar --width 8 --batch 8 --steps 1
+  CASES
     "2|--pp 4|--pp 4 does not divide the world of 2 ranks"
     "2|--pp 2 --micro-batches 3|--batch 8 is not divisible by --micro-batches 3"
     "2|--pp 2 --schedule interleaved --micro-batches 1|--micro-batches 1 is not a multiple of --pp 2"
@@ -69,16 +66,3 @@ foreach(case
     "2|--pp 2 --schedule interleaved --virtual-stages 8 --micro-batches 2|--arch resnet18 has 13 layers .* fewer than the 16 chunks"
     "1|--schedule zb-v|--schedule zb-v orders the pipeline's work. it needs --pp 2 or more"
     "2|--pp 2 --forward-only|--forward-only times one rank's forward pass")
-  string(REPLACE "|" ";" parts "${case}")
-  list(GET parts 0 np)
-  list(GET parts 1 flags)
-  list(GET parts 2 message)
-  string(REGEX REPLACE "[-, ]+" "_" name "_np${np}${flags}")
-  separate_arguments(flags)
-  add_test(NAME examples.resnet_refuses${name}
-           COMMAND ${MPIEXEC_EXECUTABLE} -np ${np} --oversubscribe $<TARGET_FILE:train_resnet>
-                   --data cifar --width 8 --batch 8 --steps 1 ${flags})
-  set_tests_properties(examples.resnet_refuses${name} PROPERTIES TIMEOUT 60 PROCESSORS ${np}
-                       LABELS "examples;mpi;pipeline" ENVIRONMENT "${LOOM_MPI_TEST_ENV}"
-                       PASS_REGULAR_EXPRESSION "${message}")
-endforeach()
