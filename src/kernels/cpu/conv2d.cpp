@@ -194,27 +194,18 @@ void backward_weight_by_groups(const Conv2dProblem& p, const float* x, const flo
   }
 }
 
-void add_bias(const Conv2dProblem& p, const float* bias, int64_t images, float* y) {
-  const int64_t plane = p.out_plane();
-  for (int64_t i = 0; i < images * p.c_out; ++i) {
-    const float b = bias[i % p.c_out];
-    float* values = y + i * plane;
-    for (int64_t j = 0; j < plane; ++j) values[j] += b;
-  }
-}
-
 }  // namespace
 
 void conv2d_forward(const Conv2dProblem& p, const float* x, const float* w, const float* bias,
                     float* y) {
   if (position_major_fits(p)) {
     position_major_convolution(p, x, w, KernelReading::forward, y);
-    if (bias != nullptr) add_bias(p, bias, p.n, y);
+    if (bias != nullptr) add_conv2d_bias(p, bias, p.n, y);
     return;
   }
   if (implicit_fits(p)) {
     implicit_forward(p, x, w, y);
-    if (bias != nullptr) add_bias(p, bias, p.n, y);
+    if (bias != nullptr) add_conv2d_bias(p, bias, p.n, y);
     return;
   }
   const int64_t group = im2col::group_size(p), plane = p.out_plane();
@@ -225,7 +216,7 @@ void conv2d_forward(const Conv2dProblem& p, const float* x, const float* w, cons
     float* product = g == 1 ? out : scratch(1, p.c_out * g * plane);
     run_gemm(p.c_out, g * plane, p.patch(), w, false, col, false, product, 0.0f);
     if (g > 1) im2col::channel_major_to_planes(product, g, p.c_out, plane, out);
-    if (bias != nullptr) add_bias(p, bias, g, out);
+    if (bias != nullptr) add_conv2d_bias(p, bias, g, out);
   }
 }
 
@@ -270,7 +261,19 @@ void conv2d_backward_weight(const Conv2dProblem& p, const float* x, const float*
   } else {
     backward_weight_by_groups(p, x, dy, dw, accumulate);
   }
-  if (db == nullptr) return;
+  if (db != nullptr) conv2d_bias_gradient(p, dy, db, accumulate);
+}
+
+void add_conv2d_bias(const Conv2dProblem& p, const float* bias, int64_t images, float* y) {
+  const int64_t plane = p.out_plane();
+  for (int64_t i = 0; i < images * p.c_out; ++i) {
+    const float b = bias[i % p.c_out];
+    float* values = y + i * plane;
+    for (int64_t j = 0; j < plane; ++j) values[j] += b;
+  }
+}
+
+void conv2d_bias_gradient(const Conv2dProblem& p, const float* dy, float* db, bool accumulate) {
   const int64_t plane = p.out_plane();
   for (int64_t c = 0; c < p.c_out; ++c) {
     double sum = 0;

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "core/primitives.hpp"
+#include "kernels/cpu/conv2d.hpp"
+#include "kernels/cpu/conv2d_transposed.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/im2col.hpp"
 
@@ -78,29 +80,16 @@ void conv2d_forward_bf16(const Conv2dProblem& p, const float* x, const float* w,
     float* product = g == 1 ? out : f32_scratch(p.c_out * g * plane);
     run_gemm(p.c_out, g * plane, p.patch(), w16, false, col, false, product, 0.0f);
     if (g > 1) im2col::channel_major_to_planes(product, g, p.c_out, plane, out);
-    if (bias != nullptr) {
-      for (int64_t i = 0; i < g * p.c_out; ++i) {
-        const float b = bias[i % p.c_out];
-        for (int64_t j = 0; j < plane; ++j) out[i * plane + j] += b;
-      }
-    }
+    if (bias != nullptr) add_conv2d_bias(p, bias, g, out);
   }
 }
 
 void conv2d_backward_input_bf16(const Conv2dProblem& p, const float* dy, const float* w,
                                 float* dx) {
-  if (p.stride == 1 && p.kh == p.kw && p.padding <= p.kh - 1) {
-    // At stride 1 the input gradient is a forward convolution of dy with the
-    // kernel flipped and its channels swapped, padded by k - 1 - padding: no
-    // col2im (its scatter-add costs more than the GEMM here).
-    Conv2dProblem t = p;
-    t.c_in = p.c_out;
-    t.c_out = p.c_in;
-    t.h = p.oh;
-    t.w = p.ow;
-    t.oh = p.h;
-    t.ow = p.w;
-    t.padding = p.kh - 1 - p.padding;
+  if (stride_one_transposable(p)) {
+    // The forward convolution of dy with the flipped, channel-swapped kernel:
+    // no col2im (its scatter-add costs more than the GEMM here).
+    const Conv2dProblem t = stride_one_transposed(p);
     float* flipped = scratch<float>(kFlipped, p.c_out * p.patch());
     const int64_t taps = p.kh * p.kw;
     for (int64_t co = 0; co < p.c_out; ++co) {
@@ -141,16 +130,8 @@ void conv2d_backward_weight_bf16(const Conv2dProblem& p, const float* x, const f
     const float beta = n0 == 0 && !accumulate ? 0.0f : 1.0f;
     run_gemm(p.c_out, p.patch(), g * plane, grad, false, col, true, dw, beta);
   }
-  if (db == nullptr) return;
   // The bias gradient from the f32 dy (no product, nothing to round).
-  for (int64_t c = 0; c < p.c_out; ++c) {
-    double sum = 0;
-    for (int64_t i = 0; i < p.n; ++i) {
-      const float* values = dy + (i * p.c_out + c) * plane;
-      for (int64_t j = 0; j < plane; ++j) sum += values[j];
-    }
-    db[c] = static_cast<float>(accumulate ? db[c] + sum : sum);
-  }
+  if (db != nullptr) conv2d_bias_gradient(p, dy, db, accumulate);
 }
 
 }  // namespace loom::kernels::cpu

@@ -105,11 +105,8 @@ Conv2dProblem over_dy(const Conv2dProblem& p) {
 }
 
 bool stride_one(const Conv2dProblem& p, const float* dy, const float* w, float* dx) {
-  if (p.kh != p.kw || p.padding > p.kh - 1 || p.kh * p.kw == 1) return false;
-  Conv2dProblem t = over_dy(p);
-  t.oh = p.h;
-  t.ow = p.w;
-  t.padding = p.kh - 1 - p.padding;
+  if (!stride_one_transposable(p) || p.kh * p.kw == 1) return false;
+  const Conv2dProblem t = stride_one_transposed(p);
   if (position_major_fits(t)) {
     position_major_convolution(t, dy, w, KernelReading::input_gradient, dx);
     return true;
@@ -217,6 +214,18 @@ bool conv2d_backward_input_as_forward(const Conv2dProblem& p, const float* dy, c
   if (p.stride == 1) return stride_one(p, dy, w, dx);
   if (p.stride == 2) return stride_two(p, dy, w, dx);
   return false;
+}
+
+bool stride_one_transposable(const Conv2dProblem& p) {
+  return p.stride == 1 && p.kh == p.kw && p.padding <= p.kh - 1;
+}
+
+Conv2dProblem stride_one_transposed(const Conv2dProblem& p) {
+  Conv2dProblem t = over_dy(p);
+  t.oh = p.h;
+  t.ow = p.w;
+  t.padding = p.kh - 1 - p.padding;
+  return t;
 }
 
 }  // namespace loom::kernels::cpu

@@ -12,4 +12,10 @@ namespace loom::kernels::cpu {
 bool conv2d_backward_input_as_forward(const detail::Conv2dProblem& p, const float* dy,
                                       const float* w, float* dx);
 
+// At stride 1 with a square kernel and padding <= k - 1, dx is the forward
+// convolution of dy with the kernel turned by 180 degrees and its channels
+// swapped, padded by k - 1 - padding: that convolution's problem.
+bool stride_one_transposable(const detail::Conv2dProblem& p);
+detail::Conv2dProblem stride_one_transposed(const detail::Conv2dProblem& p);
+
 }  // namespace loom::kernels::cpu
