@@ -13,18 +13,31 @@
 //              flight: the progress thread also moves and reduces the data,
 //              which costs CPU by itself.
 //
-// It also reports the time of one all_reduce alone and while computing. Run
-// with 2 ranks (mpirun binds each to one core, so the compute and progress
+// It also reports the time of one all_reduce alone and while computing, and
+//
+//   p2p        how long a --p2p-kib message from rank 0 takes to reach rank 1,
+//              which waits for it, while rank 0 computes --p2p-compute-ms after
+//              send() (a pipeline stage sending an activation and going on with
+//              its next micro-batch): Loom's send against MPI_Isend on the same
+//              thread, medians and 90th percentiles over --p2p-rounds. Arrival
+//              times are read on both ranks from the same clock, so the phase
+//              runs only when ranks 0 and 1 share a host.
+//
+// Run with 2 ranks (mpirun binds each to one core, so the compute and progress
 // threads of a rank share it), and compare LOOM_MPI_PROGRESS=wait and =poll:
 //
 //   mpirun -np 2 build/bench/comm_overlap_bench [--overlaps-compute] [--symmetric]
 //   LOOM_MPI_PROGRESS=poll mpirun -np 2 -x LOOM_MPI_PROGRESS build/bench/comm_overlap_bench
+#include <mpi.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "../examples/common/flag_checks.hpp"
@@ -72,6 +85,85 @@ Rates compute_for(Compute& compute, double seconds) {
   return r;
 }
 
+// NOTE [send-to-arrival]: milliseconds from the send call on rank 0 to the
+// receive's completion on rank 1, per round, for Loom's send (`loom_send`) or
+// MPI_Isend (`!loom_send`); rank 0 computes `compute_ms` right after sending.
+// Returned on rank 0; empty elsewhere.
+std::vector<double> send_to_arrival(loom::comm::Communicator& world, MPI_Comm raw, bool loom_send,
+                                    int64_t count, double compute_ms, int rounds,
+                                    Compute& compute) {
+  const int rank = world.rank();
+  const Tensor buffer = Tensor::zeros({count});
+  std::vector<double> latencies;
+  for (int round = -2; round < rounds; ++round) {  // two unrecorded rounds first
+    const int tag = round + 2;
+    double stamp = 0;
+    if (rank == 1) {
+      loom::comm::Work loom_recv;
+      MPI_Request raw_recv = MPI_REQUEST_NULL;
+      if (loom_send) {
+        loom_recv = world.recv(buffer, 0, {.tag = tag});
+      } else {
+        MPI_Irecv(buffer.data<float>(), static_cast<int>(count), MPI_FLOAT, 0, tag, raw, &raw_recv);
+      }
+      world.barrier().wait();
+      if (loom_send) {
+        loom_recv.wait();
+      } else {
+        MPI_Wait(&raw_recv, MPI_STATUS_IGNORE);
+      }
+      stamp = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+    } else {
+      world.barrier().wait();
+      if (rank == 0) {
+        compute_for(compute, 0.5e-3);  // the progress thread settles as it would mid-step
+        stamp = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+        if (loom_send) {
+          const loom::comm::Work send = world.send(buffer, 1, {.tag = tag});
+          compute_for(compute, compute_ms * 1e-3);
+          send.wait();
+        } else {
+          MPI_Request raw_send = MPI_REQUEST_NULL;
+          MPI_Isend(buffer.data<float>(), static_cast<int>(count), MPI_FLOAT, 1, tag, raw,
+                    &raw_send);
+          compute_for(compute, compute_ms * 1e-3);
+          MPI_Wait(&raw_send, MPI_STATUS_IGNORE);
+        }
+      }
+    }
+    std::vector<double> stamps(static_cast<size_t>(world.size()));
+    MPI_Allgather(&stamp, 1, MPI_DOUBLE, stamps.data(), 1, MPI_DOUBLE, raw);
+    if (rank == 0 && round >= 0) latencies.push_back((stamps[1] - stamps[0]) * 1e3);
+  }
+  return latencies;
+}
+
+struct Spread {
+  double median = 0, p90 = 0, max = 0;
+};
+
+Spread spread(std::vector<double> values) {
+  if (values.empty()) return {};
+  std::sort(values.begin(), values.end());
+  const auto at = [&](double q) {
+    return values[std::min(values.size() - 1, static_cast<size_t>(q * values.size()))];
+  };
+  return {at(0.5), at(0.9), values.back()};
+}
+
+// The host's name as MPI gives it, gathered from every rank onto all of them.
+bool ranks_0_and_1_share_a_host(MPI_Comm raw) {
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(name, &length);
+  int size = 0;
+  MPI_Comm_size(raw, &size);
+  std::vector<char> names(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME,
+                MPI_CHAR, raw);
+  return std::string(names.data()) == std::string(names.data() + MPI_MAX_PROCESSOR_NAME);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -91,6 +183,15 @@ int main(int argc, char** argv) {
   bool symmetric = false;
   app.add_flag("--symmetric", symmetric,
                "reduce a tensor from Communicator::allocate_symmetric (in place in shared memory)");
+  double p2p_kib = 128, p2p_compute_ms = 5;
+  int p2p_rounds = 40;
+  app.add_option("--p2p-kib", p2p_kib, "message size of the p2p phase in KiB (f32)")
+      ->check(flags::positive());
+  app.add_option("--p2p-compute-ms", p2p_compute_ms,
+                 "milliseconds rank 0 computes after each send in the p2p phase")
+      ->check(flags::positive());
+  app.add_option("--p2p-rounds", p2p_rounds, "messages timed in the p2p phase, per sender")
+      ->check(flags::at_least(1));
   CLI11_PARSE(app, argc, argv);
 
   loom::Context context = loom::init();
@@ -144,6 +245,20 @@ int main(int argc, char** argv) {
   }
   const double overlapped = seconds_since(start) / transfers;
 
+  // p2p (NOTE [send-to-arrival]): Loom's send, then MPI_Isend, on a communicator of our own.
+  MPI_Comm raw = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &raw);
+  const bool p2p = n >= 2 && ranks_0_and_1_share_a_host(raw);
+  const int64_t p2p_count = std::max<int64_t>(1, static_cast<int64_t>(p2p_kib * 1024 / 4));
+  std::optional<Spread> p2p_loom, p2p_mpi;
+  if (p2p) {
+    p2p_loom =
+        spread(send_to_arrival(world, raw, true, p2p_count, p2p_compute_ms, p2p_rounds, compute));
+    p2p_mpi =
+        spread(send_to_arrival(world, raw, false, p2p_count, p2p_compute_ms, p2p_rounds, compute));
+  }
+  MPI_Comm_free(&raw);
+
   // Gather every rank's figures on all ranks: [idle, waiting, transfer, alone, overlapped].
   const std::vector<float> mine = {
       static_cast<float>(idle.rate()), static_cast<float>(waiting.rate()),
@@ -173,12 +288,36 @@ int main(int argc, char** argv) {
                        {"all_reduce_alone_ms", x[3]},
                        {"all_reduce_while_computing_ms", x[4]}});
     }
+    nlohmann::json p2p_json = nullptr;
+    if (p2p) {
+      std::printf(
+          "send-to-arrival, rank 0 -> 1, %.0f KiB, rank 0 computing %.1f ms after each send "
+          "(%d rounds):\n"
+          "  Loom send    median %.3f ms  p90 %.3f  max %.3f\n"
+          "  MPI_Isend    median %.3f ms  p90 %.3f  max %.3f\n"
+          "  Loom / MPI   median %.2fx  p90 %.2fx\n",
+          p2p_kib, p2p_compute_ms, p2p_rounds, p2p_loom->median, p2p_loom->p90, p2p_loom->max,
+          p2p_mpi->median, p2p_mpi->p90, p2p_mpi->max, p2p_loom->median / p2p_mpi->median,
+          p2p_loom->p90 / p2p_mpi->p90);
+      p2p_json = {{"kib", p2p_kib},
+                  {"compute_ms", p2p_compute_ms},
+                  {"rounds", p2p_rounds},
+                  {"loom_median_ms", p2p_loom->median},
+                  {"loom_p90_ms", p2p_loom->p90},
+                  {"loom_max_ms", p2p_loom->max},
+                  {"mpi_median_ms", p2p_mpi->median},
+                  {"mpi_p90_ms", p2p_mpi->p90},
+                  {"mpi_max_ms", p2p_mpi->max}};
+    } else {
+      std::printf("send-to-arrival: not measured (needs ranks 0 and 1 on one host)\n");
+    }
     if (!json_path.empty()) {
       std::ofstream(json_path) << nlohmann::json{{"benchmark", "comm_overlap_bench"},
                                                  {"mib", mib},
                                                  {"overlaps_compute", overlaps_compute},
                                                  {"symmetric", symmetric},
                                                  {"ranks", ranks},
+                                                 {"send_to_arrival", p2p_json},
                                                  {"progress", mode && *mode ? mode : "default"}}
                                       .dump(2)
                                << "\n";

@@ -4,7 +4,8 @@
 // in both posting orders; splits; a pending receive not blocking a later
 // all_reduce; all-reduces marked overlaps_compute; symmetric tensors (in-place
 // all-reduce, ranks that disagree); threads that wait driving the engine;
-// chunked calls; the debug cross-check; a receive timeout that aborts the
+// point-to-point ops posted by the thread that issues them; chunked calls;
+// the debug cross-check; a receive timeout that aborts the
 // group on every rank.
 #include <catch2/catch.hpp>
 
@@ -285,6 +286,59 @@ TEST_CASE("mpi: waiting threads drive small operations, and what nobody waits on
     CHECK(first_ok);
     CHECK(second_ok);
   });
+}
+
+TEST_CASE(
+    "mpi: a send or receive is in MPI's hands when it returns, and keeps its order when "
+    "queued behind a collective") {
+  // NOTE [posted on submit] in mpi_op.hpp: with nothing queued before it, a
+  // point-to-point op is posted by the thread that issues it, so a sender that
+  // goes on computing does not hold its message back until the progress thread
+  // gets the core (a scheduler tick later). The flight recorder says "started"
+  // once the op is in MPI's hands; without the early post the record still
+  // says "issued" when send() returns, unless the progress thread won a race.
+  const int r = world().rank(), n = world().size();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  const auto latest_state = [&](OpType type) {  // of the latest op recorded, when it is `type`
+    const std::vector<FlightRecord> records = world().flight_recorder().snapshot();
+    return !records.empty() && records.back().info.op == type ? records.back().state
+                                                              : OpState::failed;
+  };
+  run_on_every_rank([&] { world().barrier().wait(20s); });
+  const Tensor out = Tensor::full({32768}, static_cast<double>(r));  // 128 KiB: rendezvous
+  const Tensor in = Tensor::zeros({32768});
+  const Work recv = world().recv(in, prev, {.tag = 11});
+  const OpState recv_state = latest_state(OpType::recv);
+  const Work send = world().send(out, next, {.tag = 11});
+  const OpState send_state = latest_state(OpType::send);
+  CHECK((recv_state == OpState::started || recv_state == OpState::completed));
+  CHECK((send_state == OpState::started || send_state == OpState::completed));
+  run_on_every_rank([&] {
+    send.wait(20s);
+    recv.wait(20s);
+  });
+  CHECK(in.to_vector<float>()[32767] == static_cast<float>(prev));
+
+  // Behind a large all_reduce still queued or in flight, messages with the
+  // same tag keep their order (MPI matches them in posting order).
+  const Tensor sum = Tensor::full({1 << 20}, 1.0);
+  const Work reduce = world().all_reduce(sum);
+  std::vector<Tensor> outs, ins;
+  std::vector<Work> works;
+  for (int i = 0; i < 4; ++i) {
+    outs.push_back(Tensor::full({1000}, static_cast<double>(100 * r + i)));
+    ins.push_back(Tensor::zeros({1000}));
+    works.push_back(world().recv(ins.back(), prev, {.tag = 12}));
+    works.push_back(world().send(outs.back(), next, {.tag = 12}));
+  }
+  run_on_every_rank([&] {
+    reduce.wait(20s);
+    for (const Work& w : works) w.wait(20s);
+  });
+  CHECK(sum.to_vector<float>()[0] == static_cast<float>(n));
+  for (int i = 0; i < 4; ++i)
+    CHECK(ins[static_cast<size_t>(i)].to_vector<float>()[999] ==
+          static_cast<float>(100 * prev + i));
 }
 
 TEST_CASE("mpi: tensors larger than one MPI call are split into several calls") {

@@ -151,6 +151,8 @@ class SendOp final : public WorkOp {
          const detail::WorkPtr& work)
       : WorkOp(target, work), buffer_(tensor), peer_(peer), tag_(tag) {}
 
+  bool posts_on_submit() const override { return true; }
+
   void start() override {
     buffer_.stage_in(true);
     const Tensor& host = buffer_.host();
@@ -178,6 +180,7 @@ class RecvOp final : public WorkOp {
       : WorkOp(target, work), buffer_(tensor), peer_(peer), tag_(tag) {}
 
   bool cancellable() const override { return true; }
+  bool posts_on_submit() const override { return true; }
 
   void start() override {
     buffer_.stage_in(false);

@@ -14,6 +14,22 @@
 // after fail(), because MPI may still write into its buffers: an op owns (a
 // reference to) every buffer its requests use.
 //
+// NOTE [posted on submit]
+// A point-to-point op (posts_on_submit()) is started by the submitting thread
+// itself, inside ProgressEngine::submit(), when nothing submitted before it is
+// still queued; the driver adopts it afterwards (it tests its requests and
+// completes it as usual). MPI_THREAD_MULTIPLE lets the submitting thread call
+// MPI_Isend/MPI_Irecv while the progress thread is blocked in MPI_Waitsome. The
+// reason is the scheduler: a compute thread that submits a send and goes on
+// computing shares its core with the progress thread, and a woken (or
+// yielding) progress thread got that core only at the next scheduler tick, so
+// a pipeline's 128 KiB activation left 1-4 ms after it was sent, all of it on
+// the critical path of the receiving stage (docs/comm.md, "Point-to-point").
+// Posted at once, the message is in MPI's hands when send() returns: the
+// receiver pulls it (single copy) or takes it eagerly without this rank's help.
+// Only point-to-point ops: a collective's order against other collectives is
+// the FIFO's, and its start() may do much more work than post a request.
+//
 // A polled() op moves data without MPI requests (the shared-memory
 // all-reduce): the engine calls its step() once per round, whenever it has no
 // request outstanding, and stops blocking in MPI while such an op is active.
@@ -44,6 +60,8 @@ class MpiOp {
   virtual void fail(std::exception_ptr error) = 0;
   // What the op is, for error messages ("all_reduce #3 on group 'world' (...)").
   virtual std::string describe() const = 0;
+  // Started by the submitting thread (NOTE [posted on submit]).
+  virtual bool posts_on_submit() const { return false; }
   // Receives can be cancelled when their communicator is aborted; collectives cannot.
   virtual bool cancellable() const { return false; }
   // Advanced by step() rather than by MPI requests (see NOTE [op life cycle]).

@@ -138,8 +138,23 @@ void ProgressEngine::submit(std::unique_ptr<MpiOp> op, bool caller_drives) {
     std::lock_guard lock(mutex_);
     LOOM_CHECK(!stopping_, op->describe(),
                ": the mpi backend has shut down (the loom::Context that started it was destroyed)");
-    queue_.push_back(std::move(op));
     last_submit_ = std::chrono::steady_clock::now();
+    if (op->posts_on_submit() && queue_.empty() && fence_ == nullptr) {
+      // NOTE [posted on submit]: in MPI's hands now, in submission order (the
+      // lock keeps other submitters out until the requests are posted).
+      std::exception_ptr error;
+      try {
+        op->start();
+        op->posted();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      posted_on_submit_.emplace_back(std::move(op), error);
+      // The driver adopts it; a thread about to wait on it does that itself.
+      if (!(caller_drives && callers_drive_)) wake_locked();
+      return;
+    }
+    queue_.push_back(std::move(op));
     // NOTE [caller drives]: while callers wait on what they issue, post it
     // here rather than wake the progress thread for it.
     post_here = caller_drives && callers_drive_ && state_ != State::blocked_in_mpi;
@@ -171,7 +186,7 @@ void ProgressEngine::post(std::function<void()> fn) {
 }
 
 bool ProgressEngine::has_work_locked() const {
-  return !commands_.empty() || (!queue_.empty() && fence_ == nullptr);
+  return !commands_.empty() || !posted_on_submit_.empty() || (!queue_.empty() && fence_ == nullptr);
 }
 
 // ---- the thread ---------------------------------------------------------------------------------
@@ -365,6 +380,19 @@ void ProgressEngine::drive_until(const std::function<bool()>& done,
 
 int ProgressEngine::take_work() {
   int taken = 0;
+  // NOTE [posted on submit]: ops already started, all submitted before anything queued.
+  std::vector<std::pair<std::unique_ptr<MpiOp>, std::exception_ptr>> started;
+  {
+    std::lock_guard lock(mutex_);
+    started.swap(posted_on_submit_);
+  }
+  for (auto& [op, error] : started) {
+    ++taken;
+    if (error) fail_op(*op, error);
+    MpiOp& ref = *op;
+    active_.push_back(std::move(op));
+    if (finish_if_done(ref)) remove_op(ref);
+  }
   while (true) {
     std::function<void()> command;
     std::unique_ptr<MpiOp> op;

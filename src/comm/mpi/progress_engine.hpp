@@ -72,12 +72,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "comm/mpi/mpi_op.hpp"
@@ -104,9 +106,9 @@ class ProgressEngine {
   const MpiTypes& types() const { return *types_; }
 
   // ---- any thread ----------------------------------------------------------------------------
-  // Queues `op` behind every op submitted before it. Throws loom::Error once
-  // shut down. `caller_drives`: a thread waiting on the op will drive the
-  // engine (NOTE [caller drives]), so submit() may post it itself.
+  // Queues `op` behind every op submitted before it (or starts it at once: NOTE
+  // [posted on submit] in mpi_op.hpp). Throws loom::Error once shut down. `caller_drives`: a thread
+  // waiting on the op will drive the engine (NOTE [caller drives]), so submit() may post it itself.
   void submit(std::unique_ptr<MpiOp> op, bool caller_drives = false);
   // Runs `fn` on the progress thread soon, ahead of queued ops and regardless
   // of fences (control traffic). Ignored once shut down.
@@ -164,7 +166,7 @@ class ProgressEngine {
   // With mutex_ held: wakes the thread (condition variable, or the doorbell when it is in MPI).
   void wake_locked();
   bool has_work_locked() const;
-  int take_work();  // returns how many ops and commands it started
+  int take_work();  // returns how many ops and commands it started or adopted
   void start_op(std::unique_ptr<MpiOp> op);
   bool busy() const;     // ops of live communicators in flight
   bool polling() const;  // a polled op is active (NOTE [polled ops])
@@ -195,6 +197,9 @@ class ProgressEngine {
   mutable std::mutex mutex_;  // guards the members below
   std::condition_variable cv_;
   std::deque<std::unique_ptr<MpiOp>> queue_;
+  // NOTE [posted on submit]: started by submit(), not yet adopted by the driver
+  // (with the error start() threw, if any).
+  std::vector<std::pair<std::unique_ptr<MpiOp>, std::exception_ptr>> posted_on_submit_;
   std::deque<std::function<void()>> commands_;
   std::vector<std::unique_ptr<detail::ShmAllReduce>> shm_;
   State state_ = State::running;
