@@ -271,7 +271,8 @@ int run(const Flags& f) {
   int64_t first_step = 0;
   if (f.resume) {
     if (const auto latest = checkpoint::latest_checkpoint(f.checkpoint_dir)) {
-      const checkpoint::TrainingState saved = checkpoint::load_checkpoint(*latest, zero, dp.rank());
+      const checkpoint::TrainingState saved =
+          checkpoint::load_checkpoint(*latest, zero, dp.rank(), world);
       for (const auto& [key, value] : resume_invariants(f, dp.size())) {
         const auto it = saved.info.find(key);
         LOOM_CHECK(it != saved.info.end() && it->second == value, "--resume: checkpoint ",

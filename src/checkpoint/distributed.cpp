@@ -62,17 +62,9 @@ Tensor flat_host(const Tensor& t, int64_t begin, int64_t end, const Tensor& into
   return flat.device().is_cpu() ? flat.clone() : flat.to(Device::cpu());
 }
 
-// Copies local elements [begin, end) of a parameter laid out as `l` from its
-// global tensor into `dst` (begin..end of the local flat tensor).
-void scatter_to(const std::vector<float>& global, const Layout& l, int64_t begin, int64_t end,
-                const Tensor& dst) {
-  std::vector<float> local(static_cast<size_t>(end - begin), 0.0f);  // padding stays zero
-  on_disk::for_each_run(l, begin, end, [&](int64_t i, int64_t g, int64_t n) {
-    const int64_t from = on_disk::unpadded(l, g);
-    if (from < 0) return;
-    std::copy(global.begin() + from, global.begin() + from + n, local.begin() + (i - begin));
-  });
-  dst.copy_from(Tensor::from_vector(local, dst.shape(), Device::cpu()).to(dst.device()));
+// `values` into `dst` (any device), which has as many elements.
+void copy_into(const std::vector<float>& values, const Tensor& dst) {
+  dst.copy_from(Tensor::from_vector(values, dst.shape(), Device::cpu()).to(dst.device()));
 }
 
 }  // namespace
@@ -202,30 +194,59 @@ TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::Z
     LOOM_CHECK(by_param.count(p->name()) > 0, "checkpoint ", step_dir, ": parameter '", p->name(),
                "' of the model is in no file (a checkpoint of another model?)");
   }
+  // NOTE [records read on demand] (records.hpp): each piece this rank keeps
+  // is read from the records that hold it, nothing else.
   for (nn::Parameter* p : zero.parameters()) {
     const Layout mine{p->shape(), p->placement()};
     const std::vector<const on_disk::Record*>& mine_records = by_param.at(p->name());
-    const std::vector<float> value =
-        on_disk::assemble(mine_records, p->name(), "value", mine.model_shape());
-    if (stage != 3) {
-      scatter_to(value, mine, 0, p->numel(), p->value());
-    }
+    const auto read = [&](const std::string& kind, int64_t begin, int64_t end) {
+      return on_disk::read_local(mine_records, p->name(), kind, mine, begin, end);
+    };
+    if (stage != 3) copy_into(read("value", 0, p->numel()), p->value());
     for (size_t i = 0; i < pieces.size(); ++i) {
       if (pieces[i].param != p) continue;
+      const int64_t begin = pieces[i].begin, end = pieces[i].end;
       // At stage 3 the value at rest is the slot's (this rank's piece).
-      if (stage == 3) {
-        scatter_to(value, mine, pieces[i].begin, pieces[i].end, opt.slots()[i].current_value());
-      }
+      if (stage == 3) copy_into(read("value", begin, end), opt.slots()[i].current_value());
       for (const auto& [kind, tensor] : states[i].tensors) {
-        const std::vector<float> global =
-            on_disk::assemble(mine_records, p->name(), kind, mine.model_shape());
-        const Tensor flat = stage == 0 ? tensor.flat_view(0, {tensor.numel()}) : tensor;
-        scatter_to(global, mine, pieces[i].begin, pieces[i].end, flat);
+        copy_into(read(kind, begin, end),
+                  stage == 0 ? tensor.flat_view(0, {tensor.numel()}) : tensor);
       }
     }
+    for (const on_disk::Record* r : mine_records) r->release();
   }
   if (optimizer_steps >= 0) opt.set_step_count(optimizer_steps);
   return state;
+}
+
+TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::ZeroOptimizer& zero,
+                              int dp_rank, comm::Communicator& world) {
+  TrainingState state;
+  std::string error;
+  try {
+    state = load_checkpoint(step_dir, zero, dp_rank);
+  } catch (const std::exception& e) {
+    error = e.what();
+    if (error.empty()) error = "an error without a message";
+  }
+  // The lowest failing rank, or the world size when every rank loaded.
+  const Tensor failed = Tensor::full({1}, error.empty() ? world.size() : world.rank(), DType::i32);
+  world.all_reduce(failed, {.op = comm::ReduceOp::min}).wait();
+  const int root = static_cast<int>(failed.to_vector<int32_t>()[0]);
+  if (root == world.size()) return state;
+  // Its message, one character per element.
+  const Tensor length = Tensor::full({1}, static_cast<double>(error.size()), DType::i32);
+  world.broadcast(length, {.root = root}).wait();
+  const auto n = static_cast<int64_t>(length.to_vector<int32_t>()[0]);
+  std::vector<int32_t> chars(error.begin(), error.end());
+  chars.resize(static_cast<size_t>(n));
+  const Tensor text = Tensor::from_vector(chars, {n});
+  world.broadcast(text, {.root = root}).wait();
+  if (!error.empty() && world.rank() == root) throw Error(error);
+  const std::vector<int32_t> received = text.to_vector<int32_t>();
+  throw Error(str_cat(
+      "checkpoint ", step_dir, ": rank ", root, " of group '", world.name(),
+      "' could not load it, so no rank resumes: ", std::string(received.begin(), received.end())));
 }
 
 }  // namespace loom::checkpoint

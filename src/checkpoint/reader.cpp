@@ -1,6 +1,7 @@
 // Reading a distributed checkpoint (CheckpointReader, latest_checkpoint): the
-// manifest, every file it lists and their records, checked before anything is
-// used. Depends on core/ and the safetensors reader only (checkpoint/records.hpp).
+// manifest, the header of every file it lists and their records, checked
+// before anything is used; the data on demand (NOTE [records read on demand]
+// in records.hpp). Depends on core/ and the safetensors reader only (checkpoint/records.hpp).
 #include <algorithm>
 #include <fstream>
 
@@ -60,7 +61,7 @@ CheckpointReader::CheckpointReader(const std::filesystem::path& step_dir)
       const std::filesystem::path path = step_dir / name;
       LOOM_CHECK(std::filesystem::exists(path), "checkpoint ", step_dir, ": file ", name,
                  " listed in its manifest is missing");
-      c.files.push_back(load_safetensors(path));
+      c.files.push_back(index_safetensors(path));  // NOTE [records read on demand]
     }
     for (size_t f = 0; f < c.files.size(); ++f) {
       const std::string& file = c.names[f];
@@ -79,13 +80,14 @@ CheckpointReader::CheckpointReader(const std::filesystem::path& step_dir)
                             on_disk::integer(r, in_file, "begin"),
                             on_disk::integer(r, in_file, "end"),
                             on_disk::layout_from(r.at("layout"), in_file),
-                            &c.files[f].at(r.at("tensor").get<std::string>()).tensor};
+                            &c.files[f],
+                            r.at("tensor").get<std::string>()};
+        const SafetensorsIndex::Entry& stored = c.files[f].at(rec.tensor);
         const Shape global = rec.layout.global_shape();
         LOOM_CHECK(rec.begin >= 0 && rec.begin <= rec.end &&
                        rec.end <= shape_numel(rec.layout.local_shape) &&
-                       rec.tensor->numel() == rec.end - rec.begin &&
-                       rec.tensor->dtype() == DType::f32 &&
-                       global.size() == rec.layout.local_shape.size(),
+                       shape_numel(stored.shape) == rec.end - rec.begin &&
+                       stored.dtype == DType::f32 && global.size() == rec.layout.local_shape.size(),
                    "checkpoint file ", file, ": record '", r.at("tensor").get<std::string>(),
                    "' does not fit its parameter's shape");
         c.records.push_back(std::move(rec));
@@ -105,7 +107,13 @@ CheckpointReader::CheckpointReader(const std::filesystem::path& step_dir)
       info.kinds.push_back(r.kind);
     }
     ++info.records;
-    info.bytes += static_cast<int64_t>(r.tensor->nbytes());
+    info.bytes += (r.end - r.begin) * static_cast<int64_t>(sizeof(float));
+  }
+  // Every rank refuses an incomplete checkpoint before it loads anything.
+  for (const auto& [param, info] : c.params) {
+    for (const std::string& kind : info.kinds) {
+      on_disk::check_complete(c.by_param.at(param), param, kind, info.global_shape);
+    }
   }
 }
 

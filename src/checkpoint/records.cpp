@@ -107,6 +107,103 @@ Layout layout_from(const json& j, const std::string& where) {
   return l;
 }
 
+const Tensor& Record::values() const {
+  if (!cached.defined()) cached = read_safetensors_tensor(*index, tensor).tensor;
+  return cached;
+}
+
+namespace {
+
+// Every record of `kind` has the model's global shape (a checkpoint of another model otherwise).
+void check_global_shape(const std::vector<const Record*>& records, const std::string& param,
+                        const std::string& kind, const Shape& global_shape) {
+  for (const Record* r : records) {
+    if (r->kind != kind) continue;
+    LOOM_CHECK(r->layout.model_shape() == global_shape, "checkpoint file ", r->file,
+               ": parameter '", param, "' has global shape ", shape_str(r->layout.model_shape()),
+               " but the model's is ", shape_str(global_shape),
+               " (a checkpoint of another model?)");
+  }
+}
+
+// A run of consecutive elements of the unpadded global tensor.
+struct Run {
+  int64_t global = 0, n = 0, local = 0;  // local: where it starts in the caller's numbering
+};
+
+}  // namespace
+
+void check_complete(const std::vector<const Record*>& records, const std::string& param,
+                    const std::string& kind, const Shape& global_shape) {
+  const int64_t numel = shape_numel(global_shape);
+  std::vector<std::pair<int64_t, int64_t>> runs;  // [begin, end) in the unpadded global tensor
+  for (const Record* r : records) {
+    if (r->kind != kind) continue;
+    for_each_run(r->layout, r->begin, r->end, [&](int64_t, int64_t global, int64_t n) {
+      const int64_t to = unpadded(r->layout, global);  // a run is padding as a whole or not at all
+      if (to >= 0) runs.emplace_back(to, to + n);
+    });
+  }
+  std::sort(runs.begin(), runs.end());
+  int64_t covered = 0;  // [0, covered) is held by some record
+  for (const auto& [begin, end] : runs) {
+    if (begin > covered) break;
+    covered = std::max(covered, end);
+  }
+  LOOM_CHECK(covered >= numel, "checkpoint: parameter '", param, "' (", kind, ") element ", covered,
+             " of ", numel, " is in no file of the checkpoint (an incomplete checkpoint?)");
+}
+
+std::vector<float> read_local(const std::vector<const Record*>& records, const std::string& param,
+                              const std::string& kind, const Layout& mine, int64_t begin,
+                              int64_t end) {
+  check_global_shape(records, param, kind, mine.model_shape());
+  // The runs this rank needs, by global position.
+  std::vector<Run> needed;
+  for_each_run(mine, begin, end, [&](int64_t local, int64_t global, int64_t n) {
+    const int64_t to = unpadded(mine, global);
+    if (to >= 0) needed.push_back({to, n, local - begin});
+  });
+  std::sort(needed.begin(), needed.end(),
+            [](const Run& a, const Run& b) { return a.global < b.global; });
+  std::vector<float> out(static_cast<size_t>(end - begin), 0.0f);   // padding stays zero
+  std::vector<uint8_t> seen(out.size(), 0), wanted(out.size(), 0);  // wanted: not padding
+  for (const Run& run : needed) std::fill_n(wanted.begin() + run.local, run.n, 1);
+  // Copies (from the record's element, to ours, count), found from layouts alone.
+  struct Copy {
+    int64_t from = 0, to = 0, n = 0;
+  };
+  for (const Record* r : records) {
+    if (r->kind != kind) continue;
+    std::vector<Copy> copies;
+    for_each_run(r->layout, r->begin, r->end, [&](int64_t local, int64_t global, int64_t n) {
+      const int64_t g = unpadded(r->layout, global);
+      if (g < 0) return;
+      // The needed runs that overlap [g, g + n): from the last one starting at or before g.
+      auto it = std::upper_bound(needed.begin(), needed.end(), g,
+                                 [](int64_t x, const Run& run) { return x < run.global; });
+      if (it != needed.begin()) --it;
+      for (; it != needed.end() && it->global < g + n; ++it) {
+        const int64_t lo = std::max(g, it->global), hi = std::min(g + n, it->global + it->n);
+        if (lo >= hi) continue;
+        copies.push_back({local - r->begin + (lo - g), it->local + (lo - it->global), hi - lo});
+      }
+    });
+    if (copies.empty()) continue;  // nothing of ours: not read
+    const float* data = r->values().data<float>();
+    for (const Copy& c : copies) {
+      std::copy(data + c.from, data + c.from + c.n, out.begin() + c.to);
+      std::fill_n(seen.begin() + c.to, c.n, 1);
+    }
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    LOOM_CHECK(!wanted[i] || seen[i], "checkpoint: parameter '", param, "' (", kind,
+               ") local element ", begin + static_cast<int64_t>(i),
+               " is in no file of the checkpoint (an incomplete checkpoint?)");
+  }
+  return out;
+}
+
 std::vector<float> assemble(const std::vector<const Record*>& records, const std::string& param,
                             const std::string& kind, const Shape& global_shape) {
   const int64_t numel = shape_numel(global_shape);
@@ -117,20 +214,14 @@ std::vector<float> assemble(const std::vector<const Record*>& records, const std
   for (const Record* r : records) {
     if (r->kind == kind) stored += r->end - r->begin;
   }
-  for (const Record* r : records) {
-    if (r->kind != kind) continue;
-    LOOM_CHECK(r->layout.model_shape() == global_shape, "checkpoint file ", r->file,
-               ": parameter '", param, "' has global shape ", shape_str(r->layout.model_shape()),
-               " but the model's is ", shape_str(global_shape),
-               " (a checkpoint of another model?)");
-  }
+  check_global_shape(records, param, kind, global_shape);
   LOOM_CHECK(stored >= numel, "checkpoint: parameter '", param, "' (", kind, ") has ", numel,
              " elements, but its records hold ", stored, " (an incomplete checkpoint?)");
   std::vector<float> out(static_cast<size_t>(numel));
   std::vector<uint8_t> seen(static_cast<size_t>(numel), 0);
   for (const Record* r : records) {
     if (r->kind != kind) continue;
-    const float* data = r->tensor->data<float>();
+    const float* data = r->values().data<float>();
     for_each_run(r->layout, r->begin, r->end, [&](int64_t local, int64_t global, int64_t n) {
       // A run lies within one row: padding as a whole or not at all.
       const int64_t to = unpadded(r->layout, global);

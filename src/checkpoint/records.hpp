@@ -5,6 +5,19 @@
 // The reading path depends on core/ and the safetensors reader only, not on
 // comm/, optim/ or parallel/: tests/checkpoint/fuzz_reader_main.cpp builds it
 // on its own under ASan and UBSan (docs/checkpoint.md, "Proven": checkpoint.reader_fuzz_asan).
+//
+// NOTE [records read on demand]
+// Opening a checkpoint reads the manifest and every file's header (the
+// records, their layouts, checksums and offsets), never the data: a rank
+// that loads reads only the records that hold elements it keeps
+// (read_local), so with N ranks each reads about 1/N of a sharded
+// checkpoint, and never materialises a whole tensor. What every rank still
+// checks before loading anything: the manifest, every header (a truncated
+// file fails there: its tensors no longer cover its data section), each
+// record's fit, and that each parameter's records cover its global tensor
+// (check_complete). A flipped bit in data is found by the ranks that read
+// it (the checksum of each record they read); train_gpt makes the others
+// stop with it (load_checkpoint's agreement, checkpoint/distributed.hpp).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -86,19 +99,40 @@ void for_each_run(const Layout& l, int64_t begin, int64_t end, F run) {
 }
 
 // The record of a file: which parameter, which kind ("value" or a state
-// name), which local elements, laid out how.
+// name), which local elements, laid out how, and which tensor of the file
+// holds them (f32, end - begin elements; checked against the header).
 struct Record {
   std::string file;
   std::string param, kind;
   int64_t begin = 0, end = 0;
   Layout layout;
-  const Tensor* tensor = nullptr;
+  const SafetensorsIndex* index = nullptr;
+  std::string tensor;
+  // NOTE [records read on demand]: the values, read from the file (and their
+  // checksum checked) at the first values() call, kept until release().
+  mutable Tensor cached{};
+  const Tensor& values() const;
+  void release() const { cached = Tensor(); }
 };
+
+// Throws naming the element when the records of a parameter's kind leave a
+// hole in its global tensor (an incomplete checkpoint). Reads no data: the
+// layouts say which elements each record holds.
+void check_complete(const std::vector<const Record*>& records, const std::string& param,
+                    const std::string& kind, const Shape& global_shape);
 
 // A parameter's global tensor of one kind, assembled from its records;
 // throws naming the element when the records leave a hole.
 std::vector<float> assemble(const std::vector<const Record*>& records, const std::string& param,
                             const std::string& kind, const Shape& global_shape);
+
+// Local elements [begin, end) of a parameter laid out as `mine`, of one kind,
+// from the records that hold some of them; the others are not read. Padding
+// elements of `mine` are zero. Throws naming the element when no record holds
+// one, and naming the file when a record's global shape is not the model's.
+std::vector<float> read_local(const std::vector<const Record*>& records, const std::string& param,
+                              const std::string& kind, const Layout& mine, int64_t begin,
+                              int64_t end);
 
 }  // namespace loom::checkpoint::on_disk
 
@@ -110,7 +144,7 @@ struct CheckpointReader::Impl {
   int world = 0;
   int64_t optimizer_steps = -1;
   std::vector<std::string> names;
-  std::vector<SafetensorsFile> files;
+  std::vector<SafetensorsIndex> files;  // headers only (NOTE [records read on demand])
   std::vector<on_disk::Record> records;
   std::map<std::string, std::vector<const on_disk::Record*>> by_param;
   std::map<std::string, ParamInfo> params;

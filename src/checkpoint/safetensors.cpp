@@ -113,6 +113,7 @@ class Reader {
   uint64_t size_ = 0;
 };
 
+// A header entry; begin and end are offsets into the data section.
 struct Entry {
   std::string name;
   DType dtype = DType::f32;
@@ -283,7 +284,7 @@ void save_safetensors(const std::filesystem::path& path, const std::vector<Store
   });
 }
 
-SafetensorsFile load_safetensors(const std::filesystem::path& path) {
+SafetensorsIndex index_safetensors(const std::filesystem::path& path) {
   const Reader file(path);
   if (file.size() < 8) {
     file.fail("it is ", file.size(), " bytes long, shorter than the 8-byte header length");
@@ -304,7 +305,9 @@ SafetensorsFile load_safetensors(const std::filesystem::path& path) {
   }
   if (!header.is_object()) file.fail("its header is not a JSON object");
 
-  SafetensorsFile result;
+  SafetensorsIndex result;
+  result.path = path;
+  result.file_bytes = file.size();
   std::vector<Entry> entries;
   std::optional<std::string> loom_records;
   for (const auto& [key, value] : header.items()) {
@@ -341,17 +344,59 @@ SafetensorsFile load_safetensors(const std::filesystem::path& path) {
               covered < data_bytes ? " (bytes after the last tensor)" : " (truncated)");
   }
   if (loom_records) parse_loom_records(file, *loom_records, entries);
-
   for (Entry& e : entries) {
-    Tensor t = Tensor::empty(e.shape, e.dtype);
-    file.read_at(data_start + e.begin, t.data(), e.end - e.begin, "tensor '" + e.name + "'");
-    if (e.crc && crc32c(t.data(), t.nbytes()) != *e.crc) {
-      file.fail("tensor '", e.name, "' fails its checksum (crc32c ",
-                hex32(crc32c(t.data(), t.nbytes())), ", stored ", hex32(*e.crc),
-                "): the file is corrupt");
-    }
-    result.tensors.push_back({e.name, std::move(t), std::move(e.shard)});
+    result.entries.push_back({e.name, e.dtype, std::move(e.shape), data_start + e.begin,
+                              e.end - e.begin, e.crc, std::move(e.shard)});
   }
+  return result;
+}
+
+const SafetensorsIndex::Entry& SafetensorsIndex::at(const std::string& name) const {
+  for (const Entry& e : entries) {
+    if (e.name == name) return e;
+  }
+  std::string names;
+  for (const Entry& e : entries) names += (names.empty() ? "" : ", ") + e.name;
+  throw Error(str_cat("safetensors file '", path.string(), "': no tensor '", name,
+                      "' (it holds: ", names, ")"));
+}
+
+namespace {
+
+StoredTensor read_entry(const Reader& file, const SafetensorsIndex::Entry& e) {
+  Tensor t = Tensor::empty(e.shape, e.dtype);
+  file.read_at(e.offset, t.data(), e.bytes, "tensor '" + e.name + "'");
+  if (e.crc && crc32c(t.data(), t.nbytes()) != *e.crc) {
+    file.fail("tensor '", e.name, "' fails its checksum (crc32c ",
+              hex32(crc32c(t.data(), t.nbytes())), ", stored ", hex32(*e.crc),
+              "): the file is corrupt");
+  }
+  return {e.name, std::move(t), e.shard};
+}
+
+}  // namespace
+
+StoredTensor read_safetensors_tensor(const SafetensorsIndex& index, const std::string& name) {
+  const SafetensorsIndex::Entry& e = index.at(name);
+  const Reader file(index.path);
+  if (file.size() != index.file_bytes) {
+    file.fail("it is ", file.size(), " bytes long, ", index.file_bytes,
+              " when its header was read: it changed while being read");
+  }
+  return read_entry(file, e);
+}
+
+SafetensorsFile load_safetensors(const std::filesystem::path& path) {
+  const SafetensorsIndex index = index_safetensors(path);
+  const Reader file(path);
+  if (file.size() != index.file_bytes) {
+    file.fail("it is ", file.size(), " bytes long, ", index.file_bytes,
+              " when its header was read: it changed while being read");
+  }
+  SafetensorsFile result;
+  result.metadata = index.metadata;
+  for (const SafetensorsIndex::Entry& e : index.entries)
+    result.tensors.push_back(read_entry(file, e));
   return result;
 }
 

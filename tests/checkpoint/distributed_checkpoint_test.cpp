@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "loom/checkpoint/distributed.hpp"
+#include "loom/checkpoint/safetensors.hpp"
 #include "loom/comm/local.hpp"
 #include "loom/models/gpt.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
@@ -79,7 +80,7 @@ std::vector<double> train(comm::Communicator& world, const Layout& l, const Segm
                                   .groups = parallel::reduction_groups(groups)});
     if (!seg.resume_from.empty()) {
       const checkpoint::TrainingState state =
-          checkpoint::load_checkpoint(seg.resume_from, zero, groups.dp->rank());
+          checkpoint::load_checkpoint(seg.resume_from, zero, groups.dp->rank(), world);
       LOOM_CHECK(state.step == seg.first, "resumed at step ", state.step, ", expected ", seg.first);
     }
     nn::CrossEntropyLoss loss;
@@ -121,18 +122,28 @@ std::vector<double> train(comm::Communicator& world, const Layout& l, const Segm
   }
 }
 
-// Rank 0's losses of `seg` on `ranks` in-process ranks (every rank's error, if any, rethrown).
-std::vector<double> run(int ranks, const Layout& l, const Segment& seg) {
-  std::vector<std::vector<double>> losses(static_cast<size_t>(ranks));
-  std::vector<std::string> errors(static_cast<size_t>(ranks));
+// Every rank's losses of `seg` on `ranks` in-process ranks, and its error ("" if none).
+struct Outcome {
+  std::vector<std::vector<double>> losses;
+  std::vector<std::string> errors;
+};
+Outcome run_ranks(int ranks, const Layout& l, const Segment& seg) {
+  Outcome out{std::vector<std::vector<double>>(static_cast<size_t>(ranks)),
+              std::vector<std::string>(static_cast<size_t>(ranks))};
   comm::run_local_ranks(comm::make_local_group(ranks), [&](comm::Communicator& c) {
     const auto r = static_cast<size_t>(c.rank());
-    losses[r] = train(c, l, seg, &errors[r]);
+    out.losses[r] = train(c, l, seg, &out.errors[r]);
   });
-  for (const std::string& e : errors) {
+  return out;
+}
+
+// Rank 0's losses of `seg` on `ranks` in-process ranks (every rank's error, if any, rethrown).
+std::vector<double> run(int ranks, const Layout& l, const Segment& seg) {
+  const Outcome out = run_ranks(ranks, l, seg);
+  for (const std::string& e : out.errors) {
     if (!e.empty()) throw Error(e);
   }
-  return losses[0];
+  return out.losses[0];
 }
 
 fs::path fresh_dir(const std::string& name) {
@@ -214,6 +225,50 @@ TEST_CASE("a checkpoint without its manifest, with a file missing or of another 
   CHECK_THROWS_WITH(run(1, {}, {.first = 1, .last = 2, .resume_from = step_dir}),
                     Contains("has no manifest.json: it is incomplete"));
   CHECK_FALSE(checkpoint::latest_checkpoint(dir));
+  fs::remove_all(dir);
+}
+
+TEST_CASE(
+    "a resuming rank reads only the records that hold what it keeps, and one that fails on "
+    "another rank stops every rank",
+    "[checkpoint]") {
+  // NOTE [records read on demand] (src/checkpoint/records.hpp). Saved as tp 2,
+  // rank-00001.safetensors holds tensor-parallel rank 1's shards only, which a
+  // tp 2 resume's rank 0 never needs. A flipped byte in one of them fails only
+  // on rank 1, which reads it; rank 0 loads its part and then stops with rank
+  // 1's error (had it read the record, the error would be its own).
+  const fs::path dir = fresh_dir("read_on_demand");
+  run(2, {.tp = 2}, {.first = 0, .last = 1, .save_dir = dir, .save_after = 0});
+  const fs::path step_dir = checkpoint::step_directory(dir, 1);
+  const fs::path file = step_dir / "rank-00001.safetensors";
+  const checkpoint::SafetensorsIndex index = checkpoint::index_safetensors(file);
+  const checkpoint::SafetensorsIndex::Entry* target = nullptr;
+  for (const auto& e : index.entries) {
+    if (target == nullptr && e.name.ends_with(".value") && e.bytes >= 64) target = &e;
+  }
+  REQUIRE(target != nullptr);
+  // Resuming before the flip: every rank loads.
+  const Outcome clean = run_ranks(2, {.tp = 2}, {.first = 1, .last = 2, .resume_from = step_dir});
+  CHECK(clean.errors[0].empty());
+  CHECK(clean.errors[1].empty());
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>(target->offset + target->bytes / 2);
+    char c = 0;
+    f.seekg(at);
+    f.get(c);
+    f.seekp(at);
+    f.put(static_cast<char>(c ^ 0x20));
+  }
+  const Outcome out = run_ranks(2, {.tp = 2}, {.first = 1, .last = 2, .resume_from = step_dir});
+  INFO("rank 0: " << out.errors[0] << "\nrank 1: " << out.errors[1]);
+  CHECK_THAT(out.errors[1], Contains("rank-00001.safetensors") && Contains(target->name) &&
+                                Contains("fails its checksum"));
+  CHECK_THAT(out.errors[0], Contains("rank 1 of group") && Contains("could not load it") &&
+                                Contains(target->name) && Contains("fails its checksum"));
+  // One rank keeps everything, so it reads the record itself.
+  CHECK_THROWS_WITH(run(1, {}, {.first = 1, .last = 2, .resume_from = step_dir}),
+                    Contains("rank-00001.safetensors") && Contains("fails its checksum"));
   fs::remove_all(dir);
 }
 

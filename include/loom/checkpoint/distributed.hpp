@@ -188,9 +188,18 @@ class CheckpointReader {
 
 // Loads the checkpoint in `step_dir` into the parameters and the optimizer
 // state that `zero` manages on this rank (its data-parallel rank `dp_rank`),
-// and the optimizer's step count. Not collective: each rank reads the files
-// itself. Returns the saved training state.
+// and the optimizer's step count. Not collective: each rank reads the headers
+// of every file and the data of the records that hold what it keeps, nothing
+// more (NOTE [records read on demand] in src/checkpoint/records.hpp). Returns
+// the saved training state.
 TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::ZeroOptimizer& zero,
                               int dp_rank);
+
+// The same on every rank of `world` together, which agree on the outcome
+// before any of them goes on: when a rank fails to load (a record only it
+// reads fails its checksum, say), every rank throws loom::Error naming that
+// rank and its error, so no rank trains on a partly loaded state.
+TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::ZeroOptimizer& zero,
+                              int dp_rank, comm::Communicator& world);
 
 }  // namespace loom::checkpoint

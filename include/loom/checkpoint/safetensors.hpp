@@ -65,6 +65,34 @@ void save_safetensors(const std::filesystem::path& path, const std::vector<Store
 // Reads and checks a whole file (see the guarantees above).
 SafetensorsFile load_safetensors(const std::filesystem::path& path);
 
+// A file's header, checked as load_safetensors() checks it, and where each
+// tensor's bytes lie; the data is read on demand (read_safetensors_tensor), so
+// a program reads only the tensors it needs (a rank loading its shards of a
+// checkpoint).
+struct SafetensorsIndex {
+  struct Entry {
+    std::string name;
+    DType dtype = DType::f32;
+    Shape shape;
+    uint64_t offset = 0, bytes = 0;  // in the file
+    std::optional<uint32_t> crc;     // Loom's checksum, when the file has one
+    std::optional<ShardPlacement> shard;
+  };
+  std::filesystem::path path;
+  uint64_t file_bytes = 0;                      // the file's size when indexed
+  std::vector<Entry> entries;                   // in the order of their data in the file
+  std::map<std::string, std::string> metadata;  // "__metadata__" without Loom's own keys
+
+  // The entry called `name`; throws naming the file's tensors when absent.
+  const Entry& at(const std::string& name) const;
+};
+
+SafetensorsIndex index_safetensors(const std::filesystem::path& path);
+// Reads the tensor called `name` from an indexed file and checks its checksum;
+// throws loom::Error naming the file and the tensor (a checksum that fails, a
+// file that changed size since it was indexed).
+StoredTensor read_safetensors_tensor(const SafetensorsIndex& index, const std::string& name);
+
 // The CRC-32C (Castagnoli) of `bytes`, as stored in "loom.tensors".
 uint32_t crc32c(const void* data, size_t bytes, uint32_t crc = 0);
 
