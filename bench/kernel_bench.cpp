@@ -329,6 +329,41 @@ void run_device(Bench& bench, Device device, bool quick) {
         bench.results.push_back(r);
       }
     }
+    // Activations and LayerNorm (rows of 256, the GPT's width), f32 and bf16/f16
+    // data: the 16-bit host paths compute in f32 a block at a time.
+    for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+      if (device.is_cuda() && dtype == DType::f16) continue;  // not on CUDA
+      const Tensor x = random_tensor({n / 256, 256}, dtype, device, 4),
+                   dy = random_tensor({n / 256, 256}, dtype, device, 5);
+      const Tensor y = Tensor::empty(x.shape(), dtype, device);
+      using loom::kernels::Activation;
+      for (const Activation f : {Activation::gelu, Activation::relu}) {
+        const std::string name = loom::kernels::activation_name(f);
+        Result fwd(device, name + " fwd", n, dtype);
+        fwd.cost = loom::kernels::activation_forward_cost(f, x);
+        fwd.seconds = bench.time(device, [&] { loom::kernels::activation_forward(f, x, y); });
+        bench.results.push_back(fwd);
+        Result bwd(device, name + " bwd", n, dtype);
+        bwd.cost = loom::kernels::activation_backward_cost(f, x);
+        bwd.seconds = bench.time(device, [&] { loom::kernels::activation_backward(f, x, dy, y); });
+        bench.results.push_back(bwd);
+      }
+      if (device.is_cuda() && dtype != DType::f32) continue;  // LayerNorm: f32 on CUDA
+      const Tensor w = random_tensor({256}, DType::f32, device, 6),
+                   b = random_tensor({256}, DType::f32, device, 7);
+      const Tensor mean = Tensor::empty({n / 256}, DType::f32, device),
+                   rstd = Tensor::empty({n / 256}, DType::f32, device);
+      Result ln(device, "layer_norm fwd", n, dtype);
+      ln.cost = loom::kernels::layer_norm_forward_cost(x);
+      ln.seconds = bench.time(
+          device, [&] { loom::kernels::layer_norm_forward(x, w, b, 1e-5f, y, mean, rstd); });
+      bench.results.push_back(ln);
+      Result ln_dx(device, "layer_norm dX", n, dtype);
+      ln_dx.cost = loom::kernels::layer_norm_backward_input_cost(x);
+      ln_dx.seconds = bench.time(
+          device, [&] { loom::kernels::layer_norm_backward_input(dy, x, w, mean, rstd, y); });
+      bench.results.push_back(ln_dx);
+    }
     // Core element-wise work: dtype conversion, fill, random fill.
     const Tensor f32 = random_tensor({n}, DType::f32, device, 3);
     const Tensor bf16 = Tensor::empty({n}, DType::bf16, device);

@@ -16,9 +16,18 @@ namespace {
 
 // `t` pairs up element by element with `out`: same count, dtype, device; it may
 // be `out` itself but not overlap it partly.
+// f32 anywhere, bf16 and f16 on the host, bf16 on CUDA.
+void check_dtype(const char* op, const char* name, const Tensor& t) {
+  detail::check_defined(op, name, t);
+  const DType d = t.dtype();
+  const bool ok = d == DType::f32 || d == DType::bf16 || (d == DType::f16 && t.device().is_cpu());
+  LOOM_CHECK(ok, op, ": ", name, " ", t, " has dtype ", d,
+             "; this op takes f32, bf16, or f16 on the host");
+}
+
 void check_pair(const char* op, const char* name, const Tensor& t, const char* out_name,
                 const Tensor& out) {
-  detail::check_float(op, name, t, true);
+  check_dtype(op, name, t);
   detail::check_same_dtype(op, name, t, out);
   detail::check_same_device(op, name, t, out);
   LOOM_CHECK(t.numel() == out.numel(), op, ": ", name, " ", t, " has ", t.numel(), " elements but ",
@@ -43,11 +52,11 @@ const char* activation_name(Activation f) {
 
 void activation_forward(Activation f, const Tensor& x, const Tensor& y) {
   const char* op = f == Activation::relu ? "relu forward" : "gelu forward";
-  detail::check_float(op, "y", y, true);
+  check_dtype(op, "y", y);
   check_pair(op, "x", x, "y", y);
   if (y.numel() == 0) return;
   if (y.device().is_cpu()) {
-    cpu::activation_forward(f, x.data<float>(), y.data<float>(), y.numel());
+    cpu::activation_forward(f, x.data(), y.data(), y.dtype(), y.numel());
     return;
   }
 #if LOOM_HAS_CUDA
@@ -61,12 +70,12 @@ void activation_forward(Activation f, const Tensor& x, const Tensor& y) {
 
 void activation_backward(Activation f, const Tensor& x, const Tensor& dy, const Tensor& dx) {
   const char* op = f == Activation::relu ? "relu backward" : "gelu backward";
-  detail::check_float(op, "dx", dx, true);
+  check_dtype(op, "dx", dx);
   check_pair(op, "dy", dy, "dx", dx);
   check_pair(op, "x", x, "dx", dx);
   if (dx.numel() == 0) return;
   if (dx.device().is_cpu()) {
-    cpu::activation_backward(f, x.data<float>(), dy.data<float>(), dx.data<float>(), dx.numel());
+    cpu::activation_backward(f, x.data(), dy.data(), dx.data(), dx.dtype(), dx.numel());
     return;
   }
 #if LOOM_HAS_CUDA

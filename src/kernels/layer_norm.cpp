@@ -25,13 +25,17 @@ struct LayerNormChecks {
   Rows dims;
 
   LayerNormChecks(const char* op_name, const Tensor& input) : op(op_name), x(input) {
-    detail::check_float(op, "x", x);
+    // f32; on the host also bf16 and f16 (x, y, dy, dx; the rest stays f32).
+    detail::check_defined(op, "x", x);
+    const bool half = x.dtype() == DType::bf16 || x.dtype() == DType::f16;
+    LOOM_CHECK(x.dtype() == DType::f32 || (half && x.device().is_cpu()), op, ": x ", x,
+               " has dtype ", x.dtype(), "; this op takes f32, or bf16 or f16 on the host");
     dims.cols = detail::last_dim(op, "x", x);
     LOOM_CHECK(dims.cols > 0, op, ": x ", x, " has an empty last dimension");
     dims.rows = x.numel() / dims.cols;
   }
   void like_x(const char* name, const Tensor& t) const {
-    detail::check_float(op, name, t);
+    detail::check_same_dtype(op, name, t, x);
     detail::check_same_device(op, name, t, x);
     detail::check_shape(op, name, t, x.shape());
   }
@@ -61,8 +65,8 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   LOOM_CHECK(eps > 0.0f, "layer_norm forward: eps is ", eps, "; it must be positive");
   if (c.dims.rows == 0) return;
   if (x.device().is_cpu()) {
-    cpu::layer_norm_forward(x.data<float>(), weight.data<float>(), bias.data<float>(), eps,
-                            y.data<float>(), mean.data<float>(), rstd.data<float>(), c.dims.rows,
+    cpu::layer_norm_forward(x.data(), x.dtype(), weight.data<float>(), bias.data<float>(), eps,
+                            y.data(), mean.data<float>(), rstd.data<float>(), c.dims.rows,
                             c.dims.cols);
     return;
   }
@@ -86,9 +90,9 @@ void layer_norm_backward_input(const Tensor& dy, const Tensor& x, const Tensor& 
   c.per_row("rstd", rstd);
   if (c.dims.rows == 0) return;
   if (x.device().is_cpu()) {
-    cpu::layer_norm_backward_input(dy.data<float>(), x.data<float>(), weight.data<float>(),
-                                   mean.data<float>(), rstd.data<float>(), dx.data<float>(),
-                                   c.dims.rows, c.dims.cols);
+    cpu::layer_norm_backward_input(dy.data(), x.data(), x.dtype(), weight.data<float>(),
+                                   mean.data<float>(), rstd.data<float>(), dx.data(), c.dims.rows,
+                                   c.dims.cols);
     return;
   }
 #if LOOM_HAS_CUDA
@@ -119,7 +123,7 @@ void layer_norm_backward_weight(const Tensor& dy, const Tensor& x, const Tensor&
     return;
   }
   if (x.device().is_cpu()) {
-    cpu::layer_norm_backward_weight(dy.data<float>(), x.data<float>(), mean.data<float>(),
+    cpu::layer_norm_backward_weight(dy.data(), x.data(), x.dtype(), mean.data<float>(),
                                     rstd.data<float>(), dweight.data<float>(), dbias.data<float>(),
                                     c.dims.rows, c.dims.cols, accumulate);
     return;
@@ -139,21 +143,24 @@ OpCost layer_norm_forward_cost(const Tensor& x) {
   const auto n = static_cast<double>(x.numel());
   const double cols = x.dim() >= 1 ? static_cast<double>(x.size(-1)) : 0.0;
   const double rows = cols > 0 ? n / cols : 0.0;
-  return OpCost{8.0 * n, 4.0 * (2.0 * n + 2.0 * cols + 2.0 * rows)};
+  const auto e = static_cast<double>(x.element_size());  // x and y; the rest is f32
+  return OpCost{8.0 * n, 2.0 * e * n + 4.0 * (2.0 * cols + 2.0 * rows)};
 }
 
 OpCost layer_norm_backward_input_cost(const Tensor& x) {
   const auto n = static_cast<double>(x.numel());
   const double cols = x.dim() >= 1 ? static_cast<double>(x.size(-1)) : 0.0;
   const double rows = cols > 0 ? n / cols : 0.0;
-  return OpCost{9.0 * n, 4.0 * (3.0 * n + cols + 2.0 * rows)};
+  const auto e = static_cast<double>(x.element_size());  // dy, x and dx
+  return OpCost{9.0 * n, 3.0 * e * n + 4.0 * (cols + 2.0 * rows)};
 }
 
 OpCost layer_norm_backward_weight_cost(const Tensor& x, bool accumulate) {
   const auto n = static_cast<double>(x.numel());
   const double cols = x.dim() >= 1 ? static_cast<double>(x.size(-1)) : 0.0;
   const double rows = cols > 0 ? n / cols : 0.0;
-  return OpCost{4.0 * n, 4.0 * (2.0 * n + 2.0 * rows + (accumulate ? 4.0 : 2.0) * cols)};
+  const auto e = static_cast<double>(x.element_size());  // dy and x
+  return OpCost{4.0 * n, 2.0 * e * n + 4.0 * (2.0 * rows + (accumulate ? 4.0 : 2.0) * cols)};
 }
 
 }  // namespace loom::kernels

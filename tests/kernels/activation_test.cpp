@@ -73,10 +73,54 @@ TEST_CASE("activations name their errors and count their cost", "[kernels][activ
   REQUIRE_THROWS_WITH(
       k::activation_forward(Activation::gelu, Tensor::zeros({3}), Tensor::zeros({4})),
       Contains("gelu forward") && Contains("element count"));
-  REQUIRE_THROWS_WITH(k::activation_forward(Activation::relu, Tensor::zeros({3}, DType::bf16),
-                                            Tensor::zeros({3}, DType::bf16)),
-                      Contains("bf16"));
+  REQUIRE_THROWS_WITH(k::activation_forward(Activation::relu, Tensor::zeros({3}, DType::i32),
+                                            Tensor::zeros({3}, DType::i32)),
+                      Contains("i32") && Contains("f32, bf16, or f16"));
+  REQUIRE_THROWS_WITH(
+      k::activation_forward(Activation::relu, Tensor::zeros({3}, DType::bf16), Tensor::zeros({3})),
+      Contains("bf16") && Contains("f32"));
   const Tensor x = Tensor::zeros({10});
   REQUIRE(k::activation_forward_cost(Activation::gelu, x).flops == 50);
   REQUIRE(k::activation_backward_cost(Activation::relu, x).bytes == 120);
+}
+
+TEST_CASE("bf16 and f16 activations on the host are the f32 ones on the same values, rounded once",
+          "[kernels][activation]") {
+  // 5000 elements: more than one of the kernel's 2048-element chunks.
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    for (const Activation f : {Activation::relu, Activation::gelu}) {
+      INFO(loom::dtype_name(dtype) << " " << k::activation_name(f));
+      const Tensor x = loom::test::random_tensor({5000}, DType::f32, 31, -4, 4).to(dtype);
+      const Tensor dy = loom::test::random_tensor({5000}, DType::f32, 32).to(dtype);
+      const Tensor x32 = x.to(DType::f32), dy32 = dy.to(DType::f32);
+      const Tensor y = Tensor::empty({5000}, dtype), y32 = Tensor::empty({5000});
+      k::activation_forward(f, x, y);
+      k::activation_forward(f, x32, y32);
+      REQUIRE(loom::test::first_difference(y.to(DType::f32).to_vector<float>(),
+                                           y32.to(dtype).to(DType::f32).to_vector<float>()) == -1);
+      const Tensor dx = Tensor::empty({5000}, dtype), dx32 = Tensor::empty({5000});
+      k::activation_backward(f, x, dy, dx);
+      k::activation_backward(f, x32, dy32, dx32);
+      REQUIRE(loom::test::first_difference(dx.to(DType::f32).to_vector<float>(),
+                                           dx32.to(dtype).to(DType::f32).to_vector<float>()) == -1);
+      // Zeros of both signs, infinities, NaN and the smallest subnormals, as f32 does.
+      const float inf = std::numeric_limits<float>::infinity();
+      const std::vector<float> special = {0.0f,          -0.0f,          inf,    -inf,
+                                          std::nanf(""), -std::nanf(""), 1e-40f, -1e-40f,
+                                          6e-8f,         -6e-8f,         1.0f,   -1.0f};
+      const Tensor s = Tensor::from_vector(special, {12}).to(dtype), s32 = s.to(DType::f32);
+      const Tensor sy = Tensor::empty({12}, dtype), sy32 = Tensor::empty({12});
+      k::activation_forward(f, s, sy);
+      k::activation_forward(f, s32, sy32);
+      REQUIRE(loom::test::first_difference(sy.to(DType::f32).to_vector<float>(),
+                                           sy32.to(dtype).to(DType::f32).to_vector<float>()) == -1);
+      k::activation_backward(f, s, s, sy);
+      k::activation_backward(f, s32, s32, sy32);
+      REQUIRE(loom::test::first_difference(sy.to(DType::f32).to_vector<float>(),
+                                           sy32.to(dtype).to(DType::f32).to_vector<float>()) == -1);
+      k::activation_forward(f, x, x);  // in place
+      REQUIRE(loom::test::first_difference(x.to(DType::f32).to_vector<float>(),
+                                           y.to(DType::f32).to_vector<float>()) == -1);
+    }
+  }
 }

@@ -10,6 +10,7 @@
 
 using loom::bfloat16;
 using loom::float16;
+using loom::kernels::cpu::bfloat16_from;
 using loom::kernels::cpu::float16_from;
 using loom::kernels::cpu::load_float;
 
@@ -50,6 +51,29 @@ TEST_CASE("host kernels round f32 to f16 exactly as float16 does") {
   for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 997) check(static_cast<uint32_t>(bits));
   INFO("first mismatch at f32 bits " << first_mismatch << " ("
                                      << std::bit_cast<float>(first_mismatch) << ")");
+  CHECK(checked > 4'000'000);
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("host kernels round f32 to bf16 exactly as bfloat16 does") {
+  int64_t checked = 0, mismatches = 0;
+  uint32_t first_mismatch = 0;
+  auto check = [&](uint32_t bits) {
+    const float value = std::bit_cast<float>(bits);
+    ++checked;
+    if (bfloat16_from(value).bits != bfloat16(value).bits && mismatches++ == 0) {
+      first_mismatch = bits;
+    }
+  };
+  // Every bf16 value's neighbourhood: the value, its ties with the next one
+  // (upper half exactly 0x8000: rounding to even decides) and one either side;
+  // infinities and NaNs (with payloads) included, both signs.
+  for (uint32_t h = 0; h <= 0xffffu; ++h) {
+    const uint32_t bits = h << 16;
+    for (const uint32_t low : {0u, 1u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) check(bits | low);
+  }
+  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 997) check(static_cast<uint32_t>(bits));
+  INFO("first mismatch at f32 bits " << first_mismatch);
   CHECK(checked > 4'000'000);
   CHECK(mismatches == 0);
 }

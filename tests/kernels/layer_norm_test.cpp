@@ -110,7 +110,12 @@ TEST_CASE("layer_norm names shape, dtype and eps errors", "[kernels][layer_norm]
   REQUIRE_THROWS_WITH(k::layer_norm_forward(x, w, b, 1e-5f, y, Tensor::empty({3}), stats),
                       Contains("mean") && Contains("one value per row"));
   REQUIRE_THROWS_WITH(k::layer_norm_forward(x.to(DType::bf16), w, b, 1e-5f, y, stats, stats),
-                      Contains("bf16"));
+                      Contains("y") && Contains("bf16"));
+  REQUIRE_THROWS_WITH(k::layer_norm_forward(x, w.to(DType::bf16), b, 1e-5f, y, stats, stats),
+                      Contains("weight") && Contains("bf16"));
+  REQUIRE_THROWS_WITH(k::layer_norm_forward(Tensor::zeros({4, 8}, DType::i32), w, b, 1e-5f,
+                                            Tensor::zeros({4, 8}, DType::i32), stats, stats),
+                      Contains("i32") && Contains("bf16 or f16 on the host"));
   REQUIRE_THROWS_WITH(k::layer_norm_forward(x, w, b, 0.0f, y, stats, stats), Contains("eps"));
   REQUIRE_THROWS_WITH(k::layer_norm_backward_input(Tensor::zeros({4, 7}), x, w, stats, stats, y),
                       Contains("dy"));
@@ -121,4 +126,55 @@ TEST_CASE("layer_norm costs scale with the elements", "[kernels][layer_norm]") {
   REQUIRE(k::layer_norm_forward_cost(x).flops == 8 * 32);
   REQUIRE(k::layer_norm_backward_input_cost(x).flops == 9 * 32);
   REQUIRE(k::layer_norm_backward_weight_cost(x, false).flops == 4 * 32);
+}
+
+TEST_CASE("bf16 and f16 layer_norm on the host is the f32 one on the same values, rounded once",
+          "[kernels][layer_norm]") {
+  // 600 rows of 67: the 16-bit path converts blocks of 244 rows, so three
+  // blocks. The row sums of the f32 code follow the data's alignment (Eigen
+  // peels unaligned heads), so the converted rows' statistics may differ from
+  // the f32 tensor's in the last bit: 1e-6 for them, and one unit of the
+  // 16-bit type's last place for the rounded outputs.
+  const int64_t rows = 600, cols = 67;
+  const Tensor w = loom::test::random_tensor({cols}, DType::f32, 42, 0.5f, 1.5f);
+  const Tensor b = loom::test::random_tensor({cols}, DType::f32, 43);
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    INFO(loom::dtype_name(dtype));
+    const double ulp = dtype == DType::bf16 ? 1.0 / 128 : 1.0 / 1024;
+    const Tensor x = loom::test::random_tensor({rows, cols}, DType::f32, 41, -2, 3).to(dtype);
+    const Tensor dy = loom::test::random_tensor({rows, cols}, DType::f32, 44).to(dtype);
+    const Tensor x32 = x.to(DType::f32), dy32 = dy.to(DType::f32);
+    const auto close = [](const Tensor& got, const Tensor& want, double tol) {
+      const std::vector<float> w = want.to(DType::f32).to_vector<float>();
+      require_close(got.to(DType::f32).to_vector<float>(), std::vector<double>(w.begin(), w.end()),
+                    tol);
+    };
+    const Tensor y = Tensor::empty({rows, cols}, dtype), y32 = Tensor::empty({rows, cols});
+    const Tensor mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+    const Tensor mean32 = Tensor::empty({rows}), rstd32 = Tensor::empty({rows});
+    k::layer_norm_forward(x, w, b, 1e-5f, y, mean, rstd);
+    k::layer_norm_forward(x32, w, b, 1e-5f, y32, mean32, rstd32);
+    close(y, y32, ulp);
+    close(mean, mean32, 1e-6);
+    close(rstd, rstd32, 1e-6);
+
+    const Tensor dx = Tensor::empty({rows, cols}, dtype), dx32 = Tensor::empty({rows, cols});
+    k::layer_norm_backward_input(dy, x, w, mean, rstd, dx);
+    k::layer_norm_backward_input(dy32, x32, w, mean32, rstd32, dx32);
+    close(dx, dx32, ulp);
+
+    // The weight gradients are f32 sums over rows, added block by block; an
+    // accumulating call adds to what is there.
+    const Tensor dw = Tensor::full({cols}, 3.0), db = Tensor::full({cols}, 3.0);
+    const Tensor dw32 = Tensor::empty({cols}), db32 = Tensor::empty({cols});
+    k::layer_norm_backward_weight(dy, x, mean, rstd, dw, db, false);
+    k::layer_norm_backward_weight(dy32, x32, mean32, rstd32, dw32, db32, false);
+    close(dw, dw32, 1e-5);
+    close(db, db32, 1e-5);
+    k::layer_norm_backward_weight(dy, x, mean, rstd, dw, db, true);
+    const std::vector<float> once = db32.to_vector<float>();
+    std::vector<double> twice(once.begin(), once.end());
+    for (double& v : twice) v *= 2;
+    require_close(db.to_vector<float>(), twice, 1e-5);
+  }
 }

@@ -58,10 +58,22 @@ inline float16 float16_from(float value) {
   return float16::from_bits(static_cast<uint16_t>(sign | magnitude));
 }
 
+// Round to nearest even; NaN -> the same NaN quieted (as core/half.hpp), with
+// a select instead of core's branch, so that loops storing bf16 vectorise.
+inline bfloat16 bfloat16_from(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t quiet = (bits >> 16) | 0x40u;
+  return bfloat16::from_bits(
+      static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet : rounded));
+}
+
 template <typename T>
 inline T store_float(float v) {
   if constexpr (std::is_same_v<T, float16>) {
     return float16_from(v);
+  } else if constexpr (std::is_same_v<T, bfloat16>) {
+    return bfloat16_from(v);
   } else if constexpr (std::is_same_v<T, float>) {
     return v;
   } else {

@@ -4,7 +4,12 @@
 #include "kernels/cpu/layer_norm.hpp"
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
+#include <vector>
+
+#include "kernels/cpu/float_io.hpp"
+#include "loom/core/error.hpp"
 
 namespace loom::kernels::cpu {
 namespace {
@@ -64,6 +69,101 @@ void layer_norm_backward_weight(const float* dy, const float* x, const float* me
     dweight_out = dw;
     dbias_out = db;
   }
+}
+
+// ---- bf16 and f16 ----------------------------------------------------------------------------
+
+namespace {
+
+// Rows per block of the 16-bit paths: about 64 KiB of f32 per operand.
+int64_t block_rows(int64_t cols) {
+  return std::max<int64_t>(1, (int64_t{16} << 10) / cols);
+}
+
+template <typename T>
+void to_f32(const T* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = load_float(in[i]);
+}
+
+template <typename T>
+void from_f32(const float* in, T* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = store_float<T>(in[i]);
+}
+
+// Calls fn(T-typed pointer) for dtype bf16 or f16 (f32 is the caller's).
+template <typename Fn>
+void with_16bit(DType dtype, Fn fn) {
+  switch (dtype) {
+    case DType::bf16:
+      return fn(static_cast<bfloat16*>(nullptr));
+    case DType::f16:
+      return fn(static_cast<float16*>(nullptr));
+    default:
+      LOOM_ASSERT(false, "host layer_norm on dtype ", dtype);
+  }
+}
+
+}  // namespace
+
+void layer_norm_forward(const void* x, DType dtype, const float* weight, const float* bias,
+                        float eps, void* y, float* mean, float* rstd, int64_t rows, int64_t cols) {
+  if (dtype == DType::f32) {
+    return layer_norm_forward(static_cast<const float*>(x), weight, bias, eps,
+                              static_cast<float*>(y), mean, rstd, rows, cols);
+  }
+  with_16bit(dtype, [&]<typename T>(T*) {
+    const int64_t block = block_rows(cols);
+    std::vector<float> xs(static_cast<size_t>(block * cols)), ys(xs.size());
+    for (int64_t r0 = 0; r0 < rows; r0 += block) {
+      const int64_t n = std::min(block, rows - r0) * cols;
+      to_f32(static_cast<const T*>(x) + r0 * cols, xs.data(), n);
+      layer_norm_forward(xs.data(), weight, bias, eps, ys.data(), mean + r0, rstd + r0, n / cols,
+                         cols);
+      from_f32(ys.data(), static_cast<T*>(y) + r0 * cols, n);
+    }
+  });
+}
+
+void layer_norm_backward_input(const void* dy, const void* x, DType dtype, const float* weight,
+                               const float* mean, const float* rstd, void* dx, int64_t rows,
+                               int64_t cols) {
+  if (dtype == DType::f32) {
+    return layer_norm_backward_input(static_cast<const float*>(dy), static_cast<const float*>(x),
+                                     weight, mean, rstd, static_cast<float*>(dx), rows, cols);
+  }
+  with_16bit(dtype, [&]<typename T>(T*) {
+    const int64_t block = block_rows(cols);
+    std::vector<float> dys(static_cast<size_t>(block * cols)), xs(dys.size()), dxs(dys.size());
+    for (int64_t r0 = 0; r0 < rows; r0 += block) {
+      const int64_t n = std::min(block, rows - r0) * cols;
+      to_f32(static_cast<const T*>(dy) + r0 * cols, dys.data(), n);
+      to_f32(static_cast<const T*>(x) + r0 * cols, xs.data(), n);
+      layer_norm_backward_input(dys.data(), xs.data(), weight, mean + r0, rstd + r0, dxs.data(),
+                                n / cols, cols);
+      from_f32(dxs.data(), static_cast<T*>(dx) + r0 * cols, n);
+    }
+  });
+}
+
+void layer_norm_backward_weight(const void* dy, const void* x, DType dtype, const float* mean,
+                                const float* rstd, float* dweight, float* dbias, int64_t rows,
+                                int64_t cols, bool accumulate) {
+  if (dtype == DType::f32) {
+    return layer_norm_backward_weight(static_cast<const float*>(dy), static_cast<const float*>(x),
+                                      mean, rstd, dweight, dbias, rows, cols, accumulate);
+  }
+  with_16bit(dtype, [&]<typename T>(T*) {
+    const int64_t block = block_rows(cols);
+    std::vector<float> dys(static_cast<size_t>(block * cols)), xs(dys.size());
+    for (int64_t r0 = 0; r0 < rows; r0 += block) {
+      const int64_t n = std::min(block, rows - r0) * cols;
+      to_f32(static_cast<const T*>(dy) + r0 * cols, dys.data(), n);
+      to_f32(static_cast<const T*>(x) + r0 * cols, xs.data(), n);
+      // Blocks after the first add to what the first wrote.
+      layer_norm_backward_weight(dys.data(), xs.data(), mean + r0, rstd + r0, dweight, dbias,
+                                 n / cols, cols, accumulate || r0 > 0);
+    }
+  });
 }
 
 }  // namespace loom::kernels::cpu
