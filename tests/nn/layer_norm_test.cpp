@@ -31,3 +31,40 @@ TEST_CASE("LayerNorm: split backward, initialisation, errors", "[nn][layer_norm]
                     Contains("h.0.ln_1") && Contains("last dimension 6"));
   CHECK_THROWS_WITH(LayerNorm("ln", 4, 0.0f), Contains("eps"));
 }
+
+TEST_CASE("LayerNorm takes bf16 and f16 inputs on the host, its parameters staying f32",
+          "[nn][layer_norm]") {
+  // The f32 module on the same (rounded) values is the reference: outputs and
+  // input gradients within one unit of the 16-bit type's last place, the
+  // parameters' f32 gradients within 1e-5.
+  for (const loom::DType dtype : {loom::DType::bf16, loom::DType::f16}) {
+    INFO(loom::dtype_name(dtype));
+    const double ulp = dtype == loom::DType::bf16 ? 1.0 / 128 : 1.0 / 1024;
+    LayerNorm half("ln", 32), full("ln", 32);
+    for (LayerNorm* n : {&half, &full}) {
+      n->weight().value().copy_from(random_input({32}, 5, 0.5f, 1.5f));
+      n->bias().value().copy_from(random_input({32}, 6));
+    }
+    const Tensor x = random_input({4, 32}, 7, -2.0f, 2.0f).to(dtype);
+    const Tensor dy = random_input({4, 32}, 8).to(dtype);
+    Tape tape_half, tape_full;
+    const Tensor y = half.forward(x, tape_half);
+    const Tensor y32 = full.forward(x.to(loom::DType::f32), tape_full);
+    CHECK(y.dtype() == dtype);
+    const Tensor dx = half.backward(dy, tape_half);
+    const Tensor dx32 = full.backward(dy.to(loom::DType::f32), tape_full);
+    CHECK(dx.dtype() == dtype);
+    const auto close = [](const Tensor& got, const Tensor& want, double tol) {
+      const std::vector<float> g = got.to(loom::DType::f32).to_vector<float>(),
+                               w = want.to_vector<float>();
+      for (size_t i = 0; i < g.size(); ++i) {
+        INFO("element " << i);
+        REQUIRE(g[i] == Approx(w[i]).epsilon(tol).margin(tol));
+      }
+    };
+    close(y, y32, ulp);
+    close(dx, dx32, ulp);
+    close(half.weight().grad(), full.weight().grad(), 1e-5);
+    close(half.bias().grad(), full.bias().grad(), 1e-5);
+  }
+}
