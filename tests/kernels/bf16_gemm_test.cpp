@@ -13,6 +13,7 @@
 // f32 sum is rounded once, to nearest even.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -421,4 +422,104 @@ TEST_CASE("bf16 gemm: subnormals count as zero on the dot-product kernel only", 
   CHECK(product(subnormal, one) == 0x1p-129f);
   CHECK(product(tiny, small) == 0x1p-129f);
   CHECK(product(normal, small) == 0x1p-109f);
+}
+
+namespace {
+
+// A stored B [k, n] (bf16 bits) handed to bf16_dot_gemm_implicit through the
+// panel layout bf16_gemm.hpp documents, packed element by element.
+class MatrixPanels final : public loom::kernels::cpu::Bf16PanelSource {
+ public:
+  MatrixPanels(const std::vector<uint16_t>& b, int64_t n) : b_(b), n_(n) {}
+  void pack(int64_t l0, int64_t depth, int64_t j0, int64_t cols, uint32_t* out) const override {
+    using loom::kernels::cpu::kBf16PanelColumns;
+    const int64_t pairs = (depth + 1) / 2;
+    for (int64_t q = 0; q < cols; q += kBf16PanelColumns) {
+      const int64_t valid = std::min(kBf16PanelColumns, cols - q), width = (valid + 15) / 16 * 16;
+      for (int64_t t = 0; t < pairs; ++t) {
+        for (int64_t j = 0; j < width; ++j) {
+          const auto at = [&](int64_t l) -> uint32_t {
+            return j < valid && l < l0 + depth ? b_[static_cast<size_t>(l * n_ + j0 + q + j)] : 0;
+          };
+          out[q * pairs + t * width + j] = at(l0 + 2 * t) | at(l0 + 2 * t + 1) << 16;
+        }
+      }
+    }
+  }
+
+ private:
+  const std::vector<uint16_t>& b_;
+  int64_t n_;
+};
+
+}  // namespace
+
+TEST_CASE("bf16 implicit gemm: B from a panel source, C in column groups", "[precision]") {
+  if (!loom::kernels::cpu::bf16_dot_gemm_available()) LOOM_SKIP(kNoBf16Dot);
+  // Groups of 32 columns (two 16-column vectors, a 48-column panel straddling
+  // groups) with gaps between them, and one group holding all of n (not a
+  // multiple of 16); k odd and across the 512-deep blocks; m not a multiple of 8.
+  struct Case {
+    int64_t m, n, k, group_columns, group_stride;
+    float beta;
+  };
+  for (const Case& s : {Case{13, 96, 1101, 32, 13 * 32 + 5, 0.0f}, Case{13, 96, 7, 32, 500, 1.0f},
+                        Case{9, 37, 600, 37, 0, 0.0f}, Case{20, 400, 64, 400, 0, 1.0f}}) {
+    INFO("m " << s.m << " n " << s.n << " k " << s.k << " groups of " << s.group_columns << " beta "
+              << s.beta);
+    const Tensor a = loom::test::random_tensor({s.m, s.k}, DType::bf16, 31);
+    const Tensor b = loom::test::random_tensor({s.k, s.n}, DType::bf16, 32);
+    const std::vector<uint16_t> a_bits = [&] {
+      std::vector<uint16_t> bits;
+      for (const loom::bfloat16 v : a.to_vector<loom::bfloat16>()) bits.push_back(v.bits);
+      return bits;
+    }();
+    std::vector<uint16_t> b_bits;
+    for (const loom::bfloat16 v : b.to_vector<loom::bfloat16>()) b_bits.push_back(v.bits);
+    const std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>();
+    const int64_t groups = (s.n + s.group_columns - 1) / s.group_columns;
+    const int64_t size = (groups - 1) * s.group_stride + s.m * s.group_columns;
+    const auto where = [&](int64_t i, int64_t j) {
+      return static_cast<size_t>(i * s.group_columns + j / s.group_columns * s.group_stride +
+                                 j % s.group_columns);
+    };
+    // beta 0 must not read C (NaN); beta 1 adds to it; the gaps stay as they were.
+    std::vector<float> c(static_cast<size_t>(size), s.beta == 0.0f ? NAN : 0.25f);
+    const MatrixPanels panels(b_bits, s.n);
+    loom::kernels::cpu::Bf16ImplicitGemm g;
+    g.m = s.m;
+    g.n = s.n;
+    g.k = s.k;
+    g.a = a_bits.data();
+    g.b = &panels;
+    g.c = c.data();
+    g.c_row_stride = s.group_columns;
+    g.c_group_columns = s.group_columns;
+    g.c_group_stride = s.group_stride;
+    g.beta = s.beta;
+    loom::kernels::cpu::bf16_dot_gemm_implicit(g);
+    int64_t bad = 0;
+    std::vector<bool> output(c.size(), false);
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        double want = s.beta == 0.0f ? 0.0 : 0.25, scale = std::abs(want);
+        for (int64_t l = 0; l < s.k; ++l) {
+          const double p = static_cast<double>(av[static_cast<size_t>(i * s.k + l)]) *
+                           bv[static_cast<size_t>(l * s.n + j)];
+          want += p;
+          scale += std::abs(p);
+        }
+        output[where(i, j)] = true;
+        const float got = c[where(i, j)];
+        if (!(std::abs(got - want) <= (static_cast<double>(s.k) + 4) * 0x1p-23 * scale)) ++bad;
+      }
+    }
+    CHECK(bad == 0);
+    // The gaps between the groups keep what they held.
+    int64_t changed = 0;
+    for (size_t at = 0; at < c.size(); ++at) {
+      if (!output[at]) changed += s.beta == 0.0f ? !std::isnan(c[at]) : c[at] != 0.25f;
+    }
+    CHECK(changed == 0);
+  }
 }

@@ -5,8 +5,12 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "kernels/cpu/bf16_gemm.hpp"
 
 #include "loom/core/random.hpp"
 #include "loom/kernels/conv2d.hpp"
@@ -42,6 +46,59 @@ double relative_error(const Tensor& a, const Tensor& b) {
 struct Shape2d {
   int64_t n, c_in, h, w, c_out, kernel, stride, padding;
 };
+
+// Sets LOOM_CPU_BF16_GEMM for its lifetime (unset: the previous value comes back).
+class KernelChoice {
+ public:
+  explicit KernelChoice(const char* value) {
+    if (const char* old = std::getenv(kName)) old_ = old;
+    setenv(kName, value, 1);
+  }
+  ~KernelChoice() {
+    if (old_) {
+      setenv(kName, old_->c_str(), 1);
+    } else {
+      unsetenv(kName);
+    }
+  }
+  KernelChoice(const KernelChoice&) = delete;
+  KernelChoice& operator=(const KernelChoice&) = delete;
+
+ private:
+  static constexpr const char* kName = "LOOM_CPU_BF16_GEMM";
+  std::optional<std::string> old_;
+};
+
+// Every pass of the bf16-operand convolution of s against the f32 convolution
+// of the rounded operands (weight gradient written and accumulated).
+void check_passes(const Shape2d& s) {
+  const kernels::Conv2dParams f32{.stride = s.stride, .padding = s.padding};
+  kernels::Conv2dParams bf16 = f32;
+  bf16.operands = DType::bf16;
+  const Tensor x = random_tensor({s.n, s.c_in, s.h, s.w}, 11);
+  const Tensor w = random_tensor({s.c_out, s.c_in, s.kernel, s.kernel}, 12);
+  const Shape y_shape = kernels::conv2d_output_shape(x.shape(), w.shape(), f32);
+  const Tensor dy = random_tensor(y_shape, 13);
+
+  const Tensor y = Tensor::full(y_shape, NAN), y_rounded = Tensor::empty(y_shape);
+  kernels::conv2d_forward(x, w, Tensor(), y, bf16);
+  kernels::conv2d_forward(rounded(x), rounded(w), Tensor(), y_rounded, f32);
+  CHECK(relative_error(y, y_rounded) < 1e-5);
+
+  // dx is overwritten: NaN there must not show.
+  const Tensor dx = Tensor::full(x.shape(), NAN), dx_rounded = Tensor::empty(x.shape());
+  kernels::conv2d_backward_input(dy, w, dx, bf16);
+  kernels::conv2d_backward_input(rounded(dy), rounded(w), dx_rounded, f32);
+  CHECK(relative_error(dx, dx_rounded) < 1e-5);
+
+  for (const bool accumulate : {false, true}) {
+    INFO("accumulate " << accumulate);
+    const Tensor dw = random_tensor(w.shape(), 14), dw_rounded = dw.clone();
+    kernels::conv2d_backward_weight(x, dy, dw, Tensor(), bf16, accumulate);
+    kernels::conv2d_backward_weight(rounded(x), rounded(dy), dw_rounded, Tensor(), f32, accumulate);
+    CHECK(relative_error(dw, dw_rounded) < 1e-5);
+  }
+}
 
 }  // namespace
 
@@ -97,6 +154,36 @@ TEST_CASE(
           CHECK(relative_error(db, db_f32) < 1e-5);
         }
       }
+    }
+  }
+}
+
+TEST_CASE(
+    "conv2d with bf16 operands: the implicit GEMM, parity classes and vectorised im2col, on both "
+    "GEMM kernels",
+    "[precision][conv2d]") {
+  // Same-size stride 1 (the implicit forward and stride-1 input gradient:
+  // planes of 16, 64, 256 positions; one image of an odd plane; 5x5), stride 2
+  // on even planes (parity classes: 3x3 padded, 1x1, one image of an odd output
+  // plane), and what keeps im2col: odd stride-2 planes, unpadded 3x3, 5x5 at
+  // stride 2 (25 taps), the RGB stem, 1x1 stride 1 over several images,
+  // stride 3. Channel counts cross the GEMM's 8-row strips and 48-column
+  // panels, and K = C_in KH KW its k blocks (at most 640 deep; C_in 72: K 648).
+  const std::vector<Shape2d> shapes = {
+      {3, 16, 4, 4, 24, 3, 1, 1},  {2, 72, 8, 8, 20, 3, 1, 1}, {2, 9, 16, 16, 11, 3, 1, 1},
+      {1, 8, 5, 7, 6, 3, 1, 1},    {2, 4, 8, 8, 5, 5, 1, 2},   {3, 16, 16, 16, 24, 3, 2, 1},
+      {2, 10, 8, 8, 12, 1, 2, 0},  {1, 9, 6, 10, 7, 3, 2, 1},  {2, 8, 16, 16, 72, 3, 2, 1},
+      {2, 8, 9, 9, 6, 3, 2, 1},    {2, 8, 10, 10, 6, 3, 1, 0}, {2, 4, 12, 12, 6, 5, 2, 2},
+      {2, 3, 16, 16, 16, 3, 1, 1}, {3, 16, 4, 4, 8, 1, 1, 0},  {2, 6, 13, 13, 5, 3, 3, 1}};
+  std::vector<const char*> choices = {"fallback"};
+  if (kernels::cpu::bf16_dot_gemm_available()) choices.push_back("native");
+  for (const char* choice : choices) {
+    const KernelChoice kernel(choice);
+    for (const Shape2d& s : shapes) {
+      INFO("kernel " << choice << ": n " << s.n << " c_in " << s.c_in << " " << s.h << "x" << s.w
+                     << " c_out " << s.c_out << " kernel " << s.kernel << " stride " << s.stride
+                     << " padding " << s.padding);
+      check_passes(s);
     }
   }
 }

@@ -9,13 +9,14 @@
 // The tile is packed_gemm.cpp's, with pairs for k: each step loads three B
 // vectors and broadcasts eight A words, 24 dot products (64 flops each, twice
 // an f32 FMA's) for 11 loads, 24 zmm accumulators. An odd k's last pair has a
-// zero second half in both operands. Blocks keep packed_gemm's bytes with
-// twice the k:
-//   row blocks of 1536 (kBlockRows)         - packed A block: 1.5 MiB
-//     column groups (all n; 768 for a bf16 C with k > 512: below)
-//       k blocks of 512 (kDepth)            - C (or its f32 partial sums) updated per block
-//         column blocks of 384              - packed B: 384 KiB, stays in L2
-//           8-row strips                    - one strip (8 KiB) stays in L1
+// zero second half in both operands. Blocks are packed_gemm's with twice the k
+// (and k blocks up to a quarter deeper):
+//   row blocks of 1536 (kBlockRows)         - packed A block: up to 1.9 MiB
+//     column groups (all n; 768 for a bf16 C over several k blocks: below)
+//       k blocks of at most 640 (kDepth),   - C (or its f32 partial sums) updated per block
+//       as even as the pairs allow
+//         column blocks of 384              - packed B: up to 480 KiB, stays in L2
+//           8-row strips                    - one strip (up to 10 KiB) stays in L1
 //             48-column panels              - streamed from L2
 // A bf16 C must be rounded once, from the whole sum: with more than one k block
 // the partial sums of a 1536 x 768 region are kept in f32 scratch (4.5 MiB)
@@ -57,13 +58,22 @@ namespace {
 
 constexpr int64_t kTileRows = 8;
 constexpr int64_t kTileCols = 48;
-constexpr int64_t kDepth = 512;       // k per block (256 pairs); even
-constexpr int64_t kBlockRows = 1536;  // a multiple of kTileRows
-constexpr int64_t kBlockCols = 384;   // a multiple of kTileCols
-constexpr int64_t kGroupCols = 768;   // a bf16 C's f32 partial sums: kBlockRows x kGroupCols
+constexpr int64_t kDepth = kBf16BlockDepth;        // the most k per block (320 pairs); even
+constexpr int64_t kBlockRows = 1536;               // a multiple of kTileRows
+constexpr int64_t kBlockCols = kBf16BlockColumns;  // a multiple of kTileCols
+static_assert(kTileCols == kBf16PanelColumns && kDepth % 2 == 0 && kBlockCols % kTileCols == 0);
+constexpr int64_t kGroupCols = 768;  // a bf16 C's f32 partial sums: kBlockRows x kGroupCols
 
 int64_t round_up(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
+}
+
+// k per block: as few blocks as kDepth allows, of even and equal depths but
+// the last. One k block fewer is one pass over C fewer (ResNet's K = 576, 64
+// input channels x 3x3: one block instead of 512 + 64).
+int64_t block_depth(int64_t k) {
+  const int64_t blocks = (k + kDepth - 1) / kDepth;
+  return round_up((k + blocks - 1) / blocks, 2);
 }
 
 // Columns of a packed B panel holding `valid` columns: 16, 32 or 48.
@@ -251,6 +261,9 @@ struct TileOutput {
   void* c = nullptr;  // the tile's first element
   bool c_bf16 = false;
   int64_t ldc = 0;
+  // C in column groups (Bf16ImplicitGemm; 0: none): the tile's first column is
+  // `column`, and its vectors lie group_stride apart per group of group_columns.
+  int64_t group_columns = 0, group_stride = 0, column = 0;
   const float* partial = nullptr;
   int64_t ld_partial = 0;
   float alpha = 1.0f, beta = 0.0f;
@@ -278,7 +291,15 @@ template <int kVec>
 LOOM_BF16_TARGET void store_tile(__m512 (&acc)[kTileRows][kVec], const TileOutput& out,
                                  int64_t rows, int64_t cols) {
   __mmask16 masks[kVec];
-  for (int v = 0; v < kVec; ++v) masks[v] = low_bits16(cols - v * 16);
+  int64_t offsets[kVec];  // of vector v from the tile's first element of a row of C
+  for (int v = 0; v < kVec; ++v) {
+    masks[v] = low_bits16(cols - v * 16);
+    offsets[v] = v * 16;
+    if (out.group_columns > 0) {
+      const int64_t first = out.column, j = out.column + v * 16, g = out.group_columns;
+      offsets[v] = (j / g - first / g) * out.group_stride + j % g - first % g;
+    }
+  }
   const __m512 va = _mm512_set1_ps(out.alpha), vb = _mm512_set1_ps(out.beta);
   for (int64_t r = 0; r < rows; ++r) {
 #pragma GCC unroll 4
@@ -289,11 +310,11 @@ LOOM_BF16_TARGET void store_tile(__m512 (&acc)[kTileRows][kVec], const TileOutpu
             value, _mm512_maskz_loadu_ps(masks[v], out.partial + r * out.ld_partial + v * 16));
       }
       if (out.c_bf16) {
-        uint16_t* c = static_cast<uint16_t*>(out.c) + r * out.ldc + v * 16;
+        uint16_t* c = static_cast<uint16_t*>(out.c) + r * out.ldc + offsets[v];
         if (out.beta != 0.0f) value = _mm512_fmadd_ps(vb, load_bf16(masks[v], c), value);
         _mm256_mask_storeu_epi16(c, masks[v], round_to_bf16(value));
       } else {
-        float* c = static_cast<float*>(out.c) + r * out.ldc + v * 16;
+        float* c = static_cast<float*>(out.c) + r * out.ldc + offsets[v];
         if (out.beta != 0.0f)
           value = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(masks[v], c), value);
         _mm512_mask_storeu_ps(c, masks[v], value);
@@ -344,12 +365,27 @@ LOOM_BF16_TARGET void run_tile(int64_t pairs, const uint32_t* strip, const uint3
   }
 }
 
-LOOM_BF16_TARGET void gemm_one(const detail::GemmProblem& p, const uint16_t* a, const uint16_t* b,
-                               void* c) {
+// Where C's elements are: (i, j) at i * row_stride + j, or in column groups
+// (group_columns > 0) as Bf16ImplicitGemm says.
+struct CLayout {
+  int64_t row_stride = 0, group_columns = 0, group_stride = 0;
+  int64_t offset(int64_t i, int64_t j) const {
+    const int64_t column =
+        group_columns > 0 ? j / group_columns * group_stride + j % group_columns : j;
+    return i * row_stride + column;
+  }
+};
+
+// C = alpha op(A) B + beta C for p's sizes, B packed by pack_b(l0, depth, j0,
+// cols, out) (Bf16PanelSource::pack's contract).
+template <typename PackB>
+LOOM_BF16_TARGET void gemm_one(const detail::GemmProblem& p, const uint16_t* a, const PackB& pack_b,
+                               void* c, const CLayout& layout) {
   const bool c_bf16 = p.c_dtype == DType::bf16;
   const size_t c_size = c_bf16 ? 2 : 4;
   // A bf16 C over more than one k block keeps its partial sums in f32.
-  const bool use_partial = c_bf16 && p.k > kDepth;
+  const int64_t step = block_depth(p.k);
+  const bool use_partial = c_bf16 && p.k > step;
   const int64_t group = use_partial ? kGroupCols : p.n;
   float* partial =
       use_partial ? scratch<float>(ScratchSlot::bf16_partial, kBlockRows * kGroupCols) : nullptr;
@@ -357,8 +393,8 @@ LOOM_BF16_TARGET void gemm_one(const detail::GemmProblem& p, const uint16_t* a, 
     const int64_t rows = std::min(kBlockRows, p.m - i0);
     for (int64_t g0 = 0; g0 < p.n; g0 += group) {
       const int64_t group_cols = std::min(group, p.n - g0);
-      for (int64_t l0 = 0; l0 < p.k; l0 += kDepth) {
-        const int64_t depth = std::min(kDepth, p.k - l0), pairs = (depth + 1) / 2;
+      for (int64_t l0 = 0; l0 < p.k; l0 += step) {
+        const int64_t depth = std::min(step, p.k - l0), pairs = (depth + 1) / 2;
         const bool first = l0 == 0, last = l0 + depth == p.k;
         uint32_t* packed_a =
             scratch<uint32_t>(ScratchSlot::bf16_a, round_up(rows, kTileRows) * pairs);
@@ -367,7 +403,7 @@ LOOM_BF16_TARGET void gemm_one(const detail::GemmProblem& p, const uint16_t* a, 
           const int64_t cols = std::min(kBlockCols, g0 + group_cols - j0);
           uint32_t* packed_b =
               scratch<uint32_t>(ScratchSlot::bf16_b, round_up(cols, kTileCols) * pairs);
-          pack_b(p, b, l0, depth, j0, cols, packed_b);
+          pack_b(l0, depth, j0, cols, packed_b);
           for (int64_t s = 0; s < rows; s += kTileRows) {
             const int64_t tile_rows = std::min(kTileRows, rows - s);
             for (int64_t q = 0; q < cols; q += kTileCols) {
@@ -376,9 +412,12 @@ LOOM_BF16_TARGET void gemm_one(const detail::GemmProblem& p, const uint16_t* a, 
               float* tile_partial =
                   use_partial ? partial + s * kGroupCols + (j0 - g0 + q) : nullptr;
               if (!use_partial || last) {  // into C
-                out.c = static_cast<char*>(c) + ((i0 + s) * p.n + j0 + q) * c_size;
+                out.c = static_cast<char*>(c) + layout.offset(i0 + s, j0 + q) * c_size;
                 out.c_bf16 = c_bf16;
-                out.ldc = p.n;
+                out.ldc = layout.row_stride;
+                out.group_columns = layout.group_columns;
+                out.group_stride = layout.group_stride;
+                out.column = j0 + q;
                 out.beta = first || use_partial ? p.beta : 1.0f;
                 if (!first) out.partial = tile_partial;
                 out.ld_partial = kGroupCols;
@@ -417,10 +456,34 @@ void bf16_dot_gemm(const detail::GemmProblem& p) {
   const auto* b = static_cast<const uint16_t*>(p.b);
   char* c = static_cast<char*>(p.c);
   const size_t c_size = p.c_dtype == DType::bf16 ? 2 : 4;
+  const CLayout layout{.row_stride = p.n};
   for (int64_t i = 0; i < p.batch; ++i) {
-    gemm_one(p, a + i * p.stride_a, b + i * p.stride_b,
-             c + static_cast<size_t>(i * p.stride_c) * c_size);
+    const uint16_t* b_i = b + i * p.stride_b;
+    const auto from_matrix = [&](int64_t l0, int64_t depth, int64_t j0, int64_t cols,
+                                 uint32_t* out) { pack_b(p, b_i, l0, depth, j0, cols, out); };
+    gemm_one(p, a + i * p.stride_a, from_matrix, c + static_cast<size_t>(i * p.stride_c) * c_size,
+             layout);
   }
+}
+
+void bf16_dot_gemm_implicit(const Bf16ImplicitGemm& g) {
+  LOOM_ASSERT(g.m > 0 && g.n > 0 && g.k > 0 && g.a != nullptr && g.b != nullptr);
+  LOOM_ASSERT(g.c_group_columns > 0 && (g.c_group_columns % 16 == 0 || g.n <= g.c_group_columns),
+              "bf16 implicit gemm: column groups of ", g.c_group_columns, " for ", g.n,
+              " columns would split a 16-column vector");
+  LOOM_ASSERT(bf16_dot_gemm_available(), "bf16 dot gemm called on a CPU without AVX-512 BF16");
+  detail::GemmProblem p;
+  p.dtype = DType::bf16;
+  p.c_dtype = DType::f32;
+  p.m = g.m;
+  p.n = g.n;
+  p.k = g.k;
+  p.beta = g.beta;
+  const CLayout layout{g.c_row_stride, g.c_group_columns, g.c_group_stride};
+  const auto from_source = [&](int64_t l0, int64_t depth, int64_t j0, int64_t cols, uint32_t* out) {
+    g.b->pack(l0, depth, j0, cols, out);
+  };
+  gemm_one(p, g.a, from_source, g.c, layout);
 }
 
 #else  // no x86-64 compiler that can target AVX-512 BF16
@@ -430,6 +493,10 @@ bool bf16_dot_gemm_available() {
 }
 
 void bf16_dot_gemm(const detail::GemmProblem&) {
+  LOOM_CHECK(false, "the bf16 dot-product GEMM needs an x86-64 compiler that targets AVX-512 BF16");
+}
+
+void bf16_dot_gemm_implicit(const Bf16ImplicitGemm&) {
   LOOM_CHECK(false, "the bf16 dot-product GEMM needs an x86-64 compiler that targets AVX-512 BF16");
 }
 

@@ -1,25 +1,51 @@
 // Host 2-D convolution on bf16 operands with f32 accumulation: the f32 input,
 // weight and output gradient are rounded to bf16 (nearest even) once per
-// call, the im2col matrix of a group of images is built from the rounded
-// input (kernels/cpu/im2col.hpp), and the products run on the bf16 GEMM
-// (vdpbf16ps where the CPU has it, else f32 products of the rounded values):
+// call and the products run on the bf16 GEMM (vdpbf16ps where the CPU has it,
+// else f32 products of the rounded values).
+//
+// Implicit (the vdpbf16ps GEMM, AVX-512 builds): where the output plane is the
+// input's size at stride 1 (ResNet's 3x3 layers), or half its size each way at
+// stride 2, the GEMM packs B straight from the rounded image (at stride 2 from
+// its four parity planes; conv2d_bf16_panels.hpp) and stores C straight into
+// the NCHW planes of y, for the whole batch at once:
+//   forward          y  = W16 [C_out, K] @ im2col(x16) [K, N P]
+//   backward_input   at stride 1 the forward convolution of dy with the kernel
+//                    flipped and transposed (implicit where it fits); at
+//                    stride 2 on even planes four parity-class products
+//                    (conv2d_bf16_parity.hpp)
+// im2col (the rest, and every weight gradient): the im2col matrix of a group of
+// images is built from the rounded input (conv2d_bf16_operands.hpp), then
 //   forward          Y'   = W16 [C_out, K] @ col16 [K, G P]         -> y (+ bias)
-//   backward_input   at stride 1 the forward convolution of dY with the kernel
-//                    flipped and transposed; else dcol = W16^T @ dY16' [C_out, G P]
-//                    (f32) -> col2im into dx
+//   backward_input   dcol = W16^T @ dY16' [C_out, G P] (f32) -> col2im into dx
 //   backward_weight  dW  (+)= dY16' @ col16^T (f32); db (+)= the sums of dy (f32)
 // K = C_in KH KW, P = OH OW; Y' and dY' hold the group's planes channel first
 // (one image's are already in NCHW order). Outputs and gradients stay f32.
 // Every result equals the f32 convolution of the rounded operands up to the
 // order of the f32 sums.
+//
+// NOTE [bf16 convolution costs] ResNet-18 CIFAR, batch 32, one thread of an
+// EPYC Zen 4 (perf and per-layer timings): the element-wise bf16 im2col took
+// 17% of a bf16 training step before it was vectorised; the implicit forward
+// saves a further ~13% of the 64x32x32 layer's forward (14.6 vs 16.8 ms), the
+// parity classes ~60% of the stride-2 input gradients (22 -> 8 ms at
+// 64x32x32 -> 128), the parity planes ~25% of the stride-2 forwards (9.5 ->
+// 6.5 ms at 128x16x16 -> 256). A weight gradient from panels packed from the
+// image (a 16 x 16 transpose per 16 columns) measured no faster than im2col +
+// the GEMM's own packing, so the weight gradient keeps im2col. What is left:
+// the GEMM tiles are ~60% of the step, and on the 4x4 and 8x8 planes 31% and
+// 16% of their products fall on the padding (the f32 path's position-major
+// convolution leaves them out).
 #include "kernels/cpu/conv2d_bf16.hpp"
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
-#include "core/primitives.hpp"
+#include "kernels/cpu/bf16_gemm.hpp"
 #include "kernels/cpu/conv2d.hpp"
+#include "kernels/cpu/conv2d_bf16_operands.hpp"
+#include "kernels/cpu/conv2d_bf16_panels.hpp"
+#include "kernels/cpu/conv2d_bf16_parity.hpp"
 #include "kernels/cpu/conv2d_transposed.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/im2col.hpp"
@@ -27,15 +53,14 @@
 namespace loom::kernels::cpu {
 namespace {
 
+using bf16_operands::Bits;
 using detail::Conv2dProblem;
-using Bits = uint16_t;  // bf16
 
-enum Slot { kInput, kWeight, kColumns, kGrad, kGroupGrad, kFlipped, kCount };
+enum Slot { kInput, kWeight, kColumns, kGrad, kCount };
 
-template <typename T>
-T* scratch(int slot, int64_t elements) {
-  thread_local std::vector<T> buffers[kCount];
-  std::vector<T>& buffer = buffers[slot];
+Bits* scratch(int slot, int64_t elements) {
+  thread_local std::vector<Bits> buffers[kCount];
+  std::vector<Bits>& buffer = buffers[slot];
   if (static_cast<int64_t>(buffer.size()) < elements) buffer.resize(static_cast<size_t>(elements));
   return buffer.data();
 }
@@ -46,19 +71,27 @@ float* f32_scratch(int64_t elements) {
 }
 
 const Bits* rounded(int slot, const float* values, int64_t count) {
-  Bits* out = scratch<Bits>(slot, count);
-  loom::detail::host_convert(values, DType::f32, out, DType::bf16, count);
+  Bits* out = scratch(slot, count);
+  bf16_operands::round(values, count, out);
   return out;
 }
 
-// The group's im2col of the rounded input [K, g P], and its rounded output
-// gradient channel first [C_out, g P].
+// The group's im2col of the rounded input [K, g P] (x16 itself for one image
+// of a pointwise convolution).
 const Bits* group_columns(const Conv2dProblem& p, const Bits* x16, int64_t n0, int64_t g) {
-  return im2col::group_columns(p, x16, n0, g, [](int64_t n) { return scratch<Bits>(kColumns, n); });
+  const Bits* first = x16 + n0 * p.c_in * p.in_plane();
+  if (g == 1 && p.pointwise()) return first;
+  Bits* col = scratch(kColumns, p.patch() * g * p.out_plane());
+  bf16_operands::group_columns(p, first, g, col);
+  return col;
 }
-const Bits* group_output_grad(const Conv2dProblem& p, const Bits* dy16, int64_t n0, int64_t g) {
-  return im2col::group_output_grad(p, dy16, n0, g,
-                                   [](int64_t n) { return scratch<Bits>(kGroupGrad, n); });
+
+// The group's output gradient, rounded and channel first [C_out, g P].
+const Bits* group_output_grad(const Conv2dProblem& p, const float* dy, int64_t n0, int64_t g) {
+  Bits* out = scratch(kGrad, p.c_out * g * p.out_plane());
+  bf16_operands::round_channel_major(dy + n0 * p.c_out * p.out_plane(), g, p.c_out, p.out_plane(),
+                                     out);
+  return out;
 }
 
 void run_gemm(int64_t m, int64_t n, int64_t k, const Bits* a, bool trans_a, const Bits* b,
@@ -66,12 +99,39 @@ void run_gemm(int64_t m, int64_t n, int64_t k, const Bits* a, bool trans_a, cons
   gemm_into_f32(DType::bf16, m, n, k, a, trans_a, b, trans_b, c, beta);
 }
 
-}  // namespace
+// Whether the forward convolution runs as an implicit GEMM: B packed from the
+// image (conv2d_bf16_panels.hpp), C stored straight into y's planes. Kernels of
+// fewer than 64 rows (the RGB stem) and 1x1 ones keep im2col, as the f32 path
+// does (conv2d.cpp: implicit_fits).
+bool implicit_fits(const Conv2dProblem& p) {
+  return shifted_image_panels_fit(p) && p.kh * p.kw > 1 && p.patch() >= 64 &&
+         bf16_gemm_kernel() == Bf16GemmKernel::dot_product;
+}
 
-void conv2d_forward_bf16(const Conv2dProblem& p, const float* x, const float* w, const float* bias,
-                         float* y) {
-  const Bits* x16 = rounded(kInput, x, p.n * p.c_in * p.in_plane());
-  const Bits* w16 = rounded(kWeight, w, p.c_out * p.patch());
+// y = W16 [C_out, K] @ B [K, N P] on the implicit GEMM, stored into y's planes.
+void implicit_forward(const Conv2dProblem& p, const Bf16PanelSource& columns, const Bits* w16,
+                      const float* bias, float* y) {
+  Bf16ImplicitGemm g;
+  g.m = p.c_out;
+  g.n = p.n * p.out_plane();
+  g.k = p.patch();
+  g.a = w16;
+  g.b = &columns;
+  g.c = y;
+  g.c_row_stride = p.out_plane();
+  g.c_group_columns = p.out_plane();
+  g.c_group_stride = p.c_out * p.out_plane();
+  bf16_dot_gemm_implicit(g);
+  if (bias != nullptr) add_conv2d_bias(p, bias, p.n, y);
+}
+
+// The forward convolution of rounded operands.
+void forward_rounded(const Conv2dProblem& p, const Bits* x16, const Bits* w16, const float* bias,
+                     float* y) {
+  if (implicit_fits(p)) {
+    implicit_forward(p, ShiftedImagePanels::of_convolution(p, x16), w16, bias, y);
+    return;
+  }
   const int64_t group = im2col::group_size(p), plane = p.out_plane();
   for (int64_t n0 = 0; n0 < p.n; n0 += group) {
     const int64_t g = std::min(group, p.n - n0);
@@ -84,31 +144,45 @@ void conv2d_forward_bf16(const Conv2dProblem& p, const float* x, const float* w,
   }
 }
 
+}  // namespace
+
+void conv2d_forward_bf16(const Conv2dProblem& p, const float* x, const float* w, const float* bias,
+                         float* y) {
+  const Bits* w16 = rounded(kWeight, w, p.c_out * p.patch());
+  if (parity_classes_fit(p)) {
+    // Stride 2 without a stride: the taps read the input's parity planes.
+    Bits* planes = scratch(kInput, p.n * p.c_in * p.in_plane());
+    bf16_operands::round_parity_planes(x, p.n * p.c_in, p.h, p.w, planes);
+    const ShiftedImagePanels columns(p.n, p.c_in, 4, p.oh, p.ow, parity_plane_taps(p), planes);
+    implicit_forward(p, columns, w16, bias, y);
+    return;
+  }
+  const Bits* x16 = rounded(kInput, x, p.n * p.c_in * p.in_plane());
+  forward_rounded(p, x16, w16, bias, y);
+}
+
 void conv2d_backward_input_bf16(const Conv2dProblem& p, const float* dy, const float* w,
                                 float* dx) {
   if (stride_one_transposable(p)) {
     // The forward convolution of dy with the flipped, channel-swapped kernel:
     // no col2im (its scatter-add costs more than the GEMM here).
     const Conv2dProblem t = stride_one_transposed(p);
-    float* flipped = scratch<float>(kFlipped, p.c_out * p.patch());
-    const int64_t taps = p.kh * p.kw;
-    for (int64_t co = 0; co < p.c_out; ++co) {
-      for (int64_t ci = 0; ci < p.c_in; ++ci) {
-        const float* from = w + (co * p.c_in + ci) * taps;
-        float* to = flipped + (ci * p.c_out + co) * taps;
-        for (int64_t k = 0; k < taps; ++k) to[k] = from[taps - 1 - k];
-      }
-    }
-    conv2d_forward_bf16(t, dy, flipped, nullptr, dx);
+    const Bits* dy16 = rounded(kInput, dy, p.n * p.c_out * p.out_plane());
+    Bits* flipped = scratch(kWeight, p.c_out * p.patch());
+    bf16_operands::round_flipped_kernel(p, w, flipped);
+    forward_rounded(t, dy16, flipped, nullptr, dx);
     return;
   }
-  const Bits* dy16 = rounded(kGrad, dy, p.n * p.c_out * p.out_plane());
+  if (parity_classes_fit(p)) {
+    conv2d_backward_input_bf16_by_parity(p, dy, w, dx);
+    return;
+  }
   const Bits* w16 = rounded(kWeight, w, p.c_out * p.patch());
   std::fill(dx, dx + p.n * p.c_in * p.in_plane(), 0.0f);
   const int64_t group = im2col::group_size(p), plane = p.out_plane();
   for (int64_t n0 = 0; n0 < p.n; n0 += group) {
     const int64_t g = std::min(group, p.n - n0);
-    const Bits* grad = group_output_grad(p, dy16, n0, g);
+    const Bits* grad = group_output_grad(p, dy, n0, g);
     const int64_t ld = g * plane;
     float* dcol = f32_scratch(p.patch() * ld);
     run_gemm(p.patch(), ld, p.c_out, w16, true, grad, false, dcol, 0.0f);
@@ -121,12 +195,11 @@ void conv2d_backward_input_bf16(const Conv2dProblem& p, const float* dy, const f
 void conv2d_backward_weight_bf16(const Conv2dProblem& p, const float* x, const float* dy, float* dw,
                                  float* db, bool accumulate) {
   const Bits* x16 = rounded(kInput, x, p.n * p.c_in * p.in_plane());
-  const Bits* dy16 = rounded(kGrad, dy, p.n * p.c_out * p.out_plane());
   const int64_t group = im2col::group_size(p), plane = p.out_plane();
   for (int64_t n0 = 0; n0 < p.n; n0 += group) {
     const int64_t g = std::min(group, p.n - n0);
     const Bits* col = group_columns(p, x16, n0, g);
-    const Bits* grad = group_output_grad(p, dy16, n0, g);
+    const Bits* grad = group_output_grad(p, dy, n0, g);
     const float beta = n0 == 0 && !accumulate ? 0.0f : 1.0f;
     run_gemm(p.c_out, p.patch(), g * plane, grad, false, col, true, dw, beta);
   }
