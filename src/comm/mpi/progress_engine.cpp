@@ -1,19 +1,14 @@
 #include "comm/mpi/progress_engine.hpp"
 
-#include <sched.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <future>
 #include <set>
 
 #include "comm/mpi/control_channel.hpp"
+#include "comm/mpi/thread_settings.hpp"
 #include "core/mpi_check.hpp"
 #include "loom/core/logging.hpp"
 
@@ -43,43 +38,6 @@ constexpr auto kStepAside = std::chrono::microseconds(1000);
 // and how long after the last submit() it keeps looking that often.
 constexpr auto kCallerGrace = std::chrono::microseconds(1000);
 constexpr auto kCallerModeExpiry = std::chrono::milliseconds(10);
-
-// A duration in microseconds from the environment variable `name`, within [lo, hi].
-std::chrono::microseconds microseconds_from_env(const char* name, long fallback, long lo, long hi,
-                                                const char* meaning = "") {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return std::chrono::microseconds(fallback);
-  char* end = nullptr;
-  const long value = std::strtol(text, &end, 10);
-  LOOM_CHECK(end != text && *end == '\0' && value >= lo && value <= hi, name, "='", text,
-             "' must be a number of microseconds in [", lo, ", ", hi, "]", meaning);
-  return std::chrono::microseconds(value);
-}
-
-// NOTE [progress slice]: asks the scheduler for a short slice for the calling thread.
-void request_short_slice(std::chrono::microseconds slice) {
-  if (slice.count() == 0) return;
-  // The kernel's struct sched_attr (its header clashes with <sched.h>; the
-  // layout is ABI, versioned by `size`).
-  struct {
-    uint32_t size;
-    uint32_t sched_policy;
-    uint64_t sched_flags;
-    int32_t sched_nice;
-    uint32_t sched_priority;
-    uint64_t sched_runtime, sched_deadline, sched_period;
-  } attr{};
-  attr.size = sizeof(attr);
-  attr.sched_policy = SCHED_OTHER;
-  errno = 0;
-  const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
-  attr.sched_nice = errno == 0 ? nice : 0;  // keep the thread's nice value
-  attr.sched_runtime = static_cast<uint64_t>(slice.count()) * 1000;
-  if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0) {
-    LOOM_LOG_DEBUG("mpi progress thread: sched_setattr(slice ", slice.count(),
-                   " us) failed: ", std::strerror(errno), "; the kernel's default slice applies");
-  }
-}
 
 }  // namespace
 
