@@ -6,6 +6,9 @@
 // collectives of a communicator in the same order, and one FIFO for the whole
 // process keeps each communicator's order. Non-blocking calls mean a receive
 // that is not matched yet never holds up an all-reduce submitted after it.
+// (Exceptions: a point-to-point op with nothing queued before it is posted by
+// the submitting thread, NOTE [posted on submit] in mpi_op.hpp; and "this
+// thread" means whoever drives, NOTE [caller drives] below.)
 //
 // How the thread waits (docs/design.md, "Waiting costs a core": a thread
 // spinning in an MPI wait on the compute thread's core halves the compute rate):
