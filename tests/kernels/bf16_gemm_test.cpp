@@ -18,7 +18,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -45,28 +44,6 @@ namespace {
 constexpr const char* kNoBf16Dot =
     "this CPU has no AVX-512 BF16 (avx512_bf16): bf16 GEMMs take the f32 conversion path, which "
     "the fallback test cases cover";
-
-// Sets LOOM_CPU_BF16_GEMM for its lifetime (unset: the previous value comes back).
-class KernelChoice {
- public:
-  explicit KernelChoice(const char* value) {
-    if (const char* old = std::getenv(kName)) old_ = old;
-    setenv(kName, value, 1);
-  }
-  ~KernelChoice() {
-    if (old_) {
-      setenv(kName, old_->c_str(), 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-  KernelChoice(const KernelChoice&) = delete;
-  KernelChoice& operator=(const KernelChoice&) = delete;
-
- private:
-  static constexpr const char* kName = "LOOM_CPU_BF16_GEMM";
-  std::optional<std::string> old_;
-};
 
 // The kernels this CPU can run, by their LOOM_CPU_BF16_GEMM names.
 std::vector<const char*> kernels_here() {
@@ -148,21 +125,21 @@ TEST_CASE("bf16 gemm: the kernel follows LOOM_CPU_BF16_GEMM and the CPU's featur
     break;
   }
   {
-    KernelChoice choice("");
+    loom::test::KernelChoice choice("");
     CHECK(loom::kernels::cpu::bf16_gemm_kernel() ==
           (available ? Bf16GemmKernel::dot_product : Bf16GemmKernel::convert_to_f32));
   }
   {
-    KernelChoice choice("auto");
+    loom::test::KernelChoice choice("auto");
     CHECK(loom::kernels::cpu::bf16_gemm_kernel() ==
           (available ? Bf16GemmKernel::dot_product : Bf16GemmKernel::convert_to_f32));
   }
   {
-    KernelChoice choice("fallback");
+    loom::test::KernelChoice choice("fallback");
     CHECK(loom::kernels::cpu::bf16_gemm_kernel() == Bf16GemmKernel::convert_to_f32);
   }
   {
-    KernelChoice choice("native");
+    loom::test::KernelChoice choice("native");
     if (available) {
       CHECK(loom::kernels::cpu::bf16_gemm_kernel() == Bf16GemmKernel::dot_product);
     } else {
@@ -172,20 +149,20 @@ TEST_CASE("bf16 gemm: the kernel follows LOOM_CPU_BF16_GEMM and the CPU's featur
   }
   const Tensor a = Tensor::zeros({2, 3}, DType::bf16), b = Tensor::zeros({3, 4}, DType::bf16);
   for (const char* bad : {"Native", "fast", "1", "native "}) {
-    KernelChoice choice(bad);
+    loom::test::KernelChoice choice(bad);
     CHECK_THROWS_WITH(gemm(a, b, Tensor::zeros({2, 4}, DType::f32)),
                       Contains(std::string("LOOM_CPU_BF16_GEMM='") + bad +
                                "' must be one of auto, native, fallback"));
   }
   // f32 GEMMs never read it.
-  KernelChoice choice("fast");
+  loom::test::KernelChoice choice("fast");
   gemm(Tensor::zeros({2, 3}), Tensor::zeros({3, 4}), Tensor::zeros({2, 4}));
 }
 
 TEST_CASE("bf16 gemm: edge sizes and every transpose, on both kernels", "[precision]") {
   const int64_t sizes[] = {1, 2, 15, 16, 17, 31, 33};
   for (const char* kernel : kernels_here()) {
-    KernelChoice choice(kernel);
+    loom::test::KernelChoice choice(kernel);
     INFO("kernel " << kernel);
     uint32_t seed = 1;
     for (const bool trans_a : {false, true}) {
@@ -212,7 +189,7 @@ TEST_CASE("bf16 gemm: shapes across the blocking, on both kernels", "[precision]
                         {13, 385, 31}, {33, 800, 517}, {5, 1601, 1031}, {1543, 19, 521},
                         {9, 64, 20},   {15, 80, 1025}, {3, 5, 4099}};
   for (const char* kernel : kernels_here()) {
-    KernelChoice choice(kernel);
+    loom::test::KernelChoice choice(kernel);
     INFO("kernel " << kernel);
     uint32_t seed = 100;
     for (const Dims& d : cases) {
@@ -226,7 +203,7 @@ TEST_CASE("bf16 gemm: shapes across the blocking, on both kernels", "[precision]
 
 TEST_CASE("bf16 gemm: a bf16 C is the f32 result rounded once, to nearest even", "[precision]") {
   for (const char* kernel : kernels_here()) {
-    KernelChoice choice(kernel);
+    loom::test::KernelChoice choice(kernel);
     INFO("kernel " << kernel);
     for (const int64_t k : {5, 512, 1300}) {  // one k block; partial sums over three
       INFO("k=" << k);
@@ -266,7 +243,7 @@ TEST_CASE("bf16 gemm: alpha and beta, batches with shared operands, on both kern
     int64_t m, n, k;
   };
   for (const char* kernel : kernels_here()) {
-    KernelChoice choice(kernel);
+    loom::test::KernelChoice choice(kernel);
     INFO("kernel " << kernel);
     const Tensor a = loom::test::random_tensor({33, 600}, DType::bf16, 7);
     const Tensor b = loom::test::random_tensor({600, 45}, DType::bf16, 8);
@@ -310,7 +287,7 @@ TEST_CASE("bf16 gemm: alpha and beta, batches with shared operands, on both kern
 
 TEST_CASE("bf16 gemm: NaN and infinity propagate to their row or column only", "[precision]") {
   for (const char* kernel : kernels_here()) {
-    KernelChoice choice(kernel);
+    loom::test::KernelChoice choice(kernel);
     for (const int64_t k : {17, 700}) {
       for (const DType c_dtype : {DType::f32, DType::bf16}) {
         INFO("kernel " << kernel << " k=" << k << " C " << c_dtype);
@@ -413,12 +390,12 @@ TEST_CASE("bf16 gemm: subnormals count as zero on the dot-product kernel only", 
     return c.to_vector<float>()[0];
   };
   {
-    KernelChoice choice("native");
+    loom::test::KernelChoice choice("native");
     CHECK(product(subnormal, one) == 0.0f);
     CHECK(product(tiny, small) == 0.0f);  // 2^-129: a subnormal result
     CHECK(product(normal, small) == 0x1p-109f);
   }
-  KernelChoice choice("fallback");
+  loom::test::KernelChoice choice("fallback");
   CHECK(product(subnormal, one) == 0x1p-129f);
   CHECK(product(tiny, small) == 0x1p-129f);
   CHECK(product(normal, small) == 0x1p-109f);

@@ -5,11 +5,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <cstdlib>
-#include <optional>
-#include <string>
 #include <vector>
 
+#include "kernel_test_util.hpp"
 #include "kernels/cpu/bf16_gemm.hpp"
 
 #include "loom/core/random.hpp"
@@ -45,28 +43,6 @@ double relative_error(const Tensor& a, const Tensor& b) {
 
 struct Shape2d {
   int64_t n, c_in, h, w, c_out, kernel, stride, padding;
-};
-
-// Sets LOOM_CPU_BF16_GEMM for its lifetime (unset: the previous value comes back).
-class KernelChoice {
- public:
-  explicit KernelChoice(const char* value) {
-    if (const char* old = std::getenv(kName)) old_ = old;
-    setenv(kName, value, 1);
-  }
-  ~KernelChoice() {
-    if (old_) {
-      setenv(kName, old_->c_str(), 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-  KernelChoice(const KernelChoice&) = delete;
-  KernelChoice& operator=(const KernelChoice&) = delete;
-
- private:
-  static constexpr const char* kName = "LOOM_CPU_BF16_GEMM";
-  std::optional<std::string> old_;
 };
 
 // Every pass of the bf16-operand convolution of s against the f32 convolution
@@ -178,7 +154,7 @@ TEST_CASE(
   std::vector<const char*> choices = {"fallback"};
   if (kernels::cpu::bf16_dot_gemm_available()) choices.push_back("native");
   for (const char* choice : choices) {
-    const KernelChoice kernel(choice);
+    const loom::test::KernelChoice kernel(choice);
     for (const Shape2d& s : shapes) {
       INFO("kernel " << choice << ": n " << s.n << " c_in " << s.c_in << " " << s.h << "x" << s.w
                      << " c_out " << s.c_out << " kernel " << s.kernel << " stride " << s.stride

@@ -1,11 +1,14 @@
 // Helpers shared by the kernel tests (host and CUDA): reproducible random
-// tensors and NaN-aware bitwise comparison.
+// tensors, NaN-aware bitwise comparison, a scoped choice of the host bf16 GEMM.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "loom/core/tensor.hpp"
@@ -47,5 +50,27 @@ inline int64_t first_difference(const std::vector<float>& a, const std::vector<f
   }
   return -1;
 }
+
+// Sets LOOM_CPU_BF16_GEMM for its lifetime (unset: the previous value comes back).
+class KernelChoice {
+ public:
+  explicit KernelChoice(const char* value) {
+    if (const char* old = std::getenv(kName)) old_ = old;
+    setenv(kName, value, 1);
+  }
+  ~KernelChoice() {
+    if (old_) {
+      setenv(kName, old_->c_str(), 1);
+    } else {
+      unsetenv(kName);
+    }
+  }
+  KernelChoice(const KernelChoice&) = delete;
+  KernelChoice& operator=(const KernelChoice&) = delete;
+
+ private:
+  static constexpr const char* kName = "LOOM_CPU_BF16_GEMM";
+  std::optional<std::string> old_;
+};
 
 }  // namespace loom::test
