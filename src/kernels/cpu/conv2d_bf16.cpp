@@ -13,7 +13,12 @@
 //                    flipped and transposed (implicit where it fits); at
 //                    stride 2 on even planes four parity-class products
 //                    (conv2d_bf16_parity.hpp)
-// im2col (the rest, and every weight gradient): the im2col matrix of a group of
+// Position major (Zen 4 only; conv2d_bf16_position_major.hpp): where at least
+// 1/16 of the products fall on the padding (3x3 on planes up to 16x16, stride
+// 2 onto 8x8 and 4x4) the forward and stride-1 input gradient sum each output
+// position over only its inside taps; so do the stride-2 input gradient onto
+// planes up to 16x16 and the weight gradient on output planes up to 16x16.
+// im2col (the rest, and the other weight gradients): the im2col matrix of a group of
 // images is built from the rounded input (conv2d_bf16_operands.hpp), then
 //   forward          Y'   = W16 [C_out, K] @ col16 [K, G P]         -> y (+ bias)
 //   backward_input   dcol = W16^T @ dY16' [C_out, G P] (f32) -> col2im into dx
@@ -31,10 +36,15 @@
 // 64x32x32 -> 128), the parity planes ~25% of the stride-2 forwards (9.5 ->
 // 6.5 ms at 128x16x16 -> 256). A weight gradient from panels packed from the
 // image (a 16 x 16 transpose per 16 columns) measured no faster than im2col +
-// the GEMM's own packing, so the weight gradient keeps im2col. What is left:
-// the GEMM tiles are ~60% of the step, and on the 4x4 and 8x8 planes 31% and
-// 16% of their products fall on the padding (the f32 path's position-major
-// convolution leaves them out).
+// the GEMM's own packing, so the weight gradient keeps im2col on 32x32 planes.
+// On the 4x4 and 8x8 planes 31% and 16% of the products fell on the padding;
+// the position-major passes (NOTE [bf16 position major]) leave them out and
+// read their operands in place: 512x4x4 12.0-12.7 -> 8.5-9.8 ms a pass,
+// 256x8x8 12.5-13.6 -> 10.1-10.4, 128x16x16 12.5-14.3 -> 11.5-12.3, and
+// ResNet-18's bf16 step from 1.06x to 0.95-1.05x (median 1.00x) PyTorch's autocast step
+// (docs/kernels.md). What is left: the 64x32x32 layer's passes (30% of the
+// conv time) run at 62-73% of the dot-product peak, their B panel packing
+// ~15% of the forward.
 #include "kernels/cpu/conv2d_bf16.hpp"
 
 #include <algorithm>
@@ -46,6 +56,7 @@
 #include "kernels/cpu/conv2d_bf16_operands.hpp"
 #include "kernels/cpu/conv2d_bf16_panels.hpp"
 #include "kernels/cpu/conv2d_bf16_parity.hpp"
+#include "kernels/cpu/conv2d_bf16_position_major.hpp"
 #include "kernels/cpu/conv2d_transposed.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/im2col.hpp"
@@ -148,6 +159,11 @@ void forward_rounded(const Conv2dProblem& p, const Bits* x16, const Bits* w16, c
 
 void conv2d_forward_bf16(const Conv2dProblem& p, const float* x, const float* w, const float* bias,
                          float* y) {
+  if (bf16_position_major_fits(p)) {
+    bf16_position_major_convolution(p, x, w, KernelReading::forward, y);
+    if (bias != nullptr) add_conv2d_bias(p, bias, p.n, y);
+    return;
+  }
   const Bits* w16 = rounded(kWeight, w, p.c_out * p.patch());
   if (parity_classes_fit(p)) {
     // Stride 2 without a stride: the taps read the input's parity planes.
@@ -167,10 +183,18 @@ void conv2d_backward_input_bf16(const Conv2dProblem& p, const float* dy, const f
     // The forward convolution of dy with the flipped, channel-swapped kernel:
     // no col2im (its scatter-add costs more than the GEMM here).
     const Conv2dProblem t = stride_one_transposed(p);
+    if (bf16_position_major_fits(t)) {
+      bf16_position_major_convolution(t, dy, w, KernelReading::input_gradient, dx);
+      return;
+    }
     const Bits* dy16 = rounded(kInput, dy, p.n * p.c_out * p.out_plane());
     Bits* flipped = scratch(kWeight, p.c_out * p.patch());
     bf16_operands::round_flipped_kernel(p, w, flipped);
     forward_rounded(t, dy16, flipped, nullptr, dx);
+    return;
+  }
+  if (bf16_position_major_input_gradient_fits(p)) {
+    bf16_position_major_input_gradient(p, dy, w, dx);
     return;
   }
   if (parity_classes_fit(p)) {
@@ -194,6 +218,11 @@ void conv2d_backward_input_bf16(const Conv2dProblem& p, const float* dy, const f
 
 void conv2d_backward_weight_bf16(const Conv2dProblem& p, const float* x, const float* dy, float* dw,
                                  float* db, bool accumulate) {
+  if (bf16_position_major_weight_gradient_fits(p)) {
+    bf16_position_major_weight_gradient(p, x, dy, dw, accumulate);
+    if (db != nullptr) conv2d_bias_gradient(p, dy, db, accumulate);
+    return;
+  }
   const Bits* x16 = rounded(kInput, x, p.n * p.c_in * p.in_plane());
   const int64_t group = im2col::group_size(p), plane = p.out_plane();
   for (int64_t n0 = 0; n0 < p.n; n0 += group) {
