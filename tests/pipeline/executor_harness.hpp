@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,9 @@ struct PipelineRun {
   int pp = 2;
   int dp = 1;
   int micro_batches = 4;
-  int virtual_stages = 0;  // 0: the schedule's own
+  int virtual_stages = 0;                 // 0: the schedule's own
+  // zb-v only: what its order is planned with (none: the unit-cost order).
+  std::optional<parallel::pipeline::ZbVPlan> zb_v = {};
   int zero_stage = 0;
   int steps = 3;
   int rows = 2;     // sequences per micro-batch

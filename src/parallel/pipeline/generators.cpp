@@ -1,8 +1,10 @@
 #include "loom/parallel/pipeline/generators.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "loom/core/error.hpp"
+#include "schedule_checks.hpp"
 #include "zb_v_order.hpp"
 
 namespace loom::parallel::pipeline {
@@ -154,13 +156,43 @@ Schedule schedule_zb_h1(int pp, int micro_batches) {
                 std::move(order), std::min(pp, micro_batches));
 }
 
-Schedule schedule_zb_v(int pp, int micro_batches) {
+Schedule schedule_zb_v(int pp, int micro_batches, const ZbVPlan& plan) {
   check_sizes(ScheduleKind::zb_v, pp, micro_batches);
-  const int bound = std::min(2 * pp, 2 * micro_batches);
-  std::vector<ChunkPlace> placement = v_shape_placement(pp);
-  std::vector<std::vector<Action>> order = detail::zb_v_order(pp, micro_batches, placement, bound);
-  return finish(ScheduleKind::zb_v, pp, micro_batches, 2, std::move(placement), std::move(order),
-                bound);
+  LOOM_CHECK(plan.activation_bound == 0 || plan.activation_bound >= 2,
+             "zb-v schedule: activation bound ", plan.activation_bound,
+             " must be at least 2 chunk activations (one micro-batch through both chunks of a "
+             "rank), or 0 for 2pp");
+  detail::check_costs(plan.costs, 2 * pp, "zb-v schedule plan");
+  const int own = std::min(2 * pp, 2 * micro_batches);
+  const int most =
+      plan.activation_bound == 0 ? own : std::min(plan.activation_bound, 2 * micro_batches);
+  // NOTE [zb-v bound search]: the list scheduler is greedy, and neither a
+  // larger bound nor true durations need give a faster order (an F that could
+  // wait takes the rank just before a B arrives). So with durations given,
+  // the unit-cost order and the planned order at every bound from 2pp up to
+  // the given one are built, and the one simulate() times fastest with those
+  // durations is kept (the earlier candidate on ties: unit cost, then the
+  // smaller bound). Planning never makes the simulated step slower.
+  const std::vector<ChunkPlace> placement = v_shape_placement(pp);
+  const int least = std::min(own, most);
+  auto build = [&](int bound, const ActionCosts& costs) {
+    return finish(ScheduleKind::zb_v, pp, micro_batches, 2, placement,
+                  detail::zb_v_order(pp, micro_batches, placement, bound, costs), bound);
+  };
+  const bool unit = plan.costs == ActionCosts{};
+  if (unit && least == most) return build(most, plan.costs);
+  std::optional<Schedule> best;
+  double best_makespan = 0;
+  auto consider = [&](Schedule s) {
+    const double makespan = simulate(s, plan.costs).makespan;
+    if (!best || makespan < best_makespan * (1 - 1e-12)) {
+      best = std::move(s);
+      best_makespan = makespan;
+    }
+  };
+  if (!unit) consider(build(least, ActionCosts{}));
+  for (int bound = least; bound <= most; ++bound) consider(build(bound, plan.costs));
+  return *best;
 }
 
 Schedule make_schedule(ScheduleKind kind, const ScheduleConfig& config) {
@@ -171,6 +203,11 @@ Schedule make_schedule(ScheduleKind kind, const ScheduleConfig& config) {
   LOOM_CHECK(kind == ScheduleKind::interleaved_1f1b || v == own, to_string(kind), " schedule runs ",
              own, own == 1 ? " chunk" : " chunks", " per rank, not ", v,
              " virtual stages (interleaved takes any number from 2)");
+  LOOM_CHECK(kind == ScheduleKind::zb_v ||
+                 (config.zb_v.activation_bound == 0 && config.zb_v.costs == ActionCosts{}),
+             to_string(kind),
+             " schedule: an activation bound or planning durations are zb-v settings; this "
+             "schedule's order and bound are fixed");
   switch (kind) {
     case ScheduleKind::gpipe:
       return schedule_gpipe(config.pp, config.micro_batches);
@@ -181,7 +218,7 @@ Schedule make_schedule(ScheduleKind kind, const ScheduleConfig& config) {
     case ScheduleKind::zb_h1:
       return schedule_zb_h1(config.pp, config.micro_batches);
     case ScheduleKind::zb_v:
-      return schedule_zb_v(config.pp, config.micro_batches);
+      return schedule_zb_v(config.pp, config.micro_batches, config.zb_v);
   }
   throw Error("make_schedule: unknown schedule kind");
 }

@@ -1,5 +1,6 @@
 #include "schedule_checks.hpp"
 
+#include <cmath>
 #include <vector>
 
 #include "loom/core/error.hpp"
@@ -94,6 +95,34 @@ MessageKey message_key(const Action& a, int rank) {
   const bool gradient = a.kind == ActionKind::send_gradient || a.kind == ActionKind::recv_gradient;
   const bool send = is_send(a.kind);
   return MessageKey{gradient, send ? rank : a.peer, send ? a.peer : rank, a.micro_batch, a.chunk};
+}
+
+namespace {
+
+void check_duration(double value, const std::string& who, const std::string& what) {
+  LOOM_CHECK(std::isfinite(value) && value >= 0.0, who, ": ", what, " ", value,
+             " must be a finite duration >= 0");
+}
+
+void check_per_chunk(const std::vector<double>& values, const char* what, int chunks,
+                     const std::string& who) {
+  LOOM_CHECK(values.size() == 1 || static_cast<int>(values.size()) == chunks, who, ": ",
+             values.size(), " ", what, " durations for ", chunks,
+             " chunks (give one for every chunk, or one per chunk)");
+  for (size_t c = 0; c < values.size(); ++c) {
+    check_duration(values[c], who, str_cat(what, " duration of chunk ", c));
+  }
+}
+
+}  // namespace
+
+void check_costs(const ActionCosts& costs, int chunks, const std::string& who) {
+  check_per_chunk(costs.forward, "forward", chunks, who);
+  check_per_chunk(costs.backward_input, "backward-input", chunks, who);
+  check_per_chunk(costs.backward_weight, "backward-weight", chunks, who);
+  check_duration(costs.p2p_latency, who, "p2p latency");
+  check_duration(costs.reduce_gradients, who, "reduce-gradients duration");
+  check_duration(costs.optimizer_step, who, "optimizer-step duration");
 }
 
 }  // namespace loom::parallel::pipeline::detail

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "loom/parallel/pipeline/schedule.hpp"
+#include "loom/parallel/pipeline/simulate.hpp"
 
 namespace loom::parallel::pipeline::detail {
 
@@ -24,6 +25,10 @@ void check_action(const Schedule& schedule, int rank, int step);
 
 // Both, for every action.
 void check_structure(const Schedule& schedule);
+
+// Per-chunk durations of `costs`: one value or `chunks` values each, all
+// durations finite and >= 0; a loom::Error starting with `who` otherwise.
+void check_costs(const ActionCosts& costs, int chunks, const std::string& who);
 
 // What pairs a send with its receive: an activation or a gradient, of one
 // micro-batch, produced by one chunk, from one rank to another.

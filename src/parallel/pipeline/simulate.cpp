@@ -1,9 +1,7 @@
 #include "loom/parallel/pipeline/simulate.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <map>
-#include <string>
 
 #include "loom/core/error.hpp"
 #include "loom/parallel/pipeline/validate.hpp"
@@ -12,20 +10,6 @@
 
 namespace loom::parallel::pipeline {
 namespace {
-
-void check_finite(double value, const std::string& what) {
-  LOOM_CHECK(std::isfinite(value) && value >= 0.0, "pipeline simulation: ", what, " ", value,
-             " must be a finite duration >= 0");
-}
-
-void check_per_chunk(const std::vector<double>& values, const char* what, int chunks) {
-  LOOM_CHECK(values.size() == 1 || static_cast<int>(values.size()) == chunks,
-             "pipeline simulation: ", values.size(), " ", what, " durations for ", chunks,
-             " chunks (give one for every chunk, or one per chunk)");
-  for (size_t c = 0; c < values.size(); ++c) {
-    check_finite(values[c], str_cat(what, " duration of chunk ", c));
-  }
-}
 
 double of_chunk(const std::vector<double>& values, int chunk) {
   return values.size() == 1 ? values.front() : values[static_cast<size_t>(chunk)];
@@ -36,12 +20,7 @@ double of_chunk(const std::vector<double>& values, int chunk) {
 Simulation simulate(const Schedule& schedule, const ActionCosts& costs) {
   validate_schedule(schedule);
   const int chunks = schedule.chunks();
-  check_per_chunk(costs.forward, "forward", chunks);
-  check_per_chunk(costs.backward_input, "backward-input", chunks);
-  check_per_chunk(costs.backward_weight, "backward-weight", chunks);
-  check_finite(costs.p2p_latency, "p2p latency");
-  check_finite(costs.reduce_gradients, "reduce-gradients duration");
-  check_finite(costs.optimizer_step, "optimizer-step duration");
+  detail::check_costs(costs, chunks, "pipeline simulation");
 
   Simulation sim;
   sim.timeline.resize(static_cast<size_t>(schedule.pp));

@@ -1,5 +1,6 @@
 #include "zb_v_order.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <limits>
 #include <optional>
@@ -7,91 +8,161 @@
 #include "loom/core/error.hpp"
 
 namespace loom::parallel::pipeline::detail {
+namespace {
 
-// NOTE [zb-v list scheduler]: time runs in ticks, every action takes one
-// tick, and a tensor made at the end of tick t can be used in tick t + 1 on
-// any rank (no latency). At each tick every idle rank picks, in this order of
+double of_chunk(const std::vector<double>& values, int chunk) {
+  return values.size() == 1 ? values.front() : values[static_cast<size_t>(chunk)];
+}
+
+}  // namespace
+
+// NOTE [zb-v list scheduler]: time is continuous. Each action takes its
+// chunk's duration from `costs`, and a tensor made at time t can be used at t
+// on its own rank and at t + p2p_latency on another. The scheduler repeatedly
+// takes the earliest moment at which some rank is free (the lowest rank on
+// ties), and every rank free at that moment picks, in this order of
 // preference:
 //   1. a B whose inputs are there (its F, and the next chunk's B): the oldest
 //      micro-batch, the later chunk on ties. B is on the critical path, and
 //      the rank before waits for it.
-//   2. an F whose input is there, if fewer than activation_bound activations
-//      are in flight: the oldest micro-batch, the later chunk on ties (the
-//      later chunk brings the micro-batch closer to its loss and so its B).
+//   2. an F whose input is there, if the activation bound allows it: the
+//      oldest micro-batch, the later chunk on ties (the later chunk brings the
+//      micro-batch closer to its loss and so its B).
 //   3. its oldest pending W: W has no consumer, so it fills what would be a
 //      bubble, and it frees an activation.
-// Each chunk runs its F and its B in micro-batch order. With pp <= M this
-// reaches the lower bound 6M + pp - 1 ticks (NOTE [unit-cost bubble] in
-// pipeline/generators.hpp; tests/pipeline/bubble_test.cpp).
+// A rank that can run nothing waits until the next moment something ends.
+// Each chunk runs its F and its B in micro-batch order.
+//
+// The bound counts activations from F to W. An F on the first of a rank's two
+// chunks may take the last free slot only while some activation in flight
+// there has passed its second chunk (its W will free a slot): a rank full of
+// micro-batches waiting for their second chunk's F could never free one, a
+// deadlock that uneven costs can reach. So the oldest unfinished micro-batch
+// always finds a slot on every rank, and the plan always completes. At unit
+// cost (F = B = W = 1, no latency) this is the schedule of Qi et al.'s ZB-V,
+// and with pp <= M it reaches the lower bound 6M + pp - 1 (NOTE [unit-cost
+// bubble] in pipeline/generators.hpp; tests/pipeline/bubble_test.cpp).
 std::vector<std::vector<Action>> zb_v_order(int pp, int micro_batches,
                                             const std::vector<ChunkPlace>& placement,
-                                            int activation_bound) {
-  LOOM_ASSERT(activation_bound >= 2, "bound ", activation_bound);
+                                            int activation_bound, const ActionCosts& costs) {
   const int chunks = static_cast<int>(placement.size());
-  const int never = std::numeric_limits<int>::max();
-  // End tick of F and B of (micro-batch, chunk); `never` until it has run.
-  std::vector<int> forward_end(static_cast<size_t>(micro_batches * chunks), never);
-  std::vector<int> backward_end = forward_end;
+  const double never = std::numeric_limits<double>::infinity();
+  // End time of F and B of (micro-batch, chunk); `never` until it has run.
+  std::vector<double> forward_end(static_cast<size_t>(micro_batches * chunks), never);
+  std::vector<double> backward_end = forward_end;
   auto index = [&](int m, int c) { return static_cast<size_t>(m * chunks + c); };
+  // When chunk `to`'s rank can use what chunk `from` made at `end`.
+  auto usable = [&](double end, int from, int to) {
+    return placement[static_cast<size_t>(from)].rank == placement[static_cast<size_t>(to)].rank
+               ? end
+               : end + costs.p2p_latency;
+  };
   std::vector<int> next_forward(static_cast<size_t>(chunks), 0);
   std::vector<int> next_backward(static_cast<size_t>(chunks), 0);
-  std::vector<std::vector<int>> held(static_cast<size_t>(pp));  // chunks of each rank
+  std::vector<std::vector<int>> held(static_cast<size_t>(pp));  // chunks of each rank, ascending
   for (int c = 0; c < chunks; ++c) held[static_cast<size_t>(placement[c].rank)].push_back(c);
+  const int most_held =
+      static_cast<int>(std::max_element(held.begin(), held.end(), [](const auto& a, const auto& b) {
+                         return a.size() < b.size();
+                       })->size());
+  LOOM_ASSERT(activation_bound >= most_held, "bound ", activation_bound, " below ", most_held);
   std::vector<std::deque<Action>> pending_weights(static_cast<size_t>(pp));
   std::vector<int> in_flight(static_cast<size_t>(pp), 0);
+  // Micro-batches whose F ran on the rank's first chunk but not on its second.
+  std::vector<int> entered(static_cast<size_t>(pp), 0);
+  std::vector<double> free_at(static_cast<size_t>(pp), 0.0);
   std::vector<std::vector<Action>> order(static_cast<size_t>(pp));
+
+  // The best candidate of rank r at time t: smallest micro-batch, then the later chunk.
+  auto pick = [&](int r, double t, bool backward) -> std::optional<Action> {
+    std::optional<Action> best;
+    const std::vector<int>& mine = held[static_cast<size_t>(r)];
+    for (int c : mine) {
+      const int m = (backward ? next_backward : next_forward)[static_cast<size_t>(c)];
+      if (m >= micro_batches) continue;
+      bool ready = false;
+      if (backward) {
+        ready = forward_end[index(m, c)] <= t &&
+                (c == chunks - 1 || usable(backward_end[index(m, c + 1)], c + 1, c) <= t);
+      } else {
+        ready = c == 0 || usable(forward_end[index(m, c - 1)], c - 1, c) <= t;
+        const int after = in_flight[static_cast<size_t>(r)] + 1;
+        const bool entering = c == mine.front() && mine.size() > 1;
+        ready = ready && after <= activation_bound &&
+                (!entering || after < activation_bound ||
+                 entered[static_cast<size_t>(r)] < in_flight[static_cast<size_t>(r)]);
+      }
+      if (!ready) continue;
+      if (!best || m < best->micro_batch || (m == best->micro_batch && c > best->chunk)) {
+        best = backward ? Action::backward_input(m, c) : Action::forward(m, c);
+      }
+    }
+    return best;
+  };
 
   const long total = 3L * micro_batches * chunks;
   long done = 0;
-  for (int t = 0; done < total; ++t) {
-    // Readiness only changes when an action runs, so a tick in which no rank
-    // runs anything would repeat forever: a broken invariant, not a hang.
-    const long done_before = done;
+  while (done < total) {
+    const double t = *std::min_element(free_at.begin(), free_at.end());
+    bool ran = false;
     for (int r = 0; r < pp; ++r) {
-      // The best candidate: smallest micro-batch, then the later chunk.
-      auto pick = [&](bool backward) -> std::optional<Action> {
-        std::optional<Action> best;
-        for (int c : held[static_cast<size_t>(r)]) {
-          const int m = (backward ? next_backward : next_forward)[static_cast<size_t>(c)];
-          if (m >= micro_batches) continue;
-          const bool ready = backward ? forward_end[index(m, c)] <= t &&
-                                            (c == chunks - 1 || backward_end[index(m, c + 1)] <= t)
-                                      : c == 0 || forward_end[index(m, c - 1)] <= t;
-          if (!ready) continue;
-          if (!best || m < best->micro_batch || (m == best->micro_batch && c > best->chunk)) {
-            best = backward ? Action::backward_input(m, c) : Action::forward(m, c);
-          }
-        }
-        return best;
-      };
-      std::optional<Action> action = pick(true);
-      if (!action && in_flight[static_cast<size_t>(r)] < activation_bound) action = pick(false);
+      if (free_at[static_cast<size_t>(r)] > t) continue;
+      std::optional<Action> action = pick(r, t, true);
+      if (!action) action = pick(r, t, false);
       if (!action && !pending_weights[static_cast<size_t>(r)].empty()) {
         action = pending_weights[static_cast<size_t>(r)].front();
         pending_weights[static_cast<size_t>(r)].pop_front();
       }
-      if (!action) continue;  // idle this tick
+      if (!action) continue;  // waits (below)
       const int m = action->micro_batch, c = action->chunk;
+      double duration = 0.0;
       switch (action->kind) {
-        case ActionKind::forward:
-          forward_end[index(m, c)] = t + 1;
+        case ActionKind::forward: {
+          duration = of_chunk(costs.forward, c);
+          forward_end[index(m, c)] = t + duration;
           ++next_forward[static_cast<size_t>(c)];
           ++in_flight[static_cast<size_t>(r)];
+          const std::vector<int>& mine = held[static_cast<size_t>(r)];
+          if (mine.size() > 1) entered[static_cast<size_t>(r)] += c == mine.front() ? 1 : -1;
           break;
+        }
         case ActionKind::backward_input:
-          backward_end[index(m, c)] = t + 1;
+          duration = of_chunk(costs.backward_input, c);
+          backward_end[index(m, c)] = t + duration;
           ++next_backward[static_cast<size_t>(c)];
           pending_weights[static_cast<size_t>(r)].push_back(Action::backward_weight(m, c));
           break;
         default:
+          duration = of_chunk(costs.backward_weight, c);
           --in_flight[static_cast<size_t>(r)];
           break;
       }
+      free_at[static_cast<size_t>(r)] = t + duration;
       order[static_cast<size_t>(r)].push_back(*action);
       ++done;
+      ran = true;
     }
-    LOOM_ASSERT(done > done_before, "zb-v list scheduler stalled at tick ", t, " with ", done,
-                " of ", total, " actions placed");
+    if (ran) continue;  // ranks still free at t look again: something may have ended at t
+    // Every rank free at t waits for the next moment something ends or arrives.
+    double next = never;
+    for (double f : free_at) {
+      if (f > t) next = std::min(next, f);
+    }
+    for (int m = 0; m < micro_batches; ++m) {
+      for (int c = 0; c < chunks; ++c) {
+        for (double end : {forward_end[index(m, c)], backward_end[index(m, c)]}) {
+          if (end > t && end < never) next = std::min(next, end);
+          if (end + costs.p2p_latency > t && end < never) {
+            next = std::min(next, end + costs.p2p_latency);
+          }
+        }
+      }
+    }
+    // Readiness only changes when an action ends, so nothing left to end is
+    // a broken invariant, not a hang.
+    LOOM_ASSERT(next < never, "zb-v list scheduler stalled at time ", t, " with ", done, " of ",
+                total, " actions placed");
+    for (double& f : free_at) f = std::max(f, next);
   }
   return order;
 }

@@ -25,12 +25,16 @@
 //                every rank (1F1B's peak, which 1F1B reaches on rank 0).
 //   zb-v         two chunks per rank in a V (chunks r and 2pp-1-r on rank r)
 //                with B and W split. The order comes from a list scheduler
-//                run at unit cost (F = B = W = 1 per chunk): at every tick
-//                each idle rank runs a ready B (oldest micro-batch first,
-//                later chunk on ties), else a ready F if fewer than
-//                min(2pp, 2M) activations are in flight (oldest first, later
-//                chunk on ties), else its oldest pending W. 2pp chunk
-//                activations are 1F1B's peak memory (a chunk is half a stage).
+//                (NOTE [zb-v list scheduler] in src/parallel/pipeline/
+//                zb_v_order.cpp): whenever a rank is free it runs a ready B
+//                (oldest micro-batch first, later chunk on ties), else a
+//                ready F if the activation bound allows it (oldest first,
+//                later chunk on ties), else its oldest pending W. By default
+//                it plans at unit cost (F = B = W = 1 per chunk) within
+//                min(2pp, 2M) activations, 1F1B's peak memory (a chunk is
+//                half a stage). ZbVPlan gives it measured durations and a
+//                larger bound instead: memory traded for bubble where F, B
+//                and W differ (docs/pipeline.md, "Planning ZB-V").
 //
 // NOTE [unit-cost bubble]: with F = B = W = 1 per chunk action (BW = 2), no
 // latency, and bubble = 1 - busy / (pp * makespan) as simulate() computes it:
@@ -48,6 +52,7 @@
 #include <string_view>
 
 #include "loom/parallel/pipeline/schedule.hpp"
+#include "loom/parallel/pipeline/simulate.hpp"
 
 namespace loom::parallel::pipeline {
 
@@ -58,12 +63,29 @@ enum class ScheduleKind { gpipe, one_f_one_b, interleaved_1f1b, zb_h1, zb_v };
 ScheduleKind schedule_kind_from_string(std::string_view name);
 std::string to_string(ScheduleKind kind);
 
+// What ZB-V's list scheduler plans with. The defaults give the unit-cost
+// order at 1F1B's memory.
+struct ZbVPlan {
+  // Chunk activations in flight per rank, at most. 0: min(2pp, 2M). Else at
+  // least 2 (a micro-batch through both chunks of a rank); above 2M it is 2M
+  // (every micro-batch in flight). Above 2pp, every bound from 2pp up to this
+  // one is planned and the plan simulate() times fastest with `costs` is kept
+  // (the smaller bound on ties): the schedule's activation_bound says which.
+  int activation_bound = 0;
+  // Per-chunk F, B and W durations (one value for all chunks, or 2pp) and the
+  // point-to-point latency, as simulate() takes them (its reduce and optimizer
+  // durations are not used). Default: unit cost, no latency.
+  ActionCosts costs = {};
+};
+
 struct ScheduleConfig {
   int pp = 1;
   int micro_batches = 1;
   // Chunks per rank. 0: the schedule's own (2 for interleaved and zb-v, else
   // 1). Interleaved takes any value >= 2; the others only their own.
   int virtual_stages = 0;
+  // zb-v only (another schedule with a bound or costs set is a loom::Error).
+  ZbVPlan zb_v = {};
 };
 
 Schedule make_schedule(ScheduleKind kind, const ScheduleConfig& config);
@@ -72,7 +94,7 @@ Schedule schedule_gpipe(int pp, int micro_batches);
 Schedule schedule_1f1b(int pp, int micro_batches);
 Schedule schedule_interleaved_1f1b(int pp, int micro_batches, int virtual_stages);
 Schedule schedule_zb_h1(int pp, int micro_batches);
-Schedule schedule_zb_v(int pp, int micro_batches);
+Schedule schedule_zb_v(int pp, int micro_batches, const ZbVPlan& plan = {});
 
 // NOTE [unit-cost bubble]'s closed form for `kind` (the zero-bubble ones hold
 // for micro_batches >= pp). Checks its arguments as make_schedule does.

@@ -34,6 +34,7 @@ struct ActionCosts {
   double p2p_latency = 0.0;  // per message, from send to arrival
   double reduce_gradients = 0.0;
   double optimizer_step = 0.0;
+  friend bool operator==(const ActionCosts&, const ActionCosts&) = default;
 };
 
 struct TimedAction {
