@@ -4,7 +4,8 @@
 // ceiling in the same invocation:
 //
 //   pipeline_bench --drive [--micro-batches 4,8] [--schedules ...] [--steps 6] [--warmup 2]
-//                  [--rounds 1] [--cut balanced|even] [--activation-checkpointing] [--json FILE]
+//                  [--rounds 1] [--cut balanced|even] [--activation-checkpointing]
+//                  [--planned-bounds 4,5,6] [--plan-latency-ms 0.05] [--json FILE]
 //
 // The cut (gpt_chunks.hpp): balanced by counted FLOPs (the default; at pp 2
 // 5 + 3 blocks, zb-v 3, 3, 2, 0 with the head alone in the last chunk) or
@@ -34,6 +35,14 @@
 //                      output; on the last chunk the logits), highest rank
 //   efficiency         T_single / (pp x step_ms)
 //   ceiling            T_single / T_two, the two non-communicating ranks
+//
+// NOTE [planned zb-v rows] Rows "zb-v planned N" (--planned-bounds, default
+// 4,5,6; 0: none) run zb-v again in the same round right after its
+// unit-cost run, with its order planned (generators.hpp, ZbVPlan) from the
+// per-chunk durations that run measured (as the simulator is fed them) and
+// --plan-latency-ms per message, within at most N chunk activations per rank
+// (at pp 2, 2pp = 4 is 1F1B's memory; the planner may settle on fewer). Their
+// records say "planned": true; the plan is in each round's record.
 //
 // NOTE [measured bubble] Per-chunk durations: each worker rank first times
 // F (with the loss on the last chunk), B and W of each of its chunks in
@@ -98,6 +107,10 @@ struct DriverFlags {
   std::vector<std::string> schedules = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"};
   std::vector<int> micro_batches = {4, 8};
   int rounds = 1;
+  // zb-v rows planned from the same round's measured durations (NOTE
+  // [planned zb-v rows]), one per activation bound; empty: none.
+  std::vector<int> planned_bounds = {4, 5, 6};
+  double plan_latency_ms = 0.05;
   std::string mpirun = LOOM_MPIEXEC;
   std::string json_path;
 };
@@ -163,6 +176,43 @@ pl::ActionCosts pp4_costs(const pl::Schedule& s, const std::vector<int64_t>& cut
   out.backward_input = rebuild(zb_v_pp2.backward_input);
   out.backward_weight = rebuild(zb_v_pp2.backward_weight);
   return out;
+}
+
+// The row of zb-v planned at `bound`.
+std::string planned_label(int bound) {
+  return "zb-v planned " + std::to_string(bound);
+}
+
+// The worker flags that plan zb-v with `plan` (NOTE [planned zb-v rows]).
+std::string plan_args(const pl::ZbVPlan& plan) {
+  auto list = [](const std::vector<double>& values) {
+    std::string out;
+    for (const double v : values) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.9g", v);
+      out += (out.empty() ? "" : ",") + std::string(text);
+    }
+    return out;
+  };
+  return " --activation-bound " + std::to_string(plan.activation_bound) + " --plan-forward " +
+         list(plan.costs.forward) + " --plan-backward-input " + list(plan.costs.backward_input) +
+         " --plan-backward-weight " + list(plan.costs.backward_weight) + " --plan-latency " +
+         list({plan.costs.p2p_latency});
+}
+
+// The schedule a pp 2 run of the driver ran: its record's "plan" (zb-v
+// planned rows) or the generator's own order.
+pl::Schedule schedule_of(const std::string& name, int m, const json& run) {
+  pl::ScheduleConfig config{.pp = 2, .micro_batches = m};
+  if (run.contains("plan")) {
+    const json& plan = run.at("plan");
+    config.zb_v.activation_bound = plan.at("activation_bound").get<int>();
+    config.zb_v.costs.forward = plan.at("forward_s").get<std::vector<double>>();
+    config.zb_v.costs.backward_input = plan.at("backward_input_s").get<std::vector<double>>();
+    config.zb_v.costs.backward_weight = plan.at("backward_weight_s").get<std::vector<double>>();
+    config.zb_v.costs.p2p_latency = plan.at("p2p_latency_s").get<double>();
+  }
+  return pl::make_schedule(pl::schedule_kind_from_string(name), config);
 }
 
 std::string cell(double v, int digits) {
@@ -232,8 +282,28 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
     for (const auto& v : two.at("cpu_share")) two_share.push_back(v.get<double>());
     for (const int m : d.micro_batches) {
       for (const std::string& name : d.schedules) {
-        runs[{name, m}].push_back(launch(
-            2, "--mode pipeline --schedule " + name + " --micro-batches " + std::to_string(m)));
+        const std::string args =
+            "--mode pipeline --schedule " + name + " --micro-batches " + std::to_string(m);
+        const json& run = runs[{name, m}].emplace_back(launch(2, args));
+        if (name != "zb-v") continue;
+        // NOTE [planned zb-v rows]: zb-v again, its order planned from the
+        // per-chunk durations the unit-cost run just measured (as the
+        // simulator is fed them) plus a p2p latency, at each bound.
+        pl::ZbVPlan plan;
+        plan.costs = measured_costs(schedule_of(name, m, run), run);
+        plan.costs.p2p_latency = d.plan_latency_ms * 1e-3;
+        plan.costs.reduce_gradients = plan.costs.optimizer_step = 0;
+        for (const int bound : d.planned_bounds) {
+          if (bound == 0) continue;
+          plan.activation_bound = bound;
+          json planned = launch(2, args + plan_args(plan));
+          planned["plan"] = {{"activation_bound", bound},
+                             {"forward_s", plan.costs.forward},
+                             {"backward_input_s", plan.costs.backward_input},
+                             {"backward_weight_s", plan.costs.backward_weight},
+                             {"p2p_latency_s", plan.costs.p2p_latency}};
+          runs[{planned_label(bound), m}].push_back(std::move(planned));
+        }
       }
     }
     std::printf("  round %d/%d done\n", round + 1, d.rounds);
@@ -251,30 +321,41 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
   double one_f_one_b_eff = -1;
   std::vector<std::string> verdicts;
   auto mib = [](double bytes) { return loom::bench::fixed(bytes / (1 << 20), 1); };
+  std::vector<std::string> rows = d.schedules;
+  for (const int bound : d.planned_bounds) {
+    if (runs.count({planned_label(bound), d.micro_batches.front()})) {
+      rows.push_back(planned_label(bound));
+    }
+  }
   for (const int m : d.micro_batches) {
-    for (const std::string& name : d.schedules) {
-      const std::vector<json>& rs = runs.at({name, m});
+    for (const std::string& label : rows) {
+      const std::vector<json>& rs = runs.at({label, m});
+      const std::string name = rs.front().at("schedule").get<std::string>();
+      const bool planned = label != name;
       const pl::ScheduleKind kind = pl::schedule_kind_from_string(name);
-      const pl::Schedule s = pl::make_schedule(kind, {.pp = 2, .micro_batches = m});
+      const pl::Schedule s = schedule_of(name, m, rs.front());
       std::vector<double> step_ms, bubble, simulated, sim_ms;
       double peak_bytes = 0, bound_bytes = 0, cpu = 0;
+      int bound_chunks = 0;
       for (const json& r : rs) {
         step_ms.push_back(r.at("step_ms").get<double>());
+        const pl::Schedule ran = schedule_of(name, m, r);  // a planned row's plan differs by round
+        bound_chunks = std::max(bound_chunks, ran.activation_bound);
         double wait = 0;
         for (const json& rank : r.at("per_rank")) {
           wait += rank.at("recv_wait_s").get<double>() / rank.at("step_s").get<double>();
           peak_bytes = std::max(peak_bytes, rank.at("peak_step_bytes").get<double>());
           bound_bytes = std::max(
-              bound_bytes, s.activation_bound * rank.at("chunk_activation_bytes").get<double>());
+              bound_bytes, ran.activation_bound * rank.at("chunk_activation_bytes").get<double>());
         }
         bubble.push_back(wait / s.pp);
         for (const auto& v : r.at("cpu_share")) cpu = std::max(cpu, v.get<double>());
-        const pl::ActionCosts costs = measured_costs(s, r);
-        if (name == "zb-v") {
+        const pl::ActionCosts costs = measured_costs(ran, r);
+        if (label == "zb-v") {
           zb_v_costs[m] = costs;
           zb_v_cut = r.at("chunk_layers").get<std::vector<int64_t>>();
         }
-        const pl::Simulation sim = pl::simulate(s, costs);
+        const pl::Simulation sim = pl::simulate(ran, costs);
         simulated.push_back(sim.bubble_fraction);
         sim_ms.push_back(1e3 * sim.makespan);
       }
@@ -282,18 +363,19 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
       const double meas = median(bubble), sim = median(simulated);
       const double theory = pl::unit_cost_bubble(kind, {.pp = 2, .micro_batches = m});
       const double efficiency = t_single / (2 * t);
-      measured[{name, m}] = meas;
+      measured[{label, m}] = meas;
       if (name == "1f1b" && m == 8) one_f_one_b_eff = efficiency;
-      table.add({name, "2", std::to_string(m), std::to_string(s.virtual_stages), cell(t, 1),
+      table.add({label, "2", std::to_string(m), std::to_string(s.virtual_stages), cell(t, 1),
                  cell(meas, 3), cell(sim, 3), cell(theory, 3), cell(std::fabs(meas - sim), 3),
                  mib(peak_bytes), mib(bound_bytes), cell(efficiency, 3), cell(cpu, 2)});
       verdicts.push_back(std::string(std::fabs(meas - sim) <= 0.03 ? "PASS" : "FAIL") + ": " +
-                         name + " pp 2 M " + std::to_string(m) + ": measured bubble " +
+                         label + " pp 2 M " + std::to_string(m) + ": measured bubble " +
                          cell(meas, 3) + " within 0.03 of the simulated " + cell(sim, 3));
-      verdicts.push_back(std::string(peak_bytes <= bound_bytes ? "PASS" : "FAIL") + ": " + name +
+      verdicts.push_back(std::string(peak_bytes <= bound_bytes ? "PASS" : "FAIL") + ": " + label +
                          " pp 2 M " + std::to_string(m) + ": peak step bytes " + mib(peak_bytes) +
                          " MiB within the bound " + mib(bound_bytes) + " MiB");
       results.push_back({{"schedule", name},
+                         {"planned", planned},
                          {"pp", 2},
                          {"micro_batches", m},
                          {"virtual_stages", s.virtual_stages},
@@ -305,28 +387,43 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
                          {"bubble_simulated", sim},
                          {"peak_activation_bytes", peak_bytes},
                          {"activation_bound_bytes", bound_bytes},
-                         {"activation_bound_chunks", s.activation_bound},
+                         {"activation_bound_chunks", bound_chunks},
                          {"chunk_layers", rs.front().at("chunk_layers")},
                          {"efficiency", efficiency},
                          {"cpu_share_max", cpu},
                          {"rounds", rs}});
     }
   }
-  // pp 4, simulated from zb-v's measured chunks at pp 2.
+  // pp 4, simulated from zb-v's measured chunks at pp 2; the planned zb-v
+  // rows with the same bound above 2pp (planned with those durations).
   for (const int m : d.micro_batches) {
     if (!zb_v_costs.count(m)) continue;
-    for (const std::string& name : d.schedules) {
+    std::vector<std::pair<std::string, int>> pp4_rows;  // label, planned bound (0: none)
+    for (const std::string& name : d.schedules) pp4_rows.emplace_back(name, 0);
+    for (const std::string& label : rows) {
+      if (label.rfind("zb-v planned ", 0) != 0) continue;
+      const int bound = 8 + std::stoi(label.substr(13)) - 4;
+      if (bound >= 2) pp4_rows.emplace_back(planned_label(bound), bound);
+    }
+    for (const auto& [label, planned_bound] : pp4_rows) {
+      const std::string name = planned_bound > 0 ? "zb-v" : label;
       const pl::ScheduleKind kind = pl::schedule_kind_from_string(name);
       if (kind == pl::ScheduleKind::interleaved_1f1b && m % 4 != 0) continue;
-      const pl::Schedule s = pl::make_schedule(kind, {.pp = 4, .micro_batches = m});
-      const std::vector<int64_t> cut = cut_of(w, config, s);
-      const pl::Simulation sim = pl::simulate(s, pp4_costs(s, cut, zb_v_costs.at(m), zb_v_cut));
+      const pl::Schedule unit = pl::make_schedule(kind, {.pp = 4, .micro_batches = m});
+      const std::vector<int64_t> cut = cut_of(w, config, unit);
+      const pl::ActionCosts costs = pp4_costs(unit, cut, zb_v_costs.at(m), zb_v_cut);
+      pl::ScheduleConfig planned_config{.pp = 4, .micro_batches = m};
+      planned_config.zb_v = {.activation_bound = planned_bound, .costs = costs};
+      planned_config.zb_v.costs.p2p_latency = d.plan_latency_ms * 1e-3;
+      const pl::Schedule s = planned_bound > 0 ? pl::make_schedule(kind, planned_config) : unit;
+      const pl::Simulation sim = pl::simulate(s, costs);
       const double theory = pl::unit_cost_bubble(kind, {.pp = 4, .micro_batches = m});
       const double t = 1e3 * sim.makespan;
-      table.add({name, "4 (sim)", std::to_string(m), std::to_string(s.virtual_stages), cell(t, 1),
+      table.add({label, "4 (sim)", std::to_string(m), std::to_string(s.virtual_stages), cell(t, 1),
                  "-", cell(sim.bubble_fraction, 3), cell(theory, 3), "-", "-", "-",
                  cell(t_single / (4 * t), 3), "-"});
       results.push_back({{"schedule", name},
+                         {"planned", planned_bound > 0},
                          {"pp", 4},
                          {"micro_batches", m},
                          {"virtual_stages", s.virtual_stages},
@@ -351,7 +448,10 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
   std::printf(
       "bubble meas: receive wait / step per rank, mean over ranks; sim: simulate() fed this run's "
       "per-chunk F, B, W (NOTE [measured bubble]), no latency; theory: unit cost. efficiency: "
-      "T_single / (pp x step). pp 4 rows: simulated from zb-v's pp 2 chunks at the same M. peak "
+      "T_single / (pp x step). zb-v planned N: zb-v's order planned from the unit-cost zb-v "
+      "run's per-chunk durations in the same round, at most N chunk activations per rank. pp 4 "
+      "rows: simulated from zb-v's pp 2 chunks at the same M (planned rows: the same bound "
+      "above 2pp, planned with those durations). peak "
       "act: a step's highest host allocation over the bytes at rest, highest rank; bound: the "
       "schedule's chunk activations x one micro-batch's forward bytes on the largest chunk\n");
   auto has = [&](const std::string& name) { return measured.count({name, 8}) > 0; };
@@ -361,11 +461,15 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
                        ": zb-h1 measured bubble " + cell(zb, 3) + " <= 0.4 x 1f1b's " +
                        cell(base, 3) + " at pp 2, M 8");
   }
-  if (has("zb-v") && has("zb-h1")) {
-    const double zb_v = measured.at({"zb-v", 8}), zb_h1 = measured.at({"zb-h1", 8});
-    verdicts.push_back(std::string(zb_v <= 0.5 * zb_h1 ? "PASS" : "FAIL") +
-                       ": zb-v measured bubble " + cell(zb_v, 3) + " <= 0.5 x zb-h1's " +
-                       cell(zb_h1, 3) + " at pp 2, M 8");
+  if (has("zb-h1")) {
+    const double zb_h1 = measured.at({"zb-h1", 8});
+    for (const std::string& label : rows) {
+      if (label.rfind("zb-v", 0) != 0 || !has(label)) continue;
+      const double zb_v = measured.at({label, 8});
+      verdicts.push_back(std::string(zb_v <= 0.5 * zb_h1 ? "PASS" : "FAIL") + ": " + label +
+                         " measured bubble " + cell(zb_v, 3) + " <= 0.5 x zb-h1's " +
+                         cell(zb_h1, 3) + " at pp 2, M 8");
+    }
   }
   if (one_f_one_b_eff >= 0) {
     const double want =
@@ -437,6 +541,28 @@ int main(int argc, char** argv) {
   app.add_option("--receives-ahead", w.receives_ahead,
                  "receives the executor keeps posted ahead of the one it waits for")
       ->check(flags::at_least(1));
+  app.add_option("--planned-bounds", d.planned_bounds,
+                 "driver: a zb-v row planned from the measured durations at each of these "
+                 "activation bounds (chunk activations per rank; none: 0)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 64));
+  app.add_option("--plan-latency-ms", d.plan_latency_ms,
+                 "driver: the point-to-point latency the planned rows plan with")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--activation-bound", w.zb_v_plan.activation_bound,
+                 "worker, zb-v: chunk activations in flight per rank (0: 2pp)")
+      ->check(flags::at_least(0));
+  app.add_option("--plan-forward", w.zb_v_plan.costs.forward,
+                 "worker, zb-v: per-chunk forward seconds to plan with")
+      ->delimiter(',');
+  app.add_option("--plan-backward-input", w.zb_v_plan.costs.backward_input,
+                 "worker, zb-v: per-chunk backward-input seconds to plan with")
+      ->delimiter(',');
+  app.add_option("--plan-backward-weight", w.zb_v_plan.costs.backward_weight,
+                 "worker, zb-v: per-chunk backward-weight seconds to plan with")
+      ->delimiter(',');
+  app.add_option("--plan-latency", w.zb_v_plan.costs.p2p_latency,
+                 "worker, zb-v: point-to-point latency in seconds to plan with");
   app.add_flag("--activation-checkpointing", w.activation_checkpointing,
                "checkpoint every block (GPTConfig::checkpoint_blocks), single-rank runs included");
   CLI11_PARSE(app, argc, argv);

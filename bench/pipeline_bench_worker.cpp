@@ -182,8 +182,9 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
   loom::comm::Communicator& world = *launch.world();
   const int pp = world.size();
   const loom::models::GPTConfig config = bench_config(f);
-  const pl::Schedule schedule = pl::make_schedule(pl::schedule_kind_from_string(f.schedule),
-                                                  {.pp = pp, .micro_batches = f.micro_batches});
+  const pl::Schedule schedule =
+      pl::make_schedule(pl::schedule_kind_from_string(f.schedule),
+                        {.pp = pp, .micro_batches = f.micro_batches, .zb_v = f.zb_v_plan});
   LOOM_CHECK(kBatch % f.micro_batches == 0, "--micro-batches ", f.micro_batches,
              " does not divide the global batch of ", kBatch, " sequences");
   const parallel::ParallelGroups groups =

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "loom/models/gpt_config.hpp"
+#include "loom/parallel/pipeline/generators.hpp"
 #include "loom/parallel/pipeline/schedule.hpp"
 
 namespace loom::bench::pipeline_bench {
@@ -24,6 +25,9 @@ struct WorkerFlags {
   std::string cut = "balanced";  // balanced (by counted FLOPs) or even (by block count)
   bool activation_checkpointing = false;
   int receives_ahead = 2;  // ExecutorOptions::receives_ahead
+  // zb-v only: plan the order with these durations and bound (the driver's
+  // planned rows); the default is the unit-cost order.
+  parallel::pipeline::ZbVPlan zb_v_plan;
 };
 
 // Issue 4's GPT (vocab 8192, d_model 256, 4 heads, seq 128) with kLayers
