@@ -55,7 +55,8 @@ set_tests_properties(checkpoint.train_gpt_resume PROPERTIES TIMEOUT 600 PROCESSO
 
 # Pipeline parallelism under mpirun reproduces one rank on the same global
 # batch: every schedule at pp 2 (the cut balanced by counted FLOPs unless
-# --stage-layers gives one; activation checkpointing under split B / W), 1f1b
+# --stage-layers gives one; activation checkpointing under split B / W; zb-v
+# re-planned from step 2's measured durations with a larger bound), 1f1b
 # and zb-v at pp 4, pp 2 x dp 2 with ZeRO 1 and 3, tp 2 x pp 2 (+ SP, ZeRO 2);
 # logged losses, gradient norms and the validation loss (forward-only through
 # the stages) to the last printed digit.
@@ -68,6 +69,7 @@ loom_train_gpt_compare(pipeline ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdl
     "2|--layers 4|--pp 2 --schedule interleaved --micro-batches 4"
     "2|--layers 4|--pp 2 --schedule zb-h1 --micro-batches 4"
     "2|--layers 4|--pp 2 --schedule zb-v --micro-batches 4"
+    "2|--layers 4|--pp 2 --schedule zb-v --micro-batches 4 --plan measured --activation-bound 6"
     "2|--layers 4|--pp 2 --schedule zb-h1 --micro-batches 4 --activation-checkpointing"
     "2|--layers 4|--pp 2 --schedule 1f1b --micro-batches 2 --stage-layers 4,0"
     "4|--layers 4|--pp 4 --schedule 1f1b --micro-batches 4"
@@ -144,4 +146,6 @@ loom_train_gpt_refuses(pipeline
     "2|--pp 2 --layers 4 --batch 4 --stage-layers 2,1,1|--stage-layers has 3 entries but schedule 1f1b cuts the GPT into 2 chunks"
     "2|--pp 2 --layers 4 --batch 4 --schedule zb-v --stage-layers 2,0,2,0|--stage-layers gives chunk 1 0 layers: only the first and the last chunk"
     "2|--pp 2 --layers 4 --batch 4 --virtual-stages 3|1f1b schedule runs 1 chunk per rank, not 3 virtual stages"
+    "2|--pp 2 --layers 4 --batch 4 --activation-bound 6|--activation-bound 6 sets zb-v's plan. --schedule 1f1b has a fixed order and bound"
+    "2|--pp 2 --layers 4 --batch 4 --schedule zb-v --activation-bound 1|zb-v schedule: activation bound 1 must be at least 2 chunk activations"
     "1|--layers 2 --batch 4 --micro-batches 2|--micro-batches 2 cuts the batch for the pipeline. it needs --pp 2 or more")

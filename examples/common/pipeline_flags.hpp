@@ -8,15 +8,25 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "flag_checks.hpp"
+#include "loom/comm/communicator.hpp"
 #include "loom/core/error.hpp"
+#include "loom/parallel/pipeline/executor.hpp"
 #include "loom/parallel/pipeline/generators.hpp"
 #include "loom/parallel/pipeline/schedule.hpp"
 
 namespace loom::examples {
+
+// "0.123"
+inline std::string fixed3(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", value);
+  return text;
+}
 
 struct PipelineFlags {
   int pp = 1;
@@ -25,6 +35,8 @@ struct PipelineFlags {
   int micro_batches = 0;              // 0: pp (1 without --pp)
   int virtual_stages = 0;             // 0: the schedule's own
   std::vector<int64_t> stage_layers;  // layers per chunk, in chunk order; empty: balanced by FLOPs
+  int activation_bound = 0;           // zb-v: chunk activations per rank (0: 2pp)
+  std::string plan = "unit";          // zb-v: unit, or measured (re-planned after step 2)
   CLI::Option* schedule_option = nullptr;
 
   int micro_batch_count() const { return micro_batches > 0 ? micro_batches : pp; }
@@ -54,13 +66,49 @@ struct PipelineFlags {
     app.add_option("--stage-layers", stage_layers, stage_layers_help)
         ->delimiter(',')
         ->check(flags::at_least(0));
+    app.add_option("--activation-bound", activation_bound,
+                   "with --schedule zb-v: chunk activations in flight per rank, at most (0: 2pp, "
+                   "1F1B's memory); more trades memory for bubble (docs/pipeline.md)")
+        ->check(flags::at_least(0));
+    app.add_option("--plan", plan,
+                   "with --schedule zb-v: plan its order at unit cost, or re-plan it after the "
+                   "second step from the per-chunk durations measured in that step")
+        ->check(CLI::IsMember({"unit", "measured"}));
+  }
+
+  // --plan measured: whether the step just run (counting from 1 in this
+  // process) is the one to plan from.
+  bool plans_after(int64_t steps_run) const { return plan == "measured" && steps_run == 2; }
+
+  // zb-v's order planned from the durations `stats` measured on every rank of
+  // `pp` in step `step` (collective over pp), with a report line for the log.
+  struct Replanned {
+    parallel::pipeline::Schedule schedule;
+    std::string report;
+  };
+  Replanned replan(const parallel::pipeline::Schedule& current, comm::Communicator& pp,
+                   const parallel::pipeline::StepStats& stats, int64_t step) const {
+    namespace pl = parallel::pipeline;
+    pl::ActionCosts costs = pl::measured_costs(current, pp, stats);
+    costs.p2p_latency = 50e-6;  // about the mpi backend's on one node (docs/comm.md)
+    pl::ScheduleConfig config{.pp = pp.size(), .micro_batches = micro_batch_count()};
+    config.zb_v = {.activation_bound = activation_bound, .costs = costs};
+    Replanned out{pl::make_schedule(pl::ScheduleKind::zb_v, config), ""};
+    out.report =
+        str_cat("pipeline: zb-v re-planned from the chunk durations measured in step ", step,
+                ": simulated bubble ", fixed3(pl::simulate(current, costs).bubble_fraction), " -> ",
+                fixed3(pl::simulate(out.schedule, costs).bubble_fraction), ", at most ",
+                out.schedule.activation_bound, " chunk activations per rank (was ",
+                current.activation_bound, ")\n");
+    return out;
   }
 
   parallel::pipeline::Schedule make_schedule() const {
     namespace pl = parallel::pipeline;
-    return pl::make_schedule(
-        pl::schedule_kind_from_string(schedule),
-        {.pp = pp, .micro_batches = micro_batch_count(), .virtual_stages = virtual_stages});
+    pl::ScheduleConfig config{
+        .pp = pp, .micro_batches = micro_batch_count(), .virtual_stages = virtual_stages};
+    config.zb_v.activation_bound = activation_bound;
+    return pl::make_schedule(pl::schedule_kind_from_string(schedule), config);
   }
 
   // The rules every model shares; under --pp returns the schedule.
@@ -80,6 +128,11 @@ struct PipelineFlags {
     LOOM_CHECK(batch % m == 0, "--batch ", batch, " is not divisible by --micro-batches ", m,
                " (each micro-batch takes batch / M of the replica's rows)");
     if (pp == 1) return {};
+    LOOM_CHECK(schedule == "zb-v" || (activation_bound == 0 && plan == "unit"),
+               activation_bound != 0 ? str_cat("--activation-bound ", activation_bound)
+                                     : str_cat("--plan ", plan),
+               " sets zb-v's plan; --schedule ", schedule,
+               " has a fixed order and bound (use --schedule zb-v)");
     LOOM_CHECK(schedule != "interleaved" || m % pp == 0, "--micro-batches ", m,
                " is not a multiple of --pp ", pp,
                ": the interleaved schedule takes micro-batches pp at a time through each chunk");

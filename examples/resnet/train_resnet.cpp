@@ -237,7 +237,7 @@ int run(const Flags& f) {
     shape = {1, 8, 8, split.train.classes};
   }
   const models::ResNetConfig config = make_config(f, shape.channels, shape.classes, device);
-  const std::optional<pl::Schedule> pipeline = check_flags(f, world.size(), config);
+  std::optional<pl::Schedule> pipeline = check_flags(f, world.size(), config);
   const int micro_batches =
       f.pipe.pp > 1 ? f.pipe.micro_batch_count() : std::max(1, f.pipe.micro_batches);
   const parallel::ParallelGroups groups = parallel::make_parallel_groups(
@@ -390,6 +390,16 @@ int run(const Flags& f) {
           });
       loss = stats.loss;
       norm = stats.grad_norm;
+      if (f.pipe.plans_after(step + 1)) {
+        examples::PipelineFlags::Replanned planned =
+            f.pipe.replan(*pipeline, *groups.pp, stats, step);
+        say("%s", planned.report.c_str());
+        pipeline = std::move(planned.schedule);
+        executor.reset();
+        executor = std::make_unique<pl::PipelineExecutor>(
+            *pipeline, *groups.pp, modules, zero,
+            pl::ExecutorOptions{.clip_grad_norm = std::numeric_limits<double>::max()});
+      }
     } else {
       // The micro-batches one after another, each loss scaled by 1 / M; only
       // the last backward launches the gradients' reduction over dp.

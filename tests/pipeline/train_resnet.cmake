@@ -20,7 +20,7 @@ function(loom_train_resnet_compare)
 endfunction()
 
 # ResNet-18's small variant (width 8) on synthetic CIFAR-shaped batches: every
-# schedule at pp 2 and pp 4, an explicit cut, pp 2 x dp 2 with ZeRO 0 to 3,
+# schedule at pp 2 and pp 4 (zb-v also re-planned from measured durations), an explicit cut, pp 2 x dp 2 with ZeRO 0 to 3,
 # and data parallelism with gradient accumulation alone.
 loom_train_resnet_compare(
   COMMON --data cifar --width 8 --batch 8 --steps 4 --log-every 1 --lr 0.05
@@ -30,6 +30,7 @@ loom_train_resnet_compare(
     "2|--pp 2 --schedule interleaved --micro-batches 4"
     "2|--pp 2 --schedule zb-h1 --micro-batches 4"
     "2|--pp 2 --schedule zb-v --micro-batches 4"
+    "2|--pp 2 --schedule zb-v --micro-batches 4 --plan measured --activation-bound 6"
     "4|--pp 4 --schedule gpipe --micro-batches 4"
     "4|--pp 4 --schedule 1f1b --micro-batches 8"
     "4|--pp 4 --schedule interleaved --micro-batches 4"

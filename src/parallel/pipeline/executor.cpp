@@ -1,5 +1,6 @@
 #include "loom/parallel/pipeline/executor.hpp"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -172,6 +173,7 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
   const std::vector<Action>& actions = schedule.ranks[static_cast<size_t>(rank)];
   const bool profiling = trace::Profiler::instance().enabled();
   StepStats stats;
+  stats.chunk_seconds.resize(static_cast<size_t>(schedule.virtual_stages));
   if (options.loss_scaler != nullptr) stats.loss_scale = options.loss_scaler->scale();
   const int64_t step_start = trace::now_ns();
   messages.reset_counters();
@@ -232,6 +234,11 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
   for (const Action& a : actions) {
     const int64_t start = trace::now_ns();
     double* compute_seconds = nullptr;
+    double* chunk_seconds = nullptr;  // the same time, per chunk
+    ChunkSeconds* chunk_times =
+        is_compute(a.kind) ? &stats.chunk_seconds[static_cast<size_t>(
+                                 schedule.placement.at(static_cast<size_t>(a.chunk)).virtual_stage)]
+                           : nullptr;
     switch (a.kind) {
       case ActionKind::forward: {
         Tensor x;
@@ -266,6 +273,7 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
           put_value(MessageKind::activation, a.micro_batch, a.chunk, std::move(y));
         }
         compute_seconds = &stats.forward_seconds;
+        chunk_seconds = &chunk_times->forward;
         break;
       }
       case ActionKind::backward_input:
@@ -290,6 +298,7 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
           --live_tapes;
         }
         compute_seconds = fused ? &stats.backward_seconds : &stats.backward_input_seconds;
+        chunk_seconds = fused ? &chunk_times->backward : &chunk_times->backward_input;
         break;
       }
       case ActionKind::backward_weight: {
@@ -303,6 +312,7 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
         tape.reset();
         --live_tapes;
         compute_seconds = &stats.backward_weight_seconds;
+        chunk_seconds = &chunk_times->backward_weight;
         break;
       }
       case ActionKind::send_activation:
@@ -344,6 +354,7 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
     }
     const int64_t end = trace::now_ns();
     if (compute_seconds != nullptr) *compute_seconds += seconds_between(start, end);
+    if (chunk_seconds != nullptr) *chunk_seconds += seconds_between(start, end);
     if (profiling) trace::record_span("pipeline", label(a, stages > 1), start, end);
     messages.reap_sends();
   }
@@ -372,6 +383,40 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
   stats.messages_received = messages.messages_received();
   stats.step_seconds = seconds_between(step_start, trace::now_ns());
   return stats;
+}
+
+ActionCosts measured_costs(const Schedule& schedule, comm::Communicator& pp,
+                           const StepStats& stats) {
+  LOOM_CHECK(pp.size() == schedule.pp, "measured_costs: the pp group has ", pp.size(),
+             " ranks, the schedule ", schedule.pp);
+  const auto stages = static_cast<size_t>(schedule.virtual_stages);
+  LOOM_CHECK(stats.chunk_seconds.size() == stages, "measured_costs: the step's stats hold ",
+             stats.chunk_seconds.size(), " chunks, the schedule runs ", stages, " per rank");
+  // Per virtual stage F, B, W per micro-batch, as the bits of doubles.
+  std::vector<int64_t> mine;
+  for (const ChunkSeconds& c : stats.chunk_seconds) {
+    for (const double total : {c.forward, c.backward_input + c.backward, c.backward_weight}) {
+      mine.push_back(std::bit_cast<int64_t>(total / schedule.micro_batches));
+    }
+  }
+  const auto per_rank = static_cast<int64_t>(mine.size());
+  const Tensor all = Tensor::empty({pp.size() * per_rank}, DType::i64);
+  pp.all_gather(Tensor::from_vector(mine, {per_rank}), all).wait();
+  const std::vector<int64_t> bits = all.to_vector<int64_t>();
+  ActionCosts costs;
+  const auto chunks = static_cast<size_t>(schedule.chunks());
+  costs.forward.assign(chunks, 0.0);
+  costs.backward_input.assign(chunks, 0.0);
+  costs.backward_weight.assign(chunks, 0.0);
+  for (size_t c = 0; c < chunks; ++c) {
+    const ChunkPlace place = schedule.placement[c];
+    const size_t at = static_cast<size_t>(place.rank) * mine.size() +
+                      static_cast<size_t>(place.virtual_stage) * 3;
+    costs.forward[c] = std::bit_cast<double>(bits[at]);
+    costs.backward_input[c] = std::bit_cast<double>(bits[at + 1]);
+    costs.backward_weight[c] = std::bit_cast<double>(bits[at + 2]);
+  }
+  return costs;
 }
 
 std::vector<Tensor> split_micro_batches(const Tensor& batch, int micro_batches) {

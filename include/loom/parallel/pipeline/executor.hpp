@@ -41,17 +41,17 @@
 // micro-batch: F gathers around the chunk's forward, B around its
 // backward_input (kept until the same micro-batch's W only for a module whose
 // backward_weight reads parameter values, which none of Loom's layers does:
-// nn::Module::backward_weight_reads_parameters), BW around its backward; inside a chunk each block is a unit of its
-// own, gathered around its own part of the action (the next one prefetched),
-// the chunk's own parameters (embeddings, final LayerNorm, the head's table)
-// for the whole action. Every unit counts its users, so micro-batches in
-// flight (several B before their W, two chunks on a rank) never release what
-// another still uses, and finish() finds every unit released. So a rank holds
-// its 1/dp shard at rest and, in a step, the units that an action is running
-// or whose B waits for its W; it all-gathers each chunk's parameters 2 M times
-// per step (stage 2: once). A parameter that two chunks of a rank use (ZB-V's
-// token table, tied on rank 0) is in one unit, which the other chunk's wrapper
-// also gathers (ShardedModule::gather_with).
+// nn::Module::backward_weight_reads_parameters), BW around its backward; inside
+// a chunk each block is a unit of its own, gathered around its own part of the
+// action (the next one prefetched), the chunk's own parameters (embeddings,
+// final LayerNorm, the head's table) for the whole action. Every unit counts
+// its users, so micro-batches in flight (several B before their W, two chunks
+// on a rank) never release what another still uses, and finish() finds every
+// unit released. So a rank holds its 1/dp shard at rest and, in a step, the
+// units that an action is running or whose B waits for its W; it all-gathers
+// each chunk's parameters 2 M times per step (stage 2: once). A parameter that
+// two chunks of a rank use (ZB-V's token table, tied on rank 0) is in one unit,
+// which the other chunk's wrapper also gathers (ShardedModule::gather_with).
 //
 // Messages (NOTE [pipeline messages] in src/parallel/pipeline/stage_messages.hpp):
 //  - Each message has its own tag, from its kind, micro-batch and chunk, so
@@ -90,6 +90,7 @@
 #include "loom/nn/module.hpp"
 #include "loom/optim/loss_scaler.hpp"
 #include "loom/parallel/pipeline/schedule.hpp"
+#include "loom/parallel/pipeline/simulate.hpp"
 #include "loom/parallel/zero.hpp"
 
 namespace loom::parallel::pipeline {
@@ -127,6 +128,14 @@ struct ExecutorOptions {
   optim::LossScaler* loss_scaler = nullptr;
 };
 
+// One chunk's compute time in a step, summed over its micro-batches.
+struct ChunkSeconds {
+  double forward = 0;
+  double backward_input = 0;
+  double backward_weight = 0;
+  double backward = 0;  // fused BW
+};
+
 struct StepStats {
   // The mean over micro-batches of this replica (NaN on a rank without the
   // last chunk when broadcast_loss is false).
@@ -155,6 +164,8 @@ struct StepStats {
   int64_t messages_received = 0;
   // The most (micro-batch, chunk) tapes alive at once on this rank.
   int peak_tapes = 0;
+  // The compute times above per chunk of this rank (index: virtual stage).
+  std::vector<ChunkSeconds> chunk_seconds;
 };
 
 class PipelineExecutor {
@@ -183,6 +194,13 @@ class PipelineExecutor {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Every chunk's F, B and W duration per micro-batch in the step `stats`
+// describes (this rank's StepStats::chunk_seconds, all-gathered over `pp`):
+// the durations simulate() and ZbVPlan take. A fused BW counts as B (W 0).
+// Collective: every rank of `pp` calls it with its own stats of the same step.
+ActionCosts measured_costs(const Schedule& schedule, comm::Communicator& pp,
+                           const StepStats& stats);
 
 // Rows [m * n, (m + 1) * n) of `batch` for each micro-batch m, n = rows / M
 // (views, no copy). Throws naming both numbers when M does not divide the
