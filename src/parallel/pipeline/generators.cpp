@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <random>
 
 #include "loom/core/error.hpp"
 #include "schedule_checks.hpp"
@@ -169,18 +170,24 @@ Schedule schedule_zb_v(int pp, int micro_batches, const ZbVPlan& plan) {
   // NOTE [zb-v bound search]: the list scheduler is greedy, and neither a
   // larger bound nor true durations need give a faster order (an F that could
   // wait takes the rank just before a B arrives). So with durations given,
-  // the unit-cost order and the planned order at every bound from 2pp up to
-  // the given one are built, and the one simulate() times fastest with those
+  // the candidates are the unit-cost order and, at every bound from 2pp up to
+  // the given one, the planned order and `plan.search` randomised variants of
+  // it (a rank with no ready B runs a pending W instead of an F with
+  // probability 1/8, 1/4 or 1/2); the one simulate() times fastest with those
   // durations is kept (the earlier candidate on ties: unit cost, then the
-  // smaller bound). Planning never makes the simulated step slower.
+  // smaller bound, then the greedy order). The generator is seeded by the
+  // bound, so every rank plans the same schedule. Planning never makes the
+  // simulated step slower.
   const std::vector<ChunkPlace> placement = v_shape_placement(pp);
   const int least = std::min(own, most);
-  auto build = [&](int bound, const ActionCosts& costs) {
-    return finish(ScheduleKind::zb_v, pp, micro_batches, 2, placement,
-                  detail::zb_v_order(pp, micro_batches, placement, bound, costs), bound);
+  auto build = [&](int bound, const ActionCosts& costs, std::mt19937_64* rng,
+                   double prefer_weight) {
+    return finish(
+        ScheduleKind::zb_v, pp, micro_batches, 2, placement,
+        detail::zb_v_order(pp, micro_batches, placement, bound, costs, rng, prefer_weight), bound);
   };
   const bool unit = plan.costs == ActionCosts{};
-  if (unit && least == most) return build(most, plan.costs);
+  if (unit && least == most) return build(most, plan.costs, nullptr, 0.0);
   std::optional<Schedule> best;
   double best_makespan = 0;
   auto consider = [&](Schedule s) {
@@ -190,8 +197,15 @@ Schedule schedule_zb_v(int pp, int micro_batches, const ZbVPlan& plan) {
       best_makespan = makespan;
     }
   };
-  if (!unit) consider(build(least, ActionCosts{}));
-  for (int bound = least; bound <= most; ++bound) consider(build(bound, plan.costs));
+  if (!unit) consider(build(least, ActionCosts{}, nullptr, 0.0));
+  constexpr double kPreferWeight[] = {0.125, 0.25, 0.5};
+  for (int bound = least; bound <= most; ++bound) {
+    consider(build(bound, plan.costs, nullptr, 0.0));
+    std::mt19937_64 rng(static_cast<uint64_t>(bound));
+    for (int trial = 0; trial < plan.search; ++trial) {
+      consider(build(bound, plan.costs, &rng, kPreferWeight[trial % 3]));
+    }
+  }
   return *best;
 }
 

@@ -44,7 +44,8 @@ double of_chunk(const std::vector<double>& values, int chunk) {
 // bubble] in pipeline/generators.hpp; tests/pipeline/bubble_test.cpp).
 std::vector<std::vector<Action>> zb_v_order(int pp, int micro_batches,
                                             const std::vector<ChunkPlace>& placement,
-                                            int activation_bound, const ActionCosts& costs) {
+                                            int activation_bound, const ActionCosts& costs,
+                                            std::mt19937_64* rng, double prefer_weight) {
   const int chunks = static_cast<int>(placement.size());
   const double never = std::numeric_limits<double>::infinity();
   // End time of F and B of (micro-batch, chunk); `never` until it has run.
@@ -108,7 +109,10 @@ std::vector<std::vector<Action>> zb_v_order(int pp, int micro_batches,
     for (int r = 0; r < pp; ++r) {
       if (free_at[static_cast<size_t>(r)] > t) continue;
       std::optional<Action> action = pick(r, t, true);
-      if (!action) action = pick(r, t, false);
+      const bool weight_first =
+          rng != nullptr && !pending_weights[static_cast<size_t>(r)].empty() &&
+          std::uniform_real_distribution<double>(0.0, 1.0)(*rng) < prefer_weight;
+      if (!action && !weight_first) action = pick(r, t, false);
       if (!action && !pending_weights[static_cast<size_t>(r)].empty()) {
         action = pending_weights[static_cast<size_t>(r)].front();
         pending_weights[static_cast<size_t>(r)].pop_front();

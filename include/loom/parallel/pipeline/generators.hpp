@@ -76,6 +76,11 @@ struct ZbVPlan {
   // point-to-point latency, as simulate() takes them (its reduce and optimizer
   // durations are not used). Default: unit cost, no latency.
   ActionCosts costs = {};
+  // Randomised variants of the list scheduler tried per bound besides the
+  // greedy order (NOTE [zb-v bound search] in src/parallel/pipeline/
+  // generators.cpp); 0: the greedy order alone. Not used at unit cost
+  // within 2pp.
+  int search = 96;
 };
 
 struct ScheduleConfig {
