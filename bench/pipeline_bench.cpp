@@ -5,7 +5,7 @@
 //
 //   pipeline_bench --drive [--micro-batches 4,8] [--schedules ...] [--steps 6] [--warmup 2]
 //                  [--rounds 1] [--cut balanced|even] [--activation-checkpointing]
-//                  [--planned-bounds 4,5,6] [--plan-latency-ms 0.05] [--json FILE]
+//                  [--planned-bounds 4,5] [--plan-latency-ms 0.05] [--json FILE]
 //
 // The cut (gpt_chunks.hpp): balanced by counted FLOPs (the default; at pp 2
 // 5 + 3 blocks, zb-v 3, 3, 2, 0 with the head alone in the last chunk) or
@@ -37,7 +37,7 @@
 //   ceiling            T_single / T_two, the two non-communicating ranks
 //
 // NOTE [planned zb-v rows] Rows "zb-v planned N" (--planned-bounds, default
-// 4,5,6; 0: none) run zb-v again in the same round right after its
+// 4,5; 0: none) run zb-v again in the same round right after its
 // unit-cost run, with its order planned (generators.hpp, ZbVPlan) from the
 // per-chunk durations that run measured (as the simulator is fed them) and
 // --plan-latency-ms per message, within at most N chunk activations per rank
@@ -109,7 +109,7 @@ struct DriverFlags {
   int rounds = 1;
   // zb-v rows planned from the same round's measured durations (NOTE
   // [planned zb-v rows]), one per activation bound; empty: none.
-  std::vector<int> planned_bounds = {4, 5, 6};
+  std::vector<int> planned_bounds = {4, 5};
   double plan_latency_ms = 0.05;
   std::string mpirun = LOOM_MPIEXEC;
   std::string json_path;
