@@ -178,3 +178,44 @@ TEST_CASE("bf16 and f16 layer_norm on the host is the f32 one on the same values
     require_close(db.to_vector<float>(), twice, 1e-5);
   }
 }
+
+TEST_CASE("bf16 layer_norm on the host at row widths of whole and partial vector steps",
+          "[kernels][layer_norm]") {
+  // Rows of 16, 48 (steps without a 64-column block), 64, 250 and 256
+  // columns: where the build has AVX-512 the bf16 path reads each row once
+  // (kernels/cpu/layer_norm_bf16.hpp), in steps of 16 lanes and blocks of
+  // 64. Against f32 on the same values: one bf16 unit in the last place for
+  // the rounded outputs, 1e-5 for the f32 statistics and weight gradients.
+  for (const int64_t cols : {16, 48, 64, 250, 256}) {
+    INFO("cols " << cols);
+    const int64_t rows = 37;
+    const Tensor w = loom::test::random_tensor({cols}, DType::f32, 52, 0.5f, 1.5f);
+    const Tensor b = loom::test::random_tensor({cols}, DType::f32, 53);
+    const Tensor x = loom::test::random_tensor({rows, cols}, DType::f32, 51, -2, 3).to(DType::bf16);
+    const Tensor dy = loom::test::random_tensor({rows, cols}, DType::f32, 54).to(DType::bf16);
+    const Tensor x32 = x.to(DType::f32), dy32 = dy.to(DType::f32);
+    const auto close = [](const Tensor& got, const Tensor& want, double tol) {
+      const std::vector<float> w = want.to(DType::f32).to_vector<float>();
+      require_close(got.to(DType::f32).to_vector<float>(), std::vector<double>(w.begin(), w.end()),
+                    tol);
+    };
+    const Tensor y = Tensor::empty({rows, cols}, DType::bf16), y32 = Tensor::empty({rows, cols});
+    const Tensor mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+    const Tensor mean32 = Tensor::empty({rows}), rstd32 = Tensor::empty({rows});
+    k::layer_norm_forward(x, w, b, 1e-5f, y, mean, rstd);
+    k::layer_norm_forward(x32, w, b, 1e-5f, y32, mean32, rstd32);
+    close(y, y32, 1.0 / 128);
+    close(mean, mean32, 1e-5);
+    close(rstd, rstd32, 1e-5);
+    const Tensor dx = Tensor::empty({rows, cols}, DType::bf16), dx32 = Tensor::empty({rows, cols});
+    k::layer_norm_backward_input(dy, x, w, mean, rstd, dx);
+    k::layer_norm_backward_input(dy32, x32, w, mean32, rstd32, dx32);
+    close(dx, dx32, 1.0 / 128);
+    const Tensor dw = Tensor::empty({cols}), db = Tensor::empty({cols});
+    const Tensor dw32 = Tensor::empty({cols}), db32 = Tensor::empty({cols});
+    k::layer_norm_backward_weight(dy, x, mean, rstd, dw, db, false);
+    k::layer_norm_backward_weight(dy32, x32, mean32, rstd32, dw32, db32, false);
+    close(dw, dw32, 1e-5);
+    close(db, db32, 1e-5);
+  }
+}

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/float_io.hpp"
+#include "kernels/cpu/layer_norm_bf16.hpp"
 #include "loom/core/error.hpp"
 
 namespace loom::kernels::cpu {
@@ -72,6 +73,8 @@ void layer_norm_backward_weight(const float* dy, const float* x, const float* me
 }
 
 // ---- bf16 and f16 ----------------------------------------------------------------------------
+// bf16 in one pass where the build has AVX-512 (kernels/cpu/layer_norm_bf16.hpp);
+// otherwise, and for f16, blocks of rows through f32 buffers.
 
 namespace {
 
@@ -111,6 +114,10 @@ void layer_norm_forward(const void* x, DType dtype, const float* weight, const f
     return layer_norm_forward(static_cast<const float*>(x), weight, bias, eps,
                               static_cast<float*>(y), mean, rstd, rows, cols);
   }
+  if (dtype == DType::bf16 && layer_norm_bf16_available()) {
+    return layer_norm_forward_bf16(static_cast<const bfloat16*>(x), weight, bias, eps,
+                                   static_cast<bfloat16*>(y), mean, rstd, rows, cols);
+  }
   with_16bit(dtype, [&]<typename T>(T*) {
     const int64_t block = block_rows(cols);
     std::vector<float> xs(static_cast<size_t>(block * cols)), ys(xs.size());
@@ -130,6 +137,11 @@ void layer_norm_backward_input(const void* dy, const void* x, DType dtype, const
   if (dtype == DType::f32) {
     return layer_norm_backward_input(static_cast<const float*>(dy), static_cast<const float*>(x),
                                      weight, mean, rstd, static_cast<float*>(dx), rows, cols);
+  }
+  if (dtype == DType::bf16 && layer_norm_bf16_available()) {
+    return layer_norm_backward_input_bf16(static_cast<const bfloat16*>(dy),
+                                          static_cast<const bfloat16*>(x), weight, mean, rstd,
+                                          static_cast<bfloat16*>(dx), rows, cols);
   }
   with_16bit(dtype, [&]<typename T>(T*) {
     const int64_t block = block_rows(cols);
@@ -151,6 +163,11 @@ void layer_norm_backward_weight(const void* dy, const void* x, DType dtype, cons
   if (dtype == DType::f32) {
     return layer_norm_backward_weight(static_cast<const float*>(dy), static_cast<const float*>(x),
                                       mean, rstd, dweight, dbias, rows, cols, accumulate);
+  }
+  if (dtype == DType::bf16 && layer_norm_bf16_available()) {
+    return layer_norm_backward_weight_bf16(static_cast<const bfloat16*>(dy),
+                                           static_cast<const bfloat16*>(x), mean, rstd, dweight,
+                                           dbias, rows, cols, accumulate);
   }
   with_16bit(dtype, [&]<typename T>(T*) {
     const int64_t block = block_rows(cols);
