@@ -30,6 +30,9 @@ namespace cpu = kernels::cpu;
 
 namespace {
 
+using loom::test::relative_error;
+using loom::test::rounded_to_bf16;
+
 struct Shape2d {
   int64_t n, c_in, h, w, c_out, kernel, stride, padding;
 };
@@ -54,21 +57,6 @@ Tensor random_tensor(const Shape& shape, uint64_t stream) {
   Tensor t = Tensor::empty(shape);
   fill_normal(t, RandomKey{31, stream}, 0.0f, 1.0f);
   return t;
-}
-
-Tensor rounded(const Tensor& t) {
-  return t.to(DType::bf16).to(DType::f32);
-}
-
-// The largest |a - b| over the largest |b|.
-double relative_error(const Tensor& a, const Tensor& b) {
-  const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
-  double worst = 0, scale = 1e-30;
-  for (size_t i = 0; i < x.size(); ++i) {
-    worst = std::max(worst, std::abs(static_cast<double>(x[i]) - y[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(y[i])));
-  }
-  return worst / scale;
 }
 
 struct Operands {
@@ -123,12 +111,12 @@ TEST_CASE("bf16 position-major convolution: every pass against the f32 convoluti
     cpu::bf16_position_major_convolution(p, x.data<float>(), w.data<float>(),
                                          KernelReading::forward, y.data<float>());
     const Tensor y_rounded = Tensor::empty(dy.shape()), y_exact = Tensor::empty(dy.shape());
-    kernels::conv2d_forward(rounded(x), rounded(w), Tensor(), y_rounded, params);
+    kernels::conv2d_forward(rounded_to_bf16(x), rounded_to_bf16(w), Tensor(), y_rounded, params);
     kernels::conv2d_forward(x, w, Tensor(), y_exact, params);
     check_close(y, y_rounded, y_exact);
 
     const Tensor dx_rounded = Tensor::empty(x.shape()), dx_exact = Tensor::empty(x.shape());
-    kernels::conv2d_backward_input(rounded(dy), rounded(w), dx_rounded, params);
+    kernels::conv2d_backward_input(rounded_to_bf16(dy), rounded_to_bf16(w), dx_rounded, params);
     kernels::conv2d_backward_input(dy, w, dx_exact, params);
     if (cpu::stride_one_transposable(p)) {  // the forward convolution of dy
       const Tensor dx = Tensor::full(x.shape(), NAN);
@@ -148,8 +136,8 @@ TEST_CASE("bf16 position-major convolution: every pass against the f32 convoluti
       const Tensor dw = start.clone(), dw_rounded = start.clone(), dw_exact = start.clone();
       cpu::bf16_position_major_weight_gradient(p, x.data<float>(), dy.data<float>(),
                                                dw.data<float>(), accumulate);
-      kernels::conv2d_backward_weight(rounded(x), rounded(dy), dw_rounded, Tensor(), params,
-                                      accumulate);
+      kernels::conv2d_backward_weight(rounded_to_bf16(x), rounded_to_bf16(dy), dw_rounded, Tensor(),
+                                      params, accumulate);
       kernels::conv2d_backward_weight(x, dy, dw_exact, Tensor(), params, accumulate);
       check_close(dw, dw_rounded, dw_exact);
     }
@@ -186,16 +174,17 @@ TEST_CASE(
     const auto [x, w, dy] = operands(s);
     const Tensor y = Tensor::empty(dy.shape()), y_rounded = Tensor::empty(dy.shape());
     kernels::conv2d_forward(x, w, Tensor(), y, bf16);
-    kernels::conv2d_forward(rounded(x), rounded(w), Tensor(), y_rounded, f32);
+    kernels::conv2d_forward(rounded_to_bf16(x), rounded_to_bf16(w), Tensor(), y_rounded, f32);
     CHECK(relative_error(y, y_rounded) < 1e-5);
     const Tensor dx = Tensor::empty(x.shape()), dx_rounded = Tensor::empty(x.shape());
     kernels::conv2d_backward_input(dy, w, dx, bf16);
-    kernels::conv2d_backward_input(rounded(dy), rounded(w), dx_rounded, f32);
+    kernels::conv2d_backward_input(rounded_to_bf16(dy), rounded_to_bf16(w), dx_rounded, f32);
     CHECK(relative_error(dx, dx_rounded) < 1e-5);
     const Tensor db = Tensor::zeros({s.c_out}), db_f32 = Tensor::zeros({s.c_out});
     const Tensor dw = Tensor::empty(w.shape()), dw_rounded = Tensor::empty(w.shape());
     kernels::conv2d_backward_weight(x, dy, dw, db, bf16, false);
-    kernels::conv2d_backward_weight(rounded(x), rounded(dy), dw_rounded, Tensor(), f32, false);
+    kernels::conv2d_backward_weight(rounded_to_bf16(x), rounded_to_bf16(dy), dw_rounded, Tensor(),
+                                    f32, false);
     CHECK(relative_error(dw, dw_rounded) < 1e-5);
     const Tensor dw_scratch = Tensor::empty(w.shape());
     kernels::conv2d_backward_weight(x, dy, dw_scratch, db_f32, f32, false);

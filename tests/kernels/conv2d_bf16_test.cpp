@@ -20,25 +20,13 @@ using Catch::Matchers::Contains;
 
 namespace {
 
+using loom::test::relative_error;
+using loom::test::rounded_to_bf16;
+
 Tensor random_tensor(const Shape& shape, uint64_t stream) {
   Tensor t = Tensor::empty(shape);
   fill_normal(t, RandomKey{23, stream}, 0.0f, 1.0f);
   return t;
-}
-
-Tensor rounded(const Tensor& t) {
-  return t.to(DType::bf16).to(DType::f32);
-}
-
-// The largest |a - b| over the largest |b|.
-double relative_error(const Tensor& a, const Tensor& b) {
-  const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
-  double worst = 0, scale = 1e-30;
-  for (size_t i = 0; i < x.size(); ++i) {
-    worst = std::max(worst, std::abs(static_cast<double>(x[i]) - y[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(y[i])));
-  }
-  return worst / scale;
 }
 
 struct Shape2d {
@@ -58,20 +46,21 @@ void check_passes(const Shape2d& s) {
 
   const Tensor y = Tensor::full(y_shape, NAN), y_rounded = Tensor::empty(y_shape);
   kernels::conv2d_forward(x, w, Tensor(), y, bf16);
-  kernels::conv2d_forward(rounded(x), rounded(w), Tensor(), y_rounded, f32);
+  kernels::conv2d_forward(rounded_to_bf16(x), rounded_to_bf16(w), Tensor(), y_rounded, f32);
   CHECK(relative_error(y, y_rounded) < 1e-5);
 
   // dx is overwritten: NaN there must not show.
   const Tensor dx = Tensor::full(x.shape(), NAN), dx_rounded = Tensor::empty(x.shape());
   kernels::conv2d_backward_input(dy, w, dx, bf16);
-  kernels::conv2d_backward_input(rounded(dy), rounded(w), dx_rounded, f32);
+  kernels::conv2d_backward_input(rounded_to_bf16(dy), rounded_to_bf16(w), dx_rounded, f32);
   CHECK(relative_error(dx, dx_rounded) < 1e-5);
 
   for (const bool accumulate : {false, true}) {
     INFO("accumulate " << accumulate);
     const Tensor dw = random_tensor(w.shape(), 14), dw_rounded = dw.clone();
     kernels::conv2d_backward_weight(x, dy, dw, Tensor(), bf16, accumulate);
-    kernels::conv2d_backward_weight(rounded(x), rounded(dy), dw_rounded, Tensor(), f32, accumulate);
+    kernels::conv2d_backward_weight(rounded_to_bf16(x), rounded_to_bf16(dy), dw_rounded, Tensor(),
+                                    f32, accumulate);
     CHECK(relative_error(dw, dw_rounded) < 1e-5);
   }
 }
@@ -102,7 +91,7 @@ TEST_CASE(
       const Tensor y = Tensor::empty(y_shape), y_rounded = Tensor::empty(y_shape),
                    y_exact = Tensor::empty(y_shape);
       kernels::conv2d_forward(x, w, b, y, bf16);
-      kernels::conv2d_forward(rounded(x), rounded(w), b, y_rounded, f32);
+      kernels::conv2d_forward(rounded_to_bf16(x), rounded_to_bf16(w), b, y_rounded, f32);
       kernels::conv2d_forward(x, w, b, y_exact, f32);
       CHECK(relative_error(y, y_rounded) < 1e-5);
       CHECK(relative_error(y, y_exact) < 3e-2);
@@ -110,7 +99,7 @@ TEST_CASE(
 
       const Tensor dx = Tensor::empty(x.shape()), dx_rounded = Tensor::empty(x.shape());
       kernels::conv2d_backward_input(dy, w, dx, bf16);
-      kernels::conv2d_backward_input(rounded(dy), rounded(w), dx_rounded, f32);
+      kernels::conv2d_backward_input(rounded_to_bf16(dy), rounded_to_bf16(w), dx_rounded, f32);
       CHECK(relative_error(dx, dx_rounded) < 1e-5);
 
       // The weight gradient, written then accumulated; the bias gradient sums
@@ -121,8 +110,8 @@ TEST_CASE(
         const Tensor db = bias ? random_tensor({s.c_out}, 6) : Tensor();
         const Tensor db_f32 = bias ? db.clone() : Tensor();
         kernels::conv2d_backward_weight(x, dy, dw, db, bf16, accumulate);
-        kernels::conv2d_backward_weight(rounded(x), rounded(dy), dw_rounded, Tensor(), f32,
-                                        accumulate);
+        kernels::conv2d_backward_weight(rounded_to_bf16(x), rounded_to_bf16(dy), dw_rounded,
+                                        Tensor(), f32, accumulate);
         CHECK(relative_error(dw, dw_rounded) < 1e-5);
         if (bias) {
           const Tensor dw_scratch = Tensor::empty(w.shape());
@@ -186,16 +175,16 @@ TEST_CASE("nn::Conv2d under bf16 precision multiplies bf16-rounded operands, f32
   nn::Conv2d conv("conv", 4, 6, 3, {.stride = 1, .padding = 1, .module = reduced});
   nn::Conv2d reference("conv", 4, 6, 3, {.stride = 1, .padding = 1, .module = {.seed = 4}});
   CHECK(conv.weight().value().dtype() == DType::f32);  // the f32 master
-  reference.weight().value().copy_from(rounded(conv.weight().value()));
+  reference.weight().value().copy_from(rounded_to_bf16(conv.weight().value()));
   const Tensor x = random_tensor({2, 4, 5, 5}, 7);
   nn::Tape tape, ref_tape;
   const Tensor y = conv.forward(x, tape);
-  const Tensor y_ref = reference.forward(rounded(x), ref_tape);
+  const Tensor y_ref = reference.forward(rounded_to_bf16(x), ref_tape);
   CHECK(y.dtype() == DType::f32);
   CHECK(relative_error(y, y_ref) < 1e-5);
   const Tensor dy = random_tensor(y.shape(), 8);
   const Tensor dx = conv.backward(dy, tape);
-  const Tensor dx_ref = reference.backward(rounded(dy), ref_tape);
+  const Tensor dx_ref = reference.backward(rounded_to_bf16(dy), ref_tape);
   CHECK(relative_error(dx, dx_ref) < 1e-5);
   CHECK(relative_error(conv.weight().grad(), reference.weight().grad()) < 1e-5);
 

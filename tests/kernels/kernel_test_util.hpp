@@ -1,7 +1,9 @@
 // Helpers shared by the kernel tests (host and CUDA): reproducible random
-// tensors, NaN-aware bitwise comparison, a scoped choice of the host bf16 GEMM.
+// tensors, bf16 rounding and relative error, NaN-aware bitwise comparison, a
+// scoped choice of the host bf16 GEMM.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -29,6 +31,22 @@ inline std::vector<float> random_values(int64_t n, uint32_t seed, float lo = -1.
 inline Tensor random_tensor(const Shape& shape, DType dtype, uint32_t seed, float lo = -1.0f,
                             float hi = 1.0f) {
   return Tensor::from_vector(random_values(shape_numel(shape), seed, lo, hi), shape).to(dtype);
+}
+
+// Values rounded to bf16 and back to f32: what a bf16 kernel computes with.
+inline Tensor rounded_to_bf16(const Tensor& t) {
+  return t.to(DType::bf16).to(DType::f32);
+}
+
+// The largest |a - b| over the largest |b| (f32 tensors of one size).
+inline double relative_error(const Tensor& a, const Tensor& b) {
+  const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
+  double worst = 0, scale = 1e-30;
+  for (size_t i = 0; i < x.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(x[i]) - y[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(y[i])));
+  }
+  return worst / scale;
 }
 
 inline uint32_t bits_of(float v) {

@@ -89,18 +89,6 @@ constexpr int64_t kMaxWeightGradientPlane = 256;
 // The stride-2 input gradient runs position major on input planes up to 16 x 16.
 constexpr int64_t kMaxInputGradientPlane = 256;
 
-// Kernel taps that land inside the input, summed over the output positions of one axis.
-int64_t taps_inside(int64_t out, int64_t size, int64_t kernel, int64_t stride, int64_t padding) {
-  int64_t inside = 0;
-  for (int64_t o = 0; o < out; ++o) {
-    for (int64_t k = 0; k < kernel; ++k) {
-      const int64_t at = o * stride - padding + k;
-      inside += at >= 0 && at < size ? 1 : 0;
-    }
-  }
-  return inside;
-}
-
 // A kernel tap that reads inside the input for an output position: the tap
 // (ki KW + kj), the output position and the input position it reads.
 struct InsideTap {
@@ -142,9 +130,7 @@ bool bf16_position_major_fits(const Conv2dProblem& p) {
   }
   // Products on the padding, against all: 1 - inside rows x inside columns / (OH KH OW KW).
   const int64_t all = p.oh * p.kh * p.ow * p.kw;
-  const int64_t inside = taps_inside(p.oh, p.h, p.kh, p.stride, p.padding) *
-                         taps_inside(p.ow, p.w, p.kw, p.stride, p.padding);
-  return 16 * (all - inside) >= kMinPaddingSixteenths * all;
+  return 16 * (all - products_inside(p)) >= kMinPaddingSixteenths * all;
 }
 
 bool bf16_position_major_input_gradient_fits(const Conv2dProblem& p) {
@@ -484,26 +470,7 @@ void bf16_position_major_weight_gradient(const Conv2dProblem& p, const float* x,
     if (!written[static_cast<size_t>(t)])
       std::fill(per_tap + t * filter, per_tap + (t + 1) * filter, 0.0f);
   }
-  // per_tap [taps, C_out, C_in] -> dw [C_out, C_in, taps], 16 channels at a time.
-  const __mmask16 tap_lanes = low_lanes(taps);
-  for (int64_t co = 0; co < p.c_out; ++co) {
-    for (int64_t c0 = 0; c0 < p.c_in; c0 += 16) {
-      const int64_t channels = std::min<int64_t>(16, p.c_in - c0);
-      __m512 r[16];
-      for (int64_t t = 0; t < 16; ++t) {
-        r[t] = t < taps ? _mm512_maskz_loadu_ps(low_lanes(channels),
-                                                per_tap + t * filter + co * p.c_in + c0)
-                        : _mm512_setzero_ps();
-      }
-      transpose16(r);
-      for (int64_t u = 0; u < channels; ++u) {
-        float* to = dw + (co * p.c_in + c0 + u) * taps;
-        const __m512 value =
-            accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(tap_lanes, to), r[u]) : r[u];
-        _mm512_mask_storeu_ps(to, tap_lanes, value);
-      }
-    }
-  }
+  tap_major_to_weight_gradient(p, per_tap, dw, accumulate);
 }
 
 #else  // no AVX-512 build: never chosen

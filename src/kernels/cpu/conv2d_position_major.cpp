@@ -20,6 +20,27 @@
 
 namespace loom::kernels::cpu {
 
+namespace {
+
+// Kernel taps that land inside the input, summed over the output positions of one axis.
+int64_t taps_inside(int64_t out, int64_t size, int64_t kernel, int64_t stride, int64_t padding) {
+  int64_t inside = 0;
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t k = 0; k < kernel; ++k) {
+      const int64_t at = o * stride - padding + k;
+      inside += at >= 0 && at < size ? 1 : 0;
+    }
+  }
+  return inside;
+}
+
+}  // namespace
+
+int64_t products_inside(const detail::Conv2dProblem& p) {
+  return taps_inside(p.oh, p.h, p.kh, p.stride, p.padding) *
+         taps_inside(p.ow, p.w, p.kw, p.stride, p.padding);
+}
+
 #if defined(__AVX512F__)
 
 namespace {
@@ -38,18 +59,6 @@ constexpr int64_t kMinPaddingEighths = 1;
 constexpr int64_t kMaxPositionMajorTaps = 16;
 // Panels of one packed B block at most.
 constexpr int64_t kMaxNarrowPanels = 64;
-
-// Kernel taps that land inside the input, summed over the output positions of one axis.
-int64_t taps_inside(int64_t out, int64_t size, int64_t kernel, int64_t stride, int64_t padding) {
-  int64_t inside = 0;
-  for (int64_t o = 0; o < out; ++o) {
-    for (int64_t k = 0; k < kernel; ++k) {
-      const int64_t at = o * stride - padding + k;
-      inside += at >= 0 && at < size ? 1 : 0;
-    }
-  }
-  return inside;
-}
 
 // B = im2col of the batch with columns (position, image) and rows (tap,
 // channel), packed from xt = x as [C, H, W, N]: row (t, c), column (p, i)
@@ -375,9 +384,7 @@ bool position_major_fits(const detail::Conv2dProblem& p) {
   }
   // Products on the padding, against all: 1 - inside rows x inside columns / (OH KH OW KW).
   const int64_t all = p.oh * p.kh * p.ow * p.kw;
-  const int64_t inside = taps_inside(p.oh, p.h, p.kh, p.stride, p.padding) *
-                         taps_inside(p.ow, p.w, p.kw, p.stride, p.padding);
-  return 8 * (all - inside) >= kMinPaddingEighths * all;
+  return 8 * (all - products_inside(p)) >= kMinPaddingEighths * all;
 }
 
 void position_major_convolution(const detail::Conv2dProblem& p, const float* x, const float* w,
@@ -427,7 +434,13 @@ void position_major_weight_gradient(const detail::Conv2dProblem& p, const float*
     g.c = {c, p.c_in, p.c_in, 0};
     packed_gemm_implicit(g);
   }
-  // per_tap [taps, C_out, C_in] -> dw [C_out, C_in, taps], 16 channels at a time.
+  tap_major_to_weight_gradient(p, per_tap, dw, accumulate);
+}
+
+void tap_major_to_weight_gradient(const detail::Conv2dProblem& p, const float* per_tap, float* dw,
+                                  bool accumulate) {
+  const int64_t taps = p.kh * p.kw, filter = p.c_out * p.c_in;
+  // 16 channels at a time: 16 taps' rows transposed into 16 channels' taps.
   const auto tap_lanes = static_cast<__mmask16>((1u << taps) - 1u);
   for (int64_t co = 0; co < p.c_out; ++co) {
     for (int64_t c0 = 0; c0 < p.c_in; c0 += 16) {

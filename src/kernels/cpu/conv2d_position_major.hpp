@@ -20,6 +20,16 @@ namespace loom::kernels::cpu {
 // false on every other machine, which keeps the paths below.
 bool position_major_fits(const detail::Conv2dProblem& p);
 
+// Of p's OH KH OW KW tap products per channel pair, those that read inside
+// the input (not its padding): the padding share is 1 - this / all.
+int64_t products_inside(const detail::Conv2dProblem& p);
+
+// dw [C_out, C_in, KH KW] = (or += when accumulate) per_tap [KH KW, C_out,
+// C_in], at most 16 taps: the last step of both position-major weight
+// gradients (f32 and bf16). Defined in AVX-512 builds only.
+void tap_major_to_weight_gradient(const detail::Conv2dProblem& p, const float* per_tap, float* dw,
+                                  bool accumulate);
+
 // How the kernel w is read. forward: p's own kernel, w [C_out, C_in, KH, KW].
 // input_gradient: p is the convolution of dy that gives dx (C_in and C_out of
 // the original swapped), and w is the original's kernel [p.c_in, p.c_out, KH,
