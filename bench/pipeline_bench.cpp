@@ -545,24 +545,28 @@ int main(int argc, char** argv) {
                  "driver: a zb-v row planned from the measured durations at each of these "
                  "activation bounds (chunk activations per rank; none: 0)")
       ->delimiter(',')
-      ->check(CLI::Range(0, 64));
+      ->check(flags::between(0, 64));
   app.add_option("--plan-latency-ms", d.plan_latency_ms,
                  "driver: the point-to-point latency the planned rows plan with")
-      ->check(CLI::NonNegativeNumber);
+      ->check(flags::at_least(0));
   app.add_option("--activation-bound", w.zb_v_plan.activation_bound,
                  "worker, zb-v: chunk activations in flight per rank (0: 2pp)")
       ->check(flags::at_least(0));
   app.add_option("--plan-forward", w.zb_v_plan.costs.forward,
                  "worker, zb-v: per-chunk forward seconds to plan with")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(flags::at_least(0));
   app.add_option("--plan-backward-input", w.zb_v_plan.costs.backward_input,
                  "worker, zb-v: per-chunk backward-input seconds to plan with")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(flags::at_least(0));
   app.add_option("--plan-backward-weight", w.zb_v_plan.costs.backward_weight,
                  "worker, zb-v: per-chunk backward-weight seconds to plan with")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(flags::at_least(0));
   app.add_option("--plan-latency", w.zb_v_plan.costs.p2p_latency,
-                 "worker, zb-v: point-to-point latency in seconds to plan with");
+                 "worker, zb-v: point-to-point latency in seconds to plan with")
+      ->check(flags::at_least(0));
   app.add_flag("--activation-checkpointing", w.activation_checkpointing,
                "checkpoint every block (GPTConfig::checkpoint_blocks), single-rank runs included");
   CLI11_PARSE(app, argc, argv);
