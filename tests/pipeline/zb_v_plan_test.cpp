@@ -143,6 +143,8 @@ TEST_CASE("pipeline zb-v plans on random durations complete, stay in bound and n
 TEST_CASE("pipeline zb-v plan settings are checked", "[pipeline]") {
   CHECK_THROWS_WITH(schedule_zb_v(2, 4, {.activation_bound = 1}),
                     Contains("activation bound 1 must be at least 2"));
+  CHECK_THROWS_WITH(schedule_zb_v(2, 4, {.search = -1}),
+                    Contains("zb-v schedule plan: search -1 must be at least 0"));
   ActionCosts three;
   three.forward = {1.0, 1.0, 1.0};
   CHECK_THROWS_WITH(schedule_zb_v(2, 4, {.costs = three}),

@@ -164,6 +164,8 @@ Schedule schedule_zb_v(int pp, int micro_batches, const ZbVPlan& plan) {
              " must be at least 2 chunk activations (one micro-batch through both chunks of a "
              "rank), or 0 for 2pp");
   detail::check_costs(plan.costs, 2 * pp, "zb-v schedule plan");
+  LOOM_CHECK(plan.search >= 0, "zb-v schedule plan: search ", plan.search,
+             " must be at least 0 (randomised variants tried per bound)");
   const int own = std::min(2 * pp, 2 * micro_batches);
   const int most =
       plan.activation_bound == 0 ? own : std::min(plan.activation_bound, 2 * micro_batches);
