@@ -44,14 +44,15 @@
 // (at pp 2, 2pp = 4 is 1F1B's memory; the planner may settle on fewer). Their
 // records say "planned": true; the plan is in each round's record.
 //
-// NOTE [measured bubble] Per-chunk durations: each worker rank first times
-// F (with the loss on the last chunk), B and W of each of its chunks in
-// isolation on one micro-batch (copies of its chunks, median of 3), then runs
-// the timed steps. Per rank and kind, the in-step compute time (StepStats:
-// forward, backward_input, backward_weight, or fused backward) is split over
-// the rank's chunks in the ratio of the isolated times, so the simulator is
-// fed the durations the steps actually took; reduce and optimizer take the
-// ranks' mean. The loss is not broadcast (ExecutorOptions::broadcast_loss
+// NOTE [measured bubble] Per-chunk durations: each chunk's in-step F, B and W
+// time (StepStats::chunk_seconds, per step, over the micro-batches), so the
+// simulator is fed the durations the steps actually took; a fused BW is split
+// into B and W in the ratio of their times measured in isolation (each worker
+// rank first times F, with the loss on the last chunk, B and W of each of its
+// chunks on one micro-batch: copies of its chunks, median of 3). Reduce and
+// optimizer take the ranks' mean. (Before 2026-11-27, later, each rank's
+// in-step time per kind was split over its chunks in the ratio of the
+// isolated times.) The loss is not broadcast (ExecutorOptions::broadcast_loss
 // off): a rank that ends its step early waits in the next step's first
 // receive, so over the timed steps every idle moment is a receive wait.
 //
@@ -127,27 +128,24 @@ pl::ActionCosts measured_costs(const pl::Schedule& s, const json& run) {
   for (int r = 0; r < s.pp; ++r) {
     const json& rank = run.at("per_rank").at(static_cast<size_t>(r));
     const json& iso = rank.at("isolated_chunks");
-    double f_sum = 0, b_sum = 0, w_sum = 0;
-    for (const json& c : iso) {
-      f_sum += c.at("forward_s").get<double>();
-      b_sum += c.at("backward_input_s").get<double>();
-      w_sum += c.at("backward_weight_s").get<double>();
-    }
-    const double fused = rank.at("backward_s").get<double>();
-    const double f_scale = rank.at("forward_s").get<double>() / (m * f_sum);
-    const double b_scale = fused > 0 ? fused / (m * (b_sum + w_sum))
-                                     : rank.at("backward_input_s").get<double>() / (m * b_sum);
-    const double w_scale =
-        fused > 0 ? b_scale : rank.at("backward_weight_s").get<double>() / (m * w_sum);
+    const json& step = rank.at("step_chunks");
     for (int c = 0; c < s.chunks(); ++c) {
       const pl::ChunkPlace place = s.placement[static_cast<size_t>(c)];
       if (place.rank != r) continue;
-      const json& t = iso.at(static_cast<size_t>(place.virtual_stage));
-      costs.forward[static_cast<size_t>(c)] = t.at("forward_s").get<double>() * f_scale;
-      costs.backward_input[static_cast<size_t>(c)] =
-          t.at("backward_input_s").get<double>() * b_scale;
-      costs.backward_weight[static_cast<size_t>(c)] =
-          t.at("backward_weight_s").get<double>() * w_scale;
+      const auto v = static_cast<size_t>(place.virtual_stage);
+      const json& t = step.at(v);
+      const double fused = t.at("backward_s").get<double>();
+      double b = t.at("backward_input_s").get<double>(),
+             w = t.at("backward_weight_s").get<double>();
+      if (fused > 0) {  // BW: split in the ratio of the isolated B and W
+        const double iso_b = iso.at(v).at("backward_input_s").get<double>();
+        const double iso_w = iso.at(v).at("backward_weight_s").get<double>();
+        b = fused * iso_b / (iso_b + iso_w);
+        w = fused - b;
+      }
+      costs.forward[static_cast<size_t>(c)] = t.at("forward_s").get<double>() / m;
+      costs.backward_input[static_cast<size_t>(c)] = b / m;
+      costs.backward_weight[static_cast<size_t>(c)] = w / m;
     }
     reduce += rank.at("reduce_s").get<double>() / s.pp;
     optimizer += rank.at("optimizer_s").get<double>() / s.pp;

@@ -215,6 +215,8 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
 
   loom::Allocator& host = loom::allocator_for(loom::Device::cpu());
   std::vector<double> mine(kFields, 0.0);
+  // Per virtual stage, in-step F, B, W and fused BW seconds (StepStats::chunk_seconds).
+  std::vector<double> in_step(4 * isolated.size(), 0.0);
   world.barrier().wait();
   loom::bench::CpuShare share;
   share.start();
@@ -235,6 +237,13 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
     mine[kReduce] += st.reduce_seconds;
     mine[kOptimizer] += st.optimizer_seconds;
     mine[kPeakTapes] = std::max(mine[kPeakTapes], static_cast<double>(st.peak_tapes));
+    for (size_t v = 0; v < st.chunk_seconds.size(); ++v) {
+      const pl::ChunkSeconds& c = st.chunk_seconds[v];
+      in_step[4 * v] += c.forward;
+      in_step[4 * v + 1] += c.backward_input;
+      in_step[4 * v + 2] += c.backward_weight;
+      in_step[4 * v + 3] += c.backward;
+    }
   }
   world.barrier().wait();
   const double seconds = seconds_since(start);
@@ -244,15 +253,22 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
     mine[kChunkBytes] = std::max(mine[kChunkBytes], static_cast<double>(t.activation_bytes));
     mine.insert(mine.end(), {t.forward, t.backward_input, t.backward_weight});
   }
+  for (const double v : in_step) mine.push_back(v / f.steps);
   const std::vector<std::vector<double>> all = gather_doubles(world, mine);
   const json facts = loom::bench::gather_rank_facts(world, share.share());
   if (launch.rank() != 0) return 0;
   json ranks = json::array();
   for (const std::vector<double>& r : all) {
-    json chunk_times = json::array();
-    for (size_t j = kFields; j + 2 < r.size(); j += 3) {
+    json chunk_times = json::array(), step_chunks = json::array();
+    const size_t stages = isolated.size();
+    for (size_t v = 0; v < stages; ++v) {
+      const size_t j = kFields + 3 * v, k = kFields + 3 * stages + 4 * v;
       chunk_times.push_back(
           {{"forward_s", r[j]}, {"backward_input_s", r[j + 1]}, {"backward_weight_s", r[j + 2]}});
+      step_chunks.push_back({{"forward_s", r[k]},
+                             {"backward_input_s", r[k + 1]},
+                             {"backward_weight_s", r[k + 2]},
+                             {"backward_s", r[k + 3]}});
     }
     ranks.push_back({{"step_s", r[kStepSeconds]},
                      {"recv_wait_s", r[kRecvWait]},
@@ -266,7 +282,8 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
                      {"peak_step_bytes", r[kPeakBytes]},
                      {"chunk_activation_bytes", r[kChunkBytes]},
                      {"peak_tapes", r[kPeakTapes]},
-                     {"isolated_chunks", chunk_times}});
+                     {"isolated_chunks", chunk_times},
+                     {"step_chunks", step_chunks}});
   }
   json out{{"mode", "pipeline"},
            {"schedule", f.schedule},
