@@ -18,11 +18,13 @@ struct Builder {
   const ResNetConfig& config;
 
   std::unique_ptr<nn::Module> conv(const std::string& name, int64_t in, int64_t out, int64_t kernel,
-                                   int64_t stride) const {
-    return std::make_unique<nn::Conv2d>(
-        name, in, out, kernel,
-        nn::Conv2dOptions{
-            .stride = stride, .padding = kernel / 2, .bias = false, .module = config.module});
+                                   int64_t stride, bool input_gradient = true) const {
+    return std::make_unique<nn::Conv2d>(name, in, out, kernel,
+                                        nn::Conv2dOptions{.stride = stride,
+                                                          .padding = kernel / 2,
+                                                          .bias = false,
+                                                          .input_gradient = input_gradient,
+                                                          .module = config.module});
   }
   std::unique_ptr<nn::Module> bn(const std::string& name, int64_t channels) const {
     return std::make_unique<nn::BatchNorm2d>(name, channels,
@@ -125,8 +127,10 @@ std::unique_ptr<nn::Sequential> make_resnet(const std::string& name, const ResNe
   };
   const bool imagenet = config.stem == ResNetStem::imagenet;
   layer([&] {
+    // The images' gradient is not wanted: the stem skips it (backward returns
+    // an undefined tensor).
     return b.conv(join(name, "conv1"), config.in_channels, config.width, imagenet ? 7 : 3,
-                  imagenet ? 2 : 1);
+                  imagenet ? 2 : 1, /*input_gradient=*/false);
   });
   layer([&] { return b.bn(join(name, "bn1"), config.width); });
   layer([&] { return std::make_unique<nn::ReLU>(join(name, "relu")); });

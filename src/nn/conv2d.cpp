@@ -15,7 +15,9 @@ struct Conv2d::State : SavedState {
 
 Conv2d::Conv2d(std::string name, int64_t in_channels, int64_t out_channels, int64_t kernel,
                const Conv2dOptions& options)
-    : Module(std::move(name)), params_{options.stride, options.padding} {
+    : Module(std::move(name)),
+      params_{options.stride, options.padding},
+      input_gradient_(options.input_gradient) {
   LOOM_CHECK(in_channels >= 1 && out_channels >= 1 && kernel >= 1, "Conv2d '", this->name(),
              "': in_channels ", in_channels, ", out_channels ", out_channels, " and kernel ",
              kernel, " must all be at least 1");
@@ -65,6 +67,10 @@ Tensor Conv2d::forward(const Tensor& x, Tape& tape) {
 
 Tensor Conv2d::backward_input(const Tensor& dy, Tape& tape) {
   State& state = tape.get<State>(*this);
+  if (!input_gradient_) {
+    state.dy = dy;
+    return Tensor();
+  }
   const Tensor& w = weight_->value();
   Tensor dx = Tensor::empty(state.x.shape(), state.x.dtype(), state.x.device());
   {

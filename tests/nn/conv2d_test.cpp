@@ -1,6 +1,7 @@
 // Conv2d: finite-difference gradients (with and without bias, strided,
 // padded), forward against a direct convolution, deterministic name-keyed
-// initialisation within PyTorch's bound, gradient accumulation, FLOP counting.
+// initialisation within PyTorch's bound, gradient accumulation, FLOP counting,
+// a first layer without an input gradient.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -106,4 +107,22 @@ TEST_CASE("Conv2d accumulates gradients over micro-batches and counts FLOPs", "[
   for (size_t i = 0; i < once.size(); ++i) CHECK(twice[i] == Approx(2 * once[i]));
   for (size_t i = 0; i < bias_once.size(); ++i) CHECK(bias_twice[i] == Approx(2 * bias_once[i]));
   CHECK(tape.empty());
+}
+
+TEST_CASE("Conv2d without an input gradient writes the same weight gradients and returns none",
+          "[nn][conv2d]") {
+  // A first layer (ResNet's stem) skips the images' gradient; its weight and
+  // bias gradients must not change.
+  Conv2d full("stem", 3, 4, 3, {.stride = 1, .padding = 1, .bias = true});
+  Conv2d skipping("stem", 3, 4, 3,
+                  {.stride = 1, .padding = 1, .bias = true, .input_gradient = false});
+  const Tensor x = loom::test::random_tensor({2, 3, 6, 6}, DType::f32, 8);
+  const Tensor dy = loom::test::random_tensor({2, 4, 6, 6}, DType::f32, 9);
+  Tape t1, t2;
+  full.forward(x, t1);
+  skipping.forward(x, t2);
+  CHECK(full.backward(dy, t1).defined());
+  CHECK_FALSE(skipping.backward(dy, t2).defined());
+  CHECK(skipping.weight().grad().to_vector<float>() == full.weight().grad().to_vector<float>());
+  CHECK(skipping.bias()->grad().to_vector<float>() == full.bias()->grad().to_vector<float>());
 }

@@ -11,7 +11,9 @@
 // and small images such as the 8x8 digits with in_channels = 1). Then four
 // stages of blocks (strides 1, 2, 2, 2); a block whose output shape differs
 // from its input projects the shortcut with a 1x1 convolution + BN. Head:
-// global average pool + Linear(with bias) to `classes`.
+// global average pool + Linear(with bias) to `classes`. The stem convolution
+// computes no input gradient (nn::Conv2dOptions::input_gradient): backward
+// returns an undefined tensor, as nobody differentiates the images.
 //
 // Parameter names follow torchvision's under `name`: conv1.weight,
 // bn1.weight, layer1.0.conv1.weight, layer2.0.downsample.0.weight,

@@ -24,6 +24,9 @@ struct Conv2dOptions {
   int64_t stride = 1;
   int64_t padding = 0;
   bool bias = false;  // a ResNet's convolutions feed BatchNorm, which has its own shift
+  // false: backward_input skips the input gradient and returns an undefined
+  // tensor (a first layer, whose input is data nobody differentiates).
+  bool input_gradient = true;
   ModuleOptions module = {};
 };
 
@@ -46,6 +49,7 @@ class Conv2d : public Module {
  private:
   struct State;
   kernels::Conv2dParams params_;
+  bool input_gradient_ = true;
   std::unique_ptr<Parameter> weight_;
   std::unique_ptr<Parameter> bias_;
 };
