@@ -39,9 +39,10 @@ double of_chunk(const std::vector<double>& values, int chunk) {
 // micro-batches waiting for their second chunk's F could never free one, a
 // deadlock that uneven costs can reach. So the oldest unfinished micro-batch
 // always finds a slot on every rank, and the plan always completes. At unit
-// cost (F = B = W = 1, no latency) this is the schedule of Qi et al.'s ZB-V,
-// and with pp <= M it reaches the lower bound 6M + pp - 1 (NOTE [unit-cost
-// bubble] in pipeline/generators.hpp; tests/pipeline/bubble_test.cpp).
+// cost (F = B = W = 1, no latency) the rule never binds, the orders are those
+// of the tick-by-tick scheduler this replaced, and with pp <= M they reach the
+// lower bound 6M + pp - 1 (NOTE [unit-cost bubble] in
+// pipeline/generators.hpp; tests/pipeline/bubble_test.cpp).
 std::vector<std::vector<Action>> zb_v_order(int pp, int micro_batches,
                                             const std::vector<ChunkPlace>& placement,
                                             int activation_bound, const ActionCosts& costs,
