@@ -148,4 +148,5 @@ loom_train_gpt_refuses(pipeline
     "2|--pp 2 --layers 4 --batch 4 --virtual-stages 3|1f1b schedule runs 1 chunk per rank, not 3 virtual stages"
     "2|--pp 2 --layers 4 --batch 4 --activation-bound 6|--activation-bound 6 sets zb-v's plan. --schedule 1f1b has a fixed order and bound"
     "2|--pp 2 --layers 4 --batch 4 --schedule zb-v --activation-bound 1|zb-v schedule: activation bound 1 must be at least 2 chunk activations"
-    "1|--layers 2 --batch 4 --micro-batches 2|--micro-batches 2 cuts the batch for the pipeline. it needs --pp 2 or more")
+    "1|--layers 2 --batch 4 --micro-batches 2|--micro-batches 2 cuts the batch for the pipeline. it needs --pp 2 or more"
+    "1|--layers 2 --batch 4 --plan measured|--plan measured plans the pipeline's order. it needs --pp 2 or more")

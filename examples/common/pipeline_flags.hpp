@@ -123,6 +123,9 @@ struct PipelineFlags {
       LOOM_CHECK(virtual_stages == 0, "--virtual-stages ", virtual_stages,
                  " gives each pipeline rank several chunks", why);
       LOOM_CHECK(stage_layers.empty(), "--stage-layers cuts the layers over pipeline stages", why);
+      LOOM_CHECK(activation_bound == 0, "--activation-bound ", activation_bound,
+                 " bounds the pipeline's activations", why);
+      LOOM_CHECK(plan == "unit", "--plan ", plan, " plans the pipeline's order", why);
     }
     const int m = pp == 1 ? std::max(1, micro_batches) : micro_batch_count();
     LOOM_CHECK(batch % m == 0, "--batch ", batch, " is not divisible by --micro-batches ", m,
