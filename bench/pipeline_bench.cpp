@@ -320,8 +320,10 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
   std::vector<std::string> verdicts;
   auto mib = [](double bytes) { return loom::bench::fixed(bytes / (1 << 20), 1); };
   std::vector<std::string> rows = d.schedules;
+  std::vector<int> planned_bounds;  // of the planned rows that ran
   for (const int bound : d.planned_bounds) {
     if (runs.count({planned_label(bound), d.micro_batches.front()})) {
+      planned_bounds.push_back(bound);
       rows.push_back(planned_label(bound));
     }
   }
@@ -398,10 +400,8 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
     if (!zb_v_costs.count(m)) continue;
     std::vector<std::pair<std::string, int>> pp4_rows;  // label, planned bound (0: none)
     for (const std::string& name : d.schedules) pp4_rows.emplace_back(name, 0);
-    for (const std::string& label : rows) {
-      if (label.rfind("zb-v planned ", 0) != 0) continue;
-      const int bound = 8 + std::stoi(label.substr(13)) - 4;
-      if (bound >= 2) pp4_rows.emplace_back(planned_label(bound), bound);
+    for (const int bound : planned_bounds) {  // the same bound above 2pp: 4 at pp 2, 8 at pp 4
+      pp4_rows.emplace_back(planned_label(bound + 4), bound + 4);
     }
     for (const auto& [label, planned_bound] : pp4_rows) {
       const std::string name = planned_bound > 0 ? "zb-v" : label;

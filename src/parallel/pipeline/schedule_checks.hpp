@@ -30,6 +30,11 @@ void check_structure(const Schedule& schedule);
 // durations finite and >= 0; a loom::Error starting with `who` otherwise.
 void check_costs(const ActionCosts& costs, int chunks, const std::string& who);
 
+// Chunk `chunk`'s duration from a checked per-chunk list (one value: every chunk's).
+inline double chunk_cost(const std::vector<double>& values, int chunk) {
+  return values.size() == 1 ? values.front() : values[static_cast<size_t>(chunk)];
+}
+
 // What pairs a send with its receive: an activation or a gradient, of one
 // micro-batch, produced by one chunk, from one rank to another.
 struct MessageKey {

@@ -9,13 +9,6 @@
 #include "schedule_checks.hpp"
 
 namespace loom::parallel::pipeline {
-namespace {
-
-double of_chunk(const std::vector<double>& values, int chunk) {
-  return values.size() == 1 ? values.front() : values[static_cast<size_t>(chunk)];
-}
-
-}  // namespace
 
 Simulation simulate(const Schedule& schedule, const ActionCosts& costs) {
   validate_schedule(schedule);
@@ -38,16 +31,17 @@ Simulation simulate(const Schedule& schedule, const ActionCosts& costs) {
     double work = 0.0;
     switch (a.kind) {
       case ActionKind::forward:
-        work = of_chunk(costs.forward, a.chunk);
+        work = detail::chunk_cost(costs.forward, a.chunk);
         break;
       case ActionKind::backward_input:
-        work = of_chunk(costs.backward_input, a.chunk);
+        work = detail::chunk_cost(costs.backward_input, a.chunk);
         break;
       case ActionKind::backward_weight:
-        work = of_chunk(costs.backward_weight, a.chunk);
+        work = detail::chunk_cost(costs.backward_weight, a.chunk);
         break;
       case ActionKind::backward:
-        work = of_chunk(costs.backward_input, a.chunk) + of_chunk(costs.backward_weight, a.chunk);
+        work = detail::chunk_cost(costs.backward_input, a.chunk) +
+               detail::chunk_cost(costs.backward_weight, a.chunk);
         break;
       case ActionKind::reduce_gradients:
         work = costs.reduce_gradients;

@@ -6,15 +6,9 @@
 #include <optional>
 
 #include "loom/core/error.hpp"
+#include "schedule_checks.hpp"
 
 namespace loom::parallel::pipeline::detail {
-namespace {
-
-double of_chunk(const std::vector<double>& values, int chunk) {
-  return values.size() == 1 ? values.front() : values[static_cast<size_t>(chunk)];
-}
-
-}  // namespace
 
 // NOTE [zb-v list scheduler]: time is continuous. Each action takes its
 // chunk's duration from `costs`, and a tensor made at time t can be used at t
@@ -123,7 +117,7 @@ std::vector<std::vector<Action>> zb_v_order(int pp, int micro_batches,
       double duration = 0.0;
       switch (action->kind) {
         case ActionKind::forward: {
-          duration = of_chunk(costs.forward, c);
+          duration = chunk_cost(costs.forward, c);
           forward_end[index(m, c)] = t + duration;
           ++next_forward[static_cast<size_t>(c)];
           ++in_flight[static_cast<size_t>(r)];
@@ -132,13 +126,13 @@ std::vector<std::vector<Action>> zb_v_order(int pp, int micro_batches,
           break;
         }
         case ActionKind::backward_input:
-          duration = of_chunk(costs.backward_input, c);
+          duration = chunk_cost(costs.backward_input, c);
           backward_end[index(m, c)] = t + duration;
           ++next_backward[static_cast<size_t>(c)];
           pending_weights[static_cast<size_t>(r)].push_back(Action::backward_weight(m, c));
           break;
         default:
-          duration = of_chunk(costs.backward_weight, c);
+          duration = chunk_cost(costs.backward_weight, c);
           --in_flight[static_cast<size_t>(r)];
           break;
       }
