@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "kernel_test_util.hpp"
+#include "kernels/cpu/layer_norm_bf16.hpp"
+#include "loom/core/half.hpp"
 #include "loom/kernels/layer_norm.hpp"
 
 using Catch::Matchers::Contains;
@@ -217,5 +219,45 @@ TEST_CASE("bf16 layer_norm on the host at row widths of whole and partial vector
     k::layer_norm_backward_weight(dy32, x32, mean32, rstd32, dw32, db32, false);
     close(dw, dw32, 1e-5);
     close(db, db32, 1e-5);
+  }
+}
+
+TEST_CASE("bf16 layer_norm forward on the host rounds fma((x - mean) rstd, w, b) once",
+          "[kernels][layer_norm]") {
+  // The one-pass bf16 kernel rounds each output from f32 registers (to
+  // nearest even, as core/half.hpp), two registers at a time; weights of
+  // 1e-39 give subnormal outputs, which take the kernel's integer rounding.
+  // Bit for bit against the same f32 arithmetic done here, at row widths of
+  // whole and partial 32-column blocks.
+  if (!loom::kernels::cpu::layer_norm_bf16_available()) {
+    WARN("skipped: this build has no one-pass bf16 layer_norm (needs AVX-512)");
+    return;
+  }
+  for (const int64_t cols : {16, 48, 64, 100, 256}) {
+    INFO("cols " << cols);
+    const int64_t rows = 9;
+    std::vector<float> w =
+        loom::test::random_tensor({cols}, DType::f32, 62, 0.5f, 1.5f).to_vector<float>();
+    std::vector<float> b = loom::test::random_tensor({cols}, DType::f32, 63).to_vector<float>();
+    for (int64_t c = 0; c < cols; c += 3) {  // subnormal outputs in every block
+      w[c] *= 1e-39f;
+      b[c] = 0.0f;
+    }
+    const Tensor x = loom::test::random_tensor({rows, cols}, DType::f32, 61, -2, 3).to(DType::bf16);
+    const Tensor y = Tensor::empty({rows, cols}, DType::bf16);
+    const Tensor mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+    k::layer_norm_forward(x, Tensor::from_vector(w, {cols}), Tensor::from_vector(b, {cols}), 1e-5f,
+                          y, mean, rstd);
+    const std::vector<float> xs = x.to(DType::f32).to_vector<float>();
+    const std::vector<float> ys = y.to(DType::f32).to_vector<float>();
+    const std::vector<float> mu = mean.to_vector<float>(), s = rstd.to_vector<float>();
+    std::vector<float> want(xs.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const float xhat = (xs[r * cols + c] - mu[r]) * s[r];
+        want[r * cols + c] = static_cast<float>(loom::bfloat16(std::fma(xhat, w[c], b[c])));
+      }
+    }
+    REQUIRE(loom::test::first_difference(ys, want) == -1);
   }
 }

@@ -1,53 +1,38 @@
-// Host activations. ReLU is a plain select loop the compiler vectorises; GELU
-// uses Eigen array expressions, whose erf (a rational approximation, a couple
-// of ulp on [-4, 4] and exactly +-1 beyond) and exp are vectorised. Each is
-// one pass over memory; in-place calls are fine because every element is read
-// before it is written. bf16 and f16 GELU converts to f32 a chunk at a time,
-// runs the f32 code and rounds back; ReLU on them selects bits in one pass.
+// Host activations. ReLU is a plain select loop the compiler vectorises. GELU
+// is the exact (erf) GELU as piecewise quintics in |x| (gelu_table.hpp, NOTE
+// [gelu tables]): AVX-512 kernels where the build has them (gelu_avx512.hpp,
+// bf16 converted in registers in the same pass), otherwise the same
+// polynomials one value at a time, with the same fused multiply-adds and so
+// the same f32 bits. Each is one pass over memory; in-place calls are fine
+// because every element is read before it is written. f16 GELU, and bf16
+// without AVX-512, converts to f32 a chunk at a time, runs the f32 code and
+// rounds back; ReLU on 16-bit data selects bits in one pass.
 #include "kernels/cpu/activation.hpp"
 
-#include "kernels/cpu/float_io.hpp"
-#include "loom/core/error.hpp"
-
-#include <Eigen/Core>
+#include <algorithm>
 #include <type_traits>
-#include <unsupported/Eigen/SpecialFunctions>
+
+#include "kernels/cpu/float_io.hpp"
+#include "kernels/cpu/gelu_avx512.hpp"
+#include "kernels/cpu/gelu_table.hpp"
+#include "loom/core/error.hpp"
 
 namespace loom::kernels::cpu {
 namespace {
 
-using ConstArray = Eigen::Map<const Eigen::ArrayXf>;
-using Array = Eigen::Map<Eigen::ArrayXf>;
-
-constexpr float kInvSqrt2 = 0.70710678118654752f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-
-// Chunks keep the GELU temporaries of one expression in L1.
+// Chunks of the 16-bit paths that convert through f32 buffers (in L1).
 constexpr int64_t kChunk = 2048;
 
 void gelu_forward(const float* x, float* y, int64_t n) {
-  for (int64_t begin = 0; begin < n; begin += kChunk) {
-    const Eigen::Index count = std::min(kChunk, n - begin);
-    const ConstArray xs(x + begin, count);
-    Array ys(y + begin, count);
-    ys = 0.5f * xs * (1.0f + (xs * kInvSqrt2).erf());
-  }
+  if (gelu_avx512_available()) return gelu_forward_avx512(x, y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] = gelu_value(x[i]);
 }
 
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
-  for (int64_t begin = 0; begin < n; begin += kChunk) {
-    const Eigen::Index count = std::min(kChunk, n - begin);
-    const ConstArray xs(x + begin, count);
-    const ConstArray dys(dy + begin, count);
-    Array dxs(dx + begin, count);
-    const auto cdf = 0.5f * (1.0f + (xs * kInvSqrt2).erf());
-    const auto pdf = kInvSqrt2Pi * (-0.5f * xs.square()).exp();
-    dxs = dys * (cdf + xs * pdf);
-  }
+  if (gelu_avx512_available()) return gelu_backward_avx512(x, dy, dx, n);
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * gelu_derivative_value(x[i]);
 }
 
-// Converts kChunk elements at a time into f32 buffers (in L1), runs the f32
-// kernel on them and rounds the result back; in place is fine, as in f32.
 // x < 0 for a bf16 or f16 value, on its bits: negative, not zero, not NaN
 // (magnitude at most infinity's).
 template <typename T>
@@ -64,6 +49,9 @@ bool positive(T v) {
   return (v.bits & 0x8000) == 0 && v.bits != 0 && v.bits <= kInf;
 }
 
+// ReLU selects bits; GELU runs in registers (bf16 with AVX-512) or converts
+// kChunk elements at a time into f32 buffers (in L1), runs the f32 kernel on
+// them and rounds the result back; in place is fine, as in f32.
 template <typename T>
 void forward_16bit(Activation f, const T* x, T* y, int64_t n) {
   if (f == Activation::relu) {  // one pass: the result is x's bits or zero, nothing to round
@@ -72,6 +60,9 @@ void forward_16bit(Activation f, const T* x, T* y, int64_t n) {
       y[i].bits = static_cast<uint16_t>(x[i].bits & keep);
     }
     return;
+  }
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    if (gelu_avx512_available()) return gelu_forward_avx512(x, y, n);
   }
   float xs[kChunk], ys[kChunk];
   for (int64_t begin = 0; begin < n; begin += kChunk) {
@@ -90,6 +81,9 @@ void backward_16bit(Activation f, const T* x, const T* dy, T* dx, int64_t n) {
       dx[i].bits = static_cast<uint16_t>(dy[i].bits & keep);
     }
     return;
+  }
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    if (gelu_avx512_available()) return gelu_backward_avx512(x, dy, dx, n);
   }
   float xs[kChunk], dys[kChunk], dxs[kChunk];
   for (int64_t begin = 0; begin < n; begin += kChunk) {

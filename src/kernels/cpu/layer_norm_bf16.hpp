@@ -2,13 +2,15 @@
 //
 // The generic 16-bit path (layer_norm.cpp) converts blocks of rows to f32
 // buffers, runs the f32 kernels on them and rounds the result back: three
-// extra passes through L2 per operand. These read each bf16 row once into an
-// f32 row buffer in L1, take the row's statistics there and write the result
-// rounded (to nearest even, NaN quieted, as bfloat16_from) straight from
-// registers, so a call moves the bf16 bytes and little else. The arithmetic
-// is the f32 kernels', summed in another order (16 lanes, then across), so
-// results match them to f32 rounding of the sums. Only where the build
-// targets AVX-512 (F, BW, VL); elsewhere the generic path runs.
+// extra passes through L2 per operand. These read each bf16 row from memory
+// once: the forward widens it in registers on each of its three passes over
+// the row (the later ones hit L1), the backward keeps f32 row buffers in L1.
+// Results are rounded (to nearest even, NaN quieted, subnormals kept, as
+// bfloat16_from) straight from registers, two registers at a time
+// (bf16_lanes.hpp), so a call moves the bf16 bytes and little else. The
+// arithmetic is the f32 kernels', summed in another order (lanes, then
+// across), so results match them to f32 rounding of the sums. Only where
+// the build targets AVX-512 (F, BW, VL, DQ); elsewhere the generic path runs.
 #pragma once
 
 #include <cstdint>
