@@ -1,9 +1,12 @@
 // gemm(): argument checks, empty problems, batch folding, dispatch by device.
 #include "loom/kernels/gemm.hpp"
 
+#include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/packed_gemm.hpp"
 #include "kernels/gemm_problem.hpp"
 #include "kernels/tensor_checks.hpp"
 #include "loom/config.hpp"
@@ -76,6 +79,77 @@ GemmShape check_gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Ge
 
 }  // namespace
 
+// NOTE [packed weight reuse] in loom/kernels/gemm.hpp.
+struct PackedWeightScope::Cache {
+  struct Key {
+    const void* data = nullptr;
+    bool trans = false;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& key) const {
+      return std::hash<const void*>()(key.data) ^ static_cast<size_t>(key.trans);
+    }
+  };
+  struct Entry {
+    Tensor b;  // held, so that its memory holds these values until the scope ends
+    std::unique_ptr<cpu::PackedGemmB> packed;
+  };
+
+  // Runs `p` (B is `b`) on a packed copy kept by the innermost open scope;
+  // false when there is none or the problem is not one it serves.
+  static bool run(const detail::GemmProblem& p, const Tensor& b) {
+    Cache* cache = innermost();
+    if (cache == nullptr || p.dtype != DType::f32 || p.c_dtype != DType::f32 ||
+        (p.stride_b != 0 && p.batch != 1) || !cpu::packed_gemm_available()) {
+      return false;
+    }
+    const Key key{b.data(), p.trans_b};
+    auto found = cache->entries.find(key);
+    if (found == cache->entries.end()) {
+      if (cache->stats.bytes + cpu::PackedGemmB::bytes_for(p) > cache->max_bytes) {
+        ++cache->stats.over_budget;
+        return false;
+      }
+      Entry entry{b, std::make_unique<cpu::PackedGemmB>(p)};
+      cache->stats.bytes += entry.packed->bytes();
+      ++cache->stats.packed;
+      found = cache->entries.emplace(key, std::move(entry)).first;
+    } else if (!found->second.packed->matches(p)) {
+      return false;  // the same data viewed as another shape: not worth a second copy
+    } else {
+      ++cache->stats.hits;
+    }
+    cpu::packed_gemm(p, *found->second.packed);
+    return true;
+  }
+
+  static Cache*& innermost() {
+    thread_local Cache* cache = nullptr;
+    return cache;
+  }
+
+  int64_t max_bytes = 0;
+  Stats stats;
+  std::unordered_map<Key, Entry, KeyHash> entries;
+  Cache* enclosing = nullptr;
+};
+
+PackedWeightScope::PackedWeightScope(int64_t max_bytes) : cache_(std::make_unique<Cache>()) {
+  LOOM_CHECK(max_bytes >= 0, "PackedWeightScope: max_bytes ", max_bytes, " must be >= 0");
+  cache_->max_bytes = max_bytes;
+  cache_->enclosing = Cache::innermost();
+  Cache::innermost() = cache_.get();
+}
+
+PackedWeightScope::~PackedWeightScope() {
+  Cache::innermost() = cache_->enclosing;  // scopes live on the stack: the innermost ends first
+}
+
+PackedWeightScope::Stats PackedWeightScope::stats() const {
+  return cache_->stats;
+}
+
 void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& options) {
   const GemmShape s = check_gemm(a, b, c, options);
   const Device device = c.device();
@@ -115,6 +189,7 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& 
   }
 
   if (device.is_cpu()) {
+    if (options.b_fixed_in_scope && PackedWeightScope::Cache::run(p, b)) return;
     cpu::gemm(p);
     return;
   }

@@ -87,7 +87,11 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
   y_shape.back() = out_features_;
   Tensor y = Tensor::empty(y_shape, w.dtype(), w.device());
   const Tensor y2 = y.view({rows, out_features_});
-  const kernels::GemmOptions options{.trans_a = false, .trans_b = true};
+  // The weight itself, not a rounded copy, may be packed once per step
+  // (NOTE [packed weight reuse] in loom/kernels/gemm.hpp).
+  const bool weight_as_is = matmul_ == w.dtype();
+  const kernels::GemmOptions options{
+      .trans_a = false, .trans_b = true, .b_fixed_in_scope = weight_as_is};
   State& state = tape.emplace<State>(*this);
   {
     // Under a reduced precision the operands are rounded once here and kept
@@ -120,7 +124,7 @@ Tensor Linear::backward_input(const Tensor& dy, Tape& tape) {
     if (bias_ && state.dy.dtype() != dy.dtype()) state.dy_bias = dy.view({rows, out_features_});
     trace::OpScope scope("linear.backward_input", kernels::gemm_cost(state.dy, state.w, dx2),
                          w.device(), name());
-    kernels::gemm(state.dy, state.w, dx2);
+    kernels::gemm(state.dy, state.w, dx2, {.b_fixed_in_scope = matmul_ == w.dtype()});
   }
   state.w = Tensor();  // not needed by backward_weight
   return dx;

@@ -1,6 +1,7 @@
 // Host GEMM against a double-precision triple loop: every transpose
 // combination, sizes 0, 1 and odd ones, alpha/beta (beta == 0 never reads C),
-// batches with shared operands, views at storage offsets, errors and costs.
+// batches with shared operands, views at storage offsets, errors and costs;
+// packed weights reused under a PackedWeightScope.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -9,8 +10,11 @@
 
 #include "gemm_reference.hpp"
 #include "kernel_test_util.hpp"
+#include "kernels/cpu/packed_gemm.hpp"
+#include "loom/kernels/elementwise.hpp"
 #include "loom/kernels/gemm.hpp"
 #include "support/compare.hpp"
+#include "support/skip.hpp"
 
 using Catch::Matchers::Contains;
 using loom::DType;
@@ -20,6 +24,9 @@ using loom::kernels::gemm;
 using loom::kernels::GemmOptions;
 
 namespace {
+
+constexpr const char* kNoPackedGemm =
+    "this build has no AVX-512 packed GEMM, whose packed operands PackedWeightScope keeps";
 
 using loom::test::reference_gemm;
 using Reference = loom::test::GemmReference;
@@ -194,4 +201,99 @@ TEST_CASE("gemm_cost counts 2mnk flops and each operand's bytes once") {
   CHECK(loom::kernels::gemm_cost(h, h, h.clone()).bytes == 3.0 * 64 * 64 * 2);
   CHECK_THROWS_WITH(loom::kernels::gemm_cost(a, Tensor::empty({15, 32}), c),
                     Contains("inner dimensions differ"));
+}
+
+// NOTE [packed weight reuse]: under a PackedWeightScope a GEMM whose B is marked
+// fixed packs B once; later calls reuse it and give the bits of a fresh pack.
+TEST_CASE("gemm reuses a fixed B packed once inside a PackedWeightScope", "[kernels]") {
+  if (!loom::kernels::cpu::packed_gemm_available()) LOOM_SKIP(kNoPackedGemm);
+  using loom::kernels::PackedWeightScope;
+  // Across the blocking: two k blocks (256), three column blocks (384), a narrowed last panel.
+  const int64_t n = 800, k = 300;
+  for (const bool trans_b : {false, true}) {
+    INFO("trans_b " << trans_b);
+    const Tensor b = loom::test::random_tensor(trans_b ? Shape{n, k} : Shape{k, n}, DType::f32, 7);
+    const GemmOptions plain{.trans_b = trans_b};
+    GemmOptions fixed = plain;
+    fixed.b_fixed_in_scope = true;
+    std::vector<Tensor> as;
+    for (const int64_t m : {1, 37, 128})
+      as.push_back(loom::test::random_tensor({m, k}, DType::f32, 9));
+    std::vector<std::vector<float>> expected;
+    for (const Tensor& a : as) {
+      const Tensor c = Tensor::empty({a.size(0), n});
+      gemm(a, b, c, plain);
+      expected.push_back(c.to_vector<float>());
+    }
+    PackedWeightScope scope(int64_t{64} << 20);
+    for (int round = 0; round < 2; ++round) {
+      for (size_t i = 0; i < as.size(); ++i) {
+        const Tensor c = Tensor::empty({as[i].size(0), n});
+        gemm(as[i], b, c, fixed);
+        REQUIRE(c.to_vector<float>() == expected[i]);  // bit for bit
+      }
+    }
+    const PackedWeightScope::Stats stats = scope.stats();
+    REQUIRE(stats.packed == 1);
+    REQUIRE(stats.hits == 5);
+    REQUIRE(stats.over_budget == 0);
+    REQUIRE(stats.bytes >= n * k * 4);
+    // Without the flag the scope is not used.
+    gemm(as[0], b, Tensor::empty({1, n}), plain);
+    REQUIRE(scope.stats().hits == 5);
+  }
+}
+
+TEST_CASE("a PackedWeightScope keeps within its budget, ends with its scope, and nests",
+          "[kernels]") {
+  if (!loom::kernels::cpu::packed_gemm_available()) LOOM_SKIP(kNoPackedGemm);
+  using loom::kernels::PackedWeightScope;
+  const GemmOptions fixed{.trans_b = true, .b_fixed_in_scope = true};
+  const Tensor a = loom::test::random_tensor({16, 64}, DType::f32, 1);
+  const Tensor b = loom::test::random_tensor({96, 64}, DType::f32, 2);
+  const Tensor c = Tensor::empty({16, 96});
+  auto product = [&] {
+    gemm(a, b, c, fixed);
+    return c.to_vector<float>();
+  };
+  {
+    PackedWeightScope too_small(1024);  // B packs to 24 KiB
+    const std::vector<float> first = product();
+    REQUIRE(product() == first);
+    REQUIRE(too_small.stats().packed == 0);
+    REQUIRE(too_small.stats().over_budget == 2);
+  }
+  std::vector<float> before;
+  {
+    PackedWeightScope outer(int64_t{1} << 20);
+    before = product();
+    {
+      PackedWeightScope inner(int64_t{1} << 20);
+      REQUIRE(product() == before);
+      REQUIRE(inner.stats().packed == 1);
+    }
+    REQUIRE(product() == before);
+    REQUIRE(outer.stats().packed == 1);
+    REQUIRE(outer.stats().hits == 1);
+  }
+  // The scope has ended: a changed B is packed afresh.
+  loom::kernels::scale(b, 2.0f, b);
+  const std::vector<float> after = product();
+  for (size_t i = 0; i < after.size(); ++i) REQUIRE(after[i] == 2.0f * before[i]);
+  // Within a scope, the same data viewed as another shape is not served from the cache.
+  PackedWeightScope scope(int64_t{1} << 20);
+  product();
+  const Tensor b2 = b.view({192, 32});
+  const Tensor a2 = loom::test::random_tensor({16, 32}, DType::f32, 3);
+  const Tensor c2 = Tensor::empty({16, 192});
+  gemm(a2, b2, c2, fixed);
+  const Tensor c2_plain = Tensor::empty({16, 192});
+  gemm(a2, b2, c2_plain, {.trans_b = true});
+  REQUIRE(c2.to_vector<float>() == c2_plain.to_vector<float>());
+  REQUIRE(scope.stats().packed == 1);
+  REQUIRE(scope.stats().hits == 0);
+  // bf16 operands are not served by it.
+  const GemmOptions fixed_bf16 = fixed;
+  gemm(a.to(DType::bf16), b.to(DType::bf16), Tensor::empty({16, 96}), fixed_bf16);
+  REQUIRE(scope.stats().packed == 1);
 }

@@ -25,6 +25,9 @@
 // C must not overlap A or B. Work on CUDA is queued on C's device's current stream.
 #pragma once
 
+#include <cstdint>
+#include <memory>
+
 #include "loom/core/tensor.hpp"
 #include "loom/kernels/cost.hpp"
 
@@ -37,6 +40,46 @@ struct GemmOptions {
   float beta = 0.0f;
   // CUDA f32 only: let cuBLAS use TF32 tensor cores (~10-bit mantissa products).
   bool allow_tf32 = false;
+  // The caller promises that B's values stay as they are while the innermost
+  // PackedWeightScope open on this thread lives (a layer's weight during a
+  // step): B's packed form may be kept by the scope and reused by later calls.
+  // No effect without an open scope.
+  bool b_fixed_in_scope = false;
+};
+
+// NOTE [packed weight reuse]: the host f32 GEMM copies op(B) into panels on
+// every call. A pipeline stage multiplies every micro-batch of a step by the
+// same weights, so with M micro-batches of m rows it packs each weight M times
+// where one rank with the whole batch packs it once; for a transposed B (a
+// Linear's forward) the packing costs about as much per weight element as m =
+// 40 rows of products. While a PackedWeightScope is open, a host f32 GEMM whose
+// options set b_fixed_in_scope packs its B once and later calls with the same
+// B (the same tensor data, shape and transpose) use the packed copy: the same
+// bits as packing anew. The scope keeps a reference to each packed B (so its
+// memory cannot be reused for other data while the scope lives) and at most
+// `max_bytes` of packed copies; later B's beyond that are packed per call as
+// without a scope. Scopes nest: the innermost one is used. Other devices and
+// dtypes ignore the scope.
+class PackedWeightScope {
+ public:
+  struct Stats {
+    int64_t hits = 0;         // GEMMs that used a packed copy
+    int64_t packed = 0;       // B operands packed and kept
+    int64_t over_budget = 0;  // GEMMs that packed per call because max_bytes was reached
+    int64_t bytes = 0;        // packed copies held
+  };
+
+  explicit PackedWeightScope(int64_t max_bytes);
+  ~PackedWeightScope();
+  PackedWeightScope(const PackedWeightScope&) = delete;
+  PackedWeightScope& operator=(const PackedWeightScope&) = delete;
+
+  Stats stats() const;
+
+  struct Cache;
+
+ private:
+  std::unique_ptr<Cache> cache_;
 };
 
 // Throws loom::Error naming the shapes and the rule when they do not fit.

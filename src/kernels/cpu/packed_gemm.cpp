@@ -243,7 +243,10 @@ void run_tile(int64_t depth, const float* strip, const float* panel, float* cons
   }
 }
 
-void gemm_one(const detail::GemmProblem& p, const float* a, const float* b, float* c) {
+// `prepacked`, when set, holds op(B) packed by PackedGemmB; else each block is
+// packed into scratch as it is needed.
+void gemm_one(const detail::GemmProblem& p, const float* a, const float* b, float* c,
+              const PackedGemmB* prepacked) {
   for (int64_t l0 = 0; l0 < p.k; l0 += kDepth) {
     const int64_t depth = std::min(kDepth, p.k - l0);
     // The first k block applies beta; later ones add to it.
@@ -254,8 +257,14 @@ void gemm_one(const detail::GemmProblem& p, const float* a, const float* b, floa
       pack_a(p, a, i0, rows, l0, depth, packed_a);
       for (int64_t j0 = 0; j0 < p.n; j0 += kBlockCols) {
         const int64_t cols = std::min(kBlockCols, p.n - j0);
-        float* packed_b = scratch<float>(ScratchSlot::f32_b, round_up(cols, kTileCols) * depth);
-        pack_b(p, b, l0, depth, j0, cols, packed_b);
+        const float* packed_b = nullptr;
+        if (prepacked != nullptr) {
+          packed_b = prepacked->block(l0, j0);
+        } else {
+          float* block = scratch<float>(ScratchSlot::f32_b, round_up(cols, kTileCols) * depth);
+          pack_b(p, b, l0, depth, j0, cols, block);
+          packed_b = block;
+        }
         for (int64_t s = 0; s < rows; s += kTileRows) {
           for (int64_t q = 0; q < cols; q += kTileCols) {
             const int64_t valid = std::min(kTileCols, cols - q);
@@ -375,7 +384,66 @@ void packed_gemm(const detail::GemmProblem& p) {
   const auto* b = static_cast<const float*>(p.b);
   auto* c = static_cast<float*>(p.c);
   for (int64_t i = 0; i < p.batch; ++i) {
-    gemm_one(p, a + i * p.stride_a, b + i * p.stride_b, c + i * p.stride_c);
+    gemm_one(p, a + i * p.stride_a, b + i * p.stride_b, c + i * p.stride_c, nullptr);
+  }
+}
+
+namespace {
+
+// Floats of the block of k rows from l0 and columns from j0 of a packed [k, n] B.
+int64_t block_floats(int64_t n, int64_t k, int64_t l0, int64_t j0) {
+  return round_up(std::min(kBlockCols, n - j0), kTileCols) * std::min(kDepth, k - l0);
+}
+
+}  // namespace
+
+int64_t PackedGemmB::bytes_for(const detail::GemmProblem& p) {
+  int64_t total = 0;
+  for (int64_t l0 = 0; l0 < p.k; l0 += kDepth) {
+    for (int64_t j0 = 0; j0 < p.n; j0 += kBlockCols) total += block_floats(p.n, p.k, l0, j0);
+  }
+  return total * static_cast<int64_t>(sizeof(float));
+}
+
+PackedGemmB::PackedGemmB(const detail::GemmProblem& p) : n_(p.n), k_(p.k), trans_b_(p.trans_b) {
+  LOOM_ASSERT(p.dtype == DType::f32 && p.n > 0 && p.k > 0 && (p.stride_b == 0 || p.batch == 1));
+  column_blocks_ = (n_ + kBlockCols - 1) / kBlockCols;
+  int64_t total = 0;
+  for (int64_t l0 = 0; l0 < k_; l0 += kDepth) {
+    for (int64_t j0 = 0; j0 < n_; j0 += kBlockCols) {
+      offsets_.push_back(total);
+      total += block_floats(n_, k_, l0, j0);
+    }
+  }
+  data_.reset(static_cast<float*>(
+      ::operator new[](static_cast<size_t>(total) * sizeof(float), std::align_val_t{64})));
+  floats_ = total;
+  const auto* b = static_cast<const float*>(p.b);
+  for (int64_t l0 = 0; l0 < k_; l0 += kDepth) {
+    for (int64_t j0 = 0; j0 < n_; j0 += kBlockCols) {
+      pack_b(p, b, l0, std::min(kDepth, k_ - l0), j0, std::min(kBlockCols, n_ - j0),
+             data_.get() + offsets_[static_cast<size_t>(index(l0, j0))]);
+    }
+  }
+}
+
+const float* PackedGemmB::block(int64_t l0, int64_t j0) const {
+  return data_.get() + offsets_[static_cast<size_t>(index(l0, j0))];
+}
+
+int64_t PackedGemmB::index(int64_t l0, int64_t j0) const {
+  return l0 / kDepth * column_blocks_ + j0 / kBlockCols;
+}
+
+void packed_gemm(const detail::GemmProblem& p, const PackedGemmB& b) {
+  LOOM_ASSERT(p.dtype == DType::f32 && p.c_dtype == DType::f32, "packed gemm called with ",
+              p.dtype);
+  LOOM_ASSERT(p.m > 0 && p.batch > 0 && b.matches(p), "prepacked B [", b.k(), ", ", b.n(),
+              "] for a GEMM of n ", p.n, ", k ", p.k);
+  const auto* a = static_cast<const float*>(p.a);
+  auto* c = static_cast<float*>(p.c);
+  for (int64_t i = 0; i < p.batch; ++i) {
+    gemm_one(p, a + i * p.stride_a, nullptr, c + i * p.stride_c, &b);
   }
 }
 
@@ -402,6 +470,26 @@ bool packed_gemm_available() {
 }
 
 void packed_gemm(const detail::GemmProblem&) {
+  LOOM_CHECK(false, "packed gemm needs AVX-512; this build targets a CPU without it");
+}
+
+PackedGemmB::PackedGemmB(const detail::GemmProblem&) {
+  LOOM_CHECK(false, "packed gemm needs AVX-512; this build targets a CPU without it");
+}
+
+int64_t PackedGemmB::bytes_for(const detail::GemmProblem&) {
+  return 0;
+}
+
+const float* PackedGemmB::block(int64_t, int64_t) const {
+  return nullptr;
+}
+
+int64_t PackedGemmB::index(int64_t, int64_t) const {
+  return 0;
+}
+
+void packed_gemm(const detail::GemmProblem&, const PackedGemmB&) {
   LOOM_CHECK(false, "packed gemm needs AVX-512; this build targets a CPU without it");
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "loom/core/error.hpp"
 #include "loom/kernels/elementwise.hpp"
@@ -70,6 +71,8 @@ void check_inputs(const Schedule& schedule, const comm::Communicator& pp,
   LOOM_CHECK(options.clip_grad_norm >= 0 && std::isfinite(options.clip_grad_norm),
              "pipeline executor: clip_grad_norm ", options.clip_grad_norm,
              " must be finite and >= 0 (0: no clipping)");
+  LOOM_CHECK(options.packed_weight_bytes >= 0, "pipeline executor: packed_weight_bytes ",
+             options.packed_weight_bytes, " must be >= 0 (0: pack weights per micro-batch)");
   const int top = detail::max_message_tag(schedule.chunks(), schedule.micro_batches);
   LOOM_CHECK(top < kTagLimit, "pipeline executor: schedule '", schedule.name, "' with ",
              schedule.chunks(), " chunks and ", schedule.micro_batches,
@@ -230,6 +233,19 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
   post_until(ahead);
   size_t taken = 0;
 
+  // Weights stay as they are until the optimizer step: pack each once
+  // (NOTE [packed weight reuse] in loom/kernels/gemm.hpp); the scope ends at
+  // reduce gradients, after the last compute action.
+  std::optional<kernels::PackedWeightScope> packed_weights;
+  if (options.packed_weight_bytes > 0 && zero.stage() < 3) {
+    packed_weights.emplace(options.packed_weight_bytes);
+  }
+  auto end_packed_weights = [&] {
+    if (!packed_weights) return;
+    stats.packed_weights = packed_weights->stats();
+    packed_weights.reset();
+  };
+
   double loss_sum = 0;
   for (const Action& a : actions) {
     const int64_t start = trace::now_ns();
@@ -333,6 +349,7 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
         break;
       }
       case ActionKind::reduce_gradients:
+        end_packed_weights();
         zero.finish();
         if (options.clip_grad_norm > 0 || options.loss_scaler != nullptr) {
           stats.grad_norm = zero.clip_grad_norm(
@@ -341,6 +358,7 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
         compute_seconds = &stats.reduce_seconds;
         break;
       case ActionKind::optimizer_step:
+        end_packed_weights();
         // A non-finite global norm (the same on every rank) skips the update,
         // as train_gpt's step without a pipeline does.
         if (options.loss_scaler != nullptr) {

@@ -87,6 +87,7 @@
 
 #include "loom/comm/communicator.hpp"
 #include "loom/core/tensor.hpp"
+#include "loom/kernels/gemm.hpp"
 #include "loom/nn/module.hpp"
 #include "loom/optim/loss_scaler.hpp"
 #include "loom/parallel/pipeline/schedule.hpp"
@@ -126,6 +127,11 @@ struct ExecutorOptions {
   // only when update(norm) allows it, so an overflow on any rank skips the
   // same step and lowers the same scale everywhere. Must outlive the executor.
   optim::LossScaler* loss_scaler = nullptr;
+  // Each weight's packed form (host f32 GEMMs) kept from its first micro-batch
+  // to the step's reduce gradients, at most this many bytes per rank (NOTE
+  // [packed weight reuse] in loom/kernels/gemm.hpp); 0: pack per micro-batch.
+  // Not at ZeRO stage 3, whose gathered weights come and go within a step.
+  int64_t packed_weight_bytes = int64_t{256} << 20;
 };
 
 // One chunk's compute time in a step, summed over its micro-batches.
@@ -166,6 +172,8 @@ struct StepStats {
   int peak_tapes = 0;
   // The compute times above per chunk of this rank (index: virtual stage).
   std::vector<ChunkSeconds> chunk_seconds;
+  // Weights packed once and reused over the micro-batches (packed_weight_bytes).
+  kernels::PackedWeightScope::Stats packed_weights;
 };
 
 class PipelineExecutor {
