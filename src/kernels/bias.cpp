@@ -13,12 +13,18 @@
 namespace loom::kernels {
 namespace {
 
-// Checks y [..., C] against b [C]; returns C.
+// Checks y [..., C] against b [C]; returns C. `mixed`: a bf16 or f16 y with an f32 b.
 int64_t check_bias(const char* op, const char* y_name, const Tensor& y, const char* b_name,
-                   const Tensor& b) {
-  detail::check_float(op, y_name, y, true);
+                   const Tensor& b, bool mixed = false) {
   detail::check_float(op, b_name, b, true);
-  detail::check_same_dtype(op, b_name, b, y);
+  if (mixed && b.dtype() == DType::f32) {
+    detail::check_defined(op, y_name, y);
+    LOOM_CHECK(is_floating(y.dtype()), op, ": ", y_name, " ", y, " has dtype ", y.dtype(),
+               "; with an f32 ", b_name, " it must be f32, bf16 or f16");
+  } else {
+    detail::check_float(op, y_name, y, true);
+    detail::check_same_dtype(op, b_name, b, y);
+  }
   detail::check_same_device(op, b_name, b, y);
   const int64_t cols = detail::last_dim(op, y_name, y);
   detail::check_shape(op, b_name, b, {cols});
@@ -45,7 +51,7 @@ void bias_add(const Tensor& y, const Tensor& bias) {
 }
 
 void bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate) {
-  const int64_t cols = check_bias("bias_grad", "dy", dy, "dbias", dbias);
+  const int64_t cols = check_bias("bias_grad", "dy", dy, "dbias", dbias, true);
   if (cols == 0) return;
   if (dy.numel() == 0) {  // no rows: the sum is zero
     if (!accumulate) dbias.zero();
@@ -53,7 +59,18 @@ void bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate) {
   }
   const int64_t rows = dy.numel() / cols;
   if (dy.device().is_cpu()) {
-    cpu::bias_grad(dy.data<float>(), dbias.data<float>(), rows, cols, accumulate);
+    float* db = dbias.data<float>();
+    switch (dy.dtype()) {
+      case DType::bf16:
+        return cpu::bias_grad(dy.data<bfloat16>(), db, rows, cols, accumulate);
+      case DType::f16:
+        return cpu::bias_grad(dy.data<float16>(), db, rows, cols, accumulate);
+      default:
+        return cpu::bias_grad(dy.data<float>(), db, rows, cols, accumulate);
+    }
+  }
+  if (dy.dtype() != dbias.dtype()) {  // CUDA's kernel takes one dtype: widen dy first
+    bias_grad(dy.to(dbias.dtype()), dbias, accumulate);
     return;
   }
 #if LOOM_HAS_CUDA

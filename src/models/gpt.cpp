@@ -53,8 +53,12 @@ std::unique_ptr<nn::Module> mlp_branch(const std::string& block, const GPTConfig
                                        const GPTLayerFactory& layers) {
   auto branch = std::make_unique<nn::Sequential>(block + ".mlp");
   branch->emplace<nn::LayerNorm>(block + ".ln_2", c.d_model, kLayerNormEps, c.module);
-  branch->add(
-      layers.linear(Role::mlp_fc, block + ".mlp.c_fc", c.d_model, 4 * c.d_model, block_linear(c)));
+  // The hidden activations in Precision::activations (bf16 under bf16):
+  // c_fc writes them so, GELU runs on them, c_proj multiplies them as they are.
+  nn::LinearOptions fc = block_linear(c);
+  const nn::Precision& precision = c.module.precision;
+  fc.output_in_matmul_dtype = precision.reduced() && precision.activations == precision.matmul;
+  branch->add(layers.linear(Role::mlp_fc, block + ".mlp.c_fc", c.d_model, 4 * c.d_model, fc));
   branch->emplace<nn::GELU>(block + ".mlp.gelu");
   branch->add(layers.linear(Role::mlp_proj, block + ".mlp.c_proj", 4 * c.d_model, c.d_model,
                             block_linear(c)));

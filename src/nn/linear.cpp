@@ -16,6 +16,7 @@ struct Linear::State : SavedState {
       dy;  // the output gradient viewed as [rows, out] (in the matmul dtype), for backward_weight
   Tensor dy_bias;  // the output gradient as it came, for the bias, when dy was rounded
   Shape x_shape;
+  DType x_dtype = DType::f32;  // dx's
 };
 
 namespace {
@@ -32,7 +33,8 @@ Linear::Linear(std::string name, int64_t in_features, int64_t out_features, Line
       in_features_(in_features),
       out_features_(out_features),
       matmul_(options.module.precision.reduced() ? options.module.precision.matmul
-                                                 : options.module.dtype) {
+                                                 : options.module.dtype),
+      output_(options.output_in_matmul_dtype ? matmul_ : options.module.dtype) {
   LOOM_CHECK(in_features >= 1 && out_features >= 1, "linear '", this->name(), "': in_features ",
              in_features, " and out_features ", out_features, " must be at least 1");
   LOOM_CHECK(options.init_std >= 0.0f, "linear '", this->name(), "': init_std ", options.init_std,
@@ -62,7 +64,8 @@ Linear::Linear(std::string name, int64_t in_features, int64_t out_features, Line
 Linear::Linear(std::string name, Parameter& shared_weight, Precision precision)
     : Module(std::move(name)),
       weight_(&shared_weight),
-      matmul_(precision.reduced() ? precision.matmul : shared_weight.dtype()) {
+      matmul_(precision.reduced() ? precision.matmul : shared_weight.dtype()),
+      output_(shared_weight.dtype()) {
   LOOM_CHECK(shared_weight.value().dim() == 2, "linear '", this->name(), "': shared weight '",
              shared_weight.name(), "' ", shared_weight.value(), " must be a [out, in] matrix");
   out_features_ = shared_weight.value().size(0);
@@ -80,11 +83,14 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
   LOOM_CHECK(x.defined(), "linear '", name(), "': the input is undefined");
   LOOM_CHECK(x.dim() >= 1 && x.size(-1) == in_features_, "linear '", name(), "': input ", x,
              " must have last dimension ", in_features_, " (in_features)");
-  LOOM_CHECK(x.dtype() == w.dtype() && x.device() == w.device(), "linear '", name(), "': input ", x,
-             " must match the weight's dtype and device (", w, ")");
+  LOOM_CHECK((x.dtype() == w.dtype() || x.dtype() == matmul_) && x.device() == w.device(),
+             "linear '", name(), "': input ", x,
+             " must have the weight's dtype or the matmul dtype ", matmul_,
+             ", and the weight's device (", w, ")");
   const int64_t rows = x.numel() / in_features_;
   Shape y_shape = x.shape();
   y_shape.back() = out_features_;
+  // A reduced output is summed (bias included) in f32 and rounded once.
   Tensor y = Tensor::empty(y_shape, w.dtype(), w.device());
   const Tensor y2 = y.view({rows, out_features_});
   // The weight itself, not a rounded copy, may be packed once per step
@@ -105,7 +111,8 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
     if (bias_) kernels::bias_add(y2, bias_->value());
   }
   state.x_shape = x.shape();
-  return y;
+  state.x_dtype = x.dtype();
+  return output_ == y.dtype() ? y : y.to(output_);
 }
 
 Tensor Linear::backward_input(const Tensor& dy, Tape& tape) {
@@ -113,11 +120,11 @@ Tensor Linear::backward_input(const Tensor& dy, Tape& tape) {
   const Tensor& w = weight_->value();
   Shape y_shape = state.x_shape;
   y_shape.back() = out_features_;
-  LOOM_CHECK(dy.defined() && dy.shape() == y_shape && dy.dtype() == w.dtype(), "linear '", name(),
+  LOOM_CHECK(dy.defined() && dy.shape() == y_shape && dy.dtype() == output_, "linear '", name(),
              "': output gradient ", dy, " must have the output's shape ", shape_str(y_shape),
-             " and dtype ", w.dtype());
+             " and dtype ", output_);
   const int64_t rows = state.x.size(0);
-  Tensor dx = Tensor::empty(state.x_shape, w.dtype(), w.device());
+  Tensor dx = Tensor::empty(state.x_shape, state.x_dtype, w.device());
   const Tensor dx2 = dx.view({rows, in_features_});
   {
     state.dy = matmul_operand(dy.view({rows, out_features_}), matmul_);

@@ -6,7 +6,7 @@ namespace loom::nn {
 
 Precision precision_from_string(const std::string& name) {
   if (name == "fp32") return {.matmul = DType::f32};
-  if (name == "bf16") return {.matmul = DType::bf16};
+  if (name == "bf16") return {.matmul = DType::bf16, .activations = DType::bf16};
   if (name == "fp16") return {.matmul = DType::f16};
   throw Error(str_cat("precision '", name, "' is not one of fp32, bf16, fp16"));
 }

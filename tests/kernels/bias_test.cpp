@@ -52,6 +52,23 @@ TEST_CASE("bias_grad of no rows is zero", "[kernels][bias]") {
   REQUIRE(db.to_vector<float>() == std::vector<float>(4, 0.0f));
 }
 
+TEST_CASE("bias_grad sums a bf16 or f16 dy into an f32 db, in f32", "[kernels][bias]") {
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    INFO("dy " << dtype);
+    const Tensor dy = loom::test::random_tensor({37, 19}, dtype, 4);
+    const Tensor widened = dy.to(DType::f32);
+    for (const bool accumulate : {false, true}) {
+      const Tensor db = Tensor::full({19}, 0.5), expected = Tensor::full({19}, 0.5);
+      k::bias_grad(dy, db, accumulate);
+      k::bias_grad(widened, expected, accumulate);
+      REQUIRE(db.to_vector<float>() == expected.to_vector<float>());  // bit for bit
+    }
+  }
+  // A 16-bit db takes a dy of its own dtype only (and on the host none).
+  REQUIRE_THROWS_WITH(k::bias_grad(Tensor::zeros({2, 3}), Tensor::zeros({3}, DType::bf16), false),
+                      Contains("bf16"));
+}
+
 TEST_CASE("bias kernels name shape and dtype errors", "[kernels][bias]") {
   REQUIRE_THROWS_WITH(k::bias_add(Tensor::zeros({2, 3}), Tensor::zeros({4})),
                       Contains("bias") && Contains("[3]"));

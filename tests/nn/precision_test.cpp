@@ -43,6 +43,10 @@ TEST_CASE("precision names: fp32, bf16, fp16, and nothing else", "[precision]") 
   CHECK(nn::precision_from_string("bf16").matmul == DType::bf16);
   CHECK(nn::precision_from_string("fp16").matmul == DType::f16);
   CHECK(nn::precision_name(nn::precision_from_string("bf16")) == "bf16");
+  // bf16 hands an MLP's hidden activations on in bf16; fp16 keeps them f32.
+  CHECK(nn::precision_from_string("bf16").activations == DType::bf16);
+  CHECK(nn::precision_from_string("fp16").activations == DType::f32);
+  CHECK(nn::precision_from_string("fp32").activations == DType::f32);
   CHECK_THROWS_WITH(nn::precision_from_string("fp8"),
                     Contains("precision 'fp8' is not one of fp32, bf16, fp16"));
 }
@@ -103,4 +107,57 @@ TEST_CASE("an f32 Linear does not round: fp32 precision leaves the products alon
   // bf16 rounding changes the outputs by about 2^-8 relative: visibly.
   CHECK_FALSE(mismatch(y, y16, 1e-5).empty());
   CHECK(mismatch(y, y16, 0.05).empty());
+}
+
+// Precision::activations: a Linear asked for its output in the matmul dtype
+// writes round(x W^T + b) from the f32 sum (one rounding, bias included),
+// takes its output gradient in that dtype (the bias gradient sums it in f32),
+// and a Linear fed that output multiplies it as it is and hands back its
+// input gradient in it: what an f32 pair computes on the rounded values.
+TEST_CASE("a Linear with its output in bf16 rounds once and feeds the next Linear as it is",
+          "[precision]") {
+  const nn::Precision bf16{.matmul = DType::bf16, .activations = DType::bf16};
+  const int64_t in = 40, hidden = 72, out = 24;
+  nn::Linear fc("fc", in, hidden,
+                {.module = {.seed = 5, .precision = bf16}, .output_in_matmul_dtype = true});
+  nn::Linear proj("proj", hidden, out, {.module = {.seed = 6, .precision = bf16}});
+  nn::Linear fc_f32("fc", in, hidden, {.module = {.seed = 5}});
+  nn::Linear proj_f32("proj", hidden, out, {.module = {.seed = 6}});
+  const auto round = [](const Tensor& t) { return t.to(DType::bf16).to(DType::f32); };
+  fc_f32.weight().value().copy_from(round(fc.weight().value()));
+  proj_f32.weight().value().copy_from(round(proj.weight().value()));
+
+  const Tensor x = random_tensor({6, in}, 1), dz = random_tensor({6, out}, 2);
+  nn::Tape tape, ref_tape;
+  const Tensor h = fc.forward(x, tape);
+  REQUIRE(h.dtype() == DType::bf16);
+  const Tensor h_ref = fc_f32.forward(round(x), ref_tape);
+  // One rounding of the f32 result: within half a bf16 ulp of it (plus the f32 sums' order).
+  CHECK(mismatch(h.to(DType::f32), h_ref, std::ldexp(1.0, -9) + 1e-5).empty());
+  const Tensor z = proj.forward(h, tape);
+  REQUIRE(z.dtype() == DType::f32);
+  const Tensor z_ref = proj_f32.forward(h.to(DType::f32), ref_tape);
+  CHECK(mismatch(z, z_ref, static_cast<double>(hidden) * std::ldexp(1.0, -23) * 8.0).empty());
+
+  fc.zero_grad();
+  proj.zero_grad();
+  fc_f32.zero_grad();
+  proj_f32.zero_grad();
+  const Tensor dh = proj.backward(dz, tape);
+  REQUIRE(dh.dtype() == DType::bf16);  // the input's dtype
+  const Tensor dh_ref = proj_f32.backward(round(dz), ref_tape);
+  CHECK(mismatch(dh.to(DType::f32), dh_ref, std::ldexp(1.0, -9) + 1e-5).empty());
+  const Tensor dx = fc.backward(dh, tape);
+  REQUIRE(dx.dtype() == DType::f32);
+  const Tensor dx_ref = fc_f32.backward(dh.to(DType::f32), ref_tape);
+  CHECK(mismatch(dx, dx_ref, static_cast<double>(hidden) * std::ldexp(1.0, -23) * 8.0).empty());
+  CHECK(mismatch(fc.weight().grad(), fc_f32.weight().grad(), 15 * 1e-6).empty());
+  // fc's bias gradient: the bf16 output gradient summed in f32.
+  CHECK(mismatch(fc.bias()->grad(), fc_f32.bias()->grad(), 1e-5).empty());
+
+  // An output gradient in another dtype than the output is refused.
+  nn::Tape again;
+  fc.forward(x, again);
+  CHECK_THROWS_WITH(fc.backward_input(random_tensor({6, hidden}, 3), again),
+                    Contains("output gradient") && Contains("bf16"));
 }

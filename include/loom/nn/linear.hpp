@@ -20,7 +20,10 @@
 // Under a reduced precision (ModuleOptions::precision, nn/precision.hpp) the
 // products take x, the weight and dy rounded to bf16 (or f16), accumulate in
 // f32 and write outputs and gradients in the weight's dtype; the input is
-// saved for backward in the reduced dtype.
+// saved for backward in the reduced dtype. There x may also come in the
+// reduced dtype (then dx goes back in it), and
+// LinearOptions::output_in_matmul_dtype asks for y in it: y = round(x W^T + b) from the f32 sum,
+// and dy comes in it.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +42,9 @@ struct LinearOptions {
   // elsewhere too (GPT's output head on another pipeline stage than the token
   // embedding) takes that weight's name, so both copies are initialised alike.
   std::string weight_name = {};
+  // y (and dy) in the matmul dtype of module.precision when that is reduced
+  // (Precision::activations), instead of the weight's dtype.
+  bool output_in_matmul_dtype = false;
 };
 
 class Linear : public Module {
@@ -67,6 +73,7 @@ class Linear : public Module {
   std::unique_ptr<Parameter> owned_weight_;
   Parameter* weight_ = nullptr;
   DType matmul_ = DType::f32;
+  DType output_ = DType::f32;  // y's and dy's dtype
   std::unique_ptr<Parameter> bias_;
 };
 

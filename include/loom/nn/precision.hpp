@@ -11,7 +11,9 @@
 //   - the parameters stay f32: they are the master weights the optimizer
 //     updates (and ZeRO shards), and a bf16 copy of a weight lives only for
 //     the duration of one forward and backward;
-//   - activations between modules stay f32 on the host, and LayerNorm,
+//   - activations between modules stay f32, except the hidden activations
+//     of a GPT MLP under bf16 (Precision::activations): c_fc writes them in
+//     bf16, GELU runs on bf16, c_proj multiplies them as they are; LayerNorm,
 //     softmax, the loss, the optimizer and every reduction run in f32;
 //   - a Linear saves its input for backward in bf16 (half the bytes).
 // On the host the bf16 products run on AVX-512 BF16's vdpbf16ps where the
@@ -30,6 +32,13 @@ namespace loom::nn {
 struct Precision {
   // The operand dtype of matrix products: f32 (no rounding), bf16 or f16.
   DType matmul = DType::f32;
+  // The dtype of the activations a matrix product hands through element-wise
+  // layers to the next matrix product: a GPT MLP's hidden layer (c_fc -> GELU
+  // -> c_proj), whose c_fc writes them (rounded once from f32, bias
+  // included), GELU reads and writes them, and c_proj takes them as its
+  // operand without rounding again; their gradients come back in it too.
+  // f32 or `matmul`'s dtype. precision_from_string("bf16") sets bf16.
+  DType activations = DType::f32;
 
   bool reduced() const { return matmul != DType::f32; }
 };
