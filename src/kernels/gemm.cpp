@@ -2,9 +2,11 @@
 #include "loom/kernels/gemm.hpp"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
+#include "kernels/cpu/bf16_gemm.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/packed_gemm.hpp"
 #include "kernels/gemm_problem.hpp"
@@ -83,44 +85,69 @@ GemmShape check_gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Ge
 struct PackedWeightScope::Cache {
   struct Key {
     const void* data = nullptr;
+    DType dtype = DType::f32;
     bool trans = false;
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {
     size_t operator()(const Key& key) const {
-      return std::hash<const void*>()(key.data) ^ static_cast<size_t>(key.trans);
+      return std::hash<const void*>()(key.data) ^ (static_cast<size_t>(key.dtype) << 1) ^
+             static_cast<size_t>(key.trans);
     }
   };
   struct Entry {
     Tensor b;  // held, so that its memory holds these values until the scope ends
-    std::unique_ptr<cpu::PackedGemmB> packed;
+    std::unique_ptr<cpu::PackedGemmB> f32;  // or
+    std::unique_ptr<cpu::Bf16PackedB> bf16;
+    bool matches(const detail::GemmProblem& p) const {
+      return f32 ? f32->matches(p) : bf16->matches(p);
+    }
   };
 
   // Runs `p` (B is `b`) on a packed copy kept by the innermost open scope;
-  // false when there is none or the problem is not one it serves.
+  // false when there is none or the problem is not one it serves: host f32 on
+  // the packed kernel, or bf16 on the dot-product kernel, B shared by the batch.
   static bool run(const detail::GemmProblem& p, const Tensor& b) {
     Cache* cache = innermost();
-    if (cache == nullptr || p.dtype != DType::f32 || p.c_dtype != DType::f32 ||
-        (p.stride_b != 0 && p.batch != 1) || !cpu::packed_gemm_available()) {
-      return false;
-    }
-    const Key key{b.data(), p.trans_b};
+    if (cache == nullptr || (p.stride_b != 0 && p.batch != 1)) return false;
+    const bool f32 =
+        p.dtype == DType::f32 && p.c_dtype == DType::f32 && cpu::packed_gemm_available();
+    const bool bf16 =
+        p.dtype == DType::bf16 && cpu::bf16_gemm_kernel() == cpu::Bf16GemmKernel::dot_product;
+    if (!f32 && !bf16) return false;
+    const Key key{b.data(), p.dtype, p.trans_b};
     auto found = cache->entries.find(key);
     if (found == cache->entries.end()) {
-      if (cache->stats.bytes + cpu::PackedGemmB::bytes_for(p) > cache->max_bytes) {
-        ++cache->stats.over_budget;
-        return false;
+      const int64_t bytes = f32 ? cpu::PackedGemmB::bytes_for(p) : cpu::Bf16PackedB::bytes_for(p);
+      if (!cache->reserve(bytes)) return false;
+      Entry entry{.b = b, .f32 = nullptr, .bf16 = nullptr};
+      if (f32) {
+        entry.f32 = std::make_unique<cpu::PackedGemmB>(p);
+      } else {
+        entry.bf16 = std::make_unique<cpu::Bf16PackedB>(p);
       }
-      Entry entry{b, std::make_unique<cpu::PackedGemmB>(p)};
-      cache->stats.bytes += entry.packed->bytes();
       ++cache->stats.packed;
       found = cache->entries.emplace(key, std::move(entry)).first;
-    } else if (!found->second.packed->matches(p)) {
+    } else if (!found->second.matches(p)) {
       return false;  // the same data viewed as another shape: not worth a second copy
     } else {
       ++cache->stats.hits;
     }
-    cpu::packed_gemm(p, *found->second.packed);
+    if (f32) {
+      cpu::packed_gemm(p, *found->second.f32);
+    } else {
+      cpu::bf16_dot_gemm(p, *found->second.bf16);
+    }
+    return true;
+  }
+
+  // Counts `bytes` against max_bytes; false (counted as over budget) when they do not fit.
+  bool reserve(int64_t bytes) {
+    if (stats.bytes + bytes > max_bytes) {
+      ++stats.over_budget;
+      return false;
+    }
+    stats.bytes += bytes;
     return true;
   }
 
@@ -132,8 +159,29 @@ struct PackedWeightScope::Cache {
   int64_t max_bytes = 0;
   Stats stats;
   std::unordered_map<Key, Entry, KeyHash> entries;
+  // Rounded copies (rounded()), by the weight's data and the dtype.
+  std::unordered_map<Key, std::pair<Tensor, Tensor>, KeyHash> copies;
   Cache* enclosing = nullptr;
 };
+
+std::optional<Tensor> PackedWeightScope::rounded(const Tensor& weight, DType dtype) {
+  Cache* cache = Cache::innermost();
+  if (cache == nullptr) return std::nullopt;
+  const Cache::Key key{weight.data(), dtype, false};
+  auto found = cache->copies.find(key);
+  if (found != cache->copies.end() && found->second.first.shape() == weight.shape() &&
+      found->second.first.dtype() == weight.dtype()) {
+    ++cache->stats.hits;
+    return found->second.second;
+  }
+  if (found != cache->copies.end()) return std::nullopt;  // another view of the same data
+  const int64_t bytes = weight.numel() * static_cast<int64_t>(dtype_size(dtype));
+  if (!cache->reserve(bytes)) return std::nullopt;
+  ++cache->stats.rounded;
+  Tensor copy = weight.to(dtype);
+  cache->copies.emplace(key, std::make_pair(weight, copy));
+  return copy;
+}
 
 PackedWeightScope::PackedWeightScope(int64_t max_bytes) : cache_(std::make_unique<Cache>()) {
   LOOM_CHECK(max_bytes >= 0, "PackedWeightScope: max_bytes ", max_bytes, " must be >= 0");

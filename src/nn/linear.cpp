@@ -1,6 +1,7 @@
 #include "loom/nn/linear.hpp"
 
 #include <cmath>
+#include <optional>
 
 #include "loom/core/random.hpp"
 #include "loom/kernels/bias.hpp"
@@ -10,8 +11,9 @@
 namespace loom::nn {
 
 struct Linear::State : SavedState {
-  Tensor x;  // the input viewed as [rows, in] (in the matmul dtype)
-  Tensor w;  // the weight in the matmul dtype, when that is not the weight's own
+  Tensor x;              // the input viewed as [rows, in] (in the matmul dtype)
+  Tensor w;              // the weight in the matmul dtype, when that is not the weight's own
+  bool w_fixed = false;  // w is the weight or a copy an open PackedWeightScope keeps
   Tensor
       dy;  // the output gradient viewed as [rows, out] (in the matmul dtype), for backward_weight
   Tensor dy_bias;  // the output gradient as it came, for the bias, when dy was rounded
@@ -93,17 +95,24 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
   // A reduced output is summed (bias included) in f32 and rounded once.
   Tensor y = Tensor::empty(y_shape, w.dtype(), w.device());
   const Tensor y2 = y.view({rows, out_features_});
-  // The weight itself, not a rounded copy, may be packed once per step
-  // (NOTE [packed weight reuse] in loom/kernels/gemm.hpp).
-  const bool weight_as_is = matmul_ == w.dtype();
-  const kernels::GemmOptions options{
-      .trans_a = false, .trans_b = true, .b_fixed_in_scope = weight_as_is};
   State& state = tape.emplace<State>(*this);
   {
     // Under a reduced precision the operands are rounded once here and kept
     // for backward (NOTE in nn/precision.hpp); the product accumulates in f32.
+    // The weight (or its rounded copy, kept by an open scope) may be packed
+    // once per step (NOTE [packed weight reuse] in loom/kernels/gemm.hpp).
     state.x = matmul_operand(x.view({rows, in_features_}), matmul_);
-    state.w = matmul_operand(w, matmul_);
+    state.w_fixed = true;
+    if (w.dtype() == matmul_) {
+      state.w = w;
+    } else if (std::optional<Tensor> kept = kernels::PackedWeightScope::rounded(w, matmul_)) {
+      state.w = *kept;
+    } else {
+      state.w = w.to(matmul_);
+      state.w_fixed = false;
+    }
+    const kernels::GemmOptions options{
+        .trans_a = false, .trans_b = true, .b_fixed_in_scope = state.w_fixed};
     kernels::OpCost cost = kernels::gemm_cost(state.x, state.w, y2, options);
     if (bias_) cost += kernels::bias_add_cost(y2);
     trace::OpScope scope("linear.forward", cost, w.device(), name());
@@ -131,7 +140,7 @@ Tensor Linear::backward_input(const Tensor& dy, Tape& tape) {
     if (bias_ && state.dy.dtype() != dy.dtype()) state.dy_bias = dy.view({rows, out_features_});
     trace::OpScope scope("linear.backward_input", kernels::gemm_cost(state.dy, state.w, dx2),
                          w.device(), name());
-    kernels::gemm(state.dy, state.w, dx2, {.b_fixed_in_scope = matmul_ == w.dtype()});
+    kernels::gemm(state.dy, state.w, dx2, {.b_fixed_in_scope = state.w_fixed});
   }
   state.w = Tensor();  // not needed by backward_weight
   return dx;

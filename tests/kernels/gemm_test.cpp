@@ -6,10 +6,12 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "gemm_reference.hpp"
 #include "kernel_test_util.hpp"
+#include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/packed_gemm.hpp"
 #include "loom/kernels/elementwise.hpp"
 #include "loom/kernels/gemm.hpp"
@@ -292,8 +294,44 @@ TEST_CASE("a PackedWeightScope keeps within its budget, ends with its scope, and
   REQUIRE(c2.to_vector<float>() == c2_plain.to_vector<float>());
   REQUIRE(scope.stats().packed == 1);
   REQUIRE(scope.stats().hits == 0);
-  // bf16 operands are not served by it.
-  const GemmOptions fixed_bf16 = fixed;
-  gemm(a.to(DType::bf16), b.to(DType::bf16), Tensor::empty({16, 96}), fixed_bf16);
+  // f16 operands are not served by it (bf16 ones are, on the dot-product kernel: below).
+  gemm(a.to(DType::f16), b.to(DType::f16), Tensor::empty({16, 96}), fixed);
   REQUIRE(scope.stats().packed == 1);
+}
+
+TEST_CASE("a PackedWeightScope keeps a weight rounded to bf16 and its bf16 packing",
+          "[kernels][precision]") {
+  using loom::kernels::PackedWeightScope;
+  const Tensor w = loom::test::random_tensor({700, 300}, DType::f32, 5);  // [out, in]
+  REQUIRE_FALSE(PackedWeightScope::rounded(w, DType::bf16).has_value());  // no scope
+  const Tensor x = loom::test::random_tensor({37, 300}, DType::bf16, 6);
+  const Tensor dy = loom::test::random_tensor({37, 700}, DType::bf16, 7);
+  auto forward_and_back = [&](const Tensor& w16, bool fixed) {
+    const Tensor y = Tensor::empty({37, 700}), dx = Tensor::empty({37, 300});
+    gemm(x, w16, y, {.trans_b = true, .b_fixed_in_scope = fixed});
+    gemm(dy, w16, dx, {.b_fixed_in_scope = fixed});
+    std::vector<float> out = y.to_vector<float>();
+    for (const float v : dx.to_vector<float>()) out.push_back(v);
+    return out;
+  };
+  const std::vector<float> expected = forward_and_back(w.to(DType::bf16), false);
+  PackedWeightScope scope(int64_t{64} << 20);
+  for (int micro_batch = 0; micro_batch < 3; ++micro_batch) {
+    const std::optional<Tensor> w16 = PackedWeightScope::rounded(w, DType::bf16);
+    REQUIRE(w16.has_value());
+    REQUIRE(w16->dtype() == DType::bf16);
+    REQUIRE(forward_and_back(*w16, true) == expected);  // bit for bit
+  }
+  const PackedWeightScope::Stats stats = scope.stats();
+  REQUIRE(stats.rounded == 1);
+  const bool dot =
+      loom::kernels::cpu::bf16_gemm_kernel() == loom::kernels::cpu::Bf16GemmKernel::dot_product;
+  // Packed for forward and for the input gradient, reused by the later micro-batches.
+  REQUIRE(stats.packed == (dot ? 2 : 0));
+  REQUIRE(stats.hits == 2 + (dot ? 4 : 0));
+  REQUIRE(stats.bytes >= 700 * 300 * 2);
+  // Over budget: nothing kept, the caller rounds.
+  PackedWeightScope tiny(1000);
+  REQUIRE_FALSE(PackedWeightScope::rounded(w, DType::bf16).has_value());
+  REQUIRE(tiny.stats().over_budget == 1);
 }

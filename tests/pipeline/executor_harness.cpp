@@ -56,17 +56,19 @@ RankRun run_pipeline_rank(const PipelineRun& run, comm::Communicator& world) {
   const parallel::ParallelLayout layout(world.size(), 1, run.pp);
   const parallel::ParallelGroups groups =
       parallel::make_parallel_groups(world.shared_from_this(), layout);
-  const pl::Schedule schedule = pl::make_schedule(run.kind, {.pp = run.pp,
-                                                             .micro_batches = run.micro_batches,
-                                                             .virtual_stages = run.virtual_stages,
-                                                             .zb_v = run.zb_v.value_or(pl::ZbVPlan{})});
+  const pl::Schedule schedule =
+      pl::make_schedule(run.kind, {.pp = run.pp,
+                                   .micro_batches = run.micro_batches,
+                                   .virtual_stages = run.virtual_stages,
+                                   .zb_v = run.zb_v.value_or(pl::ZbVPlan{})});
   pl::GPTChunks chunks =
       pl::build_gpt_chunks(run.config, schedule, groups.coord.pp, run.chunk_layers);
   parallel::ZeroOptions options = zero_options(run.zero_stage, parallel::reduction_groups(groups));
   if (run.zero_stage == 3) options.modules = chunks.shard_parameters();
   parallel::ZeroOptimizer zero(chunks.parameters(), *groups.dp, kSgd, options);
-  pl::PipelineExecutor executor(schedule, *groups.pp, chunks.modules(), zero,
-                                {.clip_grad_norm = run.clip});
+  pl::PipelineExecutor executor(
+      schedule, *groups.pp, chunks.modules(), zero,
+      {.clip_grad_norm = run.clip, .packed_weight_bytes = run.packed_weight_bytes});
   RankRun mine;
   mine.coord = groups.coord;
   mine.activation_bound = schedule.activation_bound;

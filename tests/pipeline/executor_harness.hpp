@@ -34,13 +34,15 @@ struct PipelineRun {
   int pp = 2;
   int dp = 1;
   int micro_batches = 4;
-  int virtual_stages = 0;                 // 0: the schedule's own
+  int virtual_stages = 0;  // 0: the schedule's own
   // zb-v only: what its order is planned with (none: the unit-cost order).
   std::optional<parallel::pipeline::ZbVPlan> zb_v = {};
   int zero_stage = 0;
   int steps = 3;
   int rows = 2;     // sequences per micro-batch
   double clip = 0;  // > 0: clip by the global norm
+  // ExecutorOptions::packed_weight_bytes (0: every micro-batch packs the weights anew).
+  int64_t packed_weight_bytes = parallel::pipeline::ExecutorOptions{}.packed_weight_bytes;
   // Blocks per chunk (build_gpt_chunks); empty: the default cut, balanced by counted FLOPs.
   std::vector<int64_t> chunk_layers = {};
   models::GPTConfig config = executor_test_config();

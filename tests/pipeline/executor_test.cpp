@@ -65,12 +65,14 @@ std::string check_stats(const std::vector<RankRun>& ranks, int micro_batches, in
         why += str_cat("rank ", r, ": ", s.peak_tapes, " tapes alive at once, bound ",
                        ranks[r].activation_bound, "\n");
       }
-      // NOTE [packed weight reuse]: each Linear's weight is packed once per
-      // step for its forward and once for its input gradient, then reused by
-      // the other micro-batches; not at ZeRO stage 3.
+      // NOTE [packed weight reuse]: each Linear's weight (under bf16 first
+      // rounded once) is packed once per step for its forward and once for its
+      // input gradient, then reused by the other micro-batches; not at ZeRO
+      // stage 3.
       const kernels::PackedWeightScope::Stats& packing = s.packed_weights;
       const bool packs = kernels::cpu::packed_gemm_available() && zero_stage < 3;
-      if (packs ? packing.packed == 0 || packing.hits != (micro_batches - 1) * packing.packed
+      if (packs ? packing.packed + packing.rounded == 0 ||
+                      packing.hits != (micro_batches - 1) * (packing.packed + packing.rounded)
                 : packing.packed != 0 || packing.hits != 0) {
         why += str_cat("rank ", r, ": ", packing.packed, " weights packed, reused ", packing.hits,
                        " times over ", micro_batches, " micro-batches at ZeRO stage ", zero_stage,
@@ -115,6 +117,39 @@ TEST_CASE("pipeline executor: pp 2 x dp 2 with ZeRO stages 0 to 2 equals one ran
       INFO("worst error / tolerance: " << worst_ratio(got, want, kAtol, kRtol));
       CHECK(compare_with_single_rank(got, want, kAtol, kRtol) == "");
       CHECK(check_stats(got, run.micro_batches, run.zero_stage) == "");
+    }
+  }
+}
+
+TEST_CASE(
+    "pipeline executor: weights packed (and rounded to bf16) once per step give the bits of "
+    "packing them per micro-batch",
+    "[pipeline][precision]") {
+  // NOTE [packed weight reuse]: the scope changes where the packed panels come
+  // from, never their values, so the whole run is bit for bit the same.
+  for (const char* precision : {"fp32", "bf16"}) {
+    for (const pl::ScheduleKind kind : {pl::ScheduleKind::one_f_one_b, pl::ScheduleKind::zb_v}) {
+      PipelineRun run{.kind = kind, .pp = 2, .micro_batches = 4};
+      run.config.module.precision = nn::precision_from_string(precision);
+      INFO(precision << ", " << pl::to_string(kind));
+      const std::vector<RankRun> packed_once = run_pipeline(run);
+      run.packed_weight_bytes = 0;
+      const std::vector<RankRun> per_micro_batch = run_pipeline(run);
+      for (size_t r = 0; r < packed_once.size(); ++r) {
+        INFO("rank " << r);
+        CHECK(packed_once[r].params == per_micro_batch[r].params);
+        for (size_t step = 0; step < packed_once[r].stats.size(); ++step) {
+          CHECK(packed_once[r].stats[step].loss == per_micro_batch[r].stats[step].loss);
+          const kernels::PackedWeightScope::Stats& kept = packed_once[r].stats[step].packed_weights;
+          CHECK(per_micro_batch[r].stats[step].packed_weights.packed == 0);
+          if (std::string(precision) == "bf16") {
+            CHECK(kept.rounded > 0);  // every Linear's weight, rounded once per step
+          } else {
+            CHECK(kept.rounded == 0);
+          }
+        }
+      }
+      CHECK(check_stats(packed_once, run.micro_batches) == "");
     }
   }
 }

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "loom/core/tensor.hpp"
 #include "loom/kernels/cost.hpp"
@@ -58,15 +59,19 @@ struct GemmOptions {
 // bits as packing anew. The scope keeps a reference to each packed B (so its
 // memory cannot be reused for other data while the scope lives) and at most
 // `max_bytes` of packed copies; later B's beyond that are packed per call as
-// without a scope. Scopes nest: the innermost one is used. Other devices and
-// dtypes ignore the scope.
+// without a scope. Scopes nest: the innermost one is used. It serves host f32
+// GEMMs on the packed kernel and bf16 ones on the dot-product kernel; other
+// devices and dtypes ignore it. A layer under a reduced precision also takes
+// its rounded weight from the scope (rounded()), so that the bf16 copy too is
+// made once per step.
 class PackedWeightScope {
  public:
   struct Stats {
-    int64_t hits = 0;         // GEMMs that used a packed copy
+    int64_t hits = 0;         // GEMMs that used a packed copy, rounded() calls served a kept one
     int64_t packed = 0;       // B operands packed and kept
-    int64_t over_budget = 0;  // GEMMs that packed per call because max_bytes was reached
-    int64_t bytes = 0;        // packed copies held
+    int64_t rounded = 0;      // weights rounded and kept (rounded())
+    int64_t over_budget = 0;  // packings or roundings not kept because max_bytes was reached
+    int64_t bytes = 0;        // packed and rounded copies held
   };
 
   explicit PackedWeightScope(int64_t max_bytes);
@@ -75,6 +80,13 @@ class PackedWeightScope {
   PackedWeightScope& operator=(const PackedWeightScope&) = delete;
 
   Stats stats() const;
+
+  // `weight` (whose values, too, stay as they are while the scope lives)
+  // rounded to `dtype` once per scope and kept by the innermost open scope:
+  // the operand a reduced-precision layer multiplies in every micro-batch,
+  // which GEMMs may then also pack once. nullopt without an open scope, or
+  // when it would pass max_bytes: round it yourself.
+  static std::optional<Tensor> rounded(const Tensor& weight, DType dtype);
 
   struct Cache;
 

@@ -376,8 +376,8 @@ struct CLayout {
   }
 };
 
-// C = alpha op(A) B + beta C for p's sizes, B packed by pack_b(l0, depth, j0,
-// cols, out) (Bf16PanelSource::pack's contract).
+// C = alpha op(A) B + beta C for p's sizes, B's blocks given by pack_b(l0,
+// depth, j0, cols): a pointer to them packed as Bf16PanelSource::pack writes.
 template <typename PackB>
 LOOM_BF16_TARGET void gemm_one(const detail::GemmProblem& p, const uint16_t* a, const PackB& pack_b,
                                void* c, const CLayout& layout) {
@@ -401,9 +401,7 @@ LOOM_BF16_TARGET void gemm_one(const detail::GemmProblem& p, const uint16_t* a, 
         pack_a(p, a, i0, rows, l0, depth, packed_a);
         for (int64_t j0 = g0; j0 < g0 + group_cols; j0 += kBlockCols) {
           const int64_t cols = std::min(kBlockCols, g0 + group_cols - j0);
-          uint32_t* packed_b =
-              scratch<uint32_t>(ScratchSlot::bf16_b, round_up(cols, kTileCols) * pairs);
-          pack_b(l0, depth, j0, cols, packed_b);
+          const uint32_t* packed_b = pack_b(l0, depth, j0, cols);
           for (int64_t s = 0; s < rows; s += kTileRows) {
             const int64_t tile_rows = std::min(kTileRows, rows - s);
             for (int64_t q = 0; q < cols; q += kTileCols) {
@@ -459,8 +457,12 @@ void bf16_dot_gemm(const detail::GemmProblem& p) {
   const CLayout layout{.row_stride = p.n};
   for (int64_t i = 0; i < p.batch; ++i) {
     const uint16_t* b_i = b + i * p.stride_b;
-    const auto from_matrix = [&](int64_t l0, int64_t depth, int64_t j0, int64_t cols,
-                                 uint32_t* out) { pack_b(p, b_i, l0, depth, j0, cols, out); };
+    const auto from_matrix = [&](int64_t l0, int64_t depth, int64_t j0, int64_t cols) {
+      uint32_t* out =
+          scratch<uint32_t>(ScratchSlot::bf16_b, round_up(cols, kTileCols) * ((depth + 1) / 2));
+      pack_b(p, b_i, l0, depth, j0, cols, out);
+      return static_cast<const uint32_t*>(out);
+    };
     gemm_one(p, a + i * p.stride_a, from_matrix, c + static_cast<size_t>(i * p.stride_c) * c_size,
              layout);
   }
@@ -480,10 +482,76 @@ void bf16_dot_gemm_implicit(const Bf16ImplicitGemm& g) {
   p.k = g.k;
   p.beta = g.beta;
   const CLayout layout{g.c_row_stride, g.c_group_columns, g.c_group_stride};
-  const auto from_source = [&](int64_t l0, int64_t depth, int64_t j0, int64_t cols, uint32_t* out) {
+  const auto from_source = [&](int64_t l0, int64_t depth, int64_t j0, int64_t cols) {
+    uint32_t* out =
+        scratch<uint32_t>(ScratchSlot::bf16_b, round_up(cols, kTileCols) * ((depth + 1) / 2));
     g.b->pack(l0, depth, j0, cols, out);
+    return static_cast<const uint32_t*>(out);
   };
   gemm_one(p, g.a, from_source, g.c, layout);
+}
+
+namespace {
+
+// Words of the block of k from l0 and columns from j0 of a packed [k, n] B.
+int64_t block_words(int64_t n, int64_t k, int64_t l0, int64_t j0) {
+  const int64_t step = block_depth(k);
+  return round_up(std::min(kBlockCols, n - j0), kTileCols) * ((std::min(step, k - l0) + 1) / 2);
+}
+
+}  // namespace
+
+int64_t Bf16PackedB::bytes_for(const detail::GemmProblem& p) {
+  int64_t total = 0;
+  for (int64_t l0 = 0; l0 < p.k; l0 += block_depth(p.k)) {
+    for (int64_t j0 = 0; j0 < p.n; j0 += kBlockCols) total += block_words(p.n, p.k, l0, j0);
+  }
+  return total * static_cast<int64_t>(sizeof(uint32_t));
+}
+
+Bf16PackedB::Bf16PackedB(const detail::GemmProblem& p) : n_(p.n), k_(p.k), trans_b_(p.trans_b) {
+  LOOM_ASSERT(p.dtype == DType::bf16 && p.n > 0 && p.k > 0 && (p.stride_b == 0 || p.batch == 1));
+  LOOM_ASSERT(bf16_dot_gemm_available(), "bf16 dot gemm called on a CPU without AVX-512 BF16");
+  step_ = block_depth(k_);
+  column_blocks_ = (n_ + kBlockCols - 1) / kBlockCols;
+  int64_t total = 0;
+  for (int64_t l0 = 0; l0 < k_; l0 += step_) {
+    for (int64_t j0 = 0; j0 < n_; j0 += kBlockCols) {
+      offsets_.push_back(total);
+      total += block_words(n_, k_, l0, j0);
+    }
+  }
+  words_ = total;
+  data_.reset(static_cast<uint32_t*>(
+      ::operator new[](static_cast<size_t>(total) * sizeof(uint32_t), std::align_val_t{64})));
+  const auto* b = static_cast<const uint16_t*>(p.b);
+  for (int64_t l0 = 0; l0 < k_; l0 += step_) {
+    for (int64_t j0 = 0; j0 < n_; j0 += kBlockCols) {
+      pack_b(p, b, l0, std::min(step_, k_ - l0), j0, std::min(kBlockCols, n_ - j0),
+             data_.get() +
+                 offsets_[static_cast<size_t>(l0 / step_ * column_blocks_ + j0 / kBlockCols)]);
+    }
+  }
+}
+
+const uint32_t* Bf16PackedB::block(int64_t l0, int64_t j0) const {
+  return data_.get() + offsets_[static_cast<size_t>(l0 / step_ * column_blocks_ + j0 / kBlockCols)];
+}
+
+void bf16_dot_gemm(const detail::GemmProblem& p, const Bf16PackedB& b) {
+  LOOM_ASSERT(p.dtype == DType::bf16 && (p.c_dtype == DType::bf16 || p.c_dtype == DType::f32),
+              "bf16 dot gemm called with A/B ", p.dtype, " and C ", p.c_dtype);
+  LOOM_ASSERT(p.m > 0 && p.batch > 0 && b.matches(p), "prepacked bf16 B [", b.k(), ", ", b.n(),
+              "] for a GEMM of n ", p.n, ", k ", p.k);
+  const auto* a = static_cast<const uint16_t*>(p.a);
+  char* c = static_cast<char*>(p.c);
+  const size_t c_size = p.c_dtype == DType::bf16 ? 2 : 4;
+  const CLayout layout{.row_stride = p.n};
+  const auto prepacked = [&](int64_t l0, int64_t, int64_t j0, int64_t) { return b.block(l0, j0); };
+  for (int64_t i = 0; i < p.batch; ++i) {
+    gemm_one(p, a + i * p.stride_a, prepacked, c + static_cast<size_t>(i * p.stride_c) * c_size,
+             layout);
+  }
 }
 
 #else  // no x86-64 compiler that can target AVX-512 BF16
@@ -497,6 +565,22 @@ void bf16_dot_gemm(const detail::GemmProblem&) {
 }
 
 void bf16_dot_gemm_implicit(const Bf16ImplicitGemm&) {
+  LOOM_CHECK(false, "the bf16 dot-product GEMM needs an x86-64 compiler that targets AVX-512 BF16");
+}
+
+int64_t Bf16PackedB::bytes_for(const detail::GemmProblem&) {
+  return 0;
+}
+
+Bf16PackedB::Bf16PackedB(const detail::GemmProblem&) {
+  LOOM_CHECK(false, "the bf16 dot-product GEMM needs an x86-64 compiler that targets AVX-512 BF16");
+}
+
+const uint32_t* Bf16PackedB::block(int64_t, int64_t) const {
+  return nullptr;
+}
+
+void bf16_dot_gemm(const detail::GemmProblem&, const Bf16PackedB&) {
   LOOM_CHECK(false, "the bf16 dot-product GEMM needs an x86-64 compiler that targets AVX-512 BF16");
 }
 

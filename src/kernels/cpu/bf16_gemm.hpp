@@ -8,6 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <new>
+#include <vector>
 
 #include "kernels/gemm_problem.hpp"
 
@@ -24,6 +27,40 @@ bool bf16_dot_gemm_available();
 // nearest even, from that f32 sum (times alpha, plus beta * C). The instruction treats bf16
 // subnormals as zero (inputs and results): values below 2^-126 in magnitude count as 0.
 void bf16_dot_gemm(const detail::GemmProblem& problem);
+
+// op(B) of a bf16 GEMM packed once, as bf16_dot_gemm packs it block by block,
+// for GEMMs that multiply by the same B again (NOTE [packed weight reuse] in
+// loom/kernels/gemm.hpp); the bf16 counterpart of PackedGemmB. B must be
+// shared by the batch (stride_b 0) or the batch 1; needs
+// bf16_dot_gemm_available(). bf16_dot_gemm(problem, b) gives the bits
+// bf16_dot_gemm(problem) gives with the B it was packed from.
+class Bf16PackedB {
+ public:
+  explicit Bf16PackedB(const detail::GemmProblem& problem);
+
+  bool matches(const detail::GemmProblem& problem) const {
+    return problem.n == n_ && problem.k == k_ && problem.trans_b == trans_b_;
+  }
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  int64_t bytes() const { return words_ * static_cast<int64_t>(sizeof(uint32_t)); }
+  static int64_t bytes_for(const detail::GemmProblem& problem);
+  // The packed block of k from l0 and columns from j0 (multiples of the blocking).
+  const uint32_t* block(int64_t l0, int64_t j0) const;
+
+ private:
+  struct AlignedDelete {
+    void operator()(uint32_t* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  int64_t n_ = 0, k_ = 0;
+  bool trans_b_ = false;
+  int64_t step_ = 1, column_blocks_ = 0, words_ = 0;
+  std::vector<int64_t> offsets_;
+  std::unique_ptr<uint32_t[], AlignedDelete> data_;
+};
+
+// As bf16_dot_gemm(problem), with op(B) taken from `b` (problem.b is not read).
+void bf16_dot_gemm(const detail::GemmProblem& problem, const Bf16PackedB& b);
 
 // B of bf16_dot_gemm_implicit, made by its owner instead of read from a matrix
 // (the implicit convolution packs it straight from the image). pack() writes
