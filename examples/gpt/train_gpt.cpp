@@ -87,8 +87,15 @@ struct Flags {
   int64_t save_every = 0;              // save every N steps (0: never)
   bool resume = false;  // start from the newest complete checkpoint in checkpoint_dir
   bool activation_checkpointing = false;  // GPTConfig::checkpoint_blocks
-  std::string precision = "fp32";         // nn/precision.hpp
-  std::string grad_reduce = "fp32";       // the dtype gradients travel in over dp
+  std::vector<int> checkpoint_stages;     // with --pp: only these stages' blocks
+
+  // Whether pipeline stage `stage` recomputes its blocks in backward.
+  bool checkpoints(int stage) const {
+    return activation_checkpointing || std::find(checkpoint_stages.begin(), checkpoint_stages.end(),
+                                                 stage) != checkpoint_stages.end();
+  }
+  std::string precision = "fp32";    // nn/precision.hpp
+  std::string grad_reduce = "fp32";  // the dtype gradients travel in over dp
 };
 
 namespace pl = loom::parallel::pipeline;
@@ -96,6 +103,22 @@ namespace pl = loom::parallel::pipeline;
 // The pipeline flags' rules, checked before any communication.
 void check_pipeline(const Flags& f) {
   const pl::Schedule schedule = f.pipe.check(f.batch, /*accumulation=*/false);
+  if (!f.checkpoint_stages.empty()) {
+    LOOM_CHECK(f.pipe.pp > 1,
+               "--checkpoint-stages picks pipeline stages to recompute; it needs --pp 2 or more "
+               "(without --pp, --activation-checkpointing recomputes every block)");
+    LOOM_CHECK(!f.activation_checkpointing,
+               "--checkpoint-stages recomputes some stages, "
+               "--activation-checkpointing every stage: give one of them");
+    std::vector<int> seen;
+    for (const int stage : f.checkpoint_stages) {
+      LOOM_CHECK(stage < f.pipe.pp, "--checkpoint-stages names stage ", stage, " but --pp ",
+                 f.pipe.pp, " has stages 0 to ", f.pipe.pp - 1);
+      LOOM_CHECK(std::find(seen.begin(), seen.end(), stage) == seen.end(),
+                 "--checkpoint-stages names stage ", stage, " twice");
+      seen.push_back(stage);
+    }
+  }
   if (f.pipe.pp == 1) return;
   const int chunks = schedule.chunks();
   LOOM_CHECK(f.layers >= chunks, "--layers ", f.layers, " is fewer than the ", chunks,
@@ -188,7 +211,7 @@ int run(const Flags& f) {
   config.d_model = f.d_model;
   config.heads = f.heads;
   config.seq_len = f.seq;
-  config.checkpoint_blocks = f.activation_checkpointing;
+  config.checkpoint_blocks = f.checkpoints(groups.coord.pp);
   config.module = {.device = device,
                    .dtype = DType::f32,
                    .seed = f.seed,
@@ -347,8 +370,13 @@ int run(const Flags& f) {
                               .micro_batches = f.pipe.micro_batch_count(),
                               .virtual_stages = f.pipe.virtual_stages}),
         pipeline->activation_bound);
+    std::string recomputed;
+    if (f.activation_checkpointing) recomputed = ", blocks recomputed in backward";
+    for (const int stage : f.checkpoint_stages) {
+      recomputed += str_cat(recomputed.empty() ? ", blocks recomputed on stage " : ", ", stage);
+    }
     say("pipeline: counted GFLOP per sequence per chunk (forward + backward%s): %s\n",
-        f.activation_checkpointing ? ", blocks recomputed in backward" : "", costs.c_str());
+        recomputed.c_str(), costs.c_str());
     // The simulator fed the counted FLOPs (F, B and W each a third of a chunk's).
     pl::ActionCosts counted;
     counted.forward.clear();
@@ -379,7 +407,7 @@ int run(const Flags& f) {
                                     .micro_batches = f.pipe.micro_batch_count(),
                                     .virtual_stages = pipeline ? pipeline->virtual_stages : 0,
                                     .sequence_parallel = f.sequence_parallel,
-                                    .recompute = f.activation_checkpointing,
+                                    .recompute = f.checkpoints(groups.coord.pp),
                                     .bf16_gradients = f.grad_reduce == "bf16"}));
   }
   if (f.profile) {
@@ -638,6 +666,11 @@ int main(int argc, char** argv) {
                "keep only each transformer block's input from forward to backward and recompute "
                "the block in backward: less activation memory for one more forward per block "
                "(with or without --pp)");
+  app.add_option("--checkpoint-stages", f.checkpoint_stages,
+                 "with --pp: recompute the blocks of these pipeline stages only (0: the first, "
+                 "which holds the most micro-batches in flight under 1f1b), e.g. 0,1")
+      ->delimiter(',')
+      ->check(flags::at_least(0));
   app.add_flag("--profile", f.profile, "per-op table at the end (also LOOM_PROFILE=1)");
   app.add_option("--trace", f.trace_path, "with --profile: write a Chrome trace here");
   app.add_option("--require-below-unigram", f.require_below_unigram,
