@@ -655,8 +655,8 @@ int main(int argc, char** argv) {
                 /*accumulation=*/false);
   app.add_option("--precision", f.precision,
                  "matrix products in fp32, or bf16/fp16 (operands rounded, f32 accumulation; "
-                 "parameters, activations, norms and the loss stay f32; fp16 with dynamic loss "
-                 "scaling: docs/nn.md)")
+                 "parameters, norms, the loss and activations stay f32 but the MLP's hidden ones, "
+                 "bf16 under bf16; fp16 with dynamic loss scaling: docs/nn.md)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--grad-reduce", f.grad_reduce,
                  "the dtype gradients are averaged over dp in: fp32, or bf16 (half the bytes, "
