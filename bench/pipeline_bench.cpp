@@ -28,6 +28,8 @@
 //   bubble_theory      unit_cost_bubble (generators.hpp, NOTE [unit-cost bubble])
 //   bubble_simulated   simulate() of the schedule with per-chunk F, B, W
 //                      durations measured in this run (below), no latency
+//   bubble_floor       the least bubble any order of those durations can
+//                      have, from the ranks' imbalance (NOTE [bubble floor])
 //   peak_activation_bytes   the highest host allocation of a timed step over
 //                      the rank's bytes at rest (activations, their gradients
 //                      and the message buffers), highest rank
@@ -166,6 +168,18 @@ pl::ActionCosts measured_costs(const pl::Schedule& s, const json& run) {
   costs.reduce_gradients = reduce;
   costs.optimizer_step = optimizer;
   return costs;
+}
+
+// NOTE [bubble floor] The least bubble any order of these durations can
+// have: a step lasts at least as long as its busiest rank computes, so rank
+// r idles at least (busiest - busy_r) of it; the mean over ranks of
+// 1 - busy_r / busiest. It is 0 only when the ranks' work is equal: the part
+// of a bubble no schedule removes, only a better balanced cut.
+double imbalance_floor(const pl::Simulation& sim) {
+  const double busiest = *std::max_element(sim.busy.begin(), sim.busy.end());
+  double idle = 0;
+  for (const double b : sim.busy) idle += 1.0 - b / busiest;
+  return idle / static_cast<double>(sim.busy.size());
 }
 
 // pp 4 chunk costs from zb-v's four chunks at pp 2, cut `zb_v_cut` (see the file comment).
@@ -322,10 +336,11 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
   const double t_single = median(single_ms);
   const double ceiling = t_single / median(two_ms);
 
-  loom::bench::Table table({"schedule", "pp", "M", "v", "ms/step", "bubble meas", "sim", "theory",
-                            "|meas-sim|", "peak act MiB", "bound MiB", "efficiency", "CPU/rank"});
+  loom::bench::Table table({"schedule", "pp", "M", "v", "ms/step", "bubble meas", "sim", "floor",
+                            "theory", "|meas-sim|", "peak act MiB", "bound MiB", "efficiency",
+                            "CPU/rank"});
   json results = json::array();
-  std::map<std::pair<std::string, int>, double> measured;
+  std::map<std::pair<std::string, int>, double> measured, floors;
   std::map<int, pl::ActionCosts> zb_v_costs;
   std::vector<int64_t> zb_v_cut;
   double one_f_one_b_eff = -1;
@@ -346,7 +361,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
       const bool planned = label != name;
       const pl::ScheduleKind kind = pl::schedule_kind_from_string(name);
       const pl::Schedule s = schedule_of(name, m, rs.front());
-      std::vector<double> step_ms, bubble, simulated, sim_ms;
+      std::vector<double> step_ms, bubble, simulated, sim_ms, floor;
       double peak_bytes = 0, bound_bytes = 0, cpu = 0;
       int bound_chunks = 0;
       for (const json& r : rs) {
@@ -375,16 +390,19 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
         const pl::Simulation sim = pl::simulate(ran, costs);
         simulated.push_back(sim.bubble_fraction);
         sim_ms.push_back(1e3 * sim.makespan);
+        floor.push_back(imbalance_floor(sim));
       }
       const double t = median(step_ms);
-      const double meas = median(bubble), sim = median(simulated);
+      const double meas = median(bubble), sim = median(simulated), least = median(floor);
+      floors[{label, m}] = least;
       const double theory = pl::unit_cost_bubble(kind, {.pp = 2, .micro_batches = m});
       const double efficiency = t_single / (2 * t);
       measured[{label, m}] = meas;
       if (name == "1f1b" && m == 8) one_f_one_b_eff = efficiency;
       table.add({label, "2", std::to_string(m), std::to_string(s.virtual_stages), cell(t, 1),
-                 cell(meas, 3), cell(sim, 3), cell(theory, 3), cell(std::fabs(meas - sim), 3),
-                 mib(peak_bytes), mib(bound_bytes), cell(efficiency, 3), cell(cpu, 2)});
+                 cell(meas, 3), cell(sim, 3), cell(least, 3), cell(theory, 3),
+                 cell(std::fabs(meas - sim), 3), mib(peak_bytes), mib(bound_bytes),
+                 cell(efficiency, 3), cell(cpu, 2)});
       verdicts.push_back(std::string(std::fabs(meas - sim) <= 0.03 ? "PASS" : "FAIL") + ": " +
                          label + " pp 2 M " + std::to_string(m) + ": measured bubble " +
                          cell(meas, 3) + " within 0.03 of the simulated " + cell(sim, 3));
@@ -402,6 +420,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
                          {"bubble_measured", meas},
                          {"bubble_theory", theory},
                          {"bubble_simulated", sim},
+                         {"bubble_floor", least},
                          {"peak_activation_bytes", peak_bytes},
                          {"activation_bound_bytes", bound_bytes},
                          {"activation_bound_chunks", bound_chunks},
@@ -435,8 +454,8 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
       const double theory = pl::unit_cost_bubble(kind, {.pp = 4, .micro_batches = m});
       const double t = 1e3 * sim.makespan;
       table.add({label, "4 (sim)", std::to_string(m), std::to_string(s.virtual_stages), cell(t, 1),
-                 "-", cell(sim.bubble_fraction, 3), cell(theory, 3), "-", "-", "-",
-                 cell(t_single / (4 * t), 3), "-"});
+                 "-", cell(sim.bubble_fraction, 3), cell(imbalance_floor(sim), 3), cell(theory, 3),
+                 "-", "-", "-", cell(t_single / (4 * t), 3), "-"});
       results.push_back({{"schedule", name},
                          {"planned", planned_bound > 0},
                          {"pp", 4},
@@ -447,6 +466,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
                          {"bubble_measured", nullptr},
                          {"bubble_theory", theory},
                          {"bubble_simulated", sim.bubble_fraction},
+                         {"bubble_floor", imbalance_floor(sim)},
                          {"peak_activation_bytes", nullptr},
                          {"activation_bound_bytes", nullptr},
                          {"activation_bound_chunks", s.activation_bound},
@@ -463,7 +483,9 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
   std::printf(
       "bubble meas: (receive wait + wait in the tied embedding's sum) / step per rank, mean over "
       "ranks; sim: simulate() fed this run's "
-      "per-chunk F, B, W (NOTE [measured bubble]), no latency; theory: unit cost. efficiency: "
+      "per-chunk F, B, W (NOTE [measured bubble]), no latency; floor: the least bubble any "
+      "order of those durations can have, from the ranks' imbalance; theory: unit cost. "
+      "efficiency: "
       "T_single / (pp x step). zb-v planned N: zb-v's order planned from the unit-cost zb-v "
       "run's per-chunk durations in the same round, at most N chunk activations per rank. pp 4 "
       "rows: simulated from zb-v's pp 2 chunks at the same M (planned rows: the same bound "
@@ -475,7 +497,8 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
     const double zb = measured.at({"zb-h1", 8}), base = measured.at({"1f1b", 8});
     verdicts.push_back(std::string(zb <= 0.4 * base ? "PASS" : "FAIL") +
                        ": zb-h1 measured bubble " + cell(zb, 3) + " <= 0.4 x 1f1b's " +
-                       cell(base, 3) + " at pp 2, M 8");
+                       cell(base, 3) +
+                       " at pp 2, M 8 (its floor: " + cell(floors.at({"zb-h1", 8}), 3) + ")");
   }
   if (has("zb-h1")) {
     const double zb_h1 = measured.at({"zb-h1", 8});
@@ -484,7 +507,8 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
       const double zb_v = measured.at({label, 8});
       verdicts.push_back(std::string(zb_v <= 0.5 * zb_h1 ? "PASS" : "FAIL") + ": " + label +
                          " measured bubble " + cell(zb_v, 3) + " <= 0.5 x zb-h1's " +
-                         cell(zb_h1, 3) + " at pp 2, M 8");
+                         cell(zb_h1, 3) +
+                         " at pp 2, M 8 (its floor: " + cell(floors.at({label, 8}), 3) + ")");
     }
   }
   if (one_f_one_b_eff >= 0) {
