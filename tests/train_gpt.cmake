@@ -55,8 +55,8 @@ set_tests_properties(checkpoint.train_gpt_resume PROPERTIES TIMEOUT 600 PROCESSO
 
 # Pipeline parallelism under mpirun reproduces one rank on the same global
 # batch: every schedule at pp 2 (the cut balanced by counted FLOPs unless
-# --stage-layers gives one; activation checkpointing under split B / W, and
-# on the first stage alone; zb-v
+# --stage-layers gives one; activation checkpointing under split B / W, on
+# the first stage alone, and of the attention alone under zb-v; zb-v
 # re-planned from step 2's measured durations with a larger bound), 1f1b
 # and zb-v at pp 4, pp 2 x dp 2 with ZeRO 1 and 3, tp 2 x pp 2 (+ SP, ZeRO 2);
 # logged losses, gradient norms and the validation loss (forward-only through
@@ -73,6 +73,7 @@ loom_train_gpt_compare(pipeline ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdl
     "2|--layers 4|--pp 2 --schedule zb-v --micro-batches 4 --plan measured --activation-bound 6"
     "2|--layers 4|--pp 2 --schedule zb-h1 --micro-batches 4 --activation-checkpointing"
     "2|--layers 4|--pp 2 --schedule 1f1b --micro-batches 4 --checkpoint-stages 0"
+    "2|--layers 4|--pp 2 --schedule zb-v --micro-batches 4 --checkpoint-attention"
     "2|--layers 4|--pp 2 --schedule 1f1b --micro-batches 2 --stage-layers 4,0"
     "4|--layers 4|--pp 4 --schedule 1f1b --micro-batches 4"
     "4|--layers 8|--pp 4 --schedule zb-v --micro-batches 4"
@@ -155,4 +156,5 @@ loom_train_gpt_refuses(pipeline
     "1|--layers 2 --batch 4 --checkpoint-stages 0|--checkpoint-stages picks pipeline stages to recompute. it needs --pp 2 or more"
     "2|--pp 2 --layers 4 --batch 4 --checkpoint-stages 2|--checkpoint-stages names stage 2 but --pp 2 has stages 0 to 1"
     "2|--pp 2 --layers 4 --batch 4 --checkpoint-stages 1,1|--checkpoint-stages names stage 1 twice"
+    "1|--layers 2 --batch 4 --checkpoint-attention --activation-checkpointing|--checkpoint-attention recomputes the attention alone. --activation-checkpointing recomputes whole blocks"
     "2|--pp 2 --layers 4 --batch 4 --checkpoint-stages 0 --activation-checkpointing|--checkpoint-stages recomputes some stages, --activation-checkpointing every stage: give one of them")

@@ -88,6 +88,7 @@ struct Flags {
   bool resume = false;  // start from the newest complete checkpoint in checkpoint_dir
   bool activation_checkpointing = false;  // GPTConfig::checkpoint_blocks
   std::vector<int> checkpoint_stages;     // with --pp: only these stages' blocks
+  bool checkpoint_attention = false;      // GPTConfig::checkpoint_attention (selective)
 
   // Whether pipeline stage `stage` recomputes its blocks in backward.
   bool checkpoints(int stage) const {
@@ -103,6 +104,11 @@ namespace pl = loom::parallel::pipeline;
 // The pipeline flags' rules, checked before any communication.
 void check_pipeline(const Flags& f) {
   const pl::Schedule schedule = f.pipe.check(f.batch, /*accumulation=*/false);
+  LOOM_CHECK(
+      !f.checkpoint_attention || (!f.activation_checkpointing && f.checkpoint_stages.empty()),
+      "--checkpoint-attention recomputes the attention alone; ",
+      f.activation_checkpointing ? "--activation-checkpointing" : "--checkpoint-stages",
+      " recomputes whole blocks (attention included): give one of them");
   if (!f.checkpoint_stages.empty()) {
     LOOM_CHECK(f.pipe.pp > 1,
                "--checkpoint-stages picks pipeline stages to recompute; it needs --pp 2 or more "
@@ -212,6 +218,7 @@ int run(const Flags& f) {
   config.heads = f.heads;
   config.seq_len = f.seq;
   config.checkpoint_blocks = f.checkpoints(groups.coord.pp);
+  config.checkpoint_attention = f.checkpoint_attention;
   config.module = {.device = device,
                    .dtype = DType::f32,
                    .seed = f.seed,
@@ -372,6 +379,7 @@ int run(const Flags& f) {
         pipeline->activation_bound);
     std::string recomputed;
     if (f.activation_checkpointing) recomputed = ", blocks recomputed in backward";
+    if (f.checkpoint_attention) recomputed = ", attention recomputed in backward";
     for (const int stage : f.checkpoint_stages) {
       recomputed += str_cat(recomputed.empty() ? ", blocks recomputed on stage " : ", ", stage);
     }
@@ -666,6 +674,10 @@ int main(int argc, char** argv) {
                "keep only each transformer block's input from forward to backward and recompute "
                "the block in backward: less activation memory for one more forward per block "
                "(with or without --pp)");
+  app.add_flag("--checkpoint-attention", f.checkpoint_attention,
+               "selective recompute: keep each block's attention input, not its [batch, heads, "
+               "seq, seq] probabilities, and recompute the attention in backward (less memory "
+               "for long sequences, one more attention forward per block)");
   app.add_option("--checkpoint-stages", f.checkpoint_stages,
                  "with --pp: recompute the blocks of these pipeline stages only (0: the first, "
                  "which holds the most micro-batches in flight under 1f1b), e.g. 0,1")

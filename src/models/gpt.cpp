@@ -39,7 +39,11 @@ std::unique_ptr<nn::Module> attention_branch(const std::string& block, const GPT
   branch->emplace<nn::LayerNorm>(block + ".ln_1", c.d_model, kLayerNormEps, c.module);
   branch->add(layers.linear(Role::attn_qkv, block + ".attn.c_attn", c.d_model, 3 * c.d_model,
                             block_linear(c)));
-  branch->add(layers.attention(block + ".attn.core", c.heads));
+  std::unique_ptr<nn::Module> core = layers.attention(block + ".attn.core", c.heads);
+  if (c.checkpoint_attention) {
+    core = std::make_unique<nn::Checkpoint>(block + ".attn.core.checkpoint", std::move(core));
+  }
+  branch->add(std::move(core));
   branch->add(layers.linear(Role::attn_proj, block + ".attn.c_proj", c.d_model, c.d_model,
                             block_linear(c)));
   if (auto drop = dropout_or_null(layers, block + ".attn.dropout", c.dropout)) {
@@ -92,6 +96,9 @@ void GPTConfig::validate() const {
              " heads");
   LOOM_CHECK(dropout >= 0.0f && dropout < 1.0f, "GPT dropout is ", dropout,
              "; it must be in [0, 1)");
+  LOOM_CHECK(!(checkpoint_blocks && checkpoint_attention),
+             "GPT checkpoint_attention recomputes the attention alone, checkpoint_blocks the "
+             "whole block (attention included): set one of them");
 }
 
 int64_t GPTConfig::parameter_count() const {

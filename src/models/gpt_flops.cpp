@@ -48,6 +48,7 @@ GPTFlops gpt_flops(const GPTConfig& config, int64_t rows, int64_t tokens) {
   // Bias gradients 9, LayerNorm weights 4 + 4.
   out.block.backward_weight = gemm + (9 + 8) * nd;
   if (config.checkpoint_blocks) out.block.backward_input += out.block.forward;
+  if (config.checkpoint_attention) out.block.backward_input += attention_forward;
 
   // ln_f, x @ wte^T, then the loss's forward and backward.
   const double projection = 2.0 * n * d * vocab;

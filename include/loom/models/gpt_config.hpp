@@ -15,6 +15,11 @@ struct GPTConfig {
   int64_t seq_len = 128;  // the longest sequence (rows of the position table)
   float dropout = 0.0f;
   bool checkpoint_blocks = false;
+  // Selective recompute: each block's attention core (softmax(Q K^T) V, not
+  // its projections) in nn::Checkpoint, so its [batch, heads, seq, seq]
+  // probabilities are recomputed in backward instead of kept from forward.
+  // Not with checkpoint_blocks, which recomputes the whole block.
+  bool checkpoint_attention = false;
   nn::ModuleOptions module = {};
 
   // GPT-2 small: vocab 50257, 12 layers, d_model 768, 12 heads, seq 1024 (124M parameters).
