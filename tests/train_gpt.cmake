@@ -83,6 +83,17 @@ loom_train_gpt_compare(pipeline ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdl
     "4|--layers 4|--tp 2 --pp 2 --schedule zb-v --micro-batches 2"
     "4|--layers 4|--tp 2 --sequence-parallel --pp 2 --schedule zb-h1 --micro-batches 4 --zero-stage 2")
 
+# Gradient accumulation without --pp (--micro-batches M: the micro-batches one
+# after another, the reduction over dp launched by the last backward) under
+# dp 2 with ZeRO 1 and 3, and on one rank, reproduces one rank on the whole
+# batch to the printed digit.
+loom_train_gpt_compare(dp ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.tokens
+  NAME_PREFIX _accumulate
+  COMMON --d-model 64 --heads 4 --seq 32 --batch 4 --steps 6 --log-every 1 --eval-every 0
+         --eval-batches 2
+  CASES "1|--layers 2|--micro-batches 4" "2|--layers 2|--micro-batches 2 --zero-stage 1"
+        "2|--layers 2|--micro-batches 2 --zero-stage 3")
+
 # Mixed precision: a bf16 (and an fp16, loss-scaled) GPT's validation loss
 # after 300 steps within 0.01 nats of the fp32 run's; bf16 under dp with ZeRO,
 # tp and pp, and fp16 under pp, equal one rank of the same precision to the
@@ -119,7 +130,8 @@ loom_train_gpt_compare(precision ${CMAKE_CURRENT_BINARY_DIR}/precision/python_st
   COMMON --d-model 64 --heads 4 --seq 32 --batch 4 --steps 6 --log-every 1 --eval-every 0
          --eval-batches 2 --precision fp16
   CASES "2|--layers 4|--pp 2 --schedule zb-h1 --micro-batches 2"
-        "4|--layers 4|--pp 2 --schedule 1f1b --micro-batches 2 --zero-stage 1")
+        "4|--layers 4|--pp 2 --schedule 1f1b --micro-batches 2 --zero-stage 1"
+        "2|--layers 2|--micro-batches 2 --zero-stage 1")
 
 # 3D: dp 2 x tp 2 x pp 2 on 8 ranks (oversubscribed) with ZeRO, one rank's
 # losses to the printed digit (the checkpoint issue's composition).
@@ -151,7 +163,7 @@ loom_train_gpt_refuses(pipeline
     "2|--pp 2 --layers 4 --batch 4 --virtual-stages 3|1f1b schedule runs 1 chunk per rank, not 3 virtual stages"
     "2|--pp 2 --layers 4 --batch 4 --activation-bound 6|--activation-bound 6 sets zb-v's plan. --schedule 1f1b has a fixed order and bound"
     "2|--pp 2 --layers 4 --batch 4 --schedule zb-v --activation-bound 1|zb-v schedule: activation bound 1 must be at least 2 chunk activations"
-    "1|--layers 2 --batch 4 --micro-batches 2|--micro-batches 2 cuts the batch for the pipeline. it needs --pp 2 or more"
+    "1|--layers 2 --batch 4 --micro-batches 3|--batch 4 is not divisible by --micro-batches 3"
     "1|--layers 2 --batch 4 --plan measured|--plan measured plans the pipeline's order. it needs --pp 2 or more"
     "1|--layers 2 --batch 4 --checkpoint-stages 0|--checkpoint-stages picks pipeline stages to recompute. it needs --pp 2 or more"
     "2|--pp 2 --layers 4 --batch 4 --checkpoint-stages 2|--checkpoint-stages names stage 2 but --pp 2 has stages 0 to 1"

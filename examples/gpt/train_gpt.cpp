@@ -103,7 +103,7 @@ namespace pl = loom::parallel::pipeline;
 
 // The pipeline flags' rules, checked before any communication.
 void check_pipeline(const Flags& f) {
-  const pl::Schedule schedule = f.pipe.check(f.batch, /*accumulation=*/false);
+  const pl::Schedule schedule = f.pipe.check(f.batch, /*accumulation=*/true);
   LOOM_CHECK(
       !f.checkpoint_attention || (!f.activation_checkpointing && f.checkpoint_stages.empty()),
       "--checkpoint-attention recomputes the attention alone; ",
@@ -350,6 +350,10 @@ int run(const Flags& f) {
   say("ranks: %d = dp %d x tp %d%s x pp %d, %lld sequences per replica per step; device %s, %s\n",
       world.size(), dp.size(), f.tp, f.sequence_parallel ? " (sequence parallel)" : "", f.pipe.pp,
       static_cast<long long>(f.batch), device.str().c_str(), meter.peak_description().c_str());
+  if (!pipeline && f.pipe.micro_batch_count() > 1) {
+    say("gradient accumulation: %d micro-batches of %lld sequences per replica per step\n",
+        f.pipe.micro_batch_count(), static_cast<long long>(f.batch / f.pipe.micro_batch_count()));
+  }
   if (pipeline) {
     // The cut and each chunk's counted FLOPs (forward + backward of one sequence).
     const std::vector<int64_t> layers_per_chunk =
@@ -480,13 +484,36 @@ int run(const Flags& f) {
                                 .loss_scaler = scaler ? &*scaler : nullptr});
       }
     } else {
-      nn::Tape tape, loss_tape;
-      tape.set_random_seed(step_seed);
-      Tensor logits = model->forward(batch.inputs.to(device), tape);
-      loss = loss_fn.forward(logits, batch.targets.to(device), loss_tape).item<float>();
-      const Tensor dlogits = loss_fn.backward(loss_tape);
-      if (scaler) scaler->scale_gradient(dlogits);  // fp16: S x the loss gradient
-      model->backward(dlogits, tape);
+      // --micro-batches M: gradient accumulation, the micro-batches one after
+      // another, each loss gradient scaled by 1 / M, with the pipeline's
+      // per-micro-batch seeds; only the last backward launches the reduction
+      // over dp. The weights are packed (and rounded) once for all M (NOTE
+      // [packed weight reuse] in loom/kernels/gemm.hpp), not at ZeRO stage 3.
+      const int m_count = f.pipe.micro_batch_count();
+      const std::vector<Tensor> inputs = pl::split_micro_batches(batch.inputs.to(device), m_count);
+      const std::vector<Tensor> targets =
+          pl::split_micro_batches(batch.targets.to(device), m_count);
+      std::optional<kernels::PackedWeightScope> packed_weights;
+      if (m_count > 1 && zero.stage() < 3) {
+        packed_weights.emplace(pl::ExecutorOptions{}.packed_weight_bytes);
+      }
+      for (int m = 0; m < m_count; ++m) {
+        nn::Tape tape, loss_tape;
+        tape.set_random_seed(m_count == 1 ? step_seed : step_seed * 131 + static_cast<uint64_t>(m));
+        const Tensor logits = model->forward(inputs[static_cast<size_t>(m)], tape);
+        loss += loss_fn.forward(logits, targets[static_cast<size_t>(m)], loss_tape).item<float>() /
+                m_count;
+        const Tensor dlogits = loss_fn.backward(loss_tape);
+        if (scaler) scaler->scale_gradient(dlogits);  // fp16: S x the loss gradient
+        if (m_count > 1) kernels::scale(dlogits, 1.0f / static_cast<float>(m_count), dlogits);
+        if (m + 1 < m_count) {
+          const auto accumulate = zero.no_sync();
+          model->backward(dlogits, tape);
+        } else {
+          model->backward(dlogits, tape);
+        }
+      }
+      packed_weights.reset();
       zero.finish();
       // The true global norm (unscaling fp16's gradients in the same pass); a
       // non-finite one, the same on every rank, skips the step.
@@ -660,7 +687,7 @@ int main(int argc, char** argv) {
                 "with --pp: blocks per chunk in dataflow order, pp x virtual stages entries "
                 "summing to --layers (e.g. 3,3,2,2; the first and the last may be 0; default: "
                 "balanced by counted FLOPs, docs/pipeline.md)",
-                /*accumulation=*/false);
+                /*accumulation=*/true);
   app.add_option("--precision", f.precision,
                  "matrix products in fp32, or bf16/fp16 (operands rounded, f32 accumulation; "
                  "parameters, norms, the loss and activations stay f32 but the MLP's hidden ones, "
