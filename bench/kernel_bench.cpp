@@ -330,7 +330,8 @@ void run_device(Bench& bench, Device device, bool quick) {
       }
     }
     // Activations and LayerNorm (rows of 256, the GPT's width), f32 and bf16/f16
-    // data: the 16-bit host paths compute in f32 a block at a time.
+    // data: the 16-bit host paths compute in f32 (bf16 in registers where the
+    // build has AVX-512, f16 through f32 buffers; docs/kernels.md).
     for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
       if (device.is_cuda() && dtype == DType::f16) continue;  // not on CUDA
       const Tensor x = random_tensor({n / 256, 256}, dtype, device, 4),
