@@ -287,7 +287,8 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
     const std::string command =
         d.mpirun + " -np " + std::to_string(ranks) + " --oversubscribe " + self + " --steps " +
         std::to_string(w.steps) + " --warmup " + std::to_string(w.warmup) + " --cut " + w.cut +
-        " --receives-ahead " + std::to_string(w.receives_ahead) +
+        " --receives-ahead " + std::to_string(w.receives_ahead) + " --packed-weight-mib " +
+        std::to_string(w.packed_weight_mib) +
         (w.activation_checkpointing ? " --activation-checkpointing" : "") + " " + args;
     std::string why;
     const auto out = loom::bench::run_json(command, why);
@@ -534,6 +535,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
                             {"activation_checkpointing", w.activation_checkpointing}}},
                           {"cut", w.cut},
                           {"receives_ahead", w.receives_ahead},
+                          {"packed_weight_mib", w.packed_weight_mib},
                           {"cpu_model", loom::bench::cpu_model()},
                           {"cores", std::thread::hardware_concurrency()},
                           {"fp32_peak_flops_per_core", peak},
@@ -581,6 +583,10 @@ int main(int argc, char** argv) {
   app.add_option("--receives-ahead", w.receives_ahead,
                  "receives the executor keeps posted ahead of the one it waits for")
       ->check(flags::at_least(1));
+  app.add_option("--packed-weight-mib", w.packed_weight_mib,
+                 "weights packed once per step, at most this many MiB per rank (0: packed per "
+                 "micro-batch, as before 2026-11-27; NOTE [packed weight reuse])")
+      ->check(flags::between(0, 1 << 20));
   app.add_option("--planned-bounds", d.planned_bounds,
                  "driver: a zb-v row planned from the measured durations at each of these "
                  "activation bounds (chunk activations per rank; none: 0)")

@@ -195,7 +195,9 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
   parallel::ZeroOptimizer zero(chunks.parameters(), *groups.dp, loom::bench::benchmark_adamw(),
                                {.stage = 0, .groups = parallel::reduction_groups(groups)});
   pl::PipelineExecutor executor(schedule, *groups.pp, chunks.modules(), zero,
-                                {.receives_ahead = f.receives_ahead, .broadcast_loss = false});
+                                {.receives_ahead = f.receives_ahead,
+                                 .broadcast_loss = false,
+                                 .packed_weight_bytes = int64_t{f.packed_weight_mib} << 20});
   const int64_t rows = kBatch / f.micro_batches;
   const std::vector<ChunkTiming> isolated = time_chunks(config, schedule, rank, rows, cut);
 

@@ -25,6 +25,8 @@ struct WorkerFlags {
   std::string cut = "balanced";  // balanced (by counted FLOPs) or even (by block count)
   bool activation_checkpointing = false;
   int receives_ahead = 2;  // ExecutorOptions::receives_ahead
+  // ExecutorOptions::packed_weight_bytes, in MiB (0: every micro-batch packs the weights)
+  int packed_weight_mib = 256;
   // zb-v only: plan the order with these durations and bound (the driver's
   // planned rows); the default is the unit-cost order.
   parallel::pipeline::ZbVPlan zb_v_plan;
