@@ -493,49 +493,24 @@ void bf16_dot_gemm_implicit(const Bf16ImplicitGemm& g) {
 
 namespace {
 
-// Words of the block of k from l0 and columns from j0 of a packed [k, n] B.
-int64_t block_words(int64_t n, int64_t k, int64_t l0, int64_t j0) {
-  const int64_t step = block_depth(k);
-  return round_up(std::min(kBlockCols, n - j0), kTileCols) * ((std::min(step, k - l0) + 1) / 2);
+// Words of a packed B block of `depth` k rows (pairs of them) and `cols` columns.
+int64_t block_words(int64_t depth, int64_t cols) {
+  return round_up(cols, kTileCols) * ((depth + 1) / 2);
 }
 
 }  // namespace
 
 int64_t Bf16PackedB::bytes_for(const detail::GemmProblem& p) {
-  int64_t total = 0;
-  for (int64_t l0 = 0; l0 < p.k; l0 += block_depth(p.k)) {
-    for (int64_t j0 = 0; j0 < p.n; j0 += kBlockCols) total += block_words(p.n, p.k, l0, j0);
-  }
-  return total * static_cast<int64_t>(sizeof(uint32_t));
+  return PackedBlocks::bytes_for(p, block_depth(p.k), kBlockCols, block_words);
 }
 
-Bf16PackedB::Bf16PackedB(const detail::GemmProblem& p) : n_(p.n), k_(p.k), trans_b_(p.trans_b) {
+Bf16PackedB::Bf16PackedB(const detail::GemmProblem& p)
+    : PackedBlocks(p, block_depth(p.k), kBlockCols, block_words,
+                   [&](int64_t l0, int64_t depth, int64_t j0, int64_t cols, uint32_t* out) {
+                     pack_b(p, static_cast<const uint16_t*>(p.b), l0, depth, j0, cols, out);
+                   }) {
   LOOM_ASSERT(p.dtype == DType::bf16 && p.n > 0 && p.k > 0 && (p.stride_b == 0 || p.batch == 1));
   LOOM_ASSERT(bf16_dot_gemm_available(), "bf16 dot gemm called on a CPU without AVX-512 BF16");
-  step_ = block_depth(k_);
-  column_blocks_ = (n_ + kBlockCols - 1) / kBlockCols;
-  int64_t total = 0;
-  for (int64_t l0 = 0; l0 < k_; l0 += step_) {
-    for (int64_t j0 = 0; j0 < n_; j0 += kBlockCols) {
-      offsets_.push_back(total);
-      total += block_words(n_, k_, l0, j0);
-    }
-  }
-  words_ = total;
-  data_.reset(static_cast<uint32_t*>(
-      ::operator new[](static_cast<size_t>(total) * sizeof(uint32_t), std::align_val_t{64})));
-  const auto* b = static_cast<const uint16_t*>(p.b);
-  for (int64_t l0 = 0; l0 < k_; l0 += step_) {
-    for (int64_t j0 = 0; j0 < n_; j0 += kBlockCols) {
-      pack_b(p, b, l0, std::min(step_, k_ - l0), j0, std::min(kBlockCols, n_ - j0),
-             data_.get() +
-                 offsets_[static_cast<size_t>(l0 / step_ * column_blocks_ + j0 / kBlockCols)]);
-    }
-  }
-}
-
-const uint32_t* Bf16PackedB::block(int64_t l0, int64_t j0) const {
-  return data_.get() + offsets_[static_cast<size_t>(l0 / step_ * column_blocks_ + j0 / kBlockCols)];
 }
 
 void bf16_dot_gemm(const detail::GemmProblem& p, const Bf16PackedB& b) {
@@ -572,13 +547,16 @@ int64_t Bf16PackedB::bytes_for(const detail::GemmProblem&) {
   return 0;
 }
 
-Bf16PackedB::Bf16PackedB(const detail::GemmProblem&) {
-  LOOM_CHECK(false, "the bf16 dot-product GEMM needs an x86-64 compiler that targets AVX-512 BF16");
-}
-
-const uint32_t* Bf16PackedB::block(int64_t, int64_t) const {
-  return nullptr;
-}
+Bf16PackedB::Bf16PackedB(const detail::GemmProblem& p)
+    : PackedBlocks(
+          p, 1, 1,
+          [](int64_t, int64_t) -> int64_t {
+            LOOM_CHECK(false,
+                       "the bf16 dot-product GEMM needs an x86-64 compiler that targets AVX-512 "
+                       "BF16");
+            return 0;
+          },
+          [](int64_t, int64_t, int64_t, int64_t, uint32_t*) {}) {}
 
 void bf16_dot_gemm(const detail::GemmProblem&, const Bf16PackedB&) {
   LOOM_CHECK(false, "the bf16 dot-product GEMM needs an x86-64 compiler that targets AVX-512 BF16");

@@ -8,10 +8,8 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
-#include <new>
-#include <vector>
 
+#include "kernels/cpu/packed_blocks.hpp"
 #include "kernels/gemm_problem.hpp"
 
 namespace loom::kernels::cpu {
@@ -34,29 +32,12 @@ void bf16_dot_gemm(const detail::GemmProblem& problem);
 // shared by the batch (stride_b 0) or the batch 1; needs
 // bf16_dot_gemm_available(). bf16_dot_gemm(problem, b) gives the bits
 // bf16_dot_gemm(problem) gives with the B it was packed from.
-class Bf16PackedB {
+class Bf16PackedB : public PackedBlocks {
  public:
   explicit Bf16PackedB(const detail::GemmProblem& problem);
-
-  bool matches(const detail::GemmProblem& problem) const {
-    return problem.n == n_ && problem.k == k_ && problem.trans_b == trans_b_;
-  }
-  int64_t n() const { return n_; }
-  int64_t k() const { return k_; }
-  int64_t bytes() const { return words_ * static_cast<int64_t>(sizeof(uint32_t)); }
   static int64_t bytes_for(const detail::GemmProblem& problem);
   // The packed block of k from l0 and columns from j0 (multiples of the blocking).
-  const uint32_t* block(int64_t l0, int64_t j0) const;
-
- private:
-  struct AlignedDelete {
-    void operator()(uint32_t* p) const { ::operator delete[](p, std::align_val_t{64}); }
-  };
-  int64_t n_ = 0, k_ = 0;
-  bool trans_b_ = false;
-  int64_t step_ = 1, column_blocks_ = 0, words_ = 0;
-  std::vector<int64_t> offsets_;
-  std::unique_ptr<uint32_t[], AlignedDelete> data_;
+  const uint32_t* block(int64_t l0, int64_t j0) const { return PackedBlocks::block(l0, j0); }
 };
 
 // As bf16_dot_gemm(problem), with op(B) taken from `b` (problem.b is not read).

@@ -390,49 +390,24 @@ void packed_gemm(const detail::GemmProblem& p) {
 
 namespace {
 
-// Floats of the block of k rows from l0 and columns from j0 of a packed [k, n] B.
-int64_t block_floats(int64_t n, int64_t k, int64_t l0, int64_t j0) {
-  return round_up(std::min(kBlockCols, n - j0), kTileCols) * std::min(kDepth, k - l0);
+// Floats of a packed B block of `depth` k rows and `cols` columns.
+int64_t block_floats(int64_t depth, int64_t cols) {
+  return round_up(cols, kTileCols) * depth;
 }
 
 }  // namespace
 
 int64_t PackedGemmB::bytes_for(const detail::GemmProblem& p) {
-  int64_t total = 0;
-  for (int64_t l0 = 0; l0 < p.k; l0 += kDepth) {
-    for (int64_t j0 = 0; j0 < p.n; j0 += kBlockCols) total += block_floats(p.n, p.k, l0, j0);
-  }
-  return total * static_cast<int64_t>(sizeof(float));
+  return PackedBlocks::bytes_for(p, kDepth, kBlockCols, block_floats);
 }
 
-PackedGemmB::PackedGemmB(const detail::GemmProblem& p) : n_(p.n), k_(p.k), trans_b_(p.trans_b) {
+PackedGemmB::PackedGemmB(const detail::GemmProblem& p)
+    : PackedBlocks(p, kDepth, kBlockCols, block_floats,
+                   [&](int64_t l0, int64_t depth, int64_t j0, int64_t cols, uint32_t* out) {
+                     pack_b(p, static_cast<const float*>(p.b), l0, depth, j0, cols,
+                            reinterpret_cast<float*>(out));
+                   }) {
   LOOM_ASSERT(p.dtype == DType::f32 && p.n > 0 && p.k > 0 && (p.stride_b == 0 || p.batch == 1));
-  column_blocks_ = (n_ + kBlockCols - 1) / kBlockCols;
-  int64_t total = 0;
-  for (int64_t l0 = 0; l0 < k_; l0 += kDepth) {
-    for (int64_t j0 = 0; j0 < n_; j0 += kBlockCols) {
-      offsets_.push_back(total);
-      total += block_floats(n_, k_, l0, j0);
-    }
-  }
-  data_.reset(static_cast<float*>(
-      ::operator new[](static_cast<size_t>(total) * sizeof(float), std::align_val_t{64})));
-  floats_ = total;
-  const auto* b = static_cast<const float*>(p.b);
-  for (int64_t l0 = 0; l0 < k_; l0 += kDepth) {
-    for (int64_t j0 = 0; j0 < n_; j0 += kBlockCols) {
-      pack_b(p, b, l0, std::min(kDepth, k_ - l0), j0, std::min(kBlockCols, n_ - j0),
-             data_.get() + offsets_[static_cast<size_t>(index(l0, j0))]);
-    }
-  }
-}
-
-const float* PackedGemmB::block(int64_t l0, int64_t j0) const {
-  return data_.get() + offsets_[static_cast<size_t>(index(l0, j0))];
-}
-
-int64_t PackedGemmB::index(int64_t l0, int64_t j0) const {
-  return l0 / kDepth * column_blocks_ + j0 / kBlockCols;
 }
 
 void packed_gemm(const detail::GemmProblem& p, const PackedGemmB& b) {
@@ -473,19 +448,16 @@ void packed_gemm(const detail::GemmProblem&) {
   LOOM_CHECK(false, "packed gemm needs AVX-512; this build targets a CPU without it");
 }
 
-PackedGemmB::PackedGemmB(const detail::GemmProblem&) {
-  LOOM_CHECK(false, "packed gemm needs AVX-512; this build targets a CPU without it");
-}
+PackedGemmB::PackedGemmB(const detail::GemmProblem& p)
+    : PackedBlocks(
+          p, 1, 1,
+          [](int64_t, int64_t) -> int64_t {
+            LOOM_CHECK(false, "packed gemm needs AVX-512; this build targets a CPU without it");
+            return 0;
+          },
+          [](int64_t, int64_t, int64_t, int64_t, uint32_t*) {}) {}
 
 int64_t PackedGemmB::bytes_for(const detail::GemmProblem&) {
-  return 0;
-}
-
-const float* PackedGemmB::block(int64_t, int64_t) const {
-  return nullptr;
-}
-
-int64_t PackedGemmB::index(int64_t, int64_t) const {
   return 0;
 }
 

@@ -11,10 +11,8 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
-#include <new>
-#include <vector>
 
+#include "kernels/cpu/packed_blocks.hpp"
 #include "kernels/gemm_problem.hpp"
 
 namespace loom::kernels::cpu {
@@ -33,33 +31,15 @@ void packed_gemm(const detail::GemmProblem& problem);
 // micro-batches; NOTE [packed weight reuse] in src/kernels/gemm.cpp). B must be
 // shared by the batch (stride_b 0) or the batch 1. packed_gemm(problem, b)
 // gives the bits packed_gemm(problem) gives with the B it was packed from.
-class PackedGemmB {
+class PackedGemmB : public PackedBlocks {
  public:
   explicit PackedGemmB(const detail::GemmProblem& problem);
-
-  // True when `problem` multiplies by a B of this shape and transpose.
-  bool matches(const detail::GemmProblem& problem) const {
-    return problem.n == n_ && problem.k == k_ && problem.trans_b == trans_b_;
-  }
-  int64_t n() const { return n_; }
-  int64_t k() const { return k_; }
-  int64_t bytes() const { return floats_ * static_cast<int64_t>(sizeof(float)); }
   // bytes() of the packing of `problem`'s B, without packing it.
   static int64_t bytes_for(const detail::GemmProblem& problem);
   // The packed block of k rows from l0 and columns from j0 (multiples of the blocking).
-  const float* block(int64_t l0, int64_t j0) const;
-
- private:
-  struct AlignedDelete {
-    void operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
-  };
-  int64_t index(int64_t l0, int64_t j0) const;
-
-  int64_t n_ = 0, k_ = 0;
-  bool trans_b_ = false;
-  int64_t column_blocks_ = 0, floats_ = 0;
-  std::vector<int64_t> offsets_;
-  std::unique_ptr<float[], AlignedDelete> data_;
+  const float* block(int64_t l0, int64_t j0) const {
+    return reinterpret_cast<const float*>(PackedBlocks::block(l0, j0));
+  }
 };
 
 // As packed_gemm(problem), with op(B) taken from `b` (problem.b is not read).
