@@ -1,0 +1,75 @@
+// train_gpt's flags (train_gpt --help) and the rules they must meet that the
+// model's shape and the world decide, checked before any communication.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "../common/pipeline_flags.hpp"
+
+namespace loom::examples::gpt {
+
+struct Flags {
+  std::string token_file = "data/python_stdlib.tokens";
+  int64_t vocab = 0;  // 0: the token file's vocabulary
+  int64_t layers = 4;
+  int64_t d_model = 256;
+  int64_t heads = 4;
+  int64_t seq = 128;
+  int64_t batch = 8;
+  int64_t steps = 300;
+  double max_seconds = 0;  // stop early after this much training time (0: no limit)
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int64_t warmup = 30;
+  double weight_decay = 0.1;
+  double clip = 1.0;
+  int64_t log_every = 10;
+  int64_t eval_every = 100;
+  int64_t eval_batches = 16;
+  uint64_t seed = 1;
+  std::string device = "cpu";
+  bool profile = false;
+  std::string trace_path;
+  double require_below_unigram = 0;  // > 0: fail unless validation loss < this x unigram
+  double first_bucket_mib = 1;
+  double bucket_cap_mib = 25;
+  int zero_stage = 0;  // 0: plain data parallelism; 1-3: ZeRO (docs/zero.md)
+  int tp = 1;          // tensor-parallel ranks per replica (docs/tensor_parallel.md)
+  bool sequence_parallel = false;
+  loom::examples::PipelineFlags pipe;  // --pp, --schedule, ... (docs/pipeline.md)
+  std::string checkpoint_dir;          // distributed checkpoints (docs/checkpoint.md)
+  int64_t save_every = 0;              // save every N steps (0: never)
+  bool resume = false;  // start from the newest complete checkpoint in checkpoint_dir
+  bool activation_checkpointing = false;  // GPTConfig::checkpoint_blocks
+  std::vector<int> checkpoint_stages;     // with --pp: only these stages' blocks
+  bool checkpoint_attention = false;      // GPTConfig::checkpoint_attention (selective)
+
+  // Whether pipeline stage `stage` recomputes its blocks in backward.
+  bool checkpoints(int stage) const {
+    return activation_checkpointing || std::find(checkpoint_stages.begin(), checkpoint_stages.end(),
+                                                 stage) != checkpoint_stages.end();
+  }
+  std::string precision = "fp32";    // nn/precision.hpp
+  std::string grad_reduce = "fp32";  // the dtype gradients travel in over dp
+};
+
+// Every flag on `app`, with its rule (trust.flags_train_gpt checks that each
+// numeric one has one).
+void add_flags(CLI::App& app, Flags& f);
+
+// Every rule the flags must meet that the model's shape and a world of
+// `world` ranks decide; throws loom::Error naming the values and the rule.
+void check_layout(const Flags& f, int world);
+
+// What a checkpoint must share with the run that resumes it so that the data
+// stream and the schedule continue; anything else (dp, tp, pp, ZeRO stage)
+// may differ.
+std::map<std::string, std::string> resume_invariants(const Flags& f, int dp);
+
+}  // namespace loom::examples::gpt
