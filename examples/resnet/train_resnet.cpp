@@ -402,8 +402,14 @@ int run(const Flags& f) {
       }
     } else {
       // The micro-batches one after another, each loss scaled by 1 / M; only
-      // the last backward launches the gradients' reduction over dp.
+      // the last backward launches the gradients' reduction over dp. The
+      // weights are packed once for all M (NOTE [packed weight reuse] in
+      // loom/kernels/gemm.hpp), not at ZeRO stage 3.
       loss = 0;
+      std::optional<kernels::PackedWeightScope> packed_weights;
+      if (micro_batches > 1 && zero.stage() < 3) {
+        packed_weights.emplace(pl::ExecutorOptions{}.packed_weight_bytes);
+      }
       for (int m = 0; m < micro_batches; ++m) {
         nn::Tape tape, loss_tape;
         const Tensor logits = model->forward(images[static_cast<size_t>(m)], tape);
@@ -418,6 +424,7 @@ int run(const Flags& f) {
         }
       }
       loss /= micro_batches;
+      packed_weights.reset();
       zero.finish();
       norm = zero.clip_grad_norm(HUGE_VAL);
       zero.step();

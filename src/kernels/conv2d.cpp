@@ -6,6 +6,7 @@
 #include "kernels/conv2d_problem.hpp"
 #include "kernels/cpu/conv2d.hpp"
 #include "kernels/cpu/conv2d_bf16.hpp"
+#include "kernels/packed_weight_store.hpp"
 #include "kernels/tensor_checks.hpp"
 #include "loom/config.hpp"
 #include "loom/core/stream.hpp"
@@ -105,6 +106,9 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   p.dtype = y.dtype();
   if (empty(p)) return;  // y has no elements
   if (y.device().is_cpu()) {
+    if (params.weight_fixed_in_scope && p.operands == DType::f32) {
+      p.weight_packs = detail::weight_packs_holding(w);
+    }
     (p.operands == DType::bf16 ? cpu::conv2d_forward_bf16 : cpu::conv2d_forward)(
         p, x.data<float>(), w.data<float>(), host_data(bias), y.data<float>());
     return;
@@ -133,6 +137,9 @@ void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx,
     return;
   }
   if (dx.device().is_cpu()) {
+    if (params.weight_fixed_in_scope && p.operands == DType::f32) {
+      p.weight_packs = detail::weight_packs_holding(w);
+    }
     (p.operands == DType::bf16 ? cpu::conv2d_backward_input_bf16 : cpu::conv2d_backward_input)(
         p, dy.data<float>(), w.data<float>(), dx.data<float>());
     return;

@@ -7,6 +7,10 @@
 
 #include "loom/core/dtype.hpp"
 
+namespace loom::kernels::cpu {
+class WeightPacks;
+}
+
 namespace loom::kernels::detail {
 
 struct Conv2dProblem {
@@ -16,6 +20,9 @@ struct Conv2dProblem {
   int64_t oh = 0, ow = 0;                 // output
   int64_t stride = 1, padding = 0;
   DType operands = DType::f32;  // Conv2dParams::operands
+  // Host: where the weight's packed forms are kept across calls (an open
+  // PackedWeightScope and Conv2dParams::weight_fixed_in_scope), or null.
+  cpu::WeightPacks* weight_packs = nullptr;
 
   int64_t in_plane() const { return h * w; }
   int64_t out_plane() const { return oh * ow; }

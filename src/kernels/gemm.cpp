@@ -1,7 +1,9 @@
 // gemm(): argument checks, empty problems, batch folding, dispatch by device.
 #include "loom/kernels/gemm.hpp"
 
+#include <functional>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -10,6 +12,7 @@
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/packed_gemm.hpp"
 #include "kernels/gemm_problem.hpp"
+#include "kernels/packed_weight_store.hpp"
 #include "kernels/tensor_checks.hpp"
 #include "loom/config.hpp"
 #include "loom/core/stream.hpp"
@@ -82,7 +85,7 @@ GemmShape check_gemm(const Tensor& a, const Tensor& b, const Tensor& c, const Ge
 }  // namespace
 
 // NOTE [packed weight reuse] in loom/kernels/gemm.hpp.
-struct PackedWeightScope::Cache {
+struct PackedWeightScope::Cache final : cpu::WeightPacks {
   struct Key {
     const void* data = nullptr;
     DType dtype = DType::f32;
@@ -156,9 +159,45 @@ struct PackedWeightScope::Cache {
     return cache;
   }
 
+  // cpu::WeightPacks: a convolution's packed weight, by its data and the tag.
+  const float* get(const void* weight, int tag, int64_t floats,
+                   const std::function<void(float*)>& fill) override {
+    const PackKey key{weight, tag, floats};
+    auto found = packs.find(key);
+    if (found != packs.end()) {
+      ++stats.hits;
+      return found->second.get();
+    }
+    if (!reserve(floats * static_cast<int64_t>(sizeof(float)))) return nullptr;
+    std::unique_ptr<float[], AlignedDelete> pack(static_cast<float*>(
+        ::operator new[](static_cast<size_t>(floats) * sizeof(float), std::align_val_t{64})));
+    fill(pack.get());
+    ++stats.packed;
+    return packs.emplace(key, std::move(pack)).first->second.get();
+  }
+
+  struct AlignedDelete {
+    void operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  struct PackKey {
+    const void* weight = nullptr;
+    int tag = 0;
+    int64_t floats = 0;
+    bool operator==(const PackKey&) const = default;
+  };
+  struct PackKeyHash {
+    size_t operator()(const PackKey& key) const {
+      return std::hash<const void*>()(key.weight) ^ (static_cast<size_t>(key.tag) << 1) ^
+             (static_cast<size_t>(key.floats) << 8);
+    }
+  };
+
   int64_t max_bytes = 0;
   Stats stats;
   std::unordered_map<Key, Entry, KeyHash> entries;
+  // Convolution weights' packings (get()) and the weights they hold.
+  std::unordered_map<PackKey, std::unique_ptr<float[], AlignedDelete>, PackKeyHash> packs;
+  std::unordered_map<const void*, Tensor> held;
   // Rounded copies (rounded()), by the weight's data and the dtype.
   std::unordered_map<Key, std::pair<Tensor, Tensor>, KeyHash> copies;
   Cache* enclosing = nullptr;
@@ -182,6 +221,17 @@ std::optional<Tensor> PackedWeightScope::rounded(const Tensor& weight, DType dty
   cache->copies.emplace(key, std::make_pair(weight, copy));
   return copy;
 }
+
+namespace detail {
+
+cpu::WeightPacks* weight_packs_holding(const Tensor& weight) {
+  PackedWeightScope::Cache* cache = PackedWeightScope::Cache::innermost();
+  if (cache == nullptr) return nullptr;
+  cache->held.emplace(weight.data(), weight);
+  return cache;
+}
+
+}  // namespace detail
 
 PackedWeightScope::PackedWeightScope(int64_t max_bytes) : cache_(std::make_unique<Cache>()) {
   LOOM_CHECK(max_bytes >= 0, "PackedWeightScope: max_bytes ", max_bytes, " must be >= 0");

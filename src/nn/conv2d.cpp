@@ -32,6 +32,9 @@ Conv2d::Conv2d(std::string name, int64_t in_channels, int64_t out_channels, int6
                "parameters on the host");
     params_.operands = DType::bf16;
   }
+  // Under an open kernels::PackedWeightScope the weight is packed once for
+  // forward and for the input gradient (NOTE [packed weight reuse]).
+  params_.weight_fixed_in_scope = true;
   // PyTorch's default: kaiming_uniform(a = sqrt(5)) gives the bound 1 / sqrt(fan_in) for the
   // weight, and the bias uses the same bound.
   const float bound = 1.0f / std::sqrt(static_cast<float>(in_channels * kernel * kernel));

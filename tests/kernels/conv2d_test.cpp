@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "kernel_test_util.hpp"
+#include "kernels/cpu/packed_gemm.hpp"
 #include "loom/kernels/conv2d.hpp"
+#include "loom/kernels/gemm.hpp"
 #include "support/compare.hpp"
 
 using Catch::Matchers::Contains;
@@ -219,4 +221,48 @@ TEST_CASE("conv2d_cost counts 2 flops per multiply-add", "[kernels][conv2d]") {
   const auto bwd =
       k::conv2d_cost(Conv2dPass::backward_weight, {1, 64, 32, 32}, {64, 64, 3, 3}, true, params);
   CHECK(bwd.flops == fwd.flops + 64 * 32 * 32);
+}
+
+// NOTE [packed weight reuse]: under a PackedWeightScope a convolution whose
+// weight is marked fixed packs it once for forward and once per input-gradient
+// kernel (stride 1, or each stride-2 parity class) and reuses the packing,
+// with the bits of packing it anew.
+TEST_CASE("conv2d reuses its weight's packing inside a PackedWeightScope", "[kernels][conv2d]") {
+  using loom::kernels::PackedWeightScope;
+  struct Case {
+    Shape x, w;
+    int64_t stride, padding;
+  };
+  // ResNet-18's CIFAR shapes: a 3x3 layer of 32x32 planes, a stride-2 3x3 and a stride-2 1x1.
+  for (const Case& c :
+       {Case{{2, 64, 32, 32}, {64, 64, 3, 3}, 1, 1}, Case{{2, 64, 32, 32}, {128, 64, 3, 3}, 2, 1},
+        Case{{2, 64, 32, 32}, {128, 64, 1, 1}, 2, 0}}) {
+    INFO("x " << loom::shape_str(c.x) << ", w " << loom::shape_str(c.w) << ", stride " << c.stride);
+    const Tensor x = loom::test::random_tensor(c.x, DType::f32, 1);
+    const Tensor w = loom::test::random_tensor(c.w, DType::f32, 2);
+    Conv2dParams plain{.stride = c.stride, .padding = c.padding};
+    Conv2dParams fixed = plain;
+    fixed.weight_fixed_in_scope = true;
+    const Shape y_shape = loom::kernels::conv2d_output_shape(c.x, c.w, plain);
+    const Tensor dy = loom::test::random_tensor(y_shape, DType::f32, 3);
+    auto passes = [&](const Conv2dParams& params) {
+      const Tensor y = Tensor::empty(y_shape), dx = Tensor::empty(c.x);
+      loom::kernels::conv2d_forward(x, w, Tensor(), y, params);
+      loom::kernels::conv2d_backward_input(dy, w, dx, params);
+      std::vector<float> out = y.to_vector<float>();
+      for (const float v : dx.to_vector<float>()) out.push_back(v);
+      return out;
+    };
+    const std::vector<float> expected = passes(plain);
+    PackedWeightScope scope(int64_t{64} << 20);
+    REQUIRE(passes(fixed) == expected);  // bit for bit
+    const int64_t packed = scope.stats().packed;
+    REQUIRE(passes(fixed) == expected);
+    REQUIRE(passes(fixed) == expected);
+    // Nothing packed anew after the first micro-batch; each packing reused twice.
+    CHECK(scope.stats().packed == packed);
+    CHECK(scope.stats().hits == 2 * packed);
+    // The implicit GEMM's forward takes the 32x32 plane on every AVX-512 machine.
+    if (loom::kernels::cpu::packed_gemm_available() && c.stride == 1) CHECK(packed >= 1);
+  }
 }

@@ -40,6 +40,11 @@ struct Conv2dParams {
   // (vdpbf16ps where the CPU has it) on an im2col matrix built in bf16. The
   // bias and its gradient stay f32. f32 (the default): no rounding.
   DType operands = DType::f32;
+  // The caller promises w's values stay as they are while the innermost
+  // PackedWeightScope lives: forward and the input gradient may then pack w
+  // once and reuse it (host f32 operands, on the implicit GEMM paths; NOTE
+  // [packed weight reuse] in loom/kernels/gemm.hpp). No effect without a scope.
+  bool weight_fixed_in_scope = false;
 };
 
 // The output shape for input shape x and weight shape w; throws if they do not fit.

@@ -63,7 +63,13 @@ struct GemmOptions {
 // GEMMs on the packed kernel and bf16 ones on the dot-product kernel; other
 // devices and dtypes ignore it. A layer under a reduced precision also takes
 // its rounded weight from the scope (rounded()), so that the bf16 copy too is
-// made once per step.
+// made once per step, and a host convolution keeps its weight's packing for
+// the implicit GEMM in it (Conv2dParams::weight_fixed_in_scope). nn::Linear
+// and nn::Conv2d always mark their weights, so whoever opens a scope promises
+// that no parameter changes, or is gathered anew into the same memory (ZeRO
+// stage 3), while it is open: the pipeline executor opens one from a step's
+// first action to its reduce gradients, train_gpt and train_resnet around a
+// step's micro-batches, none of them at ZeRO stage 3.
 class PackedWeightScope {
  public:
   struct Stats {

@@ -47,6 +47,7 @@
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/im2col.hpp"
 #include "kernels/cpu/packed_gemm.hpp"
+#include "kernels/cpu/weight_packs.hpp"
 #include "loom/core/error.hpp"
 
 namespace loom::kernels::cpu {
@@ -150,6 +151,10 @@ bool implicit_fits(const Conv2dProblem& p) {
          p.kh * p.kw > 1 && p.patch() >= 64;
 }
 
+// The tags of the weight packings this file and conv2d_transposed.cpp keep
+// in a WeightPacks (weight_packs.hpp).
+constexpr int kForwardWeightPack = 1;
+
 // y = W @ im2col(x), packed from x and written in place as NCHW planes.
 void implicit_forward(const Conv2dProblem& p, const float* x, const float* w, float* y) {
   const Im2colPanels columns(p, x);
@@ -163,6 +168,10 @@ void implicit_forward(const Conv2dProblem& p, const float* x, const float* w, fl
   g.c.row_stride = p.out_plane();
   g.c.group_columns = p.out_plane();
   g.c.group_stride = p.c_out * p.out_plane();
+  if (p.weight_packs != nullptr) {  // W packed once while its scope lives
+    g.prepacked_a = p.weight_packs->get(w, kForwardWeightPack, implicit_packed_a_floats(g),
+                                        [&](float* out) { pack_implicit_a(g, out); });
+  }
   packed_gemm_implicit(g);
 }
 

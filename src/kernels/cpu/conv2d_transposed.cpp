@@ -28,6 +28,7 @@
 #include "kernels/cpu/conv2d_panels.hpp"
 #include "kernels/cpu/conv2d_position_major.hpp"
 #include "kernels/cpu/packed_gemm.hpp"
+#include "kernels/cpu/weight_packs.hpp"
 
 namespace loom::kernels::cpu {
 namespace {
@@ -78,9 +79,15 @@ bool fits(const Conv2dProblem& t) {
          t.patch() >= 64;
 }
 
-// out = the forward convolution `t` of dy with the kernel taps of w.
+// The tags of w's packings kept in p.weight_packs (weight_packs.hpp): the
+// stride-1 kernel, and each stride-2 parity class's (kParityPacks + 2a + b).
+constexpr int kStrideOnePack = 2;
+constexpr int kParityPacks = 10;
+
+// out = the forward convolution `t` of dy with the kernel taps of w; the
+// packed taps are kept as `tag` where p.weight_packs is set.
 void forward(const Conv2dProblem& t, const Conv2dProblem& p, const float* dy, const float* w,
-             std::vector<int64_t> taps, float* out) {
+             std::vector<int64_t> taps, int tag, float* out) {
   const KernelTaps kernel(p, w, std::move(taps));
   const Im2colPanels columns(t, dy);
   ImplicitGemm g;
@@ -90,6 +97,10 @@ void forward(const Conv2dProblem& t, const Conv2dProblem& p, const float* dy, co
   g.packed_a = &kernel;
   g.b = &columns;
   g.c = {out, t.out_plane(), t.out_plane(), t.c_out * t.out_plane()};
+  if (p.weight_packs != nullptr) {
+    g.prepacked_a = p.weight_packs->get(w, tag, implicit_packed_a_floats(g),
+                                        [&](float* packed) { pack_implicit_a(g, packed); });
+  }
   packed_gemm_implicit(g);
 }
 
@@ -114,7 +125,7 @@ bool stride_one(const Conv2dProblem& p, const float* dy, const float* w, float* 
   if (!fits(t)) return false;
   std::vector<int64_t> taps;
   for (int64_t tap = p.kh * p.kw - 1; tap >= 0; --tap) taps.push_back(tap);
-  forward(t, p, dy, w, std::move(taps), dx);
+  forward(t, p, dy, w, std::move(taps), kStrideOnePack, dx);
   return true;
 }
 
@@ -171,7 +182,8 @@ bool stride_two(const Conv2dProblem& p, const float* dy, const float* w, float* 
         for (int64_t kj : cols[b].k) taps.push_back(ki * p.kw + kj);
       }
       float* out = planes.data() + (a * 2 + b) * quarter;
-      forward(classes[a][b], p, dy, w, std::move(taps), out);
+      forward(classes[a][b], p, dy, w, std::move(taps), static_cast<int>(kParityPacks + 2 * a + b),
+              out);
       part[a][b] = out;
     }
   }

@@ -289,9 +289,8 @@ void gemm_one(const detail::GemmProblem& p, const float* a, const float* b, floa
 // convolutions this serves), so each B block is packed exactly once and the C
 // block stays in cache while its k blocks are added. Per C element the k
 // blocks are still added in order, as in gemm_one.
-void implicit_gemm(const ImplicitGemm& g) {
+void pack_all_a(const ImplicitGemm& g, float* packed_a) {
   const int64_t strip_rows = round_up(g.m, kTileRows);
-  float* packed_a = scratch<float>(ScratchSlot::f32_a, strip_rows * g.k);
   for (int64_t l0 = 0; l0 < g.k; l0 += kDepth) {
     const int64_t depth = std::min(kDepth, g.k - l0);
     if (g.packed_a != nullptr) {
@@ -299,6 +298,16 @@ void implicit_gemm(const ImplicitGemm& g) {
     } else {
       pack_grouped_a(g.a, g.m, l0, depth, packed_a + strip_rows * l0);
     }
+  }
+}
+
+void implicit_gemm(const ImplicitGemm& g) {
+  const int64_t strip_rows = round_up(g.m, kTileRows);
+  const float* packed_a = g.prepacked_a;
+  if (packed_a == nullptr) {
+    float* packing = scratch<float>(ScratchSlot::f32_a, strip_rows * g.k);
+    pack_all_a(g, packing);
+    packed_a = packing;
   }
   const GroupedMatrix<float>& out = g.c;
   for (int64_t j0 = 0; j0 < g.n; j0 += kBlockCols) {
@@ -424,14 +433,24 @@ void packed_gemm(const detail::GemmProblem& p, const PackedGemmB& b) {
 
 void packed_gemm_implicit(const ImplicitGemm& g) {
   LOOM_ASSERT(g.m > 0 && g.n > 0 && g.k > 0 && g.b != nullptr);
-  LOOM_ASSERT(g.a.data != nullptr || g.packed_a != nullptr);
+  LOOM_ASSERT(g.a.data != nullptr || g.packed_a != nullptr || g.prepacked_a != nullptr);
   LOOM_ASSERT(g.c.group_columns % 16 == 0 || g.c.group_columns >= g.n,
               "implicit gemm output groups of ", g.c.group_columns, " columns split a vector");
   implicit_gemm(g);
 }
 
+int64_t implicit_packed_a_floats(const ImplicitGemm& g) {
+  return round_up(g.m, kTileRows) * g.k;
+}
+
+void pack_implicit_a(const ImplicitGemm& g, float* out) {
+  LOOM_ASSERT(g.m > 0 && g.k > 0 && (g.a.data != nullptr || g.packed_a != nullptr));
+  pack_all_a(g, out);
+}
+
 void packed_gemm_implicit_narrow(const ImplicitGemm& g, int64_t depth) {
   LOOM_ASSERT(g.m > 0 && g.n > 0 && g.k > 0 && g.b != nullptr && depth > 0);
+  LOOM_ASSERT(g.prepacked_a == nullptr, "the narrow implicit gemm packs its own A");
   LOOM_ASSERT(g.a.data != nullptr || g.packed_a != nullptr);
   LOOM_ASSERT(g.c.group_columns % 16 == 0 || g.c.group_columns >= g.n,
               "implicit gemm output groups of ", g.c.group_columns, " columns split a vector");
@@ -470,6 +489,14 @@ void packed_gemm_implicit(const ImplicitGemm&) {
 }
 
 void packed_gemm_implicit_narrow(const ImplicitGemm&, int64_t) {
+  LOOM_CHECK(false, "packed gemm needs AVX-512; this build targets a CPU without it");
+}
+
+int64_t implicit_packed_a_floats(const ImplicitGemm&) {
+  return 0;
+}
+
+void pack_implicit_a(const ImplicitGemm&, float*) {
   LOOM_CHECK(false, "packed gemm needs AVX-512; this build targets a CPU without it");
 }
 

@@ -117,8 +117,17 @@ struct ImplicitGemm {
   const PackedB* b = nullptr;
   GroupedMatrix<float> c;
   float alpha = 1.0f, beta = 0.0f;
+  // All of op(A) already packed by pack_implicit_a (a convolution's weight,
+  // packed once per step: NOTE [packed weight reuse] in loom/kernels/gemm.hpp);
+  // then neither `a` nor `packed_a` is read. packed_gemm_implicit only.
+  const float* prepacked_a = nullptr;
 };
 void packed_gemm_implicit(const ImplicitGemm& problem);
+
+// Floats of all of op(A) as packed_gemm_implicit packs it up front, and that
+// packing (from `a` or `packed_a`) into `out` (64-byte aligned).
+int64_t implicit_packed_a_floats(const ImplicitGemm& problem);
+void pack_implicit_a(const ImplicitGemm& problem, float* out);
 
 // NOTE [narrow panels]
 // packed_gemm_implicit on B panels of kNarrowPanelColumns columns (b writes
