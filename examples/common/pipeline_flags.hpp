@@ -80,27 +80,26 @@ struct PipelineFlags {
   // process) is the one to plan from.
   bool plans_after(int64_t steps_run) const { return plan == "measured" && steps_run == 2; }
 
-  // zb-v's order planned from the durations `stats` measured on every rank of
-  // `pp` in step `step` (collective over pp), with a report line for the log.
-  struct Replanned {
-    parallel::pipeline::Schedule schedule;
-    std::string report;
-  };
-  Replanned replan(const parallel::pipeline::Schedule& current, comm::Communicator& pp,
-                   const parallel::pipeline::StepStats& stats, int64_t step) const {
+  // zb-v's order re-planned from the durations `stats` measured on every rank
+  // of `pp` in step `step` (collective over pp), which `executor` runs from
+  // the next step on; returns a report line for the log.
+  std::string replan(parallel::pipeline::PipelineExecutor& executor, comm::Communicator& pp,
+                     const parallel::pipeline::StepStats& stats, int64_t step) const {
     namespace pl = parallel::pipeline;
+    const pl::Schedule& current = executor.schedule();
     pl::ActionCosts costs = pl::measured_costs(current, pp, stats);
     costs.p2p_latency = 50e-6;  // about the mpi backend's on one node (docs/comm.md)
     pl::ScheduleConfig config{.pp = pp.size(), .micro_batches = micro_batch_count()};
     config.zb_v = {.activation_bound = activation_bound, .costs = costs};
-    Replanned out{pl::make_schedule(pl::ScheduleKind::zb_v, config), ""};
-    out.report =
+    pl::Schedule planned = pl::make_schedule(pl::ScheduleKind::zb_v, config);
+    const std::string report =
         str_cat("pipeline: zb-v re-planned from the chunk durations measured in step ", step,
                 ": simulated bubble ", fixed3(pl::simulate(current, costs).bubble_fraction), " -> ",
-                fixed3(pl::simulate(out.schedule, costs).bubble_fraction), ", at most ",
-                out.schedule.activation_bound, " chunk activations per rank (was ",
+                fixed3(pl::simulate(planned, costs).bubble_fraction), ", at most ",
+                planned.activation_bound, " chunk activations per rank (was ",
                 current.activation_bound, ")\n");
-    return out;
+    executor.replace_schedule(std::move(planned));
+    return report;
   }
 
   parallel::pipeline::Schedule make_schedule() const {

@@ -343,15 +343,8 @@ int run(const Flags& f) {
       norm = pipeline_stats.grad_norm;
       if (scaler && !pipeline_stats.stepped) say_skipped(pipeline_stats.loss_scale);
       if (f.pipe.plans_after(step - first_step + 1)) {
-        examples::PipelineFlags::Replanned planned =
-            f.pipe.replan(*pipeline, *groups.pp, pipeline_stats, step);
-        say("%s", planned.report.c_str());
-        pipeline = std::move(planned.schedule);
-        executor.reset();
-        executor = std::make_unique<pl::PipelineExecutor>(
-            *pipeline, *groups.pp, chunks.modules(), zero,
-            pl::ExecutorOptions{.clip_grad_norm = f.clip,
-                                .loss_scaler = scaler ? &*scaler : nullptr});
+        say("%s", f.pipe.replan(*executor, *groups.pp, pipeline_stats, step).c_str());
+        pipeline = executor->schedule();
       }
     } else {
       // --micro-batches M: gradient accumulation, the micro-batches one after

@@ -391,14 +391,8 @@ int run(const Flags& f) {
       loss = stats.loss;
       norm = stats.grad_norm;
       if (f.pipe.plans_after(step + 1)) {
-        examples::PipelineFlags::Replanned planned =
-            f.pipe.replan(*pipeline, *groups.pp, stats, step);
-        say("%s", planned.report.c_str());
-        pipeline = std::move(planned.schedule);
-        executor.reset();
-        executor = std::make_unique<pl::PipelineExecutor>(
-            *pipeline, *groups.pp, modules, zero,
-            pl::ExecutorOptions{.clip_grad_norm = std::numeric_limits<double>::max()});
+        say("%s", f.pipe.replan(*executor, *groups.pp, stats, step).c_str());
+        pipeline = executor->schedule();
       }
     } else {
       // The micro-batches one after another, each loss scaled by 1 / M; only

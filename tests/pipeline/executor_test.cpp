@@ -397,6 +397,14 @@ TEST_CASE("pipeline executor: bad input is refused before any communication", "[
         pl::PipelineExecutor(pl::schedule_interleaved_1f1b(2, 4, 2), pp, chunks.modules(), zero),
         Contains("places 2 chunk(s) on each rank but rank 0 was given 1 module(s)"));
   }
+  SECTION("a replacement schedule that is not another order of the same work") {
+    pl::PipelineExecutor executor(one_f_one_b, pp, chunks.modules(), zero);
+    CHECK_THROWS_WITH(executor.replace_schedule(pl::schedule_1f1b(2, 8)),
+                      Contains("replace_schedule takes another order of the same work; '1f1b' "
+                               "has pp 2, 8 micro-batches"));
+    executor.replace_schedule(pl::schedule_zb_h1(2, 4));  // the same work, split B and W
+    CHECK(executor.schedule().name == "zb-h1");
+  }
   SECTION("a schedule whose last weight gradient differs between a rank's chunks") {
     // pp 1, two chunks: chunk 1's last backward is micro-batch 0's, chunk 0's
     // micro-batch 1's. Valid as a schedule; the bucket engine cannot name one

@@ -140,6 +140,24 @@ PipelineExecutor::PipelineExecutor(Schedule schedule, comm::Communicator& pp,
 
 PipelineExecutor::~PipelineExecutor() = default;
 
+void PipelineExecutor::replace_schedule(Schedule schedule) {
+  const Schedule& now = impl_->schedule;
+  LOOM_CHECK(schedule.pp == now.pp && schedule.micro_batches == now.micro_batches &&
+                 schedule.virtual_stages == now.virtual_stages &&
+                 schedule.placement == now.placement,
+             "pipeline executor: replace_schedule takes another order of the same work; '",
+             schedule.name, "' has pp ", schedule.pp, ", ", schedule.micro_batches,
+             " micro-batches, ", schedule.virtual_stages,
+             " virtual stages (or another placement) "
+             "where '",
+             now.name, "' has pp ", now.pp, ", ", now.micro_batches, " and ", now.virtual_stages);
+  check_inputs(schedule, impl_->pp, impl_->chunks, impl_->options);
+  const int final_micro = final_micro_batch_of(schedule, impl_->pp.rank());
+  impl_ = std::make_unique<Impl>(std::move(schedule), impl_->pp, impl_->chunks, impl_->zero,
+                                 impl_->options);
+  impl_->final_micro = final_micro;
+}
+
 const Schedule& PipelineExecutor::schedule() const {
   return impl_->schedule;
 }

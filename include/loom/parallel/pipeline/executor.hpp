@@ -192,6 +192,11 @@ class PipelineExecutor {
                  const SeedProvider& seed = {});
 
   const Schedule& schedule() const;
+  // Runs `schedule` from the next step on: the same pp, micro-batches, chunks
+  // and placement in another order (a ZB-V re-planned from measured
+  // durations, ZbVPlan). Checked as the constructor checks; every rank of the
+  // pp group must switch before the same step (shapes are exchanged anew).
+  void replace_schedule(Schedule schedule);
   int rank() const;  // in the pp group
   bool holds_first_chunk() const;
   bool holds_last_chunk() const;
