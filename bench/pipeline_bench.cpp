@@ -5,6 +5,7 @@
 //
 //   pipeline_bench --drive [--micro-batches 4,8] [--schedules ...] [--steps 6] [--warmup 2]
 //                  [--rounds 1] [--cut balanced|even] [--activation-checkpointing]
+//                  [--device cpu|cuda]
 //                  [--planned-bounds 4,5] [--plan-latency-ms 0.05] [--json FILE]
 //
 // The cut (gpt_chunks.hpp): balanced by counted FLOPs (the default; at pp 2
@@ -30,7 +31,7 @@
 //                      durations measured in this run (below), no latency
 //   bubble_floor       the least bubble any order of those durations can
 //                      have, from the ranks' imbalance (NOTE [bubble floor])
-//   peak_activation_bytes   the highest host allocation of a timed step over
+//   peak_activation_bytes   the highest allocation (compute device) of a step over
 //                      the rank's bytes at rest (activations, their gradients
 //                      and the message buffers), highest rank
 //   activation_bound_bytes  the schedule's bound (chunk activations in
@@ -255,6 +256,8 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   }
+  LOOM_CHECK(w.device != "cuda" || loom::cuda_device_count() > 0,
+             "--device cuda: ", loom::cuda_unavailable_reason());
   for (const int m : d.micro_batches) {
     LOOM_CHECK(kBatch % m == 0, "--micro-batches ", m, " does not divide the global batch of ",
                kBatch, " sequences");
@@ -284,12 +287,13 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
   }
   std::fflush(stdout);
   auto launch = [&](int ranks, const std::string& args) {
-    const std::string command =
-        d.mpirun + " -np " + std::to_string(ranks) + " --oversubscribe " + self + " --steps " +
-        std::to_string(w.steps) + " --warmup " + std::to_string(w.warmup) + " --cut " + w.cut +
-        " --receives-ahead " + std::to_string(w.receives_ahead) + " --packed-weight-mib " +
-        std::to_string(w.packed_weight_mib) +
-        (w.activation_checkpointing ? " --activation-checkpointing" : "") + " " + args;
+    const std::string command = d.mpirun + " -np " + std::to_string(ranks) + " --oversubscribe " +
+                                self + " --steps " + std::to_string(w.steps) + " --warmup " +
+                                std::to_string(w.warmup) + " --cut " + w.cut +
+                                " --receives-ahead " + std::to_string(w.receives_ahead) +
+                                " --packed-weight-mib " + std::to_string(w.packed_weight_mib) +
+                                (w.activation_checkpointing ? " --activation-checkpointing" : "") +
+                                " --device " + w.device + " " + args;
     std::string why;
     const auto out = loom::bench::run_json(command, why);
     LOOM_CHECK(out.has_value(), why);
@@ -491,7 +495,8 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
       "run's per-chunk durations in the same round, at most N chunk activations per rank. pp 4 "
       "rows: simulated from zb-v's pp 2 chunks at the same M (planned rows: the same bound "
       "above 2pp, planned with those durations). peak "
-      "act: a step's highest host allocation over the bytes at rest, highest rank; bound: the "
+      "act: a step's highest allocation on the compute device over the bytes at rest, highest "
+      "rank; bound: the "
       "schedule's chunk activations x one micro-batch's forward bytes on the largest chunk\n");
   auto has = [&](const std::string& name) { return measured.count({name, 8}) > 0; };
   if (has("zb-h1") && has("1f1b")) {
@@ -613,6 +618,9 @@ int main(int argc, char** argv) {
   app.add_option("--plan-latency", w.zb_v_plan.costs.p2p_latency,
                  "worker, zb-v: point-to-point latency in seconds to plan with")
       ->check(flags::at_least(0));
+  app.add_option("--device", w.device,
+                 "cpu, or cuda (each rank on its node-local rank's GPU; two ranks may share one)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--activation-checkpointing", w.activation_checkpointing,
                "checkpoint every block (GPTConfig::checkpoint_blocks), single-rank runs included");
   CLI11_PARSE(app, argc, argv);

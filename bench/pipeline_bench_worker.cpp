@@ -46,6 +46,19 @@ Tensor random_ids(const loom::models::GPTConfig& config, uint64_t seed) {
   return Tensor::from_vector(ids, {kBatch, config.seq_len});
 }
 
+// The device this process computes on (--device).
+loom::Device worker_device(const WorkerFlags& f, const loom::Context& launch) {
+  LOOM_CHECK(f.device != "cuda" || loom::cuda_device_count() > 0,
+             "--device cuda: ", loom::cuda_unavailable_reason());
+  return f.device == "cuda" ? loom::device_for_local_rank(launch.local_rank())
+                            : loom::Device::cpu();
+}
+
+// Waits for the device's queued work (a no-op on the host), before a clock is read.
+void settle(loom::Device device) {
+  loom::current_stream(device).synchronize();
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -63,23 +76,26 @@ std::vector<ChunkTiming> time_chunks(const loom::models::GPTConfig& config,
                                      const std::vector<int64_t>& cut) {
   using clock = std::chrono::steady_clock;
   const pl::GPTChunks copies = pl::build_gpt_chunks(config, schedule, rank, cut);
-  loom::Allocator& host = loom::allocator_for(loom::Device::cpu());
-  const Tensor ids = random_ids(config, 99).slice(0, rows);
-  const Tensor targets = random_ids(config, 98).slice(0, rows);
+  const loom::Device device = config.module.device;
+  loom::Allocator& memory = loom::allocator_for(device);
+  const Tensor ids = random_ids(config, 99).slice(0, rows).to(device);
+  const Tensor targets = random_ids(config, 98).slice(0, rows).to(device);
   std::vector<ChunkTiming> out(static_cast<size_t>(schedule.virtual_stages));
   for (int c = 0; c < schedule.chunks(); ++c) {
     const pl::ChunkPlace place = schedule.placement[static_cast<size_t>(c)];
     if (place.rank != rank) continue;
     loom::nn::Module& chunk = *copies.parts[static_cast<size_t>(place.virtual_stage)];
     const bool last = c == schedule.chunks() - 1;
-    const Tensor input =
-        c == 0 ? ids : Tensor::full({rows, config.seq_len, config.d_model}, 0.01, loom::DType::f32);
+    const Tensor input = c == 0 ? ids
+                                : Tensor::full({rows, config.seq_len, config.d_model}, 0.01,
+                                               loom::DType::f32, device);
     std::vector<double> f, b, w;
     int64_t bytes = 0;
     for (int rep = 0; rep < 4; ++rep) {  // the first is a warm-up
       loom::nn::CrossEntropyLoss loss;
       loom::nn::Tape tape, loss_tape;
-      const auto before = static_cast<int64_t>(host.stats().allocated_bytes);
+      settle(device);
+      const auto before = static_cast<int64_t>(memory.stats().allocated_bytes);
       auto t0 = clock::now();
       Tensor y = chunk.forward(input, tape);
       Tensor dy;
@@ -87,14 +103,18 @@ std::vector<ChunkTiming> time_chunks(const loom::models::GPTConfig& config,
         loss.forward(y, targets, loss_tape);
         dy = loss.backward(loss_tape);
       }
+      settle(device);
       const double forward = seconds_since(t0);
-      bytes = std::max(bytes, static_cast<int64_t>(host.stats().allocated_bytes) - before);
-      if (!last) dy = Tensor::full(y.shape(), 1e-3, loom::DType::f32);
+      bytes = std::max(bytes, static_cast<int64_t>(memory.stats().allocated_bytes) - before);
+      if (!last) dy = Tensor::full(y.shape(), 1e-3, loom::DType::f32, device);
+      settle(device);
       t0 = clock::now();
       chunk.backward_input(dy, tape);
+      settle(device);
       const double backward_input = seconds_since(t0);
       t0 = clock::now();
       chunk.backward_weight(tape);
+      settle(device);
       const double backward_weight = seconds_since(t0);
       if (rep == 0) continue;
       f.push_back(forward);
@@ -128,11 +148,13 @@ std::vector<std::vector<double>> gather_doubles(loom::comm::Communicator& comm,
 // the single-rank run, two are the ceiling.
 int run_single(const WorkerFlags& f, loom::Context& launch) {
   loom::comm::Communicator& world = *launch.world();
-  const loom::models::GPTConfig config = bench_config(f);
+  loom::models::GPTConfig config = bench_config(f);
+  config.module.device = worker_device(f, launch);
   loom::models::GPT model("", config);
   loom::optim::AdamW adamw(loom::optim::param_slots(model.parameters()),
                            loom::bench::benchmark_adamw());
-  const Tensor ids = random_ids(config, 1), targets = random_ids(config, 2);
+  const Tensor ids = random_ids(config, 1).to(config.module.device);
+  const Tensor targets = random_ids(config, 2).to(config.module.device);
   loom::nn::CrossEntropyLoss loss;
   auto step = [&] {
     adamw.zero_grad();
@@ -143,11 +165,13 @@ int run_single(const WorkerFlags& f, loom::Context& launch) {
     adamw.step();
   };
   for (int s = 0; s < f.warmup; ++s) step();
+  settle(config.module.device);
   world.barrier().wait();
   loom::bench::CpuShare share;
   share.start();
   const auto start = std::chrono::steady_clock::now();
   for (int s = 0; s < f.steps; ++s) step();
+  settle(config.module.device);
   world.barrier().wait();
   const double seconds = seconds_since(start);
   share.stop();
@@ -181,7 +205,8 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
   namespace parallel = loom::parallel;
   loom::comm::Communicator& world = *launch.world();
   const int pp = world.size();
-  const loom::models::GPTConfig config = bench_config(f);
+  loom::models::GPTConfig config = bench_config(f);
+  config.module.device = worker_device(f, launch);
   const pl::Schedule schedule =
       pl::make_schedule(pl::schedule_kind_from_string(f.schedule),
                         {.pp = pp, .micro_batches = f.micro_batches, .zb_v = f.zb_v_plan});
@@ -202,9 +227,9 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
   const std::vector<ChunkTiming> isolated = time_chunks(config, schedule, rank, rows, cut);
 
   const std::vector<Tensor> inputs =
-      pl::split_micro_batches(random_ids(config, 1), f.micro_batches);
+      pl::split_micro_batches(random_ids(config, 1).to(config.module.device), f.micro_batches);
   const std::vector<Tensor> targets =
-      pl::split_micro_batches(random_ids(config, 2), f.micro_batches);
+      pl::split_micro_batches(random_ids(config, 2).to(config.module.device), f.micro_batches);
   loom::nn::CrossEntropyLoss cross_entropy;
   auto input = [&](int m) { return inputs[static_cast<size_t>(m)]; };
   auto loss = [&](const Tensor& logits, int m) {
@@ -215,7 +240,8 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
   };
   for (int s = 0; s < f.warmup; ++s) executor.step(input, loss);
 
-  loom::Allocator& host = loom::allocator_for(loom::Device::cpu());
+  // Activations live on the compute device (host or GPU).
+  loom::Allocator& memory = loom::allocator_for(config.module.device);
   std::vector<double> mine(kFields, 0.0);
   // Per virtual stage, in-step F, B, W and fused BW seconds (StepStats::chunk_seconds).
   std::vector<double> in_step(4 * isolated.size(), 0.0);
@@ -224,11 +250,11 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
   share.start();
   const auto start = std::chrono::steady_clock::now();
   for (int s = 0; s < f.steps; ++s) {
-    const auto rest = static_cast<double>(host.stats().allocated_bytes);
-    host.reset_peak_stats();
+    const auto rest = static_cast<double>(memory.stats().allocated_bytes);
+    memory.reset_peak_stats();
     const pl::StepStats st = executor.step(input, loss);
     mine[kPeakBytes] =
-        std::max(mine[kPeakBytes], static_cast<double>(host.stats().peak_allocated_bytes) - rest);
+        std::max(mine[kPeakBytes], static_cast<double>(memory.stats().peak_allocated_bytes) - rest);
     mine[kStepSeconds] += st.step_seconds;
     mine[kRecvWait] += st.recv_wait_seconds;
     mine[kSendWait] += st.send_wait_seconds;

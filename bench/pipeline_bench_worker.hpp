@@ -24,6 +24,9 @@ struct WorkerFlags {
   int warmup = 2;
   std::string cut = "balanced";  // balanced (by counted FLOPs) or even (by block count)
   bool activation_checkpointing = false;
+  // cpu, or cuda: each process on its launcher-local rank's GPU (two
+  // processes may share one), the executor's messages staged by the mpi backend.
+  std::string device = "cpu";
   int receives_ahead = 2;  // ExecutorOptions::receives_ahead
   // ExecutorOptions::packed_weight_bytes, in MiB (0: every micro-batch packs the weights)
   int packed_weight_mib = 256;
@@ -33,7 +36,8 @@ struct WorkerFlags {
 };
 
 // Issue 4's GPT (vocab 8192, d_model 256, 4 heads, seq 128) with kLayers
-// blocks, checkpointed under --activation-checkpointing.
+// blocks, checkpointed under --activation-checkpointing, on the host (the
+// driver's view of it: module.device is set by each worker).
 models::GPTConfig bench_config(const WorkerFlags& f);
 
 // Blocks per chunk under the --cut rule.

@@ -53,6 +53,8 @@ models::GPTConfig executor_test_config() {
 }
 
 RankRun run_pipeline_rank(const PipelineRun& run, comm::Communicator& world) {
+  models::GPTConfig config = run.config;
+  config.module.device = run.device;
   const parallel::ParallelLayout layout(world.size(), 1, run.pp);
   const parallel::ParallelGroups groups =
       parallel::make_parallel_groups(world.shared_from_this(), layout);
@@ -61,8 +63,7 @@ RankRun run_pipeline_rank(const PipelineRun& run, comm::Communicator& world) {
                                    .micro_batches = run.micro_batches,
                                    .virtual_stages = run.virtual_stages,
                                    .zb_v = run.zb_v.value_or(pl::ZbVPlan{})});
-  pl::GPTChunks chunks =
-      pl::build_gpt_chunks(run.config, schedule, groups.coord.pp, run.chunk_layers);
+  pl::GPTChunks chunks = pl::build_gpt_chunks(config, schedule, groups.coord.pp, run.chunk_layers);
   parallel::ZeroOptions options = zero_options(run.zero_stage, parallel::reduction_groups(groups));
   if (run.zero_stage == 3) options.modules = chunks.shard_parameters();
   parallel::ZeroOptimizer zero(chunks.parameters(), *groups.dp, kSgd, options);
@@ -79,10 +80,10 @@ RankRun run_pipeline_rank(const PipelineRun& run, comm::Communicator& world) {
   nn::CrossEntropyLoss cross_entropy;
   for (int step = 0; step < run.steps; ++step) {
     const int64_t first = rows * groups.coord.dp;
-    const std::vector<Tensor> inputs =
-        pl::split_micro_batches(tokens(step, first, rows, 0, run.config), run.micro_batches);
-    const std::vector<Tensor> targets =
-        pl::split_micro_batches(tokens(step, first, rows, 1, run.config), run.micro_batches);
+    const std::vector<Tensor> inputs = pl::split_micro_batches(
+        tokens(step, first, rows, 0, config).to(run.device), run.micro_batches);
+    const std::vector<Tensor> targets = pl::split_micro_batches(
+        tokens(step, first, rows, 1, config).to(run.device), run.micro_batches);
     auto input = [&](int m) { return inputs[static_cast<size_t>(m)]; };
     auto loss = [&](const Tensor& logits, int m) {
       nn::Tape tape;

@@ -46,6 +46,9 @@ struct PipelineRun {
   // Blocks per chunk (build_gpt_chunks); empty: the default cut, balanced by counted FLOPs.
   std::vector<int64_t> chunk_layers = {};
   models::GPTConfig config = executor_test_config();
+  // Where the pipeline ranks compute (config.module.device is overridden);
+  // the single-rank reference runs as config says (the host by default).
+  Device device = Device::cpu();
 };
 
 // What one rank saw.

@@ -309,7 +309,7 @@ TEST_CASE("pipeline executor: a message whose shape changed is refused by its se
           "[pipeline]") {
   using pl::detail::MessageKind;
   auto pair = comm::make_local_group(2, "pp");  // rank 1 never receives: nothing is waited for
-  pl::detail::StageMessages messages(*pair[0], 2, 2);
+  pl::detail::StageMessages messages(*pair[0], 2, 2, Device::cpu());
   messages.send(MessageKind::activation, 0, 0, 1, Tensor::zeros({2, 8, 16}));
   messages.send(MessageKind::gradient, 0, 0, 1, Tensor::zeros({2, 4, 16}));  // its own shape
   CHECK_THROWS_WITH(messages.send(MessageKind::activation, 1, 0, 1, Tensor::zeros({2, 7, 16})),

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "loom/core/error.hpp"
+#include "loom/core/stream.hpp"
 #include "loom/kernels/elementwise.hpp"
 #include "loom/parallel/pipeline/validate.hpp"
 #include "loom/trace/profiler.hpp"
@@ -88,6 +89,23 @@ void check_inputs(const Schedule& schedule, const comm::Communicator& pp,
              " optimizer step actions; the executor needs exactly one of each");
 }
 
+// The device of the rank's chunks, where received activations and gradients
+// are allocated: every parameter's, which must be one (the CPU when the
+// chunks hold none).
+Device chunks_device(const std::vector<nn::Module*>& chunks, int rank) {
+  const nn::Parameter* first = nullptr;
+  for (nn::Module* chunk : chunks) {
+    for (const nn::Parameter* p : chunk->parameters()) {
+      if (first == nullptr) first = p;
+      LOOM_CHECK(p->device() == first->device(), "pipeline executor: rank ", rank,
+                 " holds parameter '", first->name(), "' on ", first->device().str(), " and '",
+                 p->name(), "' on ", p->device().str(),
+                 "; a rank's chunks must all live on one device");
+    }
+  }
+  return first != nullptr ? first->device() : Device::cpu();
+}
+
 double seconds_between(int64_t start_ns, int64_t end_ns) {
   return static_cast<double>(end_ns - start_ns) * 1e-9;
 }
@@ -102,13 +120,15 @@ struct PipelineExecutor::Impl {
         chunks(std::move(modules)),
         zero(optimizer),
         options(opts),
-        messages(group, schedule.chunks(), schedule.micro_batches) {}
+        device(chunks_device(chunks, group.rank())),
+        messages(group, schedule.chunks(), schedule.micro_batches, device) {}
 
   Schedule schedule;
   comm::Communicator& pp;
   std::vector<nn::Module*> chunks;  // per virtual stage
   ZeroOptimizer& zero;
   ExecutorOptions options;
+  Device device;  // the chunks' (chunks_device)
   detail::StageMessages messages;
   int final_micro = 0;
   bool failed = false;  // a step threw: messages may be half exchanged
@@ -387,6 +407,9 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
         if (stats.stepped) zero.step();
         compute_seconds = &stats.optimizer_seconds;
         break;
+    }
+    if (compute_seconds != nullptr && device.is_cuda() && options.synchronize_device_actions) {
+      current_stream(device).synchronize();
     }
     const int64_t end = trace::now_ns();
     if (compute_seconds != nullptr) *compute_seconds += seconds_between(start, end);

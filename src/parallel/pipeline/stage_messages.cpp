@@ -39,8 +39,8 @@ int max_message_tag(int chunks, int micro_batches) {
   return payload_tag(MessageKind::gradient, micro_batches - 1, chunks - 1, chunks, micro_batches);
 }
 
-StageMessages::StageMessages(comm::Communicator& pp, int chunks, int micro_batches)
-    : pp_(pp), chunks_(chunks), micro_batches_(micro_batches) {}
+StageMessages::StageMessages(comm::Communicator& pp, int chunks, int micro_batches, Device device)
+    : pp_(pp), chunks_(chunks), micro_batches_(micro_batches), device_(device) {}
 
 int StageMessages::tag_of(const Key& key) const {
   return payload_tag(key.kind, key.micro_batch, key.chunk, chunks_, micro_batches_);
@@ -100,7 +100,7 @@ double StageMessages::wait_sends() {
 
 void StageMessages::post_payload(const Key& key, Receive& receive) {
   const Layout& layout = received_layouts_.at({key.kind, key.chunk});
-  receive.payload = Tensor::empty(layout.shape, layout.dtype);
+  receive.payload = Tensor::empty(layout.shape, layout.dtype, device_);
   receive.payload_work = pp_.recv(receive.payload, receive.peer, {.tag = tag_of(key)});
 }
 

@@ -50,7 +50,9 @@ int max_message_tag(int chunks, int micro_batches);
 
 class StageMessages {
  public:
-  StageMessages(comm::Communicator& pp, int chunks, int micro_batches);
+  // Payloads are received into tensors on `device` (the rank's chunks'
+  // device; the backend stages device memory as it must).
+  StageMessages(comm::Communicator& pp, int chunks, int micro_batches, Device device);
 
   // Posts the send of `tensor` (the shape header first, the first time for
   // this kind and chunk). The tensor is kept alive until the send completes.
@@ -104,6 +106,7 @@ class StageMessages {
   comm::Communicator& pp_;
   int chunks_;
   int micro_batches_;
+  Device device_;
   std::map<std::pair<MessageKind, int>, Layout> sent_layouts_;      // (kind, chunk)
   std::map<std::pair<MessageKind, int>, Layout> received_layouts_;  // (kind, chunk)
   std::map<Key, Receive> receives_;

@@ -66,6 +66,11 @@
 //    precede them. Sends are posted and not waited for until the end of the
 //    step (completed ones are dropped as the step goes), so they overlap the
 //    compute that follows.
+//  - Devices: received activations and gradients are allocated on the device
+//    of the rank's chunks (their parameters'), so a rank on a GPU computes on
+//    device tensors; the mpi backend stages device memory through host
+//    buffers (docs/comm.md), and neighbouring ranks may sit on different
+//    devices.
 //
 // Checked at construction, before any communication (loom::Error naming the
 // value and the rule): the pp group's size and the schedule's pp; one module
@@ -73,7 +78,8 @@
 // exactly one reduce gradients and one optimizer step on this rank, and one
 // micro-batch whose weight gradient is the last on every chunk of the rank;
 // message tags that fit the communicator's range (2 × chunks × (M + 1) <
-// 32768); at ZeRO stage 3, chunks that are attached ShardedModules.
+// 32768); at ZeRO stage 3, chunks that are attached ShardedModules; every
+// parameter of the rank's chunks on one device.
 //
 // Not thread-safe; one executor per rank. The modules, the communicator and
 // the ZeroOptimizer must outlive it. A step that throws (a peer failed, a
@@ -132,6 +138,12 @@ struct ExecutorOptions {
   // [packed weight reuse] in loom/kernels/gemm.hpp); 0: pack per micro-batch.
   // Not at ZeRO stage 3, whose gathered weights come and go within a step.
   int64_t packed_weight_bytes = int64_t{256} << 20;
+  // On a CUDA device: wait for each compute action's kernels before reading
+  // the clock, so StepStats' compute and receive-wait times are the device's
+  // (what the simulator and pipeline_bench take). Off, the host runs ahead
+  // of the device and those times measure kernel launches. No effect on the
+  // host.
+  bool synchronize_device_actions = true;
 };
 
 // One chunk's compute time in a step, summed over its micro-batches.
