@@ -101,14 +101,20 @@ TEST_CASE("mpi: a posted receive that is not matched yet does not block a later 
 }
 
 TEST_CASE(
-    "mpi: all-reduces and reduce-scatters that overlap compute match closed-form results, "
-    "beside MPI traffic") {
+    "mpi: all-reduces and reduce-scatters that overlap compute, and all-gathers, match "
+    "closed-form results, beside MPI traffic") {
   // overlaps_compute takes the shared-memory path at every size (futex waits,
   // NOTE [shm futex]) unless LOOM_SHM_ALLREDUCE says otherwise.
   const char* setting = std::getenv("LOOM_SHM_ALLREDUCE");
   if (setting == nullptr || std::string(setting) == "auto") {
     CHECK(mpi::use_shm_all_reduce(size_t{256} << 20, true));
     CHECK_FALSE(mpi::use_shm_all_reduce(size_t{256} << 20, false));
+    // Reduce-scatters and all-gathers take shared memory at every size, hint
+    // or not (NOTE [reduce_scatter algorithm], NOTE [all_gather algorithm]).
+    CHECK(mpi::use_shm_reduce_scatter(size_t{64} << 10, false));
+    CHECK(mpi::use_shm_reduce_scatter(size_t{256} << 20, false));
+    CHECK(mpi::use_shm_all_gather(size_t{64} << 10));
+    CHECK(mpi::use_shm_all_gather(size_t{256} << 20));
   }
   // Several 1 MiB pieces, and a count that divides neither pieces nor ranks.
   for (const DType dtype : {DType::f32, DType::bf16, DType::i64}) {
@@ -117,6 +123,9 @@ TEST_CASE(
       run_on_every_rank([&] { testing::check_all_reduce(world(), dtype, count, {}, true); });
       // (count per rank: pieces straddle the ranks' ranges; uneven counts too)
       run_on_every_rank([&] { testing::check_reduce_scatter(world(), dtype, count, {}, true); });
+      // All-gathers of these sizes: through the slots up to 64 KiB, read from
+      // the peers' memory above (NOTE [direct all-gather]).
+      run_on_every_rank([&] { testing::check_all_gather(world(), dtype, count); });
     }
   }
   // While a receive is in flight (the progress thread then wakes every 20 us
@@ -372,12 +381,20 @@ TEST_CASE("mpi: tensors larger than one MPI call are split into several calls") 
     CHECK(ok);
   }
   if (n > 1) {
+    // MPI's path (LOOM_SHM_ALLREDUCE=off) refuses it; the shared-memory
+    // reduce-scatter has no per-call limit.
+    const int64_t first = int64_t{1} << 18;
     std::vector<int64_t> uneven(static_cast<size_t>(n), 2);
-    uneven[0] = 8;
-    const Tensor input = Tensor::zeros({8 + 2 * (n - 1)});
-    const Tensor output = Tensor::zeros({r == 0 ? 8 : 2});
-    CHECK_THROWS_WITH(world().reduce_scatter(input, output, {.counts = uneven}),
-                      Contains("do not fit MPI's int counts (at most 7 per call)"));
+    uneven[0] = first;
+    const Tensor input = Tensor::zeros({first + 2 * (n - 1)});
+    const Tensor output = Tensor::zeros({r == 0 ? first : 2});
+    if (mpi::use_shm_reduce_scatter(input.nbytes(), false)) {
+      run_on_every_rank(
+          [&] { world().reduce_scatter(input, output, {.counts = uneven}).wait(20s); });
+    } else {
+      CHECK_THROWS_WITH(world().reduce_scatter(input, output, {.counts = uneven}),
+                        Contains("do not fit MPI's int counts (at most 7 per call)"));
+    }
   }
   mpi::set_max_elements_per_call(0);
   run_on_every_rank([] {

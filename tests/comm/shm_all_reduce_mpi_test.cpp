@@ -1,8 +1,12 @@
 // The shared-memory all-reduce under real mpirun (run by ctest with 2 and 4
 // ranks): every dtype and op against closed-form results, sizes from 0 to
 // several pieces, pieces that do not divide evenly among the ranks, and
-// back-to-back operations that reuse the slots; and the futex wait on a late
-// peer (NOTE [shm futex]): woken by the peer's signal, or by interrupt().
+// back-to-back operations that reuse the slots; the reduce-scatter and the
+// all-gather (through the slots, and read from the peers' memory: NOTE
+// [direct all-gather]) with equal, uneven and zero counts, in place,
+// interleaved with all-reduces; ranks that disagree on the counts get an
+// error on every rank; and the futex wait on a late peer (NOTE [shm futex]):
+// woken by the peer's signal, or by interrupt().
 //
 //   mpirun -np 2 shm_all_reduce_mpi_test            # correctness (exit 0 / 1)
 //   mpirun -np 2 shm_all_reduce_mpi_test --bench    # busbw against MPI_Allreduce per piece size
@@ -21,9 +25,11 @@
 #include <vector>
 
 #include "comm/mpi/shm_all_reduce.hpp"
+#include "loom/core/error.hpp"
 #include "loom/core/tensor.hpp"
 
 using loom::DType;
+using loom::str_cat;
 using loom::Tensor;
 using loom::comm::ReduceOp;
 using loom::comm::detail::ShmAllReduce;
@@ -82,6 +88,128 @@ int check(ShmAllReduce& shm, int rank, int size) {
       }
     }
   }
+  return failures;
+}
+
+// Runs the operation started by `start` to its end; returns its error, if any.
+template <typename Start>
+std::string run_op(ShmAllReduce& shm, Start&& start) {
+  const uint64_t ticket = shm.enqueue();
+  if (!shm.is_turn_of(ticket)) std::abort();
+  start();
+  while (!shm.step()) sched_yield();
+  return shm.take_error().value_or("");
+}
+
+// Reduce-scatters and all-gathers against closed-form results: per-rank
+// counts equal (0, 1, 1000, 70001) and uneven (rank r holds base + 3 r, rank
+// 0 none), f32, bf16 and i64, each followed by an all-reduce so the ops
+// share the slots' parities; all-gathers in place too. Returns failures.
+int check_blocks(ShmAllReduce& shm, int rank, int size) {
+  int failures = 0;
+  auto fail = [&](const std::string& what, int64_t i, double got, double want) {
+    std::fprintf(stderr, "rank %d: %s: element %ld is %g, expected %g\n", rank, what.c_str(),
+                 static_cast<long>(i), got, want);
+    ++failures;
+  };
+  std::vector<std::vector<int64_t>> patterns;
+  for (const int64_t c : {0L, 1L, 1000L, 70001L})
+    patterns.emplace_back(static_cast<size_t>(size), c);
+  for (const int64_t base : {1L, 700L, 40000L}) {
+    std::vector<int64_t> counts(static_cast<size_t>(size));
+    for (int r = 0; r < size; ++r) counts[static_cast<size_t>(r)] = r == 0 ? 0 : base + 3 * r;
+    patterns.push_back(counts);
+  }
+  for (const DType dtype : {DType::f32, DType::bf16, DType::i64}) {
+    for (const std::vector<int64_t>& counts : patterns) {
+      std::vector<int64_t> begin(static_cast<size_t>(size) + 1, 0);
+      for (int r = 0; r < size; ++r)
+        begin[static_cast<size_t>(r) + 1] =
+            begin[static_cast<size_t>(r)] + counts[static_cast<size_t>(r)];
+      const int64_t total = begin.back(), mine = counts[static_cast<size_t>(rank)];
+      const std::string label = str_cat(loom::dtype_name(dtype), " total ", total);
+      // Reduce-scatter: rank q holds q + 1 + i % 5 at position i (exact in bf16: small integers).
+      std::vector<float> in(static_cast<size_t>(total));
+      for (int64_t i = 0; i < total; ++i)
+        in[static_cast<size_t>(i)] = static_cast<float>(rank + 1 + i % 5);
+      const Tensor input = Tensor::from_vector(in, {total}).to(dtype);
+      const Tensor output = Tensor::full({mine}, -1.0, dtype);
+      std::string error = run_op(shm, [&] {
+        shm.start_reduce_scatter(input.data(), output.data(), counts, dtype, ReduceOp::sum);
+      });
+      if (!error.empty()) fail("reduce_scatter " + label + ": " + error, 0, 0, 0);
+      const std::vector<float> got = output.to_vector<float>();
+      for (int64_t i = 0; i < mine; ++i) {
+        const double want = size * (size + 1) / 2.0 +
+                            size * static_cast<double>((begin[static_cast<size_t>(rank)] + i) % 5);
+        if (got[static_cast<size_t>(i)] != want) {
+          fail("reduce_scatter " + label, i, got[static_cast<size_t>(i)], want);
+          break;
+        }
+      }
+      // All-gather, out of place and in place: rank q's block holds 8 q + j % 8.
+      for (const bool in_place : {false, true}) {
+        std::vector<float> block(static_cast<size_t>(mine));
+        for (int64_t j = 0; j < mine; ++j)
+          block[static_cast<size_t>(j)] = static_cast<float>(8 * rank + j % 8);
+        const Tensor gathered = Tensor::full({total}, -1.0, dtype);
+        Tensor source = Tensor::from_vector(block, {mine}).to(dtype);
+        if (in_place) {
+          const Tensor view = gathered.slice(begin[static_cast<size_t>(rank)],
+                                             begin[static_cast<size_t>(rank)] + mine);
+          view.copy_from(source);
+          source = view;
+        }
+        error = run_op(
+            shm, [&] { shm.start_all_gather(source.data(), gathered.data(), counts, dtype); });
+        if (!error.empty()) fail("all_gather " + label + ": " + error, 0, 0, 0);
+        const std::vector<float> all = gathered.to_vector<float>();
+        for (int q = 0, i = 0; q < size; ++q) {
+          bool ok = true;
+          for (int64_t j = 0; j < counts[static_cast<size_t>(q)] && ok; ++j, ++i) {
+            const double want = 8.0 * q + static_cast<double>(j % 8);
+            if (all[static_cast<size_t>(i)] != want) {
+              fail(str_cat("all_gather ", label, in_place ? " in place" : "", " block ", q), i,
+                   all[static_cast<size_t>(i)], want);
+              ok = false;
+            }
+          }
+          if (!ok) break;
+        }
+      }
+      // An all-reduce between them: the next ops start on the other slot parity.
+      const Tensor one = Tensor::full({3}, 1.0, dtype);
+      run(shm, one, ReduceOp::sum);
+      if (one.to_vector<float>()[2] != static_cast<float>(size))
+        fail("all_reduce " + label, 2, one.to_vector<float>()[2], size);
+    }
+  }
+  return failures;
+}
+
+// Ranks that disagree on the counts: every rank's operation ends with an
+// error naming them, nothing hangs, and the object stays usable. Returns failures.
+int check_disagreement(ShmAllReduce& shm, int rank, int size, int64_t base) {
+  int failures = 0;
+  std::vector<int64_t> counts(static_cast<size_t>(size), base);
+  if (rank == 0) {
+    counts[0] += 1;
+    counts[1] -= 1;
+  }
+  int64_t total = 0;
+  for (const int64_t c : counts) total += c;
+  const Tensor input = Tensor::zeros({counts[static_cast<size_t>(rank)]});
+  const Tensor output = Tensor::zeros({total});
+  const std::string error =
+      run_op(shm, [&] { shm.start_all_gather(input.data(), output.data(), counts, DType::f32); });
+  if (error.find("ranks disagree") == std::string::npos) {
+    std::fprintf(stderr, "rank %d: all_gather with disagreeing counts (%ld per rank) gave '%s'\n",
+                 rank, static_cast<long>(base), error.c_str());
+    ++failures;
+  }
+  const Tensor t = Tensor::full({5}, 1.0);
+  run(shm, t, ReduceOp::sum);
+  if (t.to_vector<float>()[4] != static_cast<float>(size)) ++failures;
   return failures;
 }
 
@@ -206,6 +334,20 @@ int main(int argc, char** argv) {
     // The same twice more with a larger piece: several objects may coexist.
     ShmAllReduce big(MPI_COMM_WORLD, 1 << 20);
     failures += check(big, rank, size);
+    // Reduce-scatters and all-gathers: many 4 KiB pieces, then 1 MiB pieces.
+    failures += check_blocks(shm, rank, size);
+    failures += check_blocks(big, rank, size);
+    failures += check_disagreement(shm, rank, size, 100);     // through the slots
+    failures += check_disagreement(big, rank, size, 100000);  // read directly, where allowed
+    // Read directly where the kernel allows it (the report says which ran);
+    // LOOM_SHM_DIRECT=off gives the slots at every size.
+    if (rank == 0)
+      std::printf("direct reads between ranks: %s\n", big.direct_reads() ? "yes" : "no");
+    setenv("LOOM_SHM_DIRECT", "off", 1);
+    ShmAllReduce slots(MPI_COMM_WORLD, 1 << 20);
+    unsetenv("LOOM_SHM_DIRECT");
+    if (slots.direct_reads()) ++failures;
+    failures += check_blocks(slots, rank, size);
     // Peers 0.3 s late: the wait ends when they signal (not after 20 s).
     failures += check_wait(big, rank, size, 0.3, false);
     // Peers 3 s late, interrupted after 20 ms: the wait ends long before they come.

@@ -156,6 +156,17 @@ bool use_shm_all_reduce(size_t bytes, bool overlaps_compute) {
   return overlaps_compute || bytes < (size_t{512} << 10);
 }
 
+bool use_shm_reduce_scatter(size_t bytes, bool overlaps_compute) {
+  (void)overlaps_compute;  // shared memory is the faster path either way
+  if (const std::optional<size_t> threshold = shm_setting()) return bytes >= *threshold;
+  return true;  // NOTE [reduce_scatter algorithm]: measured at 2 ranks, docs/comm.md
+}
+
+bool use_shm_all_gather(size_t bytes) {
+  if (const std::optional<size_t> threshold = shm_setting()) return bytes >= *threshold;
+  return true;  // NOTE [all_gather algorithm]: measured at 2 ranks, docs/comm.md
+}
+
 std::unique_ptr<MpiOp> make_all_reduce(const OpTarget& target, const Tensor& tensor,
                                        const AllReduceOptions& options,
                                        const detail::WorkPtr& work) {

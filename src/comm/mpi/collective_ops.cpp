@@ -86,6 +86,24 @@ class AllGatherOp final : public WorkOp {
   IntCounts counts_;
 };
 
+// Through the shared-memory slots, stepped by the progress thread (NOTE
+// [all_gather algorithm]); host tensors only.
+class ShmAllGatherOp final : public ShmOp {
+ public:
+  ShmAllGatherOp(const OpTarget& target, const Tensor& input, const Tensor& output,
+                 std::vector<int64_t> counts, const detail::WorkPtr& work)
+      : ShmOp(target, work), input_(input), output_(output), counts_(std::move(counts)) {}
+
+ protected:
+  void begin(detail::ShmAllReduce& shm) override {
+    shm.start_all_gather(input_.data(), output_.data(), counts_, input_.dtype());
+  }
+
+ private:
+  Tensor input_, output_;
+  std::vector<int64_t> counts_;
+};
+
 class BroadcastOp final : public WorkOp {
  public:
   BroadcastOp(const OpTarget& target, const Tensor& tensor, int root, const detail::WorkPtr& work)
@@ -281,6 +299,11 @@ std::unique_ptr<MpiOp> make_reduce(const OpTarget& target, const Tensor& tensor,
 std::unique_ptr<MpiOp> make_all_gather(const OpTarget& target, const Tensor& input,
                                        const Tensor& output, const std::vector<int64_t>& counts,
                                        const detail::WorkPtr& work) {
+  // NOTE [all_gather algorithm]
+  if (target.shm != nullptr && input.device().is_cpu() && output.device().is_cpu() &&
+      output.numel() > 0 && use_shm_all_gather(output.nbytes())) {
+    return std::make_unique<ShmAllGatherOp>(target, input, output, counts, work);
+  }
   return std::make_unique<AllGatherOp>(target, input, output, int_counts(counts, work, "chunks"),
                                        work);
 }

@@ -48,6 +48,11 @@ struct OpTarget {
 // "auto" (default: below 512 KiB, and at every size for an operation that
 // overlaps compute), "on", "off", or a size such as "4M" (from that size on).
 bool use_shm_all_reduce(size_t bytes, bool overlaps_compute);
+// The same for a reduce-scatter of `bytes` of input (NOTE [reduce_scatter
+// algorithm]) and an all-gather of `bytes` of output (NOTE [all_gather
+// algorithm]); LOOM_SHM_ALLREDUCE applies to them alike.
+bool use_shm_reduce_scatter(size_t bytes, bool overlaps_compute);
+bool use_shm_all_gather(size_t bytes);
 // False when LOOM_SHM_ALLREDUCE=off: communicators then skip the setup.
 bool shm_all_reduce_enabled();
 // Largest MPI_Iallreduce of one all_reduce (LOOM_MPI_ALLREDUCE_CHUNK, default 8 MiB;

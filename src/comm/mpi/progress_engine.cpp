@@ -32,6 +32,9 @@ constexpr auto kDriveIdle = std::chrono::microseconds(200);
 // How long MPI rounds without anything moving follow each other without a
 // yield: a sched_yield per round measurably slows a 1 MiB MPI all-reduce.
 constexpr auto kDriveSpin = std::chrono::microseconds(20);
+// NOTE [polled rounds]: a waiting thread driving a shared-memory op tests MPI
+// once in this many rounds.
+constexpr uint32_t kPolledMpiRounds = 16;
 // How long the progress thread naps per look while a waiting thread drives.
 constexpr auto kStepAside = std::chrono::microseconds(1000);
 // How soon the progress thread looks at ops that callers posted themselves,
@@ -281,9 +284,9 @@ void ProgressEngine::step_aside(std::chrono::microseconds limit) {
   state_ = State::running;
 }
 
-int ProgressEngine::drive_round() {
+int ProgressEngine::drive_round(bool test_mpi) {
   int moved = take_work();
-  moved += progress(false);
+  if (test_mpi || !polling()) moved += progress(false);
   if (polling()) moved += step_polled();
   return moved;
 }
@@ -301,6 +304,7 @@ void ProgressEngine::drive_until(const std::function<bool()>& done,
   std::unique_lock drive(drive_mutex_, std::defer_lock);
   bool shut_down = false;
   auto last_moved = std::chrono::steady_clock::now();
+  uint32_t rounds = 0;
   while (!done()) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline || now - last_moved >= kDriveIdle) break;
@@ -315,11 +319,17 @@ void ProgressEngine::drive_until(const std::function<bool()>& done,
         break;
       }
     }
-    if (drive_round() > 0) {
+    // NOTE [polled rounds]: while shared-memory ops are in flight, MPI is
+    // tested every kPolledMpiRounds rounds only (each test walks Open MPI's
+    // progress engine, about a microsecond, where a shared-memory op waits
+    // for a peer's write that a load sees at once); nothing is skipped
+    // otherwise.
+    if (drive_round(rounds++ % kPolledMpiRounds == 0) > 0) {
       last_moved = now;
     } else if (polling() || now - last_moved > kDriveSpin) {
       // (MPI's test calls yield too, when idle; a shared-memory op waits on
-      // its peers' writes, which a yield per round does not delay.)
+      // its peers' writes, which a yield per round does not delay, and a peer
+      // sharing this core, oversubscribed, gets it.)
       std::this_thread::yield();
     }
   }

@@ -164,8 +164,9 @@ class ProgressEngine {
   void run();
   // The progress thread sleeps while a waiting thread drives (at most `limit`).
   void step_aside(std::chrono::microseconds limit);
-  // One round of the driver: posts queued ops, tests requests, steps polled ops.
-  int drive_round();
+  // One round of driving: new work, MPI (when test_mpi, or no shared-memory op is in
+  // flight; NOTE [polled rounds]), the shared-memory ops. Returns what moved.
+  int drive_round(bool test_mpi);
   // With mutex_ held: wakes the thread (condition variable, or the doorbell when it is in MPI).
   void wake_locked();
   bool has_work_locked() const;

@@ -109,19 +109,19 @@ class ChunkedReduceScatterOp final : public WorkOp {
 class ShmReduceScatterOp final : public ShmOp {
  public:
   ShmReduceScatterOp(const OpTarget& target, const Tensor& input, const Tensor& output, ReduceOp op,
-                     int64_t out_begin, const detail::WorkPtr& work)
-      : ShmOp(target, work), input_(input), output_(output), op_(op), out_begin_(out_begin) {}
+                     std::vector<int64_t> counts, const detail::WorkPtr& work)
+      : ShmOp(target, work), input_(input), output_(output), op_(op), counts_(std::move(counts)) {}
 
  protected:
   void begin(detail::ShmAllReduce& shm) override {
-    shm.start_reduce_scatter(input_.data(), output_.data(), out_begin_, output_.numel(),
-                             input_.dtype(), input_.numel(), op_);  // (avg included)
+    shm.start_reduce_scatter(input_.data(), output_.data(), counts_, input_.dtype(),
+                             op_);  // (avg included)
   }
 
  private:
   Tensor input_, output_;
   ReduceOp op_;
-  int64_t out_begin_;
+  std::vector<int64_t> counts_;
 };
 
 }  // namespace
@@ -133,11 +133,9 @@ std::unique_ptr<MpiOp> make_reduce_scatter(const OpTarget& target, const Tensor&
   const std::vector<int64_t>& counts = options.counts;
   const ReduceOp op = options.op;
   // NOTE [reduce_scatter algorithm]
-  if (options.overlaps_compute && target.shm != nullptr && input.device().is_cpu() &&
-      output.device().is_cpu() && shm_all_reduce_enabled() && input.numel() > 0) {
-    int64_t out_begin = 0;
-    for (int r = 0; r < target.rank; ++r) out_begin += counts[static_cast<size_t>(r)];
-    return std::make_unique<ShmReduceScatterOp>(target, input, output, op, out_begin, work);
+  if (target.shm != nullptr && input.device().is_cpu() && output.device().is_cpu() &&
+      input.numel() > 0 && use_shm_reduce_scatter(input.nbytes(), options.overlaps_compute)) {
+    return std::make_unique<ShmReduceScatterOp>(target, input, output, op, counts, work);
   }
   const bool equal =
       std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts.front(); });

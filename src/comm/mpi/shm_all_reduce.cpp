@@ -1,8 +1,13 @@
 #include "comm/mpi/shm_all_reduce.hpp"
 
 #include <linux/futex.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
 
 #include <algorithm>
 #include <climits>
@@ -17,6 +22,9 @@ namespace loom::comm::detail {
 namespace {
 constexpr size_t kHeaderBytes = 4096;  // the counter, on its own page
 constexpr size_t kAlignment = 64;      // of each rank's counter and slots
+// NOTE [direct all-gather]: up to this many bytes of output an all-gather
+// goes through the slots (one wait, copies cheaper than a second wait).
+constexpr int64_t kSlotGatherMaxBytes = int64_t{64} << 10;
 
 // Shared (not FUTEX_PRIVATE): the words live in memory mapped by several processes.
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::microseconds timeout) {
@@ -71,9 +79,55 @@ ShmAllReduce::ShmAllReduce(MPI_Comm node_comm, size_t piece_bytes)
   Counter* own = new (counters_[static_cast<size_t>(rank_)]) Counter{};
   own->wake.store(0);
   own->sleepers.store(0);
+  own->pid = static_cast<int64_t>(getpid());
+  own->probe = 0x10045a17c0ffeeull ^ static_cast<uint64_t>(rank_);
+  own->probe_address = reinterpret_cast<uint64_t>(&own->probe);
   own->value.store(0, std::memory_order_release);
   // Nobody may read a counter before its owner has initialised it.
   LOOM_MPI_CHECK(MPI_Barrier(node_comm));
+  direct_ = probe_direct_reads(node_comm);
+}
+
+bool ShmAllReduce::read_peer(int r, uint64_t address, char* to, size_t bytes) const {
+  const auto pid = static_cast<pid_t>(counters_[static_cast<size_t>(r)]->pid);
+  while (bytes > 0) {
+    iovec local{to, bytes};
+    iovec remote{reinterpret_cast<void*>(address), bytes};
+    const ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (got <= 0) {
+      if (got < 0 && errno == EINTR) continue;
+      if (got == 0) errno = EFAULT;
+      return false;
+    }
+    to += got;
+    address += static_cast<uint64_t>(got);
+    bytes -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+bool ShmAllReduce::probe_direct_reads(MPI_Comm node_comm) {
+  const char* setting = std::getenv("LOOM_SHM_DIRECT");
+  int ok = setting == nullptr || std::string(setting) != "off" ? 1 : 0;
+  // Under Yama's ptrace_scope 1 only a process's ancestors may read it; the
+  // ranks are siblings, so each lets any process of its user read it (as Open
+  // MPI's shared-memory transport does). Harmless where Yama is absent.
+#ifdef PR_SET_PTRACER
+  if (ok) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+#endif
+  LOOM_MPI_CHECK(MPI_Barrier(node_comm));  // every rank has opened itself up
+  for (int r = 0; r < size_ && ok; ++r) {
+    if (r == rank_) continue;
+    const Counter& peer = *counters_[static_cast<size_t>(r)];
+    uint64_t seen = 0;
+    ok = read_peer(r, peer.probe_address, reinterpret_cast<char*>(&seen), sizeof(seen)) &&
+                 seen == peer.probe
+             ? 1
+             : 0;
+  }
+  int all = 0;
+  LOOM_MPI_CHECK(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, node_comm));
+  return all == 1;
 }
 
 ShmAllReduce::~ShmAllReduce() {
@@ -99,7 +153,7 @@ void ShmAllReduce::signal(uint64_t value) {
 }
 
 uint64_t ShmAllReduce::awaited() const {
-  if (data_ == nullptr) return 0;
+  if (!active_) return 0;
   if (phase_ == Phase::wait_in) return 3 * piece_ + 1;
   if (phase_ == Phase::wait_reduced) return 3 * piece_ + 2;
   return 0;
@@ -137,22 +191,47 @@ void ShmAllReduce::interrupt() {
 void ShmAllReduce::start(void* data, DType dtype, int64_t count, ReduceOp op) {
   LOOM_ASSERT(idle(), "a shared-memory all-reduce is already in progress");
   symmetric_.clear();
-  scatter_ = false;
+  mode_ = Mode::all_reduce;
   data_ = static_cast<char*>(data);
   begin(dtype, count, op, Identity{});
 }
 
-void ShmAllReduce::start_reduce_scatter(const void* input, void* output, int64_t out_begin,
-                                        int64_t out_count, DType dtype, int64_t count,
+void ShmAllReduce::start_reduce_scatter(const void* input, void* output,
+                                        const std::vector<int64_t>& counts, DType dtype,
                                         ReduceOp op) {
-  LOOM_ASSERT(idle(), "a shared-memory all-reduce is already in progress");
+  begin_blocks(Mode::reduce_scatter, input, output, counts, dtype, op);
+}
+
+void ShmAllReduce::start_all_gather(const void* input, void* output,
+                                    const std::vector<int64_t>& counts, DType dtype) {
+  begin_blocks(Mode::all_gather, input, output, counts, dtype, ReduceOp::sum);
+}
+
+void ShmAllReduce::begin_blocks(Mode mode, const void* input, void* output,
+                                const std::vector<int64_t>& counts, DType dtype, ReduceOp op) {
+  LOOM_ASSERT(idle(), "a shared-memory collective is already in progress");
+  LOOM_ASSERT(counts.size() == static_cast<size_t>(size_), "one count per rank");
   symmetric_.clear();
-  data_ = static_cast<char*>(const_cast<void*>(input));  // only read
-  scatter_ = true;
+  mode_ = mode;
+  data_ = nullptr;
+  input_ = static_cast<const char*>(input);
   output_ = static_cast<char*>(output);
-  out_begin_ = out_begin;
-  out_count_ = out_count;
-  begin(dtype, count, op, Identity{.scatter = 1});
+  block_begin_.assign(counts.size(), 0);
+  block_count_ = counts;
+  int64_t total = 0;
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the counts (NOTE [shm agreement])
+  longest_block_ = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    block_begin_[r] = total;
+    total += counts[r];
+    longest_block_ = std::max(longest_block_, counts[r]);
+    hash = (hash ^ static_cast<uint64_t>(counts[r])) * 1099511628211ull;
+  }
+  // A reduce-scatter's slot holds a section per rank, an all-gather's one block's piece.
+  const auto es = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t sections = mode == Mode::reduce_scatter ? size_ : 1;
+  block_piece_ = std::max<int64_t>(1, static_cast<int64_t>(piece_bytes_) / (sections * es));
+  begin(dtype, total, op, Identity{.offset = hash, .mode = static_cast<uint16_t>(mode)});
 }
 
 void ShmAllReduce::start_symmetric(const Symmetric& operand, DType dtype, int64_t count,
@@ -161,7 +240,7 @@ void ShmAllReduce::start_symmetric(const Symmetric& operand, DType dtype, int64_
   LOOM_ASSERT(operand.region > 0 && operand.peers.size() == static_cast<size_t>(size_),
               "a symmetric operand names its region and every rank's tensor");
   symmetric_ = operand.peers;
-  scatter_ = false;
+  mode_ = Mode::all_reduce;
   data_ = symmetric_[static_cast<size_t>(rank_)];
   begin(dtype, count, op, Identity{.region = operand.region, .offset = operand.offset});
 }
@@ -178,11 +257,15 @@ void ShmAllReduce::begin(DType dtype, int64_t count, ReduceOp op, Identity ident
   piece_count_ = 0;
   phase_ = Phase::copy_in;
   error_.reset();
+  active_ = true;
   if (count_ == 0) finish();
 }
 
 void ShmAllReduce::finish() {
+  active_ = false;
   data_ = nullptr;
+  input_ = nullptr;
+  output_ = nullptr;
   ++serving_;
 }
 
@@ -194,19 +277,29 @@ std::optional<std::string> ShmAllReduce::take_error() {
 
 std::optional<std::string> ShmAllReduce::compare_identities() const {
   auto describe = [](const Identity& id) {
-    std::string what = str_cat(id.scatter ? "reduce_scatter of " : "all_reduce of ", id.count,
-                               " x ", dtype_name(static_cast<DType>(id.dtype)), " ",
-                               reduce_op_name(static_cast<ReduceOp>(id.op)));
+    const auto mode = static_cast<Mode>(id.mode);
+    if (mode == Mode::all_gather) {
+      return str_cat("all_gather of ", id.count, " x ", dtype_name(static_cast<DType>(id.dtype)),
+                     " (per-rank counts hashed to ", id.offset, ")");
+    }
+    std::string what =
+        str_cat(mode == Mode::reduce_scatter ? "reduce_scatter of " : "all_reduce of ", id.count,
+                " x ", dtype_name(static_cast<DType>(id.dtype)), " ",
+                reduce_op_name(static_cast<ReduceOp>(id.op)));
+    if (mode == Mode::reduce_scatter)
+      return str_cat(what, " (per-rank counts hashed to ", id.offset, ")");
     if (id.region == 0) return what + " (ordinary tensor)";
     return str_cat(what, " (symmetric region ", id.region, ", offset ", id.offset, " bytes)");
   };
   for (int r = 0; r < size_; ++r) {
-    const Identity& theirs = counters_[static_cast<size_t>(r)]->identity;
-    if (theirs == counters_[0]->identity) continue;
-    return str_cat("ranks disagree on a shared-memory collective: rank 0 runs ",
-                   describe(counters_[0]->identity), ", rank ", r, " runs ", describe(theirs),
-                   "; every rank must reduce the same count, dtype and op, and a symmetric tensor "
-                   "(Communicator::allocate_symmetric) at the same offset on every rank");
+    const Identity& theirs = counters_[static_cast<size_t>(r)]->identity[piece_ % 2];
+    const Identity& first = counters_[0]->identity[piece_ % 2];
+    if (theirs == first) continue;
+    return str_cat("ranks disagree on a shared-memory collective: rank 0 runs ", describe(first),
+                   ", rank ", r, " runs ", describe(theirs),
+                   "; every rank must run the same collective with the same counts, dtype and op, "
+                   "and a symmetric tensor (Communicator::allocate_symmetric) at the same offset "
+                   "on every rank");
   }
   return std::nullopt;
 }
@@ -234,7 +327,12 @@ void ShmAllReduce::reduce_symmetric(int64_t lo, int64_t hi) {
 }
 
 bool ShmAllReduce::step() {
-  if (data_ == nullptr) return true;  // (count 0, or already finished)
+  if (!active_) return true;  // (count 0, or already finished)
+  if (mode_ == Mode::all_gather && direct_ &&
+      count_ * static_cast<int64_t>(dtype_size(dtype_)) > kSlotGatherMaxBytes) {
+    return step_gather_direct();
+  }
+  if (mode_ != Mode::all_reduce) return step_blocks();
   const size_t es = dtype_size(dtype_);
   const int64_t piece_elements =
       symmetric_.empty() ? static_cast<int64_t>(piece_bytes_ / es) : count_;
@@ -242,7 +340,8 @@ bool ShmAllReduce::step() {
     switch (phase_) {
       case Phase::copy_in:
         piece_count_ = std::min(piece_elements, count_ - next_offset_);
-        if (next_offset_ == 0) counters_[static_cast<size_t>(rank_)]->identity = identity_;
+        if (next_offset_ == 0)
+          counters_[static_cast<size_t>(rank_)]->identity[piece_ % 2] = identity_;
         if (symmetric_.empty()) {
           std::memcpy(slot(rank_, piece_), data_ + next_offset_ * static_cast<int64_t>(es),
                       static_cast<size_t>(piece_count_) * es);
@@ -264,19 +363,6 @@ bool ShmAllReduce::step() {
           // Nothing is written.
         } else if (!symmetric_.empty()) {
           reduce_symmetric(lo, hi);
-        } else if (scatter_) {
-          // Reduce-scatter: the part of this piece inside this rank's range.
-          const int64_t from = std::max(next_offset_, out_begin_);
-          const int64_t to = std::min(next_offset_ + piece_count_, out_begin_ + out_count_);
-          if (from < to) {
-            std::vector<const void*> inputs(static_cast<size_t>(size_));
-            for (int r = 0; r < size_; ++r) {
-              inputs[static_cast<size_t>(r)] =
-                  slot(r, piece_) + (from - next_offset_) * static_cast<int64_t>(es);
-            }
-            host_reduce_many(output_ + (from - out_begin_) * static_cast<int64_t>(es),
-                             inputs.data(), size_, dtype_, to - from, op_);
-          }
         } else {
           std::vector<const void*> inputs(static_cast<size_t>(size_));
           for (int r = 0; r < size_; ++r)
@@ -294,7 +380,7 @@ bool ShmAllReduce::step() {
         phase_ = Phase::copy_out;
         [[fallthrough]];
       case Phase::copy_out: {
-        if (symmetric_.empty() && !scatter_ && !error_) {
+        if (symmetric_.empty() && !error_) {
           char* out = data_ + next_offset_ * static_cast<int64_t>(es);
           for (int r = 0; r < size_; ++r) {
             const int64_t lo = piece_count_ * r / size_, hi = piece_count_ * (r + 1) / size_;
@@ -314,6 +400,122 @@ bool ShmAllReduce::step() {
         }
         break;
       }
+    }
+  }
+}
+
+bool ShmAllReduce::step_gather_direct() {
+  const auto es = static_cast<int64_t>(dtype_size(dtype_));
+  Counter& own = *counters_[static_cast<size_t>(rank_)];
+  for (;;) {
+    switch (phase_) {
+      case Phase::copy_in:
+        own.identity[piece_ % 2] = identity_;
+        own.gather_source[piece_ % 2] = reinterpret_cast<uint64_t>(input_);
+        signal(3 * piece_ + 1);
+        ++progress_;
+        phase_ = Phase::wait_in;
+        [[fallthrough]];
+      case Phase::wait_in:
+        if (!everyone_reached(3 * piece_ + 1)) return false;
+        error_ = compare_identities();  // NOTE [shm agreement]
+        if (!error_) {
+          for (int r = 0; r < size_; ++r) {
+            const auto bytes = static_cast<size_t>(block_count_[static_cast<size_t>(r)] * es);
+            char* to = output_ + block_begin_[static_cast<size_t>(r)] * es;
+            if (bytes == 0) continue;
+            if (r == rank_) {
+              if (to != input_) std::memmove(to, input_, bytes);
+              continue;
+            }
+            const uint64_t from = counters_[static_cast<size_t>(r)]->gather_source[piece_ % 2];
+            if (!read_peer(r, from, to, bytes)) {
+              error_ = str_cat("all_gather through shared memory: reading rank ", r, "'s ", bytes,
+                               " bytes with process_vm_readv failed (", std::strerror(errno),
+                               "); set LOOM_SHM_DIRECT=off to copy through shared slots instead");
+              break;
+            }
+          }
+        }
+        signal(3 * piece_ + 2);
+        ++progress_;
+        phase_ = Phase::wait_reduced;
+        [[fallthrough]];
+      case Phase::wait_reduced:
+        if (!everyone_reached(3 * piece_ + 2)) return false;
+        signal(3 * piece_ + 3);
+        ++progress_;
+        ++piece_;
+        phase_ = Phase::copy_in;
+        finish();
+        return true;
+      default:
+        LOOM_ASSERT(false, "a direct all-gather has no phase ", static_cast<int>(phase_));
+    }
+  }
+}
+
+bool ShmAllReduce::step_blocks() {
+  const auto es = static_cast<int64_t>(dtype_size(dtype_));
+  // Sub-piece [next_offset_, next_offset_ + block_piece_) of block r: its length.
+  auto length = [&](int r) {
+    return std::clamp<int64_t>(block_count_[static_cast<size_t>(r)] - next_offset_, 0,
+                               block_piece_);
+  };
+  for (;;) {
+    switch (phase_) {
+      case Phase::copy_in: {
+        if (next_offset_ == 0)
+          counters_[static_cast<size_t>(rank_)]->identity[piece_ % 2] = identity_;
+        char* mine = slot(rank_, piece_);
+        if (mode_ == Mode::all_gather) {
+          std::memcpy(mine, input_ + next_offset_ * es, static_cast<size_t>(length(rank_) * es));
+        } else {
+          for (int r = 0; r < size_; ++r) {
+            if (r == rank_) continue;
+            std::memcpy(mine + r * block_piece_ * es,
+                        input_ + (block_begin_[static_cast<size_t>(r)] + next_offset_) * es,
+                        static_cast<size_t>(length(r) * es));
+          }
+        }
+        signal(3 * piece_ + 1);
+        ++progress_;
+        phase_ = Phase::wait_in;
+        [[fallthrough]];
+      }
+      case Phase::wait_in:
+        if (!everyone_reached(3 * piece_ + 1)) return false;
+        if (next_offset_ == 0) error_ = compare_identities();  // NOTE [shm agreement]
+        if (!error_ && mode_ == Mode::all_gather) {
+          for (int r = 0; r < size_; ++r) {
+            const char* from = r == rank_ ? input_ + next_offset_ * es : slot(r, piece_);
+            std::memcpy(output_ + (block_begin_[static_cast<size_t>(r)] + next_offset_) * es, from,
+                        static_cast<size_t>(length(r) * es));
+          }
+        } else if (!error_ && length(rank_) > 0) {
+          std::vector<const void*> inputs(static_cast<size_t>(size_));
+          for (int r = 0; r < size_; ++r) {
+            inputs[static_cast<size_t>(r)] =
+                r == rank_ ? input_ + (block_begin_[static_cast<size_t>(rank_)] + next_offset_) * es
+                           : slot(r, piece_) + rank_ * block_piece_ * es;
+          }
+          host_reduce_many(output_ + next_offset_ * es, inputs.data(), size_, dtype_, length(rank_),
+                           op_);
+        }
+        // Nobody waits for 3g+2 here; 3g+3 keeps the counters in step with the all-reduce's.
+        signal(3 * piece_ + 3);
+        ++progress_;
+        ++piece_;
+        next_offset_ += block_piece_;
+        phase_ = Phase::copy_in;
+        if (next_offset_ >= longest_block_ || error_) {
+          finish();
+          return true;
+        }
+        break;
+      default:
+        LOOM_ASSERT(false, "a shared-memory reduce-scatter or all-gather has no phase ",
+                    static_cast<int>(phase_));
     }
   }
 }

@@ -30,6 +30,44 @@
 // writes about 1 byte instead of 3, and synchronises twice per operation
 // instead of twice per piece.
 //
+// Reduce-scatter and all-gather through the same slots (rank r's block:
+// counts[r] elements, the blocks in rank order), one wait per piece:
+//
+//   for each piece j (element offsets [j p, (j + 1) p) of every block):
+//     reduce-scatter: copy sub-piece j of every *other* rank's block of my
+//        input into my slot (section r for block r)           -> signal 3g+1
+//        wait until every rank has signalled 3g+1
+//        reduce sub-piece j of my block over my input and every other
+//        rank's section `rank`, in rank order, into my output -> signal 3g+3
+//     all-gather: copy sub-piece j of my input into my slot   -> signal 3g+1
+//        wait until every rank has signalled 3g+1
+//        copy sub-piece j of every rank's block into the output (mine from
+//        my input)                                            -> signal 3g+3
+//
+// A slot is rewritten two pieces later, after its owner waited for every
+// rank's 3(g+1)+1, which each rank signals only once it has read piece g:
+// so one wait per piece is enough (the all-reduce needs its second wait
+// because phase C reads what phase B wrote). Each rank reads its own block
+// straight from its input and publishes only what the others need: per
+// byte of its input a reduce-scatter copies (n-1)/n, an all-gather 1.
+//
+// NOTE [direct all-gather]
+// Where the kernel lets the ranks read each other's memory (cross-memory
+// attach, process_vm_readv: what Open MPI's shared-memory transport uses for
+// large messages; probed once at construction, every rank agreeing), an
+// all-gather copies each byte once, as MPI does, instead of through a slot:
+//
+//   publish my input's address and size                       -> signal 3g+1
+//   wait until every rank has signalled 3g+1
+//   read every other rank's block straight from its input into my output;
+//   copy mine (nothing when my input already is my block of the output)
+//                                                              -> signal 3g+2
+//   wait until every rank has signalled 3g+2 (nobody reads my input any more,
+//   so the caller may reuse it)                                -> signal 3g+3
+//
+// one "piece" per operation. The slot path remains for kernels or sandboxes
+// that refuse cross-process reads.
+//
 // NOTE [shm agreement]
 // With its first piece every rank publishes what it reduces (region, offset,
 // count, dtype, op; region 0 for a tensor copied through the slots). After the
@@ -80,6 +118,9 @@ class ShmAllReduce {
 
   // True when every rank of `comm` is on this node (collective over `comm`).
   static bool all_ranks_share_memory(MPI_Comm comm);
+  // NOTE [direct all-gather]: whether all-gathers read the peers' memory
+  // directly (LOOM_SHM_DIRECT=off turns it off).
+  bool direct_reads() const { return direct_; }
 
   // Operations run one at a time in the order they were enqueued (the same
   // order on every rank): enqueue() hands out a ticket; start() may be called
@@ -99,18 +140,21 @@ class ShmAllReduce {
     std::vector<char*> peers;
   };
   void start_symmetric(const Symmetric& operand, DType dtype, int64_t count, ReduceOp op);
-  // A reduce-scatter through the slots: every rank's `input` holds `count`
-  // elements; this rank receives elements [out_begin, out_begin + out_count)
-  // of the reduction at `output`. Per piece, each rank reduces the part of the
-  // piece inside its own range (nothing is copied out).
-  void start_reduce_scatter(const void* input, void* output, int64_t out_begin, int64_t out_count,
-                            DType dtype, int64_t count, ReduceOp op);
+  // A reduce-scatter through the slots: every rank's `input` holds the sum of
+  // `counts` elements, block r (counts[r] elements, in rank order) for rank
+  // r; this rank receives its block of the reduction at `output`.
+  void start_reduce_scatter(const void* input, void* output, const std::vector<int64_t>& counts,
+                            DType dtype, ReduceOp op);
+  // An all-gather through the slots: this rank's `input` holds counts[rank]
+  // elements; `output` receives every rank's, in rank order.
+  void start_all_gather(const void* input, void* output, const std::vector<int64_t>& counts,
+                        DType dtype);
   // After step() returned true: why the ranks did not reduce (NOTE [shm
   // agreement]), or nullopt. Reading it clears it.
   std::optional<std::string> take_error();
   // Advances as far as possible without waiting; true once the operation is done.
   bool step();
-  bool idle() const { return data_ == nullptr; }
+  bool idle() const { return !active_; }
   // Grows by one every time a phase completes: lets a poller tell "waiting" from "moving".
   uint64_t progress() const { return progress_; }
   size_t piece_bytes() const { return piece_bytes_; }
@@ -123,6 +167,7 @@ class ShmAllReduce {
 
  private:
   enum class Phase { copy_in, wait_in, reduce, wait_reduced, copy_out };
+  enum class Mode : uint16_t { all_reduce = 0, reduce_scatter = 1, all_gather = 2 };
 
   // What an operation reduces (NOTE [shm agreement]).
   struct Identity {
@@ -131,18 +176,39 @@ class ShmAllReduce {
     int64_t count = 0;
     uint32_t dtype = 0;
     uint16_t op = 0;
-    uint16_t scatter = 0;  // 1: a reduce-scatter
+    uint16_t mode = 0;  // Mode
     bool operator==(const Identity&) const = default;
   };
   struct alignas(64) Counter {
     std::atomic<uint64_t> value;
     std::atomic<uint32_t> wake;      // NOTE [shm futex]: +1 at every signal
     std::atomic<uint32_t> sleepers;  // threads (of any rank) sleeping on `wake`
-    // Written before the first piece's signal, read after it (release/acquire on value).
-    Identity identity;
+    // Written before the first piece's signal, read after it (release/acquire
+    // on value); one per slot parity (piece % 2), because a rank may start the
+    // next operation, and write its identity, while a slower one still
+    // compares this one's (a reduce-scatter or all-gather waits once per piece).
+    Identity identity[2];
+    // NOTE [direct all-gather]: this rank's process id, the address (in its
+    // own address space) of `probe` for the probe at construction, and per
+    // slot parity the address of its all-gather input.
+    int64_t pid;
+    uint64_t probe;
+    uint64_t probe_address;
+    uint64_t gather_source[2];
   };
 
   void begin(DType dtype, int64_t count, ReduceOp op, Identity identity);
+  // Reduce-scatter and all-gather: the blocks, the piece size, then begin().
+  void begin_blocks(Mode mode, const void* input, void* output, const std::vector<int64_t>& counts,
+                    DType dtype, ReduceOp op);
+  // One piece of a reduce-scatter or all-gather; true once the operation is done.
+  bool step_blocks();
+  // An all-gather read straight from the peers' inputs (NOTE [direct all-gather]).
+  bool step_gather_direct();
+  // Whether every rank can read every other's memory (collective over node_comm).
+  bool probe_direct_reads(MPI_Comm node_comm);
+  // Reads `bytes` at `address` in rank r's process into `to`; false with errno set on failure.
+  bool read_peer(int r, uint64_t address, char* to, size_t bytes) const;
   void finish();
   // The first difference between the ranks' identities, or nullopt.
   std::optional<std::string> compare_identities() const;
@@ -155,6 +221,7 @@ class ShmAllReduce {
 
   int rank_ = 0, size_ = 1;
   size_t piece_bytes_ = 0;
+  bool direct_ = false;  // NOTE [direct all-gather]
   MPI_Win window_ = MPI_WIN_NULL;
   std::vector<Counter*> counters_;  // every rank's, in shared memory
   std::vector<char*> slots_;        // every rank's two slots
@@ -167,7 +234,8 @@ class ShmAllReduce {
   uint64_t progress_ = 0;
 
   // The operation in progress.
-  char* data_ = nullptr;
+  bool active_ = false;
+  char* data_ = nullptr;  // all-reduce: the tensor
   DType dtype_ = DType::f32;
   ReduceOp op_ = ReduceOp::sum;
   int64_t count_ = 0;
@@ -177,9 +245,13 @@ class ShmAllReduce {
   Phase phase_ = Phase::copy_in;
   Identity identity_;
   std::vector<char*> symmetric_;  // non-empty: every rank's tensor (NOTE [symmetric memory])
-  bool scatter_ = false;  // a reduce-scatter into output_ (null: this rank receives nothing)
+  Mode mode_ = Mode::all_reduce;
+  // Reduce-scatter and all-gather (mode_): the input, the output, every
+  // rank's block (first element and count), each block's elements per piece.
+  const char* input_ = nullptr;
   char* output_ = nullptr;
-  int64_t out_begin_ = 0, out_count_ = 0;
+  std::vector<int64_t> block_begin_, block_count_;
+  int64_t block_piece_ = 0, longest_block_ = 0;
   std::optional<std::string> error_;  // the ranks disagreed (NOTE [shm agreement])
 };
 
