@@ -35,6 +35,8 @@ constexpr auto kDriveSpin = std::chrono::microseconds(20);
 // NOTE [polled rounds]: a waiting thread driving a shared-memory op tests MPI
 // once in this many rounds.
 constexpr uint32_t kPolledMpiRounds = 16;
+// ... and spins this long without anything moving before it yields per round.
+constexpr auto kPolledDriveSpin = std::chrono::microseconds(3);
 // How long the progress thread naps per look while a waiting thread drives.
 constexpr auto kStepAside = std::chrono::microseconds(1000);
 // How soon the progress thread looks at ops that callers posted themselves,
@@ -326,10 +328,11 @@ void ProgressEngine::drive_until(const std::function<bool()>& done,
     // otherwise.
     if (drive_round(rounds++ % kPolledMpiRounds == 0) > 0) {
       last_moved = now;
-    } else if (polling() || now - last_moved > kDriveSpin) {
+    } else if (now - last_moved > (polling() ? kPolledDriveSpin : kDriveSpin)) {
       // (MPI's test calls yield too, when idle; a shared-memory op waits on
-      // its peers' writes, which a yield per round does not delay, and a peer
-      // sharing this core, oversubscribed, gets it.)
+      // its peers' writes, which a yield per round delays by a system call,
+      // so it spins a little first, and then a peer sharing this core,
+      // oversubscribed, gets it.)
       std::this_thread::yield();
     }
   }
