@@ -15,6 +15,7 @@
 //
 // PATH is a step directory (with manifest.json) or a directory of checkpoints,
 // whose newest complete one is taken.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -111,7 +112,11 @@ int consolidate(const fs::path& dir, const fs::path& out, bool gpt2) {
   const ckpt::CheckpointReader reader(dir);
   std::vector<ckpt::StoredTensor> tensors;
   for (const auto& [name, info] : reader.params()) {
-    loom::Tensor value = reader.assemble(name, "value");
+    // The f32 master weights of a bf16/f16 run where it saved them (NOTE
+    // [master records] in src/checkpoint/distributed.cpp), else the values.
+    const bool master =
+        std::find(info.kinds.begin(), info.kinds.end(), "master") != info.kinds.end();
+    loom::Tensor value = reader.assemble(name, master ? "master" : "value");
     if (gpt2 && is_gpt2_conv1d(name)) value = transposed(value);
     tensors.push_back({name, value, std::nullopt});
   }

@@ -50,16 +50,33 @@ std::vector<SlotState> slot_states(const optim::Optimizer& opt) {
   return out;
 }
 
-// Elements [begin, end) of `t` in host memory: copied into `into` when it is
-// a host tensor of that size and dtype (memory already mapped), else fresh.
+// Elements [begin, end) of `t` in host memory as f32 (every record is f32;
+// bf16/f16 widen exactly): copied into `into` when it is a host f32 tensor of
+// that size (memory already mapped), else fresh.
 Tensor flat_host(const Tensor& t, int64_t begin, int64_t end, const Tensor& into = {}) {
   const Tensor flat = t.flat_view(begin, {end - begin});
-  if (into.defined() && into.device().is_cpu() && into.dtype() == flat.dtype() &&
+  if (into.defined() && into.device().is_cpu() && into.dtype() == DType::f32 &&
       into.numel() == flat.numel()) {
     into.copy_from(flat);
     return into;
   }
-  return flat.device().is_cpu() ? flat.clone() : flat.to(Device::cpu());
+  const Tensor host = flat.device().is_cpu() ? flat : flat.to(Device::cpu());
+  return host.dtype() == DType::f32 ? host.clone() : host.to(DType::f32);
+}
+
+// NOTE [master records] A bf16/f16 parameter at ZeRO stages 1 to 3 has an f32
+// master per slot (ZeroOptimizer: the slot steps it, the value is its
+// rounding): its records hold the value (widened, exact) and, as kind
+// "master", the master. Loading one into a model that keeps masters restores
+// both; a parameter without master records (saved as f32, or at stage 0)
+// gives its masters the values, as ZeroOptimizer starts them; an f32 model
+// takes the masters as its values where the checkpoint has them (the
+// precise weights of a low-precision run). A low-precision model at stage 0
+// keeps no master and takes the values.
+constexpr const char* kMaster = "master";
+
+bool keeps_master(const optim::ParamSlot& slot, const nn::Parameter& p) {
+  return slot.current_value().dtype() != p.dtype();
 }
 
 // `values` into `dst` (any device), which has as many elements.
@@ -107,8 +124,6 @@ RankSnapshot snapshot_rank(const std::filesystem::path& dir, const comm::Communi
       continue;
     }
     if (!p.sharded() && !options.write_replicated) continue;
-    LOOM_CHECK(p.dtype() == DType::f32, "save_checkpoint: parameter '", p.name(), "' is ",
-               p.dtype(), "; checkpoints of f32 parameters only so far");
     const Layout layout{p.shape(), p.placement()};
     // The next host buffer of an earlier snapshot, if any.
     auto spare = [&]() -> Tensor {
@@ -127,6 +142,10 @@ RankSnapshot snapshot_rank(const std::filesystem::path& dir, const comm::Communi
       snap.tensors.push_back({name, std::move(host), std::nullopt});
     };
     add("value", flat_host(p.value(), piece.begin, piece.end, spare()));
+    if (stage > 0 && keeps_master(opt.slots()[i], p)) {  // NOTE [master records]
+      const Tensor& master = opt.slots()[i].current_value();
+      add(kMaster, flat_host(master, 0, master.numel(), spare()));
+    }
     // The slot's state is this piece (stages 1-3) or the whole parameter (stage 0).
     for (const auto& [kind, tensor] : states[i].tensors) {
       const int64_t offset = stage == 0 ? piece.begin : 0;
@@ -196,18 +215,27 @@ TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::Z
   }
   // NOTE [records read on demand] (records.hpp): each piece this rank keeps
   // is read from the records that hold it, nothing else.
+  const std::vector<Tensor> values = zero.value_shards();
   for (nn::Parameter* p : zero.parameters()) {
     const Layout mine{p->shape(), p->placement()};
     const std::vector<const on_disk::Record*>& mine_records = by_param.at(p->name());
     const auto read = [&](const std::string& kind, int64_t begin, int64_t end) {
       return on_disk::read_local(mine_records, p->name(), kind, mine, begin, end);
     };
-    if (stage != 3) copy_into(read("value", 0, p->numel()), p->value());
+    // NOTE [master records]: the precise weights, where they were saved.
+    const std::vector<std::string>& kinds = c.params.at(p->name()).kinds;
+    const bool saved_master = std::find(kinds.begin(), kinds.end(), kMaster) != kinds.end();
+    const std::string value_kind = p->dtype() == DType::f32 && saved_master ? kMaster : "value";
+    if (stage != 3) copy_into(read(value_kind, 0, p->numel()), p->value());
     for (size_t i = 0; i < pieces.size(); ++i) {
       if (pieces[i].param != p) continue;
       const int64_t begin = pieces[i].begin, end = pieces[i].end;
-      // At stage 3 the value at rest is the slot's (this rank's piece).
-      if (stage == 3) copy_into(read("value", begin, end), opt.slots()[i].current_value());
+      // At stage 3 the value at rest is this rank's piece of the shard.
+      if (stage == 3) copy_into(read(value_kind, begin, end), values[i]);
+      if (stage > 0 && keeps_master(opt.slots()[i], *p)) {
+        copy_into(read(saved_master ? kMaster : "value", begin, end),
+                  opt.slots()[i].current_value());
+      }
       for (const auto& [kind, tensor] : states[i].tensors) {
         copy_into(read(kind, begin, end),
                   stage == 0 ? tensor.flat_view(0, {tensor.numel()}) : tensor);

@@ -321,6 +321,23 @@ std::vector<ShardPiece> ZeroOptimizer::shard_pieces(int rank) const {
   return out;
 }
 
+std::vector<Tensor> ZeroOptimizer::value_shards() const {
+  const Impl& z = *impl_;
+  std::vector<Tensor> out;
+  if (z.stage == 0) {
+    for (nn::Parameter* p : z.params) out.push_back(p->value().flat_view(0, {p->numel()}));
+    return out;
+  }
+  for (const auto& e : z.layout.entries) {
+    const detail::Range piece = detail::intersect(e.range(), z.mine);
+    if (piece.size() == 0) continue;
+    const detail::Range local{piece.begin - z.mine.begin, piece.end - z.mine.begin};
+    out.push_back(z.stage == 3 ? Impl::flat_range(z.shard_value, local)
+                               : Impl::flat_range(z.flat_value, piece));
+  }
+  return out;
+}
+
 void ZeroOptimizer::step() {
   for (const nn::Parameter* p : impl_->params)
     p->check_reduction_finished("ZeroOptimizer::step", "ZeroOptimizer");

@@ -26,31 +26,13 @@
 #include "loom/parallel/sharded_module.hpp"
 #include "loom/parallel/zero.hpp"
 #include "support/compare.hpp"
+#include "support/param_bag.hpp"
 
 using namespace loom;
 
 namespace {
 
-// A module that only owns parameters: the test writes their gradients itself.
-class ParamBag final : public nn::Module {
- public:
-  ParamBag(std::string name, const std::vector<std::pair<std::string, int64_t>>& sizes,
-           const std::vector<std::vector<float>>& init, DType dtype)
-      : nn::Module(std::move(name)) {
-    for (size_t j = 0; j < sizes.size(); ++j) {
-      const Tensor value = Tensor::from_vector(init[j], {sizes[j].second}).to(dtype);
-      params_.push_back(std::make_unique<nn::Parameter>(child_name(sizes[j].first), value));
-    }
-  }
-  Tensor forward(const Tensor& x, nn::Tape&) override { return x; }
-  Tensor backward_input(const Tensor& dy, nn::Tape&) override { return dy; }
-  void collect_parameters(std::vector<nn::Parameter*>& out) override {
-    for (auto& p : params_) out.push_back(p.get());
-  }
-
- private:
-  std::vector<std::unique_ptr<nn::Parameter>> params_;
-};
+using test::ParamBag;
 
 enum class Opt { sgd, adamw };
 

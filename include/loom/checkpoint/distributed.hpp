@@ -31,8 +31,9 @@
 // Saves are synchronous (save_checkpoint) or asynchronous (AsyncCheckpointer:
 // training goes on once the state is copied to host memory).
 //
-// Not yet (docs/checkpoint.md): fp32 master weights of bf16/f16 parameters,
-// and reading only the overlapping files (every rank reads every file).
+// bf16/f16 parameters: their values are stored widened to f32, and at ZeRO
+// stages 1 to 3 their f32 masters as records of kind "master" (NOTE [master
+// records] in src/checkpoint/distributed.cpp; docs/checkpoint.md).
 #pragma once
 
 #include <cstdint>

@@ -196,6 +196,14 @@ class ZeroOptimizer {
   // What data-parallel rank `rank` owns, in layout order (stage 0: every
   // parameter whole). The same on every rank: the layout is agreed.
   std::vector<ShardPiece> shard_pieces(int rank) const;
+  // This rank's pieces of the parameter values as the model stores them (the
+  // parameters' dtype), one per optimizer slot, as shard_pieces(own rank):
+  // views of the parameters at stages 0 to 2 (complete after
+  // wait_parameters()), of the shard at rest at stage 3. For f32 parameters
+  // they are the slots' values; for bf16/f16 ones at stages 1 to 3 the slots
+  // step the f32 masters and these are their rounding (what a checkpoint
+  // restores besides the masters).
+  std::vector<Tensor> value_shards() const;
 
   struct Impl;
 
