@@ -137,6 +137,8 @@ RankSnapshot snapshot_rank(const std::filesystem::path& dir, const comm::Communi
                          {"kind", kind},
                          {"begin", piece.begin},
                          {"end", piece.end},
+                         // The parameter's own dtype (every record is stored as f32).
+                         {"dtype", std::string(dtype_name(p.dtype()))},
                          {"layout", on_disk::layout_json(layout)}});
       snap.bytes += static_cast<int64_t>(host.nbytes());
       snap.tensors.push_back({name, std::move(host), std::nullopt});
