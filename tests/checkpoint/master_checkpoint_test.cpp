@@ -33,30 +33,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Two units ("a": 3 parameters, "b": 2) of sizes that straddle shard boundaries.
-const std::vector<std::pair<std::string, int64_t>> kSizesA = {{"w", 45}, {"bias", 7}, {"g", 33}};
-const std::vector<std::pair<std::string, int64_t>> kSizesB = {{"w", 70}, {"bias", 3}};
-constexpr size_t kParams = 5;
-
-int64_t size_of(size_t j) {
-  return j < kSizesA.size() ? kSizesA[j].second : kSizesB[j - kSizesA.size()].second;
-}
-
-std::vector<float> initial(size_t j) {
-  std::vector<float> v(static_cast<size_t>(size_of(j)));
-  for (size_t k = 0; k < v.size(); ++k) {
-    v[k] = 0.6f + 0.5f * static_cast<float>(std::sin(0.37 * static_cast<double>(k) + 1.1 * j));
-  }
-  return v;
-}
-
-// Replica r's gradient of parameter j at step t (rounded to the dtype when written).
-float gradient(int r, int t, size_t j, size_t k) {
-  return 0.05f * static_cast<float>(
-                     std::sin(1.3 * static_cast<double>(k) + 0.7 * j + 0.9 * r + 0.5 * t)) +
-         0.01f * static_cast<float>(r - t);
-}
-
 struct Layout {
   int ranks = 2;
   int stage = 1;
@@ -102,11 +78,13 @@ std::pair<size_t, int64_t> slot_place(const std::string& slot,
 
 RankPieces run_rank(const Layout& l, const Segment& seg, comm::Communicator& c) {
   std::vector<std::vector<float>> init;
-  for (size_t j = 0; j < kParams; ++j) init.push_back(initial(j));
+  for (size_t j = 0; j < test::kBagParams; ++j) init.push_back(test::bag_initial(j));
   parallel::ShardedModule a(std::make_unique<test::ParamBag>(
-      "a", kSizesA, std::vector<std::vector<float>>(init.begin(), init.begin() + 3), l.dtype));
+      "a", test::kBagSizesA, std::vector<std::vector<float>>(init.begin(), init.begin() + 3),
+      l.dtype));
   parallel::ShardedModule b(std::make_unique<test::ParamBag>(
-      "b", kSizesB, std::vector<std::vector<float>>(init.begin() + 3, init.end()), l.dtype));
+      "b", test::kBagSizesB, std::vector<std::vector<float>>(init.begin() + 3, init.end()),
+      l.dtype));
   std::vector<nn::Parameter*> params = a.parameters();
   for (nn::Parameter* p : b.parameters()) params.push_back(p);
   std::vector<parallel::ShardedModule*> units;
@@ -121,11 +99,11 @@ RankPieces run_rank(const Layout& l, const Segment& seg, comm::Communicator& c) 
   }
   for (int t = seg.first; t < seg.last; ++t) {
     zero.zero_grad();
-    for (size_t j = kParams; j-- > 0;) {  // backward order
-      std::vector<float> g(static_cast<size_t>(size_of(j)));
-      for (size_t k = 0; k < g.size(); ++k) g[k] = gradient(c.rank(), t, j, k);
+    for (size_t j = test::kBagParams; j-- > 0;) {  // backward order
+      std::vector<float> g(static_cast<size_t>(test::bag_size(j)));
+      for (size_t k = 0; k < g.size(); ++k) g[k] = test::bag_gradient(c.rank(), t, j, k);
       nn::Parameter::GradWrite w = params[j]->begin_grad_write();
-      w.grad.copy_from(Tensor::from_vector(g, {size_of(j)}));
+      w.grad.copy_from(Tensor::from_vector(g, {test::bag_size(j)}));
       params[j]->end_grad_write();
     }
     zero.finish();
@@ -166,8 +144,9 @@ State run(const Layout& l, const Segment& seg) {
   State s;
   s.values = ranks[0].values;
   s.masters = s.values;  // overwritten piece by piece below where masters are kept
-  s.exp_avg.assign(kParams, {});
-  for (size_t j = 0; j < kParams; ++j) s.exp_avg[j].assign(static_cast<size_t>(size_of(j)), NAN);
+  s.exp_avg.assign(test::kBagParams, {});
+  for (size_t j = 0; j < test::kBagParams; ++j)
+    s.exp_avg[j].assign(static_cast<size_t>(test::bag_size(j)), NAN);
   // One rank runs ZeRO's stage 0 whatever was asked: no masters then.
   const bool masters = keeps_masters(l);
   for (const RankPieces& r : ranks) {
@@ -178,12 +157,6 @@ State run(const Layout& l, const Segment& seg) {
       std::copy(p.data.begin(), p.data.end(), s.masters[p.param].begin() + p.begin);
   }
   return s;
-}
-
-float round_to(DType dtype, float x) {
-  if (dtype == DType::bf16) return static_cast<float>(bfloat16(x));
-  if (dtype == DType::f16) return static_cast<float>(float16(x));
-  return x;
 }
 
 fs::path fresh_dir(const std::string& name) {
@@ -248,7 +221,7 @@ TEST_CASE("precision changes across a checkpoint: masters become values and valu
     CHECK(loaded.masters == saved.values);
     std::vector<std::vector<float>> rounded = saved.values;
     for (auto& v : rounded) {
-      for (float& x : v) x = round_to(DType::bf16, x);
+      for (float& x : v) x = test::round_to(DType::bf16, x);
     }
     CHECK(loaded.values == rounded);
   }

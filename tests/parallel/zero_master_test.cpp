@@ -45,36 +45,6 @@ struct MasterRun {
   double clip = 0;  // > 0: clip_grad_norm(clip) before each step
 };
 
-// Two units ("a": 3 parameters, "b": 2) of sizes that straddle shard boundaries.
-const std::vector<std::pair<std::string, int64_t>> kSizesA = {{"w", 45}, {"bias", 7}, {"g", 33}};
-const std::vector<std::pair<std::string, int64_t>> kSizesB = {{"w", 70}, {"bias", 3}};
-constexpr size_t kParams = 5;
-
-float round_to(DType dtype, float x) {
-  if (dtype == DType::bf16) return static_cast<float>(bfloat16(x));
-  if (dtype == DType::f16) return static_cast<float>(float16(x));
-  return x;
-}
-
-int64_t size_of(size_t j) {
-  return j < kSizesA.size() ? kSizesA[j].second : kSizesB[j - kSizesA.size()].second;
-}
-
-std::vector<float> initial(size_t j) {
-  std::vector<float> v(static_cast<size_t>(size_of(j)));
-  for (size_t k = 0; k < v.size(); ++k) {
-    v[k] = 0.6f + 0.5f * static_cast<float>(std::sin(0.37 * static_cast<double>(k) + 1.1 * j));
-  }
-  return v;
-}
-
-// Rank r's gradient of parameter j at step t, before rounding to the dtype.
-float gradient(int r, int t, size_t j, size_t k) {
-  return 0.05f * static_cast<float>(
-                     std::sin(1.3 * static_cast<double>(k) + 0.7 * j + 0.9 * r + 0.5 * t)) +
-         0.01f * static_cast<float>(r - t);
-}
-
 optim::SgdOptions sgd_options() {
   return {.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01};
 }
@@ -95,11 +65,11 @@ struct RankResult {
 // test's thread; Catch2's macros are not thread-safe).
 RankResult run_rank(const MasterRun& run, comm::Communicator& c) {
   std::vector<std::vector<float>> init;
-  for (size_t j = 0; j < kParams; ++j) init.push_back(initial(j));
+  for (size_t j = 0; j < test::kBagParams; ++j) init.push_back(test::bag_initial(j));
   const std::vector<std::vector<float>> init_a(init.begin(), init.begin() + 3);
   const std::vector<std::vector<float>> init_b(init.begin() + 3, init.end());
-  parallel::ShardedModule a(std::make_unique<ParamBag>("a", kSizesA, init_a, run.dtype));
-  parallel::ShardedModule b(std::make_unique<ParamBag>("b", kSizesB, init_b, run.dtype));
+  parallel::ShardedModule a(std::make_unique<ParamBag>("a", test::kBagSizesA, init_a, run.dtype));
+  parallel::ShardedModule b(std::make_unique<ParamBag>("b", test::kBagSizesB, init_b, run.dtype));
   std::vector<nn::Parameter*> params = a.parameters();
   for (nn::Parameter* p : b.parameters()) params.push_back(p);
   const parallel::OptimizerOptions options = run.optimizer == Opt::sgd
@@ -112,12 +82,12 @@ RankResult run_rank(const MasterRun& run, comm::Communicator& c) {
       {.stage = run.stage, .first_bucket_bytes = 96, .bucket_cap_bytes = 128, .modules = units});
   for (int t = 0; t < run.steps; ++t) {
     zero.zero_grad();
-    for (size_t j = kParams; j-- > 0;) {  // backward order
-      std::vector<float> g(static_cast<size_t>(size_of(j)));
-      for (size_t k = 0; k < g.size(); ++k) g[k] = gradient(c.rank(), t, j, k);
+    for (size_t j = test::kBagParams; j-- > 0;) {  // backward order
+      std::vector<float> g(static_cast<size_t>(test::bag_size(j)));
+      for (size_t k = 0; k < g.size(); ++k) g[k] = test::bag_gradient(c.rank(), t, j, k);
       nn::Parameter::GradWrite w = params[j]->begin_grad_write();
       LOOM_CHECK(!w.accumulate, params[j]->name(), ": the first write after zero_grad accumulates");
-      w.grad.copy_from(Tensor::from_vector(g, {size_of(j)}));  // rounds to the dtype
+      w.grad.copy_from(Tensor::from_vector(g, {test::bag_size(j)}));  // rounds to the dtype
       params[j]->end_grad_write();
     }
     zero.finish();
@@ -142,8 +112,8 @@ RankResult run_rank(const MasterRun& run, comm::Communicator& c) {
     const size_t colon = slot.name.find(':', open);
     const std::string name = slot.name.substr(0, open);
     size_t j = 0;
-    while (j < kParams && params[j]->name() != name) ++j;
-    LOOM_CHECK(j < kParams, "master slot ", slot.name, " names no parameter");
+    while (j < test::kBagParams && params[j]->name() != name) ++j;
+    LOOM_CHECK(j < test::kBagParams, "master slot ", slot.name, " names no parameter");
     const int64_t begin = std::stoll(slot.name.substr(open + 1, colon - open - 1));
     out.master.emplace_back(j, begin, slot.value.to_vector<float>());
   }
@@ -153,22 +123,23 @@ RankResult run_rank(const MasterRun& run, comm::Communicator& c) {
 // The run replayed in f32, one replica: the final master values per parameter.
 std::vector<std::vector<float>> reference(const MasterRun& run) {
   std::vector<std::vector<float>> master, buf1, buf2;
-  for (size_t j = 0; j < kParams; ++j) {
-    std::vector<float> v = initial(j);
-    for (float& x : v) x = round_to(run.dtype, x);
+  for (size_t j = 0; j < test::kBagParams; ++j) {
+    std::vector<float> v = test::bag_initial(j);
+    for (float& x : v) x = test::round_to(run.dtype, x);
     master.push_back(v);
     buf1.emplace_back(v.size(), 0.0f);
     buf2.emplace_back(v.size(), 0.0f);
   }
   const float inv = 1.0f / static_cast<float>(run.ranks);
   for (int t = 0; t < run.steps; ++t) {
-    std::vector<std::vector<float>> grad(kParams);
+    std::vector<std::vector<float>> grad(test::kBagParams);
     double squares = 0;
-    for (size_t j = 0; j < kParams; ++j) {
+    for (size_t j = 0; j < test::kBagParams; ++j) {
       for (size_t k = 0; k < master[j].size(); ++k) {
-        float sum = round_to(run.dtype, gradient(0, t, j, k));
-        for (int r = 1; r < run.ranks; ++r) sum += round_to(run.dtype, gradient(r, t, j, k));
-        const float g = round_to(run.dtype, sum * inv);
+        float sum = test::round_to(run.dtype, test::bag_gradient(0, t, j, k));
+        for (int r = 1; r < run.ranks; ++r)
+          sum += test::round_to(run.dtype, test::bag_gradient(r, t, j, k));
+        const float g = test::round_to(run.dtype, sum * inv);
         grad[j].push_back(g);
         squares += static_cast<double>(g) * g;
       }
@@ -181,7 +152,7 @@ std::vector<std::vector<float>> reference(const MasterRun& run) {
       }
     }
     const int64_t step = t + 1;
-    for (size_t j = 0; j < kParams; ++j) {
+    for (size_t j = 0; j < test::kBagParams; ++j) {
       for (size_t k = 0; k < master[j].size(); ++k) {
         float& p = master[j][k];
         const float g = grad[j][k];
@@ -234,8 +205,8 @@ void check_master_run(const MasterRun& run) {
   INFO(describe(run));
   const auto ref = reference(run);
   const auto got = run_ranks(run);
-  std::vector<std::vector<int>> covered(kParams);
-  for (size_t j = 0; j < kParams; ++j) covered[j].assign(ref[j].size(), 0);
+  std::vector<std::vector<int>> covered(test::kBagParams);
+  for (size_t j = 0; j < test::kBagParams; ++j) covered[j].assign(ref[j].size(), 0);
   for (int r = 0; r < run.ranks; ++r) {
     INFO("rank " << r);
     const RankResult& res = got[static_cast<size_t>(r)];
@@ -247,22 +218,22 @@ void check_master_run(const MasterRun& run) {
         const float want = ref[j][at];
         CHECK(loom::test::close(piece[k], want, 1e-6, 1e-6));
         // The parameter is its master rounded to nearest even.
-        CHECK(res.values[j][at] == round_to(run.dtype, piece[k]));
+        CHECK(res.values[j][at] == test::round_to(run.dtype, piece[k]));
         const float ulps =
-            std::abs(res.values[j][at] - round_to(run.dtype, want)) / ulp(run.dtype, want);
+            std::abs(res.values[j][at] - test::round_to(run.dtype, want)) / ulp(run.dtype, want);
         CHECK(ulps <= 1.0f);
       }
     }
   }
-  for (size_t j = 0; j < kParams; ++j) {
+  for (size_t j = 0; j < test::kBagParams; ++j) {
     for (const int n : covered[j]) REQUIRE(n == 1);  // each element in exactly one master shard
   }
   // Training moved most parameter values.
   size_t moved = 0, elements = 0;
-  for (size_t j = 0; j < kParams; ++j) {
-    const std::vector<float> init = initial(j);
+  for (size_t j = 0; j < test::kBagParams; ++j) {
+    const std::vector<float> init = test::bag_initial(j);
     for (size_t k = 0; k < init.size(); ++k) {
-      moved += got[0].values[j][k] != round_to(run.dtype, init[k]) ? 1 : 0;
+      moved += got[0].values[j][k] != test::round_to(run.dtype, init[k]) ? 1 : 0;
       ++elements;
     }
   }
@@ -323,7 +294,7 @@ TEST_CASE("zero master: the f32 master keeps updates below half a bf16 ulp", "[z
   // 2^-8 (2e-3, 4e-3), so a bf16 update rounds back to the old value.
   constexpr int kSteps = 200;
   std::vector<float> init;
-  for (int k = 0; k < 64; ++k) init.push_back(round_to(DType::bf16, 0.5f + 0.0117f * k));
+  for (int k = 0; k < 64; ++k) init.push_back(test::round_to(DType::bf16, 0.5f + 0.0117f * k));
   const std::vector<float> plain = small_updates(0, kSteps, init);
   const std::vector<float> mastered = small_updates(1, kSteps, init);
   CHECK(plain == init);  // stage 0 steps the bf16 values: every update lost
@@ -331,7 +302,7 @@ TEST_CASE("zero master: the f32 master keeps updates below half a bf16 ulp", "[z
     float ref = init[k];
     for (int t = 0; t < kSteps; ++t) ref = ref - 1e-4f * 1.0f;
     INFO("element " << k << ": init " << init[k] << ", f32 reference " << ref);
-    CHECK(mastered[k] == round_to(DType::bf16, ref));
+    CHECK(mastered[k] == test::round_to(DType::bf16, ref));
     CHECK(init[k] - mastered[k] >= 0.02f - ulp(DType::bf16, init[k]));  // moved by ~200 x 1e-4
   }
 }
@@ -342,10 +313,10 @@ TEST_CASE("zero master: optimizer bytes count the f32 master shard", "[zero]") {
     const MasterRun run{.ranks = ranks, .stage = 1, .optimizer = Opt::adamw, .steps = 1};
     const auto got = run_ranks(run);
     int64_t total = 0;
-    for (size_t j = 0; j < kParams; ++j) total += size_of(j);
+    for (size_t j = 0; j < test::kBagParams; ++j) total += test::bag_size(j);
     // Padding: at most 31 bf16 elements before each parameter (64-byte alignment)
     // and 32 per rank to round the shard up.
-    const int64_t padding = 32 * (static_cast<int64_t>(kParams) + ranks);
+    const int64_t padding = 32 * (static_cast<int64_t>(test::kBagParams) + ranks);
     int64_t sum = 0, moments = 0;
     for (const RankResult& r : got) {
       INFO(ranks << " ranks: optimizer " << r.memory.optimizer_bytes << " bytes, shard " << r.shard

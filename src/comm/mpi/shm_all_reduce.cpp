@@ -346,15 +346,12 @@ bool ShmAllReduce::step() {
           std::memcpy(slot(rank_, piece_), data_ + next_offset_ * static_cast<int64_t>(es),
                       static_cast<size_t>(piece_count_) * es);
         }
-        signal(3 * piece_ + 1);
-        ++progress_;
-        phase_ = Phase::wait_in;
+        publish();
         [[fallthrough]];
       case Phase::wait_in:
-        if (!everyone_reached(3 * piece_ + 1)) return false;
         // NOTE [shm agreement]: every rank sees the same identities, so all
         // stop here together; the rest of the piece keeps the counters in step.
-        if (next_offset_ == 0) error_ = compare_identities();
+        if (!arrived(next_offset_ == 0)) return false;
         phase_ = Phase::reduce;
         [[fallthrough]];
       case Phase::reduce: {
@@ -389,19 +386,34 @@ bool ShmAllReduce::step() {
                         static_cast<size_t>(hi - lo) * es);
           }
         }
-        signal(3 * piece_ + 3);
-        ++progress_;
-        ++piece_;
-        next_offset_ += piece_count_;
-        phase_ = Phase::copy_in;
-        if (next_offset_ >= count_ || error_) {
-          finish();
-          return true;
-        }
+        if (next_piece(piece_count_, count_)) return true;
         break;
       }
     }
   }
+}
+
+void ShmAllReduce::publish() {
+  signal(3 * piece_ + 1);
+  ++progress_;
+  phase_ = Phase::wait_in;
+}
+
+bool ShmAllReduce::arrived(bool first_piece) {
+  if (!everyone_reached(3 * piece_ + 1)) return false;
+  if (first_piece) error_ = compare_identities();  // NOTE [shm agreement]
+  return true;
+}
+
+bool ShmAllReduce::next_piece(int64_t elements, int64_t limit) {
+  signal(3 * piece_ + 3);
+  ++progress_;
+  ++piece_;
+  next_offset_ += elements;
+  phase_ = Phase::copy_in;
+  if (next_offset_ < limit && !error_) return false;
+  finish();
+  return true;
 }
 
 bool ShmAllReduce::step_gather_direct() {
@@ -412,13 +424,10 @@ bool ShmAllReduce::step_gather_direct() {
       case Phase::copy_in:
         own.identity[piece_ % 2] = identity_;
         own.gather_source[piece_ % 2] = reinterpret_cast<uint64_t>(input_);
-        signal(3 * piece_ + 1);
-        ++progress_;
-        phase_ = Phase::wait_in;
+        publish();
         [[fallthrough]];
       case Phase::wait_in:
-        if (!everyone_reached(3 * piece_ + 1)) return false;
-        error_ = compare_identities();  // NOTE [shm agreement]
+        if (!arrived(true)) return false;
         if (!error_) {
           for (int r = 0; r < size_; ++r) {
             const auto bytes = static_cast<size_t>(block_count_[static_cast<size_t>(r)] * es);
@@ -443,12 +452,7 @@ bool ShmAllReduce::step_gather_direct() {
         [[fallthrough]];
       case Phase::wait_reduced:
         if (!everyone_reached(3 * piece_ + 2)) return false;
-        signal(3 * piece_ + 3);
-        ++progress_;
-        ++piece_;
-        phase_ = Phase::copy_in;
-        finish();
-        return true;
+        return next_piece(longest_block_, longest_block_);  // one piece: done
       default:
         LOOM_ASSERT(false, "a direct all-gather has no phase ", static_cast<int>(phase_));
     }
@@ -478,14 +482,11 @@ bool ShmAllReduce::step_blocks() {
                         static_cast<size_t>(length(r) * es));
           }
         }
-        signal(3 * piece_ + 1);
-        ++progress_;
-        phase_ = Phase::wait_in;
+        publish();
         [[fallthrough]];
       }
       case Phase::wait_in:
-        if (!everyone_reached(3 * piece_ + 1)) return false;
-        if (next_offset_ == 0) error_ = compare_identities();  // NOTE [shm agreement]
+        if (!arrived(next_offset_ == 0)) return false;
         if (!error_ && mode_ == Mode::all_gather) {
           for (int r = 0; r < size_; ++r) {
             const char* from = r == rank_ ? input_ + next_offset_ * es : slot(r, piece_);
@@ -503,15 +504,7 @@ bool ShmAllReduce::step_blocks() {
                            op_);
         }
         // Nobody waits for 3g+2 here; 3g+3 keeps the counters in step with the all-reduce's.
-        signal(3 * piece_ + 3);
-        ++progress_;
-        ++piece_;
-        next_offset_ += block_piece_;
-        phase_ = Phase::copy_in;
-        if (next_offset_ >= longest_block_ || error_) {
-          finish();
-          return true;
-        }
+        if (next_piece(block_piece_, longest_block_)) return true;
         break;
       default:
         LOOM_ASSERT(false, "a shared-memory reduce-scatter or all-gather has no phase ",

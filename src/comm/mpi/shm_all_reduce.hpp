@@ -201,6 +201,15 @@ class ShmAllReduce {
   // Reduce-scatter and all-gather: the blocks, the piece size, then begin().
   void begin_blocks(Mode mode, const void* input, void* output, const std::vector<int64_t>& counts,
                     DType dtype, ReduceOp op);
+  // The piece's input is in place: signals 3g+1 and waits for the others'.
+  void publish();
+  // Whether every rank has published the piece (then, on the operation's
+  // first piece, compares the ranks' identities into error_).
+  bool arrived(bool first_piece);
+  // Signals the end of the piece (3g+3), advances by `elements` and starts the
+  // next one; true, and the operation finished, once `limit` is reached (or
+  // the ranks disagreed).
+  bool next_piece(int64_t elements, int64_t limit);
   // One piece of a reduce-scatter or all-gather; true once the operation is done.
   bool step_blocks();
   // An all-gather read straight from the peers' inputs (NOTE [direct all-gather]).
