@@ -115,9 +115,8 @@ void ZeroOptimizer::Impl::step() {
   opt->step();
   if (master.defined()) low_value_shard().copy_from(master);  // round to nearest even
   if (stage == 1 || stage == 2) {
-    gather_send = flat_range(flat_value, mine).clone();
-    track(static_cast<int64_t>(gather_send.nbytes()), 0);
-    gather_work = comm.all_gather(gather_send, flat_value);
+    // In place: this rank's shard is its chunk of the flat values.
+    gather_work = comm.all_gather(flat_range(flat_value, mine), flat_value);
     gather_pending = true;
   }
 }
@@ -127,8 +126,6 @@ void ZeroOptimizer::Impl::wait_parameters() {
   gather_work.block_stream(current_stream(device));
   gather_work.wait();
   gather_pending = false;
-  track(-static_cast<int64_t>(gather_send.nbytes()), 0);
-  gather_send = Tensor();
 }
 
 }  // namespace loom::parallel

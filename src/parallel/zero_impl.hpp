@@ -72,7 +72,6 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
   std::vector<Bucket> buckets;
   std::vector<size_t> bucket_of;
 
-  Tensor gather_send;  // stages 1, 2: a copy of the stepped shard while the all-gather runs
   comm::Work gather_work;
   bool gather_pending = false;
 

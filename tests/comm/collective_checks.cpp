@@ -123,27 +123,36 @@ void check_reduce_scatter(Communicator& comm, DType dtype, int64_t count_per_ran
 void check_all_gather(Communicator& comm, DType dtype, int64_t count_per_rank, Device device) {
   const int n = comm.size(), r = comm.rank();
   for (const bool uneven : {false, true}) {
-    const std::vector<int64_t> counts =
-        uneven ? uneven_counts(n, count_per_rank)
-               : std::vector<int64_t>(static_cast<size_t>(n), count_per_rank);
-    const std::vector<int64_t> offsets = prefix(counts);
-    // Rank q's chunk holds 8 q + j % 8: it says where it came from.
-    const Tensor input = filled(
-        dtype, counts[static_cast<size_t>(r)],
-        [&](int64_t j) { return 8.0 * r + static_cast<double>(j % 8); }, device);
-    const Tensor output = Tensor::full({offsets.back()}, -1.0, dtype, device);
-    AllGatherOptions options;
-    if (uneven) options.counts = counts;
-    comm.all_gather(input, output, options).wait();
-    expect(
-        output,
-        [&](int64_t i) {
-          const int q = static_cast<int>(std::upper_bound(offsets.begin(), offsets.end(), i) -
-                                         offsets.begin()) -
-                        1;
-          return 8.0 * q + static_cast<double>((i - offsets[static_cast<size_t>(q)]) % 8);
-        },
-        0.0, uneven ? "all_gather (uneven)" : "all_gather", comm);
+    for (const bool in_place : {false, true}) {
+      const std::vector<int64_t> counts =
+          uneven ? uneven_counts(n, count_per_rank)
+                 : std::vector<int64_t>(static_cast<size_t>(n), count_per_rank);
+      const std::vector<int64_t> offsets = prefix(counts);
+      const int64_t mine = offsets[static_cast<size_t>(r)];
+      // Rank q's chunk holds 8 q + j % 8: it says where it came from.
+      Tensor input = filled(
+          dtype, counts[static_cast<size_t>(r)],
+          [&](int64_t j) { return 8.0 * r + static_cast<double>(j % 8); }, device);
+      const Tensor output = Tensor::full({offsets.back()}, -1.0, dtype, device);
+      if (in_place) {  // the input is this rank's chunk of the output
+        const Tensor own = output.slice(mine, mine + counts[static_cast<size_t>(r)]);
+        own.copy_from(input);
+        input = own;
+      }
+      AllGatherOptions options;
+      if (uneven) options.counts = counts;
+      comm.all_gather(input, output, options).wait();
+      expect(
+          output,
+          [&](int64_t i) {
+            const int q = static_cast<int>(std::upper_bound(offsets.begin(), offsets.end(), i) -
+                                           offsets.begin()) -
+                          1;
+            return 8.0 * q + static_cast<double>((i - offsets[static_cast<size_t>(q)]) % 8);
+          },
+          0.0, str_cat("all_gather", uneven ? " (uneven)" : "", in_place ? " (in place)" : ""),
+          comm);
+    }
   }
 }
 

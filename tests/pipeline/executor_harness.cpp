@@ -93,7 +93,7 @@ RankRun run_pipeline_rank(const PipelineRun& run, comm::Communicator& world) {
     };
     mine.stats.push_back(executor.step(input, loss));
   }
-  zero.wait_parameters();  // stages 1, 2: the all-gather after the last step (and its send copy)
+  zero.wait_parameters();  // stages 1, 2: the all-gather after the last step
   mine.memory = zero.memory();
   mine.shard_numel = zero.shard_numel();
   // Shape headers are the only int64 messages on the pp group.

@@ -77,6 +77,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   Work all_reduce(const Tensor& tensor, const AllReduceOptions& options = {});
   Work reduce_scatter(const Tensor& input, const Tensor& output,
                       const ReduceScatterOptions& options = {});
+  // `input` may be this rank's own chunk of `output` (a view of it: in place,
+  // nothing of it is copied); it must not overlap `output` otherwise.
   Work all_gather(const Tensor& input, const Tensor& output, const AllGatherOptions& options = {});
   Work broadcast(const Tensor& tensor, const BroadcastOptions& options = {});
   Work reduce(const Tensor& tensor, const ReduceOptions& options = {});

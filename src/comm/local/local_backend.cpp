@@ -96,8 +96,10 @@ void copy_elements(const Tensor& dst, int64_t dst_off, const Tensor& src, int64_
                    int64_t count) {
   if (count <= 0) return;
   const size_t es = dst.element_size();
-  std::memcpy(static_cast<char*>(dst.data()) + dst_off * es,
-              static_cast<const char*>(src.data()) + src_off * es, static_cast<size_t>(count) * es);
+  char* to = static_cast<char*>(dst.data()) + dst_off * es;
+  const char* from = static_cast<const char*>(src.data()) + src_off * es;
+  if (to == from) return;  // in place (an all-gather's own chunk)
+  std::memcpy(to, from, static_cast<size_t>(count) * es);
 }
 
 // Runs a collective whose every rank has arrived. Called with the group lock held.

@@ -73,9 +73,15 @@ class AllGatherOp final : public WorkOp {
     input_.stage_in(true);
     output_.stage_in(false);
     const MPI_Datatype type = target_.types->datatype(input_.host().dtype());
-    LOOM_MPI_CHECK(MPI_Iallgatherv(
-        input_.bytes(), counts_.counts[static_cast<size_t>(target_.rank)], type, output_.bytes(),
-        counts_.counts.data(), counts_.offsets.data(), type, target_.comm, new_request()));
+    const auto rank = static_cast<size_t>(target_.rank);
+    // In place (the input is this rank's chunk of the output): MPI forbids
+    // overlapping buffers unless told so.
+    const bool in_place =
+        input_.bytes() ==
+        output_.bytes() + static_cast<size_t>(counts_.offsets[rank]) * input_.host().element_size();
+    LOOM_MPI_CHECK(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : input_.bytes(), counts_.counts[rank],
+                                   type, output_.bytes(), counts_.counts.data(),
+                                   counts_.offsets.data(), type, target_.comm, new_request()));
   }
 
  protected:

@@ -490,8 +490,8 @@ bool ShmAllReduce::step_blocks() {
         if (!error_ && mode_ == Mode::all_gather) {
           for (int r = 0; r < size_; ++r) {
             const char* from = r == rank_ ? input_ + next_offset_ * es : slot(r, piece_);
-            std::memcpy(output_ + (block_begin_[static_cast<size_t>(r)] + next_offset_) * es, from,
-                        static_cast<size_t>(length(r) * es));
+            char* to = output_ + (block_begin_[static_cast<size_t>(r)] + next_offset_) * es;
+            if (to != from) std::memcpy(to, from, static_cast<size_t>(length(r) * es));
           }
         } else if (!error_ && length(rank_) > 0) {
           std::vector<const void*> inputs(static_cast<size_t>(size_));
