@@ -22,8 +22,8 @@
 // other ranks' blocks and reduces its own block, over its own input and the
 // others' slots, straight into its output, with one wait per piece and the
 // futex waits that keep it off the compute thread's core (NOTE [shm futex]).
-// 1.3-2.2x raw MPI_Reduce_scatter_block from 64 KiB to 4 MiB and 4.8x at 16
-// MiB (2 ranks, docs/comm.md): Open MPI reduces onto one rank and scatters,
+// 1.1-2.2x raw MPI_Reduce_scatter_block from 64 KiB to 4 MiB and 3.4-4.8x
+// at 16 MiB (2 ranks, docs/comm.md): Open MPI reduces onto one rank and scatters,
 // and its progress thread spins where this one sleeps. MPI (below) serves
 // CUDA tensors, ranks on several nodes and LOOM_SHM_ALLREDUCE=off.
 #include <algorithm>
