@@ -6,9 +6,9 @@
 # a multi-rank train_gpt run per case against one rank on the same global
 # batch (loom_compare_runs, tests/support/train_runs.cmake).
 function(loom_train_gpt_compare label tokens)
-  cmake_parse_arguments(A "" "NAME_PREFIX" "COMMON;CASES" ${ARGN})
+  cmake_parse_arguments(A "" "NAME_PREFIX;RTOL" "COMMON;CASES" ${ARGN})
   loom_compare_runs(PROGRAM train_gpt NAME examples.gpt${A_NAME_PREFIX} LABELS ${label}
-                    RESOURCE_LOCK ${tokens} COMMON ${A_COMMON} --token-file ${tokens}
+                    RESOURCE_LOCK ${tokens} RTOL ${A_RTOL} COMMON ${A_COMMON} --token-file ${tokens}
                     CASES ${A_CASES})
 endfunction()
 # loom_train_gpt_refuses(LABEL COMMON... CASES "np|flags|expected message" ...).
@@ -97,7 +97,10 @@ loom_train_gpt_compare(dp ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.
 # Mixed precision: a bf16 (and an fp16, loss-scaled) GPT's validation loss
 # after 300 steps within 0.01 nats of the fp32 run's; bf16 under dp with ZeRO,
 # tp and pp, and fp16 under pp, equal one rank of the same precision to the
-# printed digit (f32 accumulation: only sums reassociate).
+# printed digit (f32 accumulation: only sums reassociate) plus, for bf16,
+# 1e-3 relative: a tp rank's f32 partial sums, reassociated, can tip a
+# rounding to bf16 of the activations after them (c_attn's q, k, v), which
+# moves that element by bf16's unit roundoff, 2^-9.
 foreach(precision bf16 fp16)
   add_test(NAME precision.gpt_${precision}_training
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/precision/check_training.py
@@ -110,7 +113,7 @@ foreach(precision bf16 fp16)
                        RESOURCE_LOCK ${CMAKE_CURRENT_BINARY_DIR}/precision/python_stdlib_bf16.tokens)
 endforeach()
 loom_train_gpt_compare(precision ${CMAKE_CURRENT_BINARY_DIR}/precision/python_stdlib_bf16.tokens
-  NAME_PREFIX _bf16
+  NAME_PREFIX _bf16 RTOL 1e-3
   COMMON --d-model 64 --heads 4 --seq 32 --batch 4 --steps 6 --log-every 1 --eval-every 0
          --eval-batches 2 --precision bf16
   CASES "2|--layers 2|--zero-stage 1" "2|--layers 2|--zero-stage 3" "2|--layers 2|--tp 2"

@@ -14,29 +14,39 @@
 namespace loom::kernels {
 namespace {
 
-// `t` must have `like`'s shape, dtype and device.
-void check_same(const char* op, const char* name, const Tensor& t, const char* like_name,
-                const Tensor& like) {
+// `t` must have `like`'s shape and device, and its dtype or, where
+// `may_be_f32`, f32 (the wide side of a mixed-precision softmax).
+void check_like(const char* op, const char* name, const Tensor& t, const char* like_name,
+                const Tensor& like, bool may_be_f32) {
   LOOM_CHECK(t.defined(), op, ": ", name, " is undefined");
-  LOOM_CHECK(t.shape() == like.shape() && t.dtype() == like.dtype() && t.device() == like.device(),
-             op, ": ", name, " ", t, " must match ", like_name, " ", like,
-             " in shape, dtype and device");
+  const bool dtype_ok = t.dtype() == like.dtype() || (may_be_f32 && t.dtype() == DType::f32);
+  LOOM_CHECK(t.shape() == like.shape() && t.device() == like.device() && dtype_ok, op, ": ", name,
+             " ", t, " must match ", like_name, " ", like, " in shape, device and dtype",
+             may_be_f32 ? " (or be f32: f32 scores, probabilities in a 16-bit dtype)" : "");
 }
 
-detail::CausalSoftmaxArgs check_input(const char* op, const Tensor& x, float scale) {
-  LOOM_CHECK(x.defined(), op, ": the input is undefined");
-  LOOM_CHECK(x.dim() >= 2 && x.size(-1) == x.size(-2), op, ": input ", x,
+// `probs` (or in backward the probabilities) decides the dtype the op
+// writes; the host computes f32 and writes f32, bf16 or f16.
+detail::CausalSoftmaxArgs check_output(const char* op, const char* name, const Tensor& x,
+                                       float scale) {
+  LOOM_CHECK(x.defined(), op, ": ", name, " is undefined");
+  LOOM_CHECK(x.dim() >= 2 && x.size(-1) == x.size(-2), op, ": ", name, " ", x,
              " must be a stack of square [..., T, T] score matrices");
   LOOM_CHECK(is_floating(x.dtype()), op, ": dtype ", x.dtype(),
              " is not a floating-point type (f32, bf16, f16)");
-  LOOM_CHECK(x.device().is_cuda() || x.dtype() == DType::f32, op,
-             ": the host kernel supports f32 only, not ", x.dtype(), " (", x, ")");
   detail::CausalSoftmaxArgs args;
   args.dtype = x.dtype();
   args.rows = x.size(-1);
   args.matrices = args.rows == 0 ? 0 : x.numel() / (args.rows * args.rows);
   args.scale = scale;
   return args;
+}
+
+// The host reads 16-bit probabilities but takes its wide input in f32 only.
+void check_host_wide(const char* op, const char* name, const Tensor& wide) {
+  LOOM_CHECK(wide.device().is_cuda() || wide.dtype() == DType::f32, op, ": the host kernel takes ",
+             name, " in f32 only, not ", wide.dtype(), " (", wide,
+             "; bf16 or f16 probabilities from f32 scores are fine)");
 }
 
 void check_aliasing(const char* op, const char* out_name, const Tensor& out, const char* in_name,
@@ -75,9 +85,11 @@ double unmasked(const Tensor& x) {
 
 void causal_softmax(const Tensor& scores, float scale, const Tensor& probs) {
   constexpr const char* kOp = "causal_softmax";
-  detail::CausalSoftmaxArgs args = check_input(kOp, scores, scale);
-  check_same(kOp, "probs", probs, "scores", scores);
+  detail::CausalSoftmaxArgs args = check_output(kOp, "probs", probs, scale);
+  check_like(kOp, "scores", scores, "probs", probs, true);
+  check_host_wide(kOp, "scores", scores);
   check_aliasing(kOp, "probs", probs, "scores", scores, true);
+  args.wide_dtype = scores.dtype();
   args.x = scores.data();
   args.y = probs.data();
   if (args.matrices == 0) return;
@@ -91,11 +103,13 @@ void causal_softmax(const Tensor& scores, float scale, const Tensor& probs) {
 void causal_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
                              const Tensor& dscores) {
   constexpr const char* kOp = "causal_softmax_backward";
-  detail::CausalSoftmaxArgs args = check_input(kOp, probs, scale);
-  check_same(kOp, "dprobs", dprobs, "probs", probs);
-  check_same(kOp, "dscores", dscores, "probs", probs);
+  detail::CausalSoftmaxArgs args = check_output(kOp, "probs", probs, scale);
+  check_like(kOp, "dprobs", dprobs, "probs", probs, true);
+  check_like(kOp, "dscores", dscores, "probs", probs, false);
+  check_host_wide(kOp, "dprobs", dprobs);
   check_aliasing(kOp, "dscores", dscores, "dprobs", dprobs, true);
   check_aliasing(kOp, "dscores", dscores, "probs", probs, false);
+  args.wide_dtype = dprobs.dtype();
   args.p = probs.data();
   args.dy = dprobs.data();
   args.y = dscores.data();

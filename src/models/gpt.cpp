@@ -30,6 +30,17 @@ nn::LinearOptions block_linear(const GPTConfig& c) {
   return nn::LinearOptions{.bias = true, .init_std = kInitStd, .module = c.module};
 }
 
+// A block Linear whose output goes to the next product through element-wise
+// layers only (c_attn -> attention -> c_proj, c_fc -> GELU -> c_proj): it
+// writes its output in Precision::activations (bf16 under bf16), which the
+// layers in between run on and the next Linear multiplies as it is.
+nn::LinearOptions handing_linear(const GPTConfig& c) {
+  nn::LinearOptions options = block_linear(c);
+  const nn::Precision& precision = c.module.precision;
+  options.output_in_matmul_dtype = precision.reduced() && precision.activations == precision.matmul;
+  return options;
+}
+
 using Role = GPTLayerFactory::LinearRole;
 
 // x + c_proj(attn(c_attn(ln_1(x)))), with optional dropout on the branch.
@@ -38,7 +49,7 @@ std::unique_ptr<nn::Module> attention_branch(const std::string& block, const GPT
   auto branch = std::make_unique<nn::Sequential>(block + ".attn");
   branch->emplace<nn::LayerNorm>(block + ".ln_1", c.d_model, kLayerNormEps, c.module);
   branch->add(layers.linear(Role::attn_qkv, block + ".attn.c_attn", c.d_model, 3 * c.d_model,
-                            block_linear(c)));
+                            handing_linear(c)));
   std::unique_ptr<nn::Module> core = layers.attention(block + ".attn.core", c.heads);
   if (c.checkpoint_attention) {
     core = std::make_unique<nn::Checkpoint>(block + ".attn.core.checkpoint", std::move(core));
@@ -57,12 +68,8 @@ std::unique_ptr<nn::Module> mlp_branch(const std::string& block, const GPTConfig
                                        const GPTLayerFactory& layers) {
   auto branch = std::make_unique<nn::Sequential>(block + ".mlp");
   branch->emplace<nn::LayerNorm>(block + ".ln_2", c.d_model, kLayerNormEps, c.module);
-  // The hidden activations in Precision::activations (bf16 under bf16):
-  // c_fc writes them so, GELU runs on them, c_proj multiplies them as they are.
-  nn::LinearOptions fc = block_linear(c);
-  const nn::Precision& precision = c.module.precision;
-  fc.output_in_matmul_dtype = precision.reduced() && precision.activations == precision.matmul;
-  branch->add(layers.linear(Role::mlp_fc, block + ".mlp.c_fc", c.d_model, 4 * c.d_model, fc));
+  branch->add(layers.linear(Role::mlp_fc, block + ".mlp.c_fc", c.d_model, 4 * c.d_model,
+                            handing_linear(c)));
   branch->emplace<nn::GELU>(block + ".mlp.gelu");
   branch->add(layers.linear(Role::mlp_proj, block + ".mlp.c_proj", 4 * c.d_model, c.d_model,
                             block_linear(c)));

@@ -13,6 +13,18 @@
 // (query, key) pair, T (T + 1) / 2 pairs per matrix, so MFU is not inflated
 // by masked work. (Counting the full square would add a factor 2T / (T + 1).)
 // Bytes are what the kernels move, full matrices included.
+//
+// NOTE [attention precision] In f32 everything is f32 and the softmax runs in
+// place on the scores. With 16-bit q, k, v (a GPT's c_attn writes them so under
+// bf16, Precision::activations) the attention keeps the mixed-precision rule
+// of the products around it: each GEMM takes 16-bit operands and accumulates
+// in f32; the scores Q K^T and the probability gradient dO V^T are written in
+// f32, the softmax and its backward run in f32 on them and round once to the
+// 16-bit probabilities and score gradients the next products take; P V and
+// the q, k, v gradients are rounded once from their f32 sums. So P is saved
+// for backward in 16 bits (half the bytes of the largest activation) and the
+// f32 scores live only from their GEMM to the softmax. Flash-attention keeps
+// the same rule (f32 scores and softmax, P rounded for the P V product).
 #include "loom/nn/attention.hpp"
 
 #include <cmath>
@@ -54,6 +66,11 @@ Dims dims_of(int64_t batch, int64_t tokens, int64_t channels, int64_t heads) {
   return Dims{batch, tokens, channels, heads, channels / heads};
 }
 
+// The dtype of the scores and their gradient: f32 always (NOTE [attention precision]).
+DType score_dtype(DType) {
+  return DType::f32;
+}
+
 }  // namespace
 
 CausalSelfAttention::CausalSelfAttention(std::string name, int64_t heads)
@@ -74,13 +91,13 @@ int64_t CausalSelfAttention::channels_of(const Tensor& qkv) const {
 kernels::OpCost CausalSelfAttention::forward_cost(int64_t batch, int64_t tokens, int64_t channels,
                                                   DType dtype) const {
   const Dims d = dims_of(batch, tokens, channels, heads_);
-  const size_t e = dtype_size(dtype);
+  const size_t e = dtype_size(dtype), s = dtype_size(score_dtype(dtype));
   kernels::OpCost cost;
   cost.flops = 2.0 * d.gemm_flops() + d.softmax_flops();
-  // split (qkv in, q k v out), S = Q K^T, softmax in place, O = P V, merge (O in, y out).
+  // split (qkv in, q k v out), S = Q K^T, softmax (S in, P out), O = P V, merge (O in, y out).
   cost.bytes = 6.0 * d.head_bytes(e)                       // split
-               + 2.0 * d.head_bytes(e) + d.score_bytes(e)  // Q K^T
-               + 2.0 * d.score_bytes(e)                    // softmax
+               + 2.0 * d.head_bytes(e) + d.score_bytes(s)  // Q K^T
+               + d.score_bytes(s) + d.score_bytes(e)       // softmax
                + d.score_bytes(e) + 2.0 * d.head_bytes(e)  // P V
                + 2.0 * d.head_bytes(e);                    // merge
   return cost;
@@ -89,14 +106,14 @@ kernels::OpCost CausalSelfAttention::forward_cost(int64_t batch, int64_t tokens,
 kernels::OpCost CausalSelfAttention::backward_cost(int64_t batch, int64_t tokens, int64_t channels,
                                                    DType dtype) const {
   const Dims d = dims_of(batch, tokens, channels, heads_);
-  const size_t e = dtype_size(dtype);
+  const size_t e = dtype_size(dtype), s = dtype_size(score_dtype(dtype));
   kernels::OpCost cost;
   // dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q: four GEMMs over the unmasked pairs.
   cost.flops = 4.0 * d.gemm_flops() + d.softmax_flops();
   cost.bytes = 2.0 * d.head_bytes(e)                               // split dO
                + d.score_bytes(e) + 2.0 * d.head_bytes(e)          // dV
-               + d.score_bytes(e) + 2.0 * d.head_bytes(e)          // dP
-               + 3.0 * d.score_bytes(e)                            // softmax backward
+               + d.score_bytes(s) + 2.0 * d.head_bytes(e)          // dP
+               + d.score_bytes(s) + 2.0 * d.score_bytes(e)         // softmax backward (P, dP -> dS)
                + 2.0 * (d.score_bytes(e) + 2.0 * d.head_bytes(e))  // dQ, dK
                + 6.0 * d.head_bytes(e);                            // merge dq, dk, dv
   return cost;
@@ -117,10 +134,14 @@ Tensor CausalSelfAttention::forward(const Tensor& qkv, Tape& tape) {
                v = state.qkv_heads.select(2);
   kernels::split_heads(qkv, {q, k, v});
 
-  state.probs = Tensor::empty({batch, heads_, tokens, tokens}, dtype, device);
-  kernels::gemm(q, k, state.probs, {.trans_b = true});
+  // f32: the softmax runs in place on the scores; else the f32 scores live
+  // only until the softmax has rounded them to P (NOTE [attention precision]).
+  const Shape scores_shape{batch, heads_, tokens, tokens};
+  const Tensor scores = Tensor::empty(scores_shape, score_dtype(dtype), device);
+  kernels::gemm(q, k, scores, {.trans_b = true});
+  state.probs = dtype == scores.dtype() ? scores : Tensor::empty(scores_shape, dtype, device);
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  kernels::causal_softmax(state.probs, scale, state.probs);
+  kernels::causal_softmax(scores, scale, state.probs);
 
   const Tensor out_heads = Tensor::empty({batch, heads_, tokens, head_dim}, dtype, device);
   kernels::gemm(state.probs, v, out_heads);
@@ -152,12 +173,15 @@ Tensor CausalSelfAttention::backward_input(const Tensor& dy, Tape& tape) {
   const Tensor grads = Tensor::empty({3, batch, heads_, tokens, head_dim}, dtype, device);
   const Tensor dq = grads.select(0), dk = grads.select(1), dv = grads.select(2);
   kernels::gemm(probs, d_out, dv, {.trans_a = true});  // dV = P^T dO
-  const Tensor d_scores = Tensor::empty(probs.shape(), dtype, device);
-  kernels::gemm(d_out, v, d_scores, {.trans_b = true});  // dP = dO V^T
+  const Tensor d_probs = Tensor::empty(probs.shape(), score_dtype(dtype), device);
+  kernels::gemm(d_out, v, d_probs, {.trans_b = true});  // dP = dO V^T
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  kernels::causal_softmax_backward(probs, d_scores, scale, d_scores);  // dS, in place
-  kernels::gemm(d_scores, k, dq);                                      // dQ = dS K
-  kernels::gemm(d_scores, q, dk, {.trans_a = true});                   // dK = dS^T Q
+  // dS: in place over dP in f32, else rounded into its own 16-bit buffer.
+  const Tensor d_scores =
+      dtype == d_probs.dtype() ? d_probs : Tensor::empty(probs.shape(), dtype, device);
+  kernels::causal_softmax_backward(probs, d_probs, scale, d_scores);
+  kernels::gemm(d_scores, k, dq);                     // dQ = dS K
+  kernels::gemm(d_scores, q, dk, {.trans_a = true});  // dK = dS^T Q
 
   const Tensor dqkv = Tensor::empty(in, dtype, device);
   kernels::merge_heads({dq, dk, dv}, dqkv);

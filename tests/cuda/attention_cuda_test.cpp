@@ -1,7 +1,9 @@
 // Attention on CUDA against the host: the head-layout copies bit for bit
 // (every copy unit width), the causal softmax and its backward to a few ulps
 // (expf vs Eigen's exp) with exact zeros in the masked half, and the
-// CausalSelfAttention module forward and backward to 1e-5.
+// CausalSelfAttention module forward and backward to 1e-5; in mixed
+// precision (f32 scores, bf16 probabilities, bf16 attention) to a bf16 unit
+// or two.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -105,4 +107,44 @@ TEST_CASE("CUDA CausalSelfAttention matches the host forward and backward") {
   CHECK(dev_tape.empty());
   require_close(dev_y.to_vector<float>(), host_y.to_vector<float>(), 1e-5, 1e-4);
   require_close(dev_dx.to_vector<float>(), host_dx.to_vector<float>(), 1e-5, 1e-4);
+}
+
+TEST_CASE("CUDA mixed-precision causal_softmax: f32 scores, bf16 probabilities, as the host") {
+  const int64_t n = 45;
+  const Tensor scores = loom::test::random_tensor({2, n, n}, DType::f32, 61, -8.0f, 8.0f);
+  const Tensor dprobs = loom::test::random_tensor({2, n, n}, DType::f32, 62);
+  const Tensor host_p = Tensor::empty(scores.shape(), DType::bf16);
+  k::causal_softmax(scores, 0.25f, host_p);
+  const Tensor host_ds = Tensor::empty(scores.shape(), DType::bf16);
+  k::causal_softmax_backward(host_p, dprobs, 0.25f, host_ds);
+
+  const Tensor dev_p = Tensor::empty(scores.shape(), DType::bf16, kGpu);
+  k::causal_softmax(scores.to(kGpu), 0.25f, dev_p);
+  const Tensor dev_ds = Tensor::empty(scores.shape(), DType::bf16, kGpu);
+  k::causal_softmax_backward(host_p.to(kGpu), dprobs.to(kGpu), 0.25f, dev_ds);
+  // The f32 values agree to a few ulps, so the rounded ones to one bf16 unit.
+  require_close(dev_p.to(DType::f32).to_vector<float>(), host_p.to(DType::f32).to_vector<float>(),
+                1e-7, 0x1p-7);
+  require_close(dev_ds.to(DType::f32).to_vector<float>(), host_ds.to(DType::f32).to_vector<float>(),
+                1e-6, 0x1p-7);
+}
+
+TEST_CASE("CUDA CausalSelfAttention in bf16 matches the host's bf16 attention") {
+  const int64_t B = 2, T = 37, C = 48, H = 4;
+  loom::nn::CausalSelfAttention attention("attn", H);
+  const Tensor qkv =
+      loom::test::random_tensor({B, T, 3 * C}, DType::f32, 71, -2.0f, 2.0f).to(DType::bf16);
+  const Tensor dy = loom::test::random_tensor({B, T, C}, DType::f32, 72).to(DType::bf16);
+  loom::nn::Tape host_tape, dev_tape;
+  const Tensor host_y = attention.forward(qkv, host_tape);
+  const Tensor host_dx = attention.backward(dy, host_tape);
+  const Tensor dev_y = attention.forward(qkv.to(kGpu), dev_tape);
+  const Tensor dev_dx = attention.backward(dy.to(kGpu), dev_tape);
+  REQUIRE(dev_y.dtype() == DType::bf16);
+  // Both round P and the results to bf16 from f32 sums taken in different
+  // orders: a few bf16 units apart at most.
+  require_close(dev_y.to(DType::f32).to_vector<float>(), host_y.to(DType::f32).to_vector<float>(),
+                2e-2, 0x1p-6);
+  require_close(dev_dx.to(DType::f32).to_vector<float>(), host_dx.to(DType::f32).to_vector<float>(),
+                2e-2, 0x1p-6);
 }

@@ -139,10 +139,17 @@ TEST_CASE("causal_softmax counts the unmasked elements and checks its arguments"
 
   CHECK_THROWS_WITH(k::causal_softmax(Tensor::zeros({3, 4, 5}), 1.0f, Tensor::zeros({3, 4, 5})),
                     Contains("square [..., T, T]"));
-  CHECK_THROWS_WITH(k::causal_softmax(s, 1.0f, Tensor::zeros({3, 4, 4}, DType::bf16)),
-                    Contains("must match scores"));
+  // scores may be f32 beside 16-bit probs, never 16-bit beside f32 probs.
+  CHECK_THROWS_WITH(k::causal_softmax(s.to(DType::bf16), 1.0f, Tensor::zeros({3, 4, 4})),
+                    Contains("must match probs"));
+  CHECK_THROWS_WITH(k::causal_softmax(s, 1.0f, Tensor::zeros({2, 4, 4}, DType::bf16)),
+                    Contains("must match probs"));
   CHECK_THROWS_WITH(k::causal_softmax(s.to(DType::bf16), 1.0f, s.to(DType::bf16)),
-                    Contains("host kernel supports f32 only"));
+                    Contains("host kernel takes scores in f32 only"));
+  const Tensor p16 = s.to(DType::bf16);
+  CHECK_THROWS_WITH(k::causal_softmax_backward(p16, p16.clone(), 1.0f, p16.clone()),
+                    Contains("host kernel takes dprobs in f32 only"));
+  CHECK_THROWS_WITH(k::causal_softmax_backward(p16, s, 1.0f, s.clone()), Contains("dscores"));
   const Tensor big = Tensor::zeros({2, 4, 4});
   CHECK_THROWS_WITH(
       k::causal_softmax(big.view({2, 4, 4}).slice(0, 1), 1.0f, big.flat_view(4, {1, 4, 4})),
@@ -150,4 +157,61 @@ TEST_CASE("causal_softmax counts the unmasked elements and checks its arguments"
   CHECK_THROWS_WITH(k::causal_softmax_backward(s, s.clone(), 1.0f, s),
                     Contains("dscores overlaps probs"));
   k::causal_softmax(Tensor::zeros({0, 4, 4}), 1.0f, Tensor::zeros({0, 4, 4}));  // empty: no-op
+}
+
+TEST_CASE("causal_softmax: f32 scores to 16-bit probabilities round the f32 result once",
+          "[causal_softmax][attn][precision]") {
+  const int64_t n = 33;
+  const float scale = 0.25f;
+  const Tensor scores = loom::test::random_tensor({2, 2, n, n}, DType::f32, 31, -8.0f, 8.0f);
+  const Tensor wide = Tensor::empty(scores.shape());
+  k::causal_softmax(scores, scale, wide);
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    INFO("probs in " << dtype);
+    const Tensor probs = Tensor::empty(scores.shape(), dtype);
+    k::causal_softmax(scores, scale, probs);
+    CHECK(loom::test::first_difference(probs.to(DType::f32).to_vector<float>(),
+                                       wide.to(dtype).to(DType::f32).to_vector<float>()) == -1);
+
+    // Backward: 16-bit probs and f32 dprobs give dscores rounded once from
+    // the f32 backward on the widened probabilities.
+    const Tensor dprobs = loom::test::random_tensor(scores.shape(), DType::f32, 32);
+    const Tensor dscores = Tensor::empty(scores.shape(), dtype);
+    k::causal_softmax_backward(probs, dprobs, scale, dscores);
+    const Tensor want = Tensor::empty(scores.shape());
+    k::causal_softmax_backward(probs.to(DType::f32), dprobs, scale, want);
+    CHECK(loom::test::first_difference(dscores.to(DType::f32).to_vector<float>(),
+                                       want.to(dtype).to(DType::f32).to_vector<float>()) == -1);
+  }
+}
+
+TEST_CASE("causal_softmax: a -inf score gets probability 0, a NaN or +inf score makes its row NaN",
+          "[causal_softmax][attn]") {
+  const int64_t n = 20;
+  std::vector<float> s(static_cast<size_t>(n * n));
+  for (size_t e = 0; e < s.size(); ++e) s[e] = 0.01f * static_cast<float>(e % 37);
+  const float inf = std::numeric_limits<float>::infinity();
+  s[17 * n + 3] = -inf;     // row 17: key 3 masked by the caller
+  s[18 * n + 5] = NAN;      // row 18: NaN
+  s[19 * n + 19] = inf;     // row 19: +inf
+  s[16 * n + 0] = -200.0f;  // row 16: underflows to 0 (or tiny)
+  const Tensor scores = Tensor::from_vector(s, {n, n});
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    INFO(dtype);
+    const Tensor probs = Tensor::empty({n, n}, dtype);
+    k::causal_softmax(scores, 1.0f, probs);
+    const std::vector<float> p = probs.to(DType::f32).to_vector<float>();
+    auto at = [&](int64_t i, int64_t j) { return p[static_cast<size_t>(i * n + j)]; };
+    CHECK(at(17, 3) == 0.0f);
+    double row17 = 0;
+    for (int64_t j = 0; j <= 17; ++j) row17 += at(17, j);
+    CHECK(row17 == Approx(1.0).epsilon(1e-2));
+    CHECK(at(16, 0) >= 0.0f);
+    CHECK(at(16, 0) < 1e-30f);
+    for (int64_t i : {18, 19}) {
+      for (int64_t j = 0; j <= i; ++j) CHECK(std::isnan(at(i, j)));
+    }
+    CHECK(at(18, 19) == 0.0f);  // masked stays 0
+    for (int64_t j = 0; j <= 15; ++j) CHECK(std::isfinite(at(15, j)));
+  }
 }

@@ -145,3 +145,39 @@ TEST_CASE("attention counts the causal half of its GEMM work", "[attention][attn
   CHECK(after_backward.flops - after_forward.flops == Approx(4 * 2.0 * d * pairs + 5 * pairs));
   CHECK(after_forward.bytes > before.bytes);
 }
+
+TEST_CASE("attention in bf16 and f16 stays within the 16-bit tolerance of f32 on the same inputs",
+          "[attention][attn][precision]") {
+  // 16-bit q, k, v: 16-bit operands, f32 scores and softmax, P and the outputs
+  // rounded once (NOTE [attention precision]). Against the f32 attention on
+  // the same (rounded) inputs and output gradient: each output element sums
+  // products of values rounded once or twice (P, then the result), so the
+  // error is a few units of 2^-9 (bf16) relative to the largest element.
+  const int64_t B = 2, T = 37, C = 32, H = 2;
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    INFO(dtype);
+    const Tensor qkv =
+        loom::test::random_tensor({B, T, 3 * C}, DType::f32, 41, -2.0f, 2.0f).to(dtype);
+    const Tensor dy = loom::test::random_tensor({B, T, C}, DType::f32, 42, -1.0f, 1.0f).to(dtype);
+    CausalSelfAttention narrow("attn", H), wide("attn", H);
+    Tape narrow_tape, wide_tape;
+    const Tensor y = narrow.forward(qkv, narrow_tape);
+    const Tensor y_wide = wide.forward(qkv.to(DType::f32), wide_tape);
+    REQUIRE(y.dtype() == dtype);
+    const Tensor dqkv = narrow.backward_input(dy, narrow_tape);
+    const Tensor dqkv_wide = wide.backward_input(dy.to(DType::f32), wide_tape);
+    REQUIRE(dqkv.dtype() == dtype);
+
+    const double unit = dtype == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    auto compare = [&](const Tensor& got, const Tensor& want) {
+      const std::vector<float> w = want.to_vector<float>();
+      double largest = 0;
+      for (float v : w) largest = std::max(largest, std::fabs(double(v)));
+      const std::vector<double> wd(w.begin(), w.end());
+      return loom::test::out_of_tolerance(got.to(DType::f32).to_vector<float>(), wd,
+                                          4.0 * unit * largest, 0.0);
+    };
+    CHECK(compare(y, y_wide) == "");
+    CHECK(compare(dqkv, dqkv_wide) == "");
+  }
+}

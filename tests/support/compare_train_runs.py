@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A parallel train_gpt or train_resnet run under mpirun against one rank.
 
-  compare_train_runs.py [--accumulate] MPIRUN NP PROGRAM --layout "ARGS" -- COMMON_ARGS...
+  compare_train_runs.py [--accumulate] [--rtol R] MPIRUN NP PROGRAM --layout "ARGS" -- COMMON_ARGS...
   compare_train_runs.py --output FILE NP PROGRAM --layout "ARGS" -- COMMON_ARGS...
 
 Runs PROGRAM COMMON_ARGS on one process with --batch multiplied by the
@@ -10,7 +10,7 @@ when absent), then `MPIRUN -np NP PROGRAM COMMON_ARGS LAYOUT_ARGS`, and
 compares every logged step's loss (printed to 4 decimals) and gradient norm,
 and, where the runs print them, the validation loss, the test accuracy after
 each epoch and the parameters' L2 and L1 norms: they must agree to within one
-unit of the last printed digit plus 1e-4 relative.
+unit of the last printed digit plus 1e-4 relative (--rtol R: R relative).
 
 --accumulate (train_resnet): the one-rank run also takes --micro-batches
 dp x M, M the layout's --micro-batches (the pipeline's default: pp), so it
@@ -60,8 +60,11 @@ def parse(text):
     return steps, found
 
 
+RTOL = 1e-4
+
+
 def close(a, b, digit):
-    return abs(a - b) <= digit + 1e-4 * abs(b)
+    return abs(a - b) <= digit + RTOL * abs(b)
 
 
 def flag(args, name, default):
@@ -69,12 +72,15 @@ def flag(args, name, default):
 
 
 def main():
+    global RTOL
     argv = sys.argv[1:]
     output = None
     accumulate = False
-    while argv[0] in ("--output", "--accumulate"):
+    while argv[0] in ("--output", "--accumulate", "--rtol"):
         if argv[0] == "--output":  # FILE takes MPIRUN's place
             output, argv = argv[1], argv[1:]
+        elif argv[0] == "--rtol":
+            RTOL, argv = float(argv[1]), argv[2:]
         else:
             accumulate, argv = True, argv[1:]
     mpirun, np, program = argv[0], int(argv[1]), argv[2]

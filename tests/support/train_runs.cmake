@@ -2,18 +2,22 @@
 # tests/CMakeLists.txt inside if(LOOM_BUILD_EXAMPLES)).
 #
 # loom_compare_runs(PROGRAM target NAME prefix [ACCUMULATE] [RESOURCE_LOCK path]
-#                   [SKIP_REGULAR_EXPRESSION re] [LABELS label...] COMMON arg...
+#                   [SKIP_REGULAR_EXPRESSION re] [RTOL r] [LABELS label...] COMMON arg...
 #                   CASES "np|extra args|layout flags" ...):
 # per case, `mpirun -np NP PROGRAM COMMON EXTRA LAYOUT` against one rank on the
 # same global batch (tests/support/compare_train_runs.py; ACCUMULATE: the one
-# rank runs the same micro-batches one after another). The test is named
+# rank runs the same micro-batches one after another; RTOL: the relative part
+# of the tolerance, 1e-4 by default). The test is named
 # PREFIX_npNP<layout flags>, labelled examples, mpi and LABELS.
 function(loom_compare_runs)
-  cmake_parse_arguments(A "ACCUMULATE" "PROGRAM;NAME;RESOURCE_LOCK;SKIP_REGULAR_EXPRESSION"
+  cmake_parse_arguments(A "ACCUMULATE" "PROGRAM;NAME;RESOURCE_LOCK;SKIP_REGULAR_EXPRESSION;RTOL"
                         "LABELS;COMMON;CASES" ${ARGN})
   set(accumulate)
   if(A_ACCUMULATE)
     set(accumulate --accumulate)
+  endif()
+  if(A_RTOL)
+    list(APPEND accumulate --rtol ${A_RTOL})
   endif()
   foreach(case IN LISTS A_CASES)
     string(REPLACE "|" ";" parts "${case}")

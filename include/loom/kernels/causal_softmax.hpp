@@ -14,9 +14,13 @@
 //   ds[i, j] = 0 exactly                                                          j > i
 //
 // probs may be scores itself (in place), and dscores may be dprobs; other
-// overlaps are rejected. dtypes: host f32; CUDA f32, bf16 and f16 (computed
-// in f32). Host and CUDA agree to a few ulps (their exp differs). Work on
-// CUDA is queued on the device's current stream.
+// overlaps are rejected. dtypes: probs and dscores share one (f32, bf16 or
+// f16); scores and dprobs have it too, or are f32 (mixed precision: f32
+// scores from a product of bf16 operands give bf16 probabilities for the
+// next product, and an f32 dprobs gives bf16 dscores). Arithmetic is f32
+// throughout, each output rounded once. The host takes scores and dprobs in
+// f32 only; CUDA any of the above. Host and CUDA agree to a few ulps (their
+// exp differs). Work on CUDA is queued on the device's current stream.
 #pragma once
 
 #include "loom/core/tensor.hpp"

@@ -10,7 +10,10 @@
 //
 // Token t's output depends on tokens 0 .. t only. No parameters; forward
 // saves q, k, v (head-major) and P in the tape, backward_input releases
-// them. Runs wherever the kernels do: host f32; CUDA f32, bf16 and f16.
+// them. dtypes f32, bf16 and f16, on the host and CUDA: the output and the
+// input gradient take the input's dtype; with a 16-bit input the products
+// take 16-bit operands and accumulate in f32, and the scores and the softmax
+// stay f32 (NOTE [attention precision] in src/nn/attention.cpp).
 // FLOP counting: see NOTE [causal FLOPs] in src/nn/attention.cpp.
 #pragma once
 
