@@ -299,6 +299,35 @@ void run_device(Bench& bench, Device device, bool quick) {
     }
   }
 
+  // The causal softmax of the GPT's attention (model_bench: batch 8 x 4
+  // heads of 128 x 128 scores): f32 in place, and f32 scores to bf16
+  // probabilities (mixed precision); the backward with f32 dprobs.
+  {
+    const int64_t t = 128;
+    const Tensor scores = random_tensor({32, t, t}, DType::f32, device, 8),
+                 dprobs = random_tensor({32, t, t}, DType::f32, device, 9);
+    for (const DType probs_dtype : {DType::f32, DType::bf16}) {
+      const std::string suffix = probs_dtype == DType::f32 ? "" : " (f32 scores)";
+      const Tensor probs = Tensor::empty(scores.shape(), probs_dtype, device);
+      const Tensor dscores = Tensor::empty(scores.shape(), probs_dtype, device);
+      loom::kernels::causal_softmax(scores, 0.125f, probs);
+      Result fwd(device, "causal_softmax" + suffix, scores.numel(), probs_dtype);
+      fwd.shape = "32x128x128";
+      fwd.cost = {loom::kernels::causal_softmax_cost(scores).flops,
+                  static_cast<double>(scores.nbytes() + probs.nbytes())};
+      fwd.seconds =
+          bench.time(device, [&] { loom::kernels::causal_softmax(scores, 0.125f, probs); });
+      bench.results.push_back(fwd);
+      Result bwd(device, "causal_softmax bwd" + suffix, scores.numel(), probs_dtype);
+      bwd.shape = fwd.shape;
+      bwd.cost = {loom::kernels::causal_softmax_backward_cost(scores).flops,
+                  static_cast<double>(dprobs.nbytes() + 2 * probs.nbytes())};
+      bwd.seconds = bench.time(
+          device, [&] { loom::kernels::causal_softmax_backward(probs, dprobs, 0.125f, dscores); });
+      bench.results.push_back(bwd);
+    }
+  }
+
   const int64_t big = quick ? (4 << 20) : (16 << 20);  // 64 MiB of f32: beyond the caches
   const int64_t small = 64 << 10;                      // 256 KiB of f32: cache-resident
   for (const int64_t n : {small, big}) {

@@ -11,10 +11,13 @@
 //   - the parameters stay f32: they are the master weights the optimizer
 //     updates (and ZeRO shards), and a bf16 copy of a weight lives only for
 //     the duration of one forward and backward;
-//   - activations between modules stay f32, except the hidden activations
-//     of a GPT MLP under bf16 (Precision::activations): c_fc writes them in
-//     bf16, GELU runs on bf16, c_proj multiplies them as they are; LayerNorm,
-//     softmax, the loss, the optimizer and every reduction run in f32;
+//   - activations between modules stay f32, except those between two
+//     products of a GPT block under bf16 (Precision::activations): c_fc
+//     writes the MLP's hidden ones in bf16, GELU runs on bf16, c_proj
+//     multiplies them as they are; c_attn writes q, k, v in bf16 and the
+//     attention hands c_proj a bf16 output (its scores and softmax f32,
+//     its probabilities bf16); LayerNorm, softmax, the loss, the optimizer
+//     and every reduction run in f32;
 //   - a Linear saves its input for backward in bf16 (half the bytes).
 // On the host the bf16 products run on AVX-512 BF16's vdpbf16ps where the
 // CPU has it (kernels::gemm; docs/kernels.md); on CUDA through cuBLAS with
@@ -34,8 +37,9 @@ struct Precision {
   DType matmul = DType::f32;
   // The dtype of the activations a matrix product hands through element-wise
   // layers to the next matrix product: a GPT MLP's hidden layer (c_fc -> GELU
-  // -> c_proj), whose c_fc writes them (rounded once from f32, bias
-  // included), GELU reads and writes them, and c_proj takes them as its
+  // -> c_proj) and its attention (c_attn -> attention -> c_proj), whose first
+  // Linear writes them (rounded once from f32, bias included), the layers in
+  // between read and write them, and the last Linear takes them as its
   // operand without rounding again; their gradients come back in it too.
   // f32 or `matmul`'s dtype. precision_from_string("bf16") sets bf16.
   DType activations = DType::f32;

@@ -23,6 +23,7 @@
 
 #include <Eigen/Core>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -76,6 +77,29 @@ void fill16(P* y, int64_t from, int64_t to, float value) {
   }
 }
 
+// The masked tail: +0 is all zero bits in f32 and bf16.
+template <typename P>
+void zero_tail(P* y, int64_t from, int64_t to) {
+  if (to > from) std::memset(static_cast<void*>(y + from), 0, sizeof(P) * (to - from));
+}
+
+// Lanes [0, count) of the 32-value step at j, as two 16-lane masks.
+inline void step_masks(int64_t count, int64_t j, __mmask16& low, __mmask16& high) {
+  low = lanes::first_lanes(count - j);
+  high = count - j > 16 ? lanes::first_lanes(count - j - 16) : 0;
+}
+
+// Stores a (values [0, 16)) and b ([16, 32)) in the lanes of low and high:
+// for bf16 the two registers round in one vcvtne2ps2bf16 (bf16_lanes::narrow32).
+inline void store32(float* y, __m512 a, __m512 b, __mmask16 low, __mmask16 high) {
+  _mm512_mask_storeu_ps(y, low, a);
+  _mm512_mask_storeu_ps(y + 16, high, b);
+}
+inline void store32(bfloat16* y, __m512 a, __m512 b, __mmask16 low, __mmask16 high) {
+  const __mmask32 m = static_cast<__mmask32>(low) | (static_cast<__mmask32>(high) << 16);
+  _mm512_mask_storeu_epi16(y, m, lanes::narrow32(a, b));
+}
+
 // One row: y[0, visible) = softmax(scale x[0, visible)), y[visible, n) = 0.
 // `work` holds visible f32 values between the passes: y itself for f32 (y may
 // be x), else a scratch row.
@@ -93,7 +117,7 @@ void forward_row16(const float* x, P* y, float* work, int64_t visible, int64_t n
   const float max = _mm512_reduce_max_ps(vmax);
   if (nan != 0 || !std::isfinite(max)) {
     fill16(y, 0, visible, std::numeric_limits<float>::quiet_NaN());
-    fill16(y, visible, n, 0.0f);
+    zero_tail(y, visible, n);
     return;
   }
   const __m512 shift = _mm512_set1_ps(max);
@@ -107,11 +131,13 @@ void forward_row16(const float* x, P* y, float* work, int64_t visible, int64_t n
     _mm512_mask_storeu_ps(work + j, m, e);
   }
   const __m512 inverse = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
-  for (int64_t j = 0; j < visible; j += 16) {
-    const __mmask16 m = lanes::first_lanes(visible - j);
-    store16(y + j, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, work + j), inverse), m);
+  for (int64_t j = 0; j < visible; j += 32) {
+    __mmask16 low, high;
+    step_masks(visible, j, low, high);
+    store32(y + j, _mm512_mul_ps(_mm512_maskz_loadu_ps(low, work + j), inverse),
+            _mm512_mul_ps(_mm512_maskz_loadu_ps(high, work + j + 16), inverse), low, high);
   }
-  fill16(y, visible, n, 0.0f);
+  zero_tail(y, visible, n);
 }
 
 // One row of the backward: y = scale p (dy - sum(p dy)) on [0, visible), 0
@@ -125,13 +151,16 @@ void backward_row16(const P* p, const float* dy, P* y, int64_t visible, int64_t 
   }
   const __m512 vdot = _mm512_set1_ps(_mm512_reduce_add_ps(dot));
   const __m512 vscale = _mm512_set1_ps(scale);
-  for (int64_t j = 0; j < visible; j += 16) {
-    const __mmask16 m = lanes::first_lanes(visible - j);
+  auto value = [&](int64_t j, __mmask16 m) {
     const __m512 scaled = _mm512_mul_ps(vscale, load16(p + j, m));
-    const __m512 diff = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, dy + j), vdot);
-    store16(y + j, _mm512_mul_ps(scaled, diff), m);
+    return _mm512_mul_ps(scaled, _mm512_sub_ps(_mm512_maskz_loadu_ps(m, dy + j), vdot));
+  };
+  for (int64_t j = 0; j < visible; j += 32) {
+    __mmask16 low, high;
+    step_masks(visible, j, low, high);
+    store32(y + j, value(j, low), value(j + 16, high), low, high);
   }
-  fill16(y, visible, n, 0.0f);
+  zero_tail(y, visible, n);
 }
 
 template <typename P>
