@@ -117,6 +117,7 @@ loom_train_gpt_compare(precision ${CMAKE_CURRENT_BINARY_DIR}/precision/python_st
   COMMON --d-model 64 --heads 4 --seq 32 --batch 4 --steps 6 --log-every 1 --eval-every 0
          --eval-batches 2 --precision bf16
   CASES "2|--layers 2|--zero-stage 1" "2|--layers 2|--zero-stage 3" "2|--layers 2|--tp 2"
+        "2|--layers 2|--tp 2 --sequence-parallel"
         "4|--layers 4|--tp 2 --pp 2 --schedule 1f1b --micro-batches 2")
 # ResNet-18 on the digits (train_resnet's defaults, 8 epochs) in bf16: the
 # test accuracy within 1 point of fp32's (bf16 convolutions and classifier).
