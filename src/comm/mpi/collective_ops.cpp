@@ -307,7 +307,7 @@ std::unique_ptr<MpiOp> make_all_gather(const OpTarget& target, const Tensor& inp
                                        const detail::WorkPtr& work) {
   // NOTE [all_gather algorithm]
   // On host tensors of ranks that share a node, through shared memory at
-  // every size: up to 64 KiB of output through the slots (one wait; the
+  // every size: up to 32 KiB of output through the slots (one wait; the
   // copies cost less than a second wait), above that each rank reads the
   // others' blocks straight from their inputs with process_vm_readv, one copy
   // per byte as Open MPI's transport makes, where the kernel allows it (NOTE

@@ -23,8 +23,16 @@ namespace {
 constexpr size_t kHeaderBytes = 4096;  // the counter, on its own page
 constexpr size_t kAlignment = 64;      // of each rank's counter and slots
 // NOTE [direct all-gather]: up to this many bytes of output an all-gather
-// goes through the slots (one wait, copies cheaper than a second wait).
-constexpr int64_t kSlotGatherMaxBytes = int64_t{64} << 10;
+// goes through the slots (one wait, copies cheaper than a second wait). Not
+// at 64 KiB: there, on a 2-vCPU AMD EPYC Zen 4, the slots were at MPI's
+// speed in most runs but 2.5x slower in others (20 against 7 us), where the
+// copy into a rank's own slot took 13.8 instead of 3.7 us: those lines were
+// last read by the peer, so every store waits for the peer's copy to be
+// invalidated, which is slow whenever the two vCPUs sit far apart (another
+// chiplet) - it changes from run to run, and MPI's single copy of the peer's
+// unchanged input never writes a line the peer holds. Read directly, 64 KiB
+// was 0.93-1.05x MPI in both kinds of run.
+constexpr int64_t kSlotGatherMaxBytes = int64_t{32} << 10;
 
 // Shared (not FUTEX_PRIVATE): the words live in memory mapped by several processes.
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::microseconds timeout) {
