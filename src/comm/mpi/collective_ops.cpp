@@ -312,9 +312,10 @@ std::unique_ptr<MpiOp> make_all_gather(const OpTarget& target, const Tensor& inp
   // others' blocks straight from their inputs with process_vm_readv, one copy
   // per byte as Open MPI's transport makes, where the kernel allows it (NOTE
   // [direct all-gather] in shm_all_reduce.hpp). Against MPI_Allgather (2
-  // ranks, docs/comm.md): 0.89-1.02x from 64 KiB to 16 MiB (three sets of
-  // five runs), where Loom's MPI_Iallgatherv was 0.5-0.7x up to 1 MiB. MPI (below) serves CUDA
-  // tensors, ranks on several nodes and LOOM_SHM_ALLREDUCE=off.
+  // ranks, docs/comm.md): medians 0.92-1.04x from 64 KiB to 16 MiB (three
+  // sets of five runs), where Loom's MPI_Iallgatherv was 0.5-0.7x up to 1 MiB.
+  // MPI (below) serves CUDA tensors, ranks on several nodes and
+  // LOOM_SHM_ALLREDUCE=off.
   if (target.shm != nullptr && input.device().is_cpu() && output.device().is_cpu() &&
       output.numel() > 0 && use_shm_all_gather(output.nbytes())) {
     return std::make_unique<ShmAllGatherOp>(target, input, output, counts, work);
