@@ -109,3 +109,36 @@ TEST_CASE("cross_entropy names bad targets and shapes", "[kernels][cross_entropy
                       Contains("[rows, classes]"));
   REQUIRE(k::cross_entropy_forward_cost(logits).flops == 48);
 }
+
+TEST_CASE("cross_entropy over wide rows, a masked (-inf) logit and a NaN row",
+          "[kernels][cross_entropy]") {
+  const int64_t rows = 4, classes = 1037;  // 32 x 32 + 13: the unrolled loop and a tail
+  std::vector<float> x =
+      loom::test::random_tensor({rows, classes}, DType::f32, 7, -8.0f, 8.0f).to_vector<float>();
+  x[1 * classes + 500] = -INFINITY;  // row 1: never chosen, probability exactly 0
+  const std::vector<int64_t> targets = {3, 1036, 17, 0};
+  const Reference ref = reference(x, targets, classes, 1.0);
+  x[3 * classes + 9] = NAN;  // row 3 (after the reference, which sees it finite)
+  const Tensor logits = Tensor::from_vector(x, {rows, classes});
+  const Tensor t = Tensor::from_vector(targets, {rows});
+  const Tensor loss = Tensor::empty({}), lse = Tensor::empty({rows}), count = Tensor::empty({1});
+  k::cross_entropy_forward(logits, t, loss, lse, count);
+  const std::vector<float> l = lse.to_vector<float>();
+  for (int64_t i = 0; i < 3; ++i) REQUIRE(l[i] == Approx(ref.lse[i]).epsilon(1e-6));
+  CHECK(std::isnan(l[3]));
+  CHECK(std::isnan(loss.item<float>()));
+
+  const Tensor d = Tensor::empty({rows, classes});
+  k::cross_entropy_backward(logits, t, lse, count, 1.0f, d);
+  const std::vector<float> dv = d.to_vector<float>();
+  CHECK(dv[1 * classes + 500] == 0.0f);
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int64_t c = 0; c < classes; ++c) {
+      const size_t e = static_cast<size_t>(i * classes + c);
+      INFO("row " << i << " class " << c);
+      // The reference divides by its count of 4 rows, the kernel by 4 too.
+      REQUIRE(dv[e] == Approx(ref.dlogits[e]).margin(1e-7));
+    }
+  }
+  CHECK(std::isnan(dv[3 * classes + 100]));
+}

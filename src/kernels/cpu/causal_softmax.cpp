@@ -15,10 +15,8 @@
 // Zen 4: as much as the two attention GEMMs in bf16. Where the build has
 // AVX-512 (f32 and bf16 probabilities) a row takes three masked passes in
 // registers instead: the max; exp(scale x - max) and its sum; the
-// normalisation, rounded on the store. exp16 is a Cody-Waite reduction and
-// a degree-7 polynomial (Cephes expf's coefficients, ~1 ulp), scaled with
-// vscalefps, which underflows to zero smoothly. A row whose max is NaN or
-// infinite becomes NaN, as Eigen's path gives it.
+// normalisation, rounded on the store (exp16: exp_avx512.hpp). A row whose
+// max is NaN or infinite becomes NaN, as Eigen's path gives it.
 #include "kernels/cpu/causal_softmax.hpp"
 
 #include <Eigen/Core>
@@ -29,6 +27,7 @@
 #include <vector>
 
 #include "kernels/cpu/bf16_lanes.hpp"
+#include "kernels/cpu/exp_avx512.hpp"
 #include "kernels/cpu/float_io.hpp"
 #include "loom/core/error.hpp"
 
@@ -38,24 +37,6 @@ namespace {
 #if defined(LOOM_BF16_LANES)
 
 namespace lanes = bf16_lanes;
-
-// e^x on 16 lanes; x <= 89 or -inf (-> 0); no NaN (the callers handle those rows).
-inline __m512 exp16(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));  // e^-104 rounds to 0 in f32, as -inf's
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  // r = x - n ln 2 in two steps (ln 2 = 0.693359375 - 2.12194440e-4, the first exact).
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(p, n);
-}
 
 inline __m512 load16(const float* p, __mmask16 m) {
   return _mm512_maskz_loadu_ps(m, p);

@@ -1,15 +1,73 @@
-// Host cross-entropy, row by row with Eigen array expressions (vectorised max,
-// exp and sum). The loss total is summed in double in row order.
+// Host cross-entropy, row by row: the max, the sum of exp(x - max) and, in
+// backward, exp(x - lse). Where the build has AVX-512 the rows run in
+// registers with exp16 (exp_avx512.hpp; docs/kernels.md), elsewhere, and for a row holding a NaN or
+// an infinity, as Eigen array expressions. The loss total is summed in double
+// in row order.
 #include "kernels/cpu/cross_entropy.hpp"
 
 #include <Eigen/Core>
 #include <cmath>
+
+#include "kernels/cpu/exp_avx512.hpp"
 
 namespace loom::kernels::cpu {
 namespace {
 
 using ConstRow = Eigen::Map<const Eigen::ArrayXf>;
 using Row = Eigen::Map<Eigen::ArrayXf>;
+
+// log(sum(exp(x))) of one row, by its max.
+float row_log_sum_exp(const float* x, int64_t classes) {
+#if defined(LOOM_EXP16)
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  __mmask16 nan = 0;
+  int64_t j = 0;
+  for (; j + 16 <= classes; j += 16) {
+    const __m512 v = _mm512_loadu_ps(x + j);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    vmax = _mm512_max_ps(vmax, v);
+  }
+  const __mmask16 tail = static_cast<__mmask16>((1u << (classes - j)) - 1u);
+  const __m512 last = _mm512_maskz_loadu_ps(tail, x + j);
+  nan |= _mm512_mask_cmp_ps_mask(tail, last, last, _CMP_UNORD_Q);
+  vmax = _mm512_mask_max_ps(vmax, tail, vmax, last);
+  const float m = _mm512_reduce_max_ps(vmax);
+  if (nan == 0 && std::isfinite(m)) {
+    const __m512 shift = _mm512_set1_ps(m);
+    __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+    j = 0;
+    for (; j + 32 <= classes; j += 32) {
+      sum0 = _mm512_add_ps(sum0, exp16(_mm512_sub_ps(_mm512_loadu_ps(x + j), shift)));
+      sum1 = _mm512_add_ps(sum1, exp16(_mm512_sub_ps(_mm512_loadu_ps(x + j + 16), shift)));
+    }
+    for (; j < classes; j += 16) {
+      const __mmask16 m16 = classes - j >= 16 ? static_cast<__mmask16>(0xffff)
+                                              : static_cast<__mmask16>((1u << (classes - j)) - 1u);
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m16, x + j), shift));
+      sum0 = _mm512_mask_add_ps(sum0, m16, sum0, e);
+    }
+    return m + std::log(_mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1)));
+  }
+#endif
+  const ConstRow row(x, classes);
+  const float row_max = row.maxCoeff();
+  return row_max + std::log((row - row_max).exp().sum());
+}
+
+// d = exp(x - lse) * scale over one row.
+void row_softmax_scaled(const float* x, float lse, float scale, int64_t classes, float* d) {
+#if defined(LOOM_EXP16)
+  const __m512 shift = _mm512_set1_ps(lse), factor = _mm512_set1_ps(scale);
+  for (int64_t j = 0; j < classes; j += 16) {
+    const __mmask16 m16 = classes - j >= 16 ? static_cast<__mmask16>(0xffff)
+                                            : static_cast<__mmask16>((1u << (classes - j)) - 1u);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m16, x + j), shift));
+    _mm512_mask_storeu_ps(d + j, m16, _mm512_mul_ps(e, factor));
+  }
+#else
+  Row(d, classes) = (ConstRow(x, classes) - lse).exp() * scale;
+#endif
+}
 
 int64_t target_at(const void* targets, DType dtype, int64_t r) {
   return dtype == DType::i32 ? static_cast<const int32_t*>(targets)[r]
@@ -32,9 +90,8 @@ double cross_entropy_forward(const float* logits, const void* targets, DType dty
   double total = 0.0;
   int64_t counted = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    const ConstRow x(logits + r * classes, classes);
-    const float m = x.maxCoeff();
-    const float row_lse = m + std::log((x - m).exp().sum());
+    const float* x = logits + r * classes;
+    const float row_lse = row_log_sum_exp(x, classes);
     lse[r] = row_lse;
     const int64_t t = target_at(targets, dtype, r);
     if (t == ignore_index) continue;
@@ -49,14 +106,13 @@ void cross_entropy_backward(const float* logits, const void* targets, DType dtyp
                             int64_t rows, int64_t classes, int64_t ignore_index, float scale,
                             float* dlogits) {
   for (int64_t r = 0; r < rows; ++r) {
-    const ConstRow x(logits + r * classes, classes);
-    Row d(dlogits + r * classes, classes);
+    float* d = dlogits + r * classes;
     const int64_t t = target_at(targets, dtype, r);
     if (t == ignore_index) {
-      d.setZero();
+      Row(d, classes).setZero();
       continue;
     }
-    d = (x - lse[r]).exp() * scale;
+    row_softmax_scaled(logits + r * classes, lse[r], scale, classes, d);
     d[t] -= scale;
   }
 }
