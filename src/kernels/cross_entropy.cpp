@@ -118,6 +118,51 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
 #endif
 }
 
+namespace {
+
+// The column-split pieces: f32 host logits [rows, columns], valid in [0, columns],
+// and each per-row operand f32 [rows] on the host.
+void check_row_piece(const char* op, const Tensor& logits, int64_t valid,
+                     std::initializer_list<std::pair<const char*, const Tensor*>> per_row) {
+  detail::check_float(op, "logits", logits);
+  LOOM_CHECK(logits.dim() == 2 && logits.dtype() == DType::f32 && logits.device().is_cpu(), op,
+             ": logits ", logits, " must be f32 [rows, columns] on the host");
+  LOOM_CHECK(valid >= 0 && valid <= logits.size(1), op, ": valid columns ", valid,
+             " must lie in [0, ", logits.size(1), "] for logits ", logits);
+  for (const auto& [name, t] : per_row) {
+    LOOM_CHECK(t->defined() && t->dtype() == DType::f32 && t->device().is_cpu() &&
+                   t->shape() == Shape({logits.size(0)}),
+               op, ": ", name, " must be f32 [", logits.size(0), "] on the host; got ", *t);
+  }
+}
+
+}  // namespace
+
+void cross_entropy_row_max(const Tensor& logits, int64_t valid, const Tensor& max) {
+  check_row_piece("cross_entropy_row_max", logits, valid, {{"max", &max}});
+  cpu::row_max(logits.data<float>(), logits.size(0), logits.size(1), valid, max.data<float>());
+}
+
+void cross_entropy_row_sum_exp(const Tensor& logits, int64_t valid, const Tensor& shift,
+                               const Tensor& sums) {
+  check_row_piece("cross_entropy_row_sum_exp", logits, valid, {{"shift", &shift}, {"sums", &sums}});
+  cpu::row_sum_exp(logits.data<float>(), logits.size(0), logits.size(1), valid, shift.data<float>(),
+                   sums.data<float>());
+}
+
+void cross_entropy_row_softmax(const Tensor& logits, int64_t valid, const Tensor& lse, float scale,
+                               const Tensor& out) {
+  constexpr const char* kOp = "cross_entropy_row_softmax";
+  check_row_piece(kOp, logits, valid, {{"lse", &lse}});
+  LOOM_CHECK(out.defined() && out.shape() == logits.shape() && out.dtype() == DType::f32 &&
+                 out.device().is_cpu(),
+             kOp, ": out ", out, " must be like logits ", logits);
+  LOOM_CHECK(detail::same_elements(out, logits) || !detail::overlaps(out, logits), kOp, ": out ",
+             out, " overlaps logits other than exactly (in place)");
+  cpu::row_softmax(logits.data<float>(), logits.size(0), logits.size(1), valid, lse.data<float>(),
+                   scale, out.data<float>());
+}
+
 OpCost cross_entropy_forward_cost(const Tensor& logits) {
   const auto n = static_cast<double>(logits.numel());
   const double rows = logits.dim() == 2 ? static_cast<double>(logits.size(0)) : 0.0;

@@ -5,6 +5,7 @@
 
 #include "loom/core/error.hpp"
 #include "loom/core/random.hpp"
+#include "loom/kernels/cross_entropy.hpp"
 #include "loom/kernels/elementwise.hpp"
 #include "loom/kernels/embedding.hpp"
 #include "loom/parallel/tensor_parallel.hpp"
@@ -237,26 +238,21 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& ta
 
   // Per row: the maximum of this rank's columns, then over tp.
   Tensor max = Tensor::empty({rows});
-  float* m = max.data<float>();
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = target[static_cast<size_t>(r)];
     LOOM_CHECK(t == ignore_index_ || (t >= 0 && t < vocab_), "vocab-parallel cross-entropy '",
                name_, "': target ", t, " of row ", r, " is outside [0, ", vocab_, ")");
     state.counted[static_cast<size_t>(r)] = t != ignore_index_;
     if (t >= first && t < first + state.valid) state.target[static_cast<size_t>(r)] = t - first;
-    float best = -std::numeric_limits<float>::infinity();
-    for (int64_t c = 0; c < state.valid; ++c) best = std::max(best, l[r * columns + c]);
-    m[r] = best;
   }
+  kernels::cross_entropy_row_max(state.logits, state.valid, max);
   max = reduce_on(*tp_, max, state.device, comm::ReduceOp::max);
-  m = max.data<float>();
+  const float* m = max.data<float>();
   // Per row: the sum of exponentials and the target logit, then over tp (one message).
   Tensor sums = Tensor::zeros({2, rows});
+  kernels::cross_entropy_row_sum_exp(state.logits, state.valid, max, sums.select(0));
   float* s = sums.data<float>();
   for (int64_t r = 0; r < rows; ++r) {
-    float sum = 0.0f;
-    for (int64_t c = 0; c < state.valid; ++c) sum += std::exp(l[r * columns + c] - m[r]);
-    s[r] = sum;
     const int64_t t = state.target[static_cast<size_t>(r)];
     if (t >= 0) s[rows + r] = l[r * columns + t];
   }
@@ -281,13 +277,14 @@ Tensor VocabParallelCrossEntropy::backward(nn::Tape& tape, float dloss) {
   Tensor dlogits = Tensor::zeros(state.logits_shape);
   if (state.count == 0) return dlogits.to(state.device);
   const float scale = static_cast<float>(dloss / state.count);
-  const float* l = state.logits.data<float>();
+  const Tensor lse = Tensor::from_vector(state.lse, {rows});
+  kernels::cross_entropy_row_softmax(state.logits, state.valid, lse, scale,
+                                     dlogits.view({rows, columns}));
   float* d = dlogits.data<float>();
   for (int64_t r = 0; r < rows; ++r) {
-    if (!state.counted[static_cast<size_t>(r)]) continue;
-    const float lse = state.lse[static_cast<size_t>(r)];
-    for (int64_t c = 0; c < state.valid; ++c) {
-      d[r * columns + c] = std::exp(l[r * columns + c] - lse) * scale;
+    if (!state.counted[static_cast<size_t>(r)]) {  // ignored: no gradient
+      std::fill(d + r * columns, d + (r + 1) * columns, 0.0f);
+      continue;
     }
     const int64_t t = state.target[static_cast<size_t>(r)];
     if (t >= 0) d[r * columns + t] -= scale;

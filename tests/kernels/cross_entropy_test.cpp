@@ -142,3 +142,49 @@ TEST_CASE("cross_entropy over wide rows, a masked (-inf) logit and a NaN row",
   }
   CHECK(std::isnan(dv[3 * classes + 100]));
 }
+
+TEST_CASE("cross_entropy row pieces over the valid columns (the vocabulary-parallel loss)",
+          "[kernels][cross_entropy]") {
+  const int64_t rows = 5, columns = 70, valid = 53;  // 16 x 3 + 5, then 17 padding columns
+  const Tensor logits = loom::test::random_tensor({rows, columns}, DType::f32, 9, -6.0f, 6.0f);
+  const std::vector<float> x = logits.to_vector<float>();
+  const Tensor max = Tensor::empty({rows}), sums = Tensor::empty({rows});
+  k::cross_entropy_row_max(logits, valid, max);
+  k::cross_entropy_row_sum_exp(logits, valid, max, sums);
+  const Tensor lse = Tensor::empty({rows});
+  for (int64_t r = 0; r < rows; ++r) {
+    lse.data<float>()[r] = max.data<float>()[r] + std::log(sums.data<float>()[r]);
+  }
+  const Tensor out = Tensor::full({rows, columns}, 7.0);
+  k::cross_entropy_row_softmax(logits, valid, lse, 0.5f, out);
+  const std::vector<float> o = out.to_vector<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    double m = -INFINITY, s = 0;
+    for (int64_t c = 0; c < valid; ++c) m = std::max(m, double(x[r * columns + c]));
+    for (int64_t c = 0; c < valid; ++c) s += std::exp(x[r * columns + c] - m);
+    INFO("row " << r);
+    REQUIRE(max.data<float>()[r] == float(m));
+    REQUIRE(sums.data<float>()[r] == Approx(s).epsilon(1e-6));
+    for (int64_t c = 0; c < columns; ++c) {
+      const double want = c < valid ? std::exp(x[r * columns + c] - (m + std::log(s))) * 0.5 : 7.0;
+      REQUIRE(o[r * columns + c] == Approx(want).margin(1e-7));
+    }
+  }
+  // In place gives the same values; NaN logits are skipped by the max, none valid gives -inf.
+  const Tensor in_place = logits.clone();
+  k::cross_entropy_row_softmax(in_place, valid, lse, 0.5f, in_place);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < valid; ++c)
+      REQUIRE(in_place.data<float>()[r * columns + c] == o[r * columns + c]);
+  }
+  const Tensor with_nan = logits.clone();
+  with_nan.data<float>()[0] = NAN;
+  k::cross_entropy_row_max(with_nan, valid, max);
+  CHECK(!std::isnan(max.data<float>()[0]));
+  k::cross_entropy_row_max(logits, 0, max);
+  CHECK(max.data<float>()[0] == -INFINITY);
+  CHECK_THROWS_WITH(k::cross_entropy_row_max(logits, columns + 1, max),
+                    Contains("valid columns 71 must lie in [0, 70]"));
+  CHECK_THROWS_WITH(k::cross_entropy_row_sum_exp(logits, valid, Tensor::empty({rows + 1}), sums),
+                    Contains("shift must be f32 [5]"));
+}

@@ -32,6 +32,21 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
                             const Tensor& count, float dloss, const Tensor& dlogits,
                             int64_t ignore_index = -1);
 
+// The pieces of a cross-entropy whose classes are split over ranks (the
+// vocabulary-parallel loss, parallel/vocab_parallel.hpp), over the first
+// `valid` columns (0 <= valid <= columns) of each row of f32 logits [rows,
+// columns], host tensors only:
+//   cross_entropy_row_max:     max[r]  = max_c logits[r, c] (NaNs skipped; -inf for valid 0)
+//   cross_entropy_row_sum_exp: sums[r] = sum_c exp(logits[r, c] - shift[r])
+//   cross_entropy_row_softmax: out[r, c] = exp(logits[r, c] - lse[r]) * scale; out's
+//                              columns from `valid` on are not written
+// max, shift, sums and lse are f32 [rows]; out is like logits and may be it.
+void cross_entropy_row_max(const Tensor& logits, int64_t valid, const Tensor& max);
+void cross_entropy_row_sum_exp(const Tensor& logits, int64_t valid, const Tensor& shift,
+                               const Tensor& sums);
+void cross_entropy_row_softmax(const Tensor& logits, int64_t valid, const Tensor& lse, float scale,
+                               const Tensor& out);
+
 // Forward: 4 flops per logit (max, subtract, exp, add); reads the logits and targets.
 OpCost cross_entropy_forward_cost(const Tensor& logits);
 // Backward: 4 flops per logit; reads the logits, writes dlogits.

@@ -6,6 +6,7 @@
 #include "kernels/cpu/cross_entropy.hpp"
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/exp_avx512.hpp"
@@ -114,6 +115,51 @@ void cross_entropy_backward(const float* logits, const void* targets, DType dtyp
     }
     row_softmax_scaled(logits + r * classes, lse[r], scale, classes, d);
     d[t] -= scale;
+  }
+}
+
+void row_max(const float* logits, int64_t rows, int64_t stride, int64_t valid, float* max) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits + r * stride;
+    float best = -INFINITY;
+#if defined(LOOM_EXP16)
+    // vmaxps(v, best) returns best where v is NaN: NaNs are skipped.
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 16 <= valid; j += 16) vmax = _mm512_max_ps(_mm512_loadu_ps(x + j), vmax);
+    best = _mm512_reduce_max_ps(vmax);
+    for (; j < valid; ++j) best = std::max(best, x[j]);
+#else
+    for (int64_t j = 0; j < valid; ++j) best = std::max(best, x[j]);
+#endif
+    max[r] = best;
+  }
+}
+
+void row_sum_exp(const float* logits, int64_t rows, int64_t stride, int64_t valid,
+                 const float* shift, float* sums) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits + r * stride;
+#if defined(LOOM_EXP16)
+    const __m512 m = _mm512_set1_ps(shift[r]);
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < valid; j += 16) {
+      const __mmask16 lanes = valid - j >= 16 ? static_cast<__mmask16>(0xffff)
+                                              : static_cast<__mmask16>((1u << (valid - j)) - 1u);
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, x + j), m));
+      sum = _mm512_mask_add_ps(sum, lanes, sum, e);
+    }
+    sums[r] = _mm512_reduce_add_ps(sum);
+#else
+    sums[r] = valid == 0 ? 0.0f : (ConstRow(x, valid) - shift[r]).exp().sum();
+#endif
+  }
+}
+
+void row_softmax(const float* logits, int64_t rows, int64_t stride, int64_t valid, const float* lse,
+                 float scale, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if (valid > 0) row_softmax_scaled(logits + r * stride, lse[r], scale, valid, out + r * stride);
   }
 }
 

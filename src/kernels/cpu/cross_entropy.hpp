@@ -20,4 +20,11 @@ void cross_entropy_backward(const float* logits, const void* targets, DType dtyp
                             int64_t rows, int64_t classes, int64_t ignore_index, float scale,
                             float* dlogits);
 
+// Rows `stride` floats apart, their first `valid` columns (loom/kernels/cross_entropy.hpp).
+void row_max(const float* logits, int64_t rows, int64_t stride, int64_t valid, float* max);
+void row_sum_exp(const float* logits, int64_t rows, int64_t stride, int64_t valid,
+                 const float* shift, float* sums);
+void row_softmax(const float* logits, int64_t rows, int64_t stride, int64_t valid, const float* lse,
+                 float scale, float* out);
+
 }  // namespace loom::kernels::cpu
