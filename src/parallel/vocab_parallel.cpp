@@ -245,12 +245,24 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& ta
     state.counted[static_cast<size_t>(r)] = t != ignore_index_;
     if (t >= first && t < first + state.valid) state.target[static_cast<size_t>(r)] = t - first;
   }
-  kernels::cross_entropy_row_max(state.logits, state.valid, max);
+  {
+    // Profiled with the single-rank loss's name, half its forward cost here
+    // (the max) and half with the sum of exponentials below.
+    const kernels::OpCost cost = kernels::cross_entropy_forward_cost(state.logits);
+    trace::OpScope scope("cross_entropy.forward", {cost.flops / 4, cost.bytes / 2}, Device::cpu(),
+                         name_);
+    kernels::cross_entropy_row_max(state.logits, state.valid, max);
+  }
   max = reduce_on(*tp_, max, state.device, comm::ReduceOp::max);
   const float* m = max.data<float>();
   // Per row: the sum of exponentials and the target logit, then over tp (one message).
   Tensor sums = Tensor::zeros({2, rows});
-  kernels::cross_entropy_row_sum_exp(state.logits, state.valid, max, sums.select(0));
+  {
+    const kernels::OpCost cost = kernels::cross_entropy_forward_cost(state.logits);
+    trace::OpScope scope("cross_entropy.forward", {cost.flops * 3 / 4, cost.bytes / 2},
+                         Device::cpu(), name_);
+    kernels::cross_entropy_row_sum_exp(state.logits, state.valid, max, sums.select(0));
+  }
   float* s = sums.data<float>();
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = state.target[static_cast<size_t>(r)];
@@ -278,6 +290,8 @@ Tensor VocabParallelCrossEntropy::backward(nn::Tape& tape, float dloss) {
   if (state.count == 0) return dlogits.to(state.device);
   const float scale = static_cast<float>(dloss / state.count);
   const Tensor lse = Tensor::from_vector(state.lse, {rows});
+  trace::OpScope scope("cross_entropy.backward", kernels::cross_entropy_backward_cost(state.logits),
+                       Device::cpu(), name_);
   kernels::cross_entropy_row_softmax(state.logits, state.valid, lse, scale,
                                      dlogits.view({rows, columns}));
   float* d = dlogits.data<float>();
