@@ -66,10 +66,8 @@ Dims dims_of(int64_t batch, int64_t tokens, int64_t channels, int64_t heads) {
   return Dims{batch, tokens, channels, heads, channels / heads};
 }
 
-// The dtype of the scores and their gradient: f32 always (NOTE [attention precision]).
-DType score_dtype(DType) {
-  return DType::f32;
-}
+// The dtype of the scores and their gradient, whatever q, k and v's (NOTE [attention precision]).
+constexpr DType kScoreDtype = DType::f32;
 
 }  // namespace
 
@@ -91,7 +89,7 @@ int64_t CausalSelfAttention::channels_of(const Tensor& qkv) const {
 kernels::OpCost CausalSelfAttention::forward_cost(int64_t batch, int64_t tokens, int64_t channels,
                                                   DType dtype) const {
   const Dims d = dims_of(batch, tokens, channels, heads_);
-  const size_t e = dtype_size(dtype), s = dtype_size(score_dtype(dtype));
+  const size_t e = dtype_size(dtype), s = dtype_size(kScoreDtype);
   kernels::OpCost cost;
   cost.flops = 2.0 * d.gemm_flops() + d.softmax_flops();
   // split (qkv in, q k v out), S = Q K^T, softmax (S in, P out), O = P V, merge (O in, y out).
@@ -106,7 +104,7 @@ kernels::OpCost CausalSelfAttention::forward_cost(int64_t batch, int64_t tokens,
 kernels::OpCost CausalSelfAttention::backward_cost(int64_t batch, int64_t tokens, int64_t channels,
                                                    DType dtype) const {
   const Dims d = dims_of(batch, tokens, channels, heads_);
-  const size_t e = dtype_size(dtype), s = dtype_size(score_dtype(dtype));
+  const size_t e = dtype_size(dtype), s = dtype_size(kScoreDtype);
   kernels::OpCost cost;
   // dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q: four GEMMs over the unmasked pairs.
   cost.flops = 4.0 * d.gemm_flops() + d.softmax_flops();
@@ -137,7 +135,7 @@ Tensor CausalSelfAttention::forward(const Tensor& qkv, Tape& tape) {
   // f32: the softmax runs in place on the scores; else the f32 scores live
   // only until the softmax has rounded them to P (NOTE [attention precision]).
   const Shape scores_shape{batch, heads_, tokens, tokens};
-  const Tensor scores = Tensor::empty(scores_shape, score_dtype(dtype), device);
+  const Tensor scores = Tensor::empty(scores_shape, kScoreDtype, device);
   kernels::gemm(q, k, scores, {.trans_b = true});
   state.probs = dtype == scores.dtype() ? scores : Tensor::empty(scores_shape, dtype, device);
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
@@ -173,7 +171,7 @@ Tensor CausalSelfAttention::backward_input(const Tensor& dy, Tape& tape) {
   const Tensor grads = Tensor::empty({3, batch, heads_, tokens, head_dim}, dtype, device);
   const Tensor dq = grads.select(0), dk = grads.select(1), dv = grads.select(2);
   kernels::gemm(probs, d_out, dv, {.trans_a = true});  // dV = P^T dO
-  const Tensor d_probs = Tensor::empty(probs.shape(), score_dtype(dtype), device);
+  const Tensor d_probs = Tensor::empty(probs.shape(), kScoreDtype, device);
   kernels::gemm(d_out, v, d_probs, {.trans_b = true});  // dP = dO V^T
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   // dS: in place over dP in f32, else rounded into its own 16-bit buffer.

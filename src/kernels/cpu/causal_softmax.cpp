@@ -20,6 +20,7 @@
 #include "kernels/cpu/causal_softmax.hpp"
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -44,20 +45,6 @@ inline __m512 load16(const float* p, __mmask16 m) {
 inline __m512 load16(const bfloat16* p, __mmask16 m) {
   return lanes::load16(p, m);
 }
-inline void store16(float* p, __m512 v, __mmask16 m) {
-  _mm512_mask_storeu_ps(p, m, v);
-}
-inline void store16(bfloat16* p, __m512 v, __mmask16 m) {
-  lanes::store16(p, v, m);
-}
-
-template <typename P>
-void fill16(P* y, int64_t from, int64_t to, float value) {
-  for (int64_t j = from; j < to; j += 16) {
-    store16(y + j, _mm512_set1_ps(value), lanes::first_lanes(to - j));
-  }
-}
-
 // The masked tail: +0 is all zero bits in f32 and bf16.
 template <typename P>
 void zero_tail(P* y, int64_t from, int64_t to) {
@@ -97,7 +84,8 @@ void forward_row16(const float* x, P* y, float* work, int64_t visible, int64_t n
   }
   const float max = _mm512_reduce_max_ps(vmax);
   if (nan != 0 || !std::isfinite(max)) {
-    fill16(y, 0, visible, std::numeric_limits<float>::quiet_NaN());
+    const P nan_value = store_float<P>(std::numeric_limits<float>::quiet_NaN());
+    std::fill(y, y + visible, nan_value);
     zero_tail(y, visible, n);
     return;
   }
