@@ -13,6 +13,9 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 #include <ctime>
 
 #include "comm/host_reduce.hpp"
@@ -23,16 +26,54 @@ namespace {
 constexpr size_t kHeaderBytes = 4096;  // the counter, on its own page
 constexpr size_t kAlignment = 64;      // of each rank's counter and slots
 // NOTE [direct all-gather]: up to this many bytes of output an all-gather
-// goes through the slots (one wait, copies cheaper than a second wait). Not
-// at 64 KiB: there, on a 2-vCPU AMD EPYC Zen 4, the slots were at MPI's
-// speed in most runs but 2.5x slower in others (20 against 7 us), where the
-// copy into a rank's own slot took 13.8 instead of 3.7 us: those lines were
-// last read by the peer, so every store waits for the peer's copy to be
-// invalidated, which is slow whenever the two vCPUs sit far apart (another
-// chiplet) - it changes from run to run, and MPI's single copy of the peer's
-// unchanged input never writes a line the peer holds. Read directly, 64 KiB
-// was 0.93-1.05x MPI in both kinds of run.
-constexpr int64_t kSlotGatherMaxBytes = int64_t{32} << 10;
+// goes through the slots (one wait, copies cheaper than a second wait; with
+// the slots written by streaming stores, NOTE [slot stores], 64 KiB through
+// the slots ran 0.94-1.06x MPI where reading directly ran 0.92-0.93x, and
+// 1.28-1.33x against 1.01-1.04x in the far placement; from 256 KiB the
+// direct reads win: 0.86-1.02x against 0.71-0.80x).
+constexpr int64_t kSlotGatherMaxBytes = int64_t{64} << 10;
+// NOTE [slot stores]: a reduce-scatter or all-gather writes its slots with
+// streaming (non-temporal) stores from this many bytes per copy on. The lines
+// of a slot were last read by the peers, so ordinary stores first wait, line
+// by line, for the peers' copies to be invalidated: on a 2-vCPU AMD EPYC Zen 4
+// a 32 KiB copy into a slot took 3.7 us (a memcpy between private buffers:
+// 0.57 us), and 13.8 us whenever the two vCPUs sat far apart (the
+// hypervisor's placement, changing from run to run), which made a 64 KiB
+// all-gather 0.39x MPI's. Streaming stores do not wait for the lines (they go
+// to memory, and the readers fetch them from there): in the far placement the
+// reduce-scatter went from 1.2-1.3x to 2.8-3.3x MPI at 64 KiB-4 MiB and the
+// 64 KiB all-gather through the slots to 1.3x; in the near placement they were
+// within the noise of ordinary stores. Below this size streaming was slower
+// (1-4 KiB). The all-reduce keeps ordinary stores: it reduces the slots right
+// after writing them, and with streaming stores its 256 KiB case fell from
+// 0.97-1.05x to 0.89-0.92x MPI in the near placement (2.4-2.7x in the far one).
+constexpr size_t kStreamMinBytes = size_t{8} << 10;
+
+// Copies into a slot (NOTE [slot stores]); dst and src do not overlap.
+void copy_into_slot(char* dst, const char* src, size_t bytes) {
+#if defined(__SSE2__)
+  if (bytes >= kStreamMinBytes) {
+    const size_t head = (64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64;
+    std::memcpy(dst, src, head);
+    size_t i = head;
+#if defined(__AVX512F__)
+    for (; i + 64 <= bytes; i += 64) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i),
+                          _mm512_loadu_si512(reinterpret_cast<const void*>(src + i)));
+    }
+#else
+    for (; i + 16 <= bytes; i += 16) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    }
+#endif
+    std::memcpy(dst + i, src + i, bytes - i);
+    _mm_sfence();  // streaming stores are weakly ordered: all visible before the signal
+    return;
+  }
+#endif
+  std::memcpy(dst, src, bytes);
+}
 
 // Shared (not FUTEX_PRIVATE): the words live in memory mapped by several processes.
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::microseconds timeout) {
@@ -350,7 +391,7 @@ bool ShmAllReduce::step() {
         piece_count_ = std::min(piece_elements, count_ - next_offset_);
         if (next_offset_ == 0)
           counters_[static_cast<size_t>(rank_)]->identity[piece_ % 2] = identity_;
-        if (symmetric_.empty()) {
+        if (symmetric_.empty()) {  // ordinary stores here (NOTE [slot stores])
           std::memcpy(slot(rank_, piece_), data_ + next_offset_ * static_cast<int64_t>(es),
                       static_cast<size_t>(piece_count_) * es);
         }
@@ -481,13 +522,13 @@ bool ShmAllReduce::step_blocks() {
           counters_[static_cast<size_t>(rank_)]->identity[piece_ % 2] = identity_;
         char* mine = slot(rank_, piece_);
         if (mode_ == Mode::all_gather) {
-          std::memcpy(mine, input_ + next_offset_ * es, static_cast<size_t>(length(rank_) * es));
+          copy_into_slot(mine, input_ + next_offset_ * es, static_cast<size_t>(length(rank_) * es));
         } else {
           for (int r = 0; r < size_; ++r) {
             if (r == rank_) continue;
-            std::memcpy(mine + r * block_piece_ * es,
-                        input_ + (block_begin_[static_cast<size_t>(r)] + next_offset_) * es,
-                        static_cast<size_t>(length(r) * es));
+            copy_into_slot(mine + r * block_piece_ * es,
+                           input_ + (block_begin_[static_cast<size_t>(r)] + next_offset_) * es,
+                           static_cast<size_t>(length(r) * es));
           }
         }
         publish();
