@@ -307,13 +307,13 @@ std::unique_ptr<MpiOp> make_all_gather(const OpTarget& target, const Tensor& inp
                                        const detail::WorkPtr& work) {
   // NOTE [all_gather algorithm]
   // On host tensors of ranks that share a node, through shared memory at
-  // every size: up to 32 KiB of output through the slots (one wait; the
+  // every size: up to 64 KiB of output through the slots (one wait; the
   // copies cost less than a second wait), above that each rank reads the
   // others' blocks straight from their inputs with process_vm_readv, one copy
   // per byte as Open MPI's transport makes, where the kernel allows it (NOTE
   // [direct all-gather] in shm_all_reduce.hpp). Against MPI_Allgather (2
-  // ranks, docs/comm.md): medians 0.92-1.04x from 64 KiB to 16 MiB (three
-  // sets of five runs), where Loom's MPI_Iallgatherv was 0.5-0.7x up to 1 MiB.
+  // ranks, docs/comm.md): medians 0.95-1.02x from 64 KiB to 16 MiB but
+  // 0.90-0.99x at 4 MiB, where Loom's MPI_Iallgatherv was 0.5-0.7x up to 1 MiB.
   // MPI (below) serves CUDA tensors, ranks on several nodes and
   // LOOM_SHM_ALLREDUCE=off.
   if (target.shm != nullptr && input.device().is_cpu() && output.device().is_cpu() &&
