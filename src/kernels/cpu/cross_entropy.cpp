@@ -1,8 +1,8 @@
 // Host cross-entropy, row by row: the max, the sum of exp(x - max) and, in
 // backward, exp(x - lse). Where the build has AVX-512 the rows run in
-// registers with exp16 (exp_avx512.hpp; docs/kernels.md), elsewhere, and for a row holding a NaN or
-// an infinity, as Eigen array expressions. The loss total is summed in double
-// in row order.
+// registers with exp16 (exp_avx512.hpp; docs/kernels.md); elsewhere, and for
+// a row holding a NaN or an infinity, as Eigen array expressions. The loss
+// total is summed in double in row order.
 #include "kernels/cpu/cross_entropy.hpp"
 
 #include <Eigen/Core>
@@ -17,6 +17,13 @@ namespace {
 using ConstRow = Eigen::Map<const Eigen::ArrayXf>;
 using Row = Eigen::Map<Eigen::ArrayXf>;
 
+#if defined(LOOM_EXP16)
+// Lanes [0, count) of a 16-lane step (count >= 16: all).
+__mmask16 lanes_of(int64_t count) {
+  return count >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << count) - 1u);
+}
+#endif
+
 // log(sum(exp(x))) of one row, by its max.
 float row_log_sum_exp(const float* x, int64_t classes) {
 #if defined(LOOM_EXP16)
@@ -28,7 +35,7 @@ float row_log_sum_exp(const float* x, int64_t classes) {
     nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
     vmax = _mm512_max_ps(vmax, v);
   }
-  const __mmask16 tail = static_cast<__mmask16>((1u << (classes - j)) - 1u);
+  const __mmask16 tail = lanes_of(classes - j);
   const __m512 last = _mm512_maskz_loadu_ps(tail, x + j);
   nan |= _mm512_mask_cmp_ps_mask(tail, last, last, _CMP_UNORD_Q);
   vmax = _mm512_mask_max_ps(vmax, tail, vmax, last);
@@ -42,8 +49,7 @@ float row_log_sum_exp(const float* x, int64_t classes) {
       sum1 = _mm512_add_ps(sum1, exp16(_mm512_sub_ps(_mm512_loadu_ps(x + j + 16), shift)));
     }
     for (; j < classes; j += 16) {
-      const __mmask16 m16 = classes - j >= 16 ? static_cast<__mmask16>(0xffff)
-                                              : static_cast<__mmask16>((1u << (classes - j)) - 1u);
+      const __mmask16 m16 = lanes_of(classes - j);
       const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m16, x + j), shift));
       sum0 = _mm512_mask_add_ps(sum0, m16, sum0, e);
     }
@@ -60,8 +66,7 @@ void row_softmax_scaled(const float* x, float lse, float scale, int64_t classes,
 #if defined(LOOM_EXP16)
   const __m512 shift = _mm512_set1_ps(lse), factor = _mm512_set1_ps(scale);
   for (int64_t j = 0; j < classes; j += 16) {
-    const __mmask16 m16 = classes - j >= 16 ? static_cast<__mmask16>(0xffff)
-                                            : static_cast<__mmask16>((1u << (classes - j)) - 1u);
+    const __mmask16 m16 = lanes_of(classes - j);
     const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m16, x + j), shift));
     _mm512_mask_storeu_ps(d + j, m16, _mm512_mul_ps(e, factor));
   }
@@ -144,8 +149,7 @@ void row_sum_exp(const float* logits, int64_t rows, int64_t stride, int64_t vali
     const __m512 m = _mm512_set1_ps(shift[r]);
     __m512 sum = _mm512_setzero_ps();
     for (int64_t j = 0; j < valid; j += 16) {
-      const __mmask16 lanes = valid - j >= 16 ? static_cast<__mmask16>(0xffff)
-                                              : static_cast<__mmask16>((1u << (valid - j)) - 1u);
+      const __mmask16 lanes = lanes_of(valid - j);
       const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, x + j), m));
       sum = _mm512_mask_add_ps(sum, lanes, sum, e);
     }
