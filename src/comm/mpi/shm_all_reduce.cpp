@@ -32,8 +32,9 @@ constexpr size_t kAlignment = 64;      // of each rank's counter and slots
 // 1.28-1.33x against 1.01-1.04x in the far placement; from 256 KiB the
 // direct reads win: 0.86-1.02x against 0.71-0.80x).
 constexpr int64_t kSlotGatherMaxBytes = int64_t{64} << 10;
-// NOTE [slot stores]: a reduce-scatter or all-gather writes its slots with
-// streaming (non-temporal) stores from this many bytes per copy on. The lines
+// NOTE [slot stores]: a reduce-scatter or all-gather (and a small all-reduce)
+// writes its slots with streaming (non-temporal) stores from this many bytes
+// per copy on. The lines
 // of a slot were last read by the peers, so ordinary stores first wait, line
 // by line, for the peers' copies to be invalidated: on a 2-vCPU AMD EPYC Zen 4
 // a 32 KiB copy into a slot took 3.7 us (a memcpy between private buffers:
@@ -44,10 +45,14 @@ constexpr int64_t kSlotGatherMaxBytes = int64_t{64} << 10;
 // reduce-scatter went from 1.2-1.3x to 2.8-3.3x MPI at 64 KiB-4 MiB and the
 // 64 KiB all-gather through the slots to 1.3x; in the near placement they were
 // within the noise of ordinary stores. Below this size streaming was slower
-// (1-4 KiB). The all-reduce keeps ordinary stores: it reduces the slots right
-// after writing them, and with streaming stores its 256 KiB case fell from
-// 0.97-1.05x to 0.89-0.92x MPI in the near placement (2.4-2.7x in the far one).
+// (1-4 KiB). The all-reduce streams only up to kStreamAllReduceMaxBytes: it
+// reduces the slots right after writing them, and with streaming stores its
+// 256 KiB case fell from 0.97-1.05x to 0.89-0.92x MPI in the near placement
+// (2.4-2.7x in the far one), while at 16-64 KiB streaming was neutral in the
+// near placement and 2.1-2.5x MPI in the far one (1.0-1.3x with ordinary
+// stores there).
 constexpr size_t kStreamMinBytes = size_t{8} << 10;
+constexpr size_t kStreamAllReduceMaxBytes = size_t{64} << 10;
 
 // Copies into a slot (NOTE [slot stores]); dst and src do not overlap.
 void copy_into_slot(char* dst, const char* src, size_t bytes) {
@@ -391,9 +396,16 @@ bool ShmAllReduce::step() {
         piece_count_ = std::min(piece_elements, count_ - next_offset_);
         if (next_offset_ == 0)
           counters_[static_cast<size_t>(rank_)]->identity[piece_ % 2] = identity_;
-        if (symmetric_.empty()) {  // ordinary stores here (NOTE [slot stores])
-          std::memcpy(slot(rank_, piece_), data_ + next_offset_ * static_cast<int64_t>(es),
-                      static_cast<size_t>(piece_count_) * es);
+        if (symmetric_.empty()) {
+          // Streaming stores up to kStreamAllReduceMaxBytes only (NOTE [slot stores]).
+          char* to = slot(rank_, piece_);
+          const char* from = data_ + next_offset_ * static_cast<int64_t>(es);
+          const size_t bytes = static_cast<size_t>(piece_count_) * es;
+          if (bytes <= kStreamAllReduceMaxBytes) {
+            copy_into_slot(to, from, bytes);
+          } else {
+            std::memcpy(to, from, bytes);
+          }
         }
         publish();
         [[fallthrough]];
