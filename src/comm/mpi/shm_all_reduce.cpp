@@ -48,9 +48,9 @@ constexpr int64_t kSlotGatherMaxBytes = int64_t{64} << 10;
 // (1-4 KiB). The all-reduce streams only up to kStreamAllReduceMaxBytes: it
 // reduces the slots right after writing them, and with streaming stores its
 // 256 KiB case fell from 0.97-1.05x to 0.89-0.92x MPI in the near placement
-// (2.4-2.7x in the far one), while at 16-64 KiB streaming was neutral in the
-// near placement and 2.1-2.5x MPI in the far one (1.0-1.3x with ordinary
-// stores there).
+// (2.4-2.7x in the far one), while at 16-64 KiB streaming cost 0-5% in the
+// near placement and gave 2.0-2.8x MPI in the far one (1.0-1.3x with
+// ordinary stores there; eight interleaved pairs of runs).
 constexpr size_t kStreamMinBytes = size_t{8} << 10;
 constexpr size_t kStreamAllReduceMaxBytes = size_t{64} << 10;
 
