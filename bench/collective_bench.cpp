@@ -31,6 +31,8 @@
 //             and busbw are computed the same way
 //   of copy   busbw over single-thread memcpy bandwidth (read + write),
 //             measured in the same run: the physical bound on one node
+// The header also gives an 8-byte MPI ping-pong between ranks 0 and 1
+// (NOTE [placement probe]; JSON pingpong_us): how far apart their cores are.
 // Every side's CPU time over the wall time of its timed calls is recorded per
 // rank; a comparison where a side used more than 1.15 cores on a rank is
 // refused (exit 1).
@@ -40,6 +42,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -266,6 +269,39 @@ Row measure(Communicator& comm, const std::string& op, size_t bytes, const Optio
   return row;
 }
 
+// NOTE [placement probe] Half an 8-byte MPI round trip between ranks 0 and 1,
+// median of 5 batches of 1000, in microseconds (0 with one rank): how far
+// apart the two ranks' cores are. On a VM the hypervisor places the vCPUs
+// anew from run to run, and a "far" placement (another chiplet) moved every
+// shared-memory figure 2-3x, raw MPI's too (docs/comm.md, "Streaming stores
+// into the slots"); printed so that runs can be told apart.
+double pingpong_us(int rank, int n) {
+  if (n < 2) return 0.0;
+  char payload[8] = {};
+  constexpr int kTrips = 1000;
+  std::vector<double> batches;
+  for (int batch = 0; batch < 6; ++batch) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kTrips; ++i) {
+      if (rank == 0) {
+        MPI_Send(payload, 8, MPI_CHAR, 1, 0, MPI_COMM_WORLD);
+        MPI_Recv(payload, 8, MPI_CHAR, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      } else if (rank == 1) {
+        MPI_Recv(payload, 8, MPI_CHAR, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(payload, 8, MPI_CHAR, 0, 0, MPI_COMM_WORLD);
+      }
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (batch > 0) batches.push_back(seconds / kTrips / 2 * 1e6);  // the first warms up
+  }
+  std::sort(batches.begin(), batches.end());
+  double median = batches[batches.size() / 2];
+  MPI_Bcast(&median, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return median;
+}
+
 // Every rank's `value`, on rank 0.
 std::vector<double> gather_doubles(double value) {
   int n = 0, rank = 0;
@@ -420,6 +456,8 @@ int main(int argc, char** argv) {
                                  [&] { std::memcpy(dst.data(), src.data(), copy_bytes); }, timing) /
                              1e9;
 
+    const double pingpong = pingpong_us(rank, n);  // NOTE [placement probe]
+
     // Every rank sees the same file system, so they agree on whether the peer is there.
     loom::bench::PeerProcess gloo;
     Sides sides;
@@ -477,8 +515,11 @@ int main(int argc, char** argv) {
         facts["peer_cpu_share"] = gloo_share;
       }
 
-      std::printf("%d ranks, backend %s; single-thread memcpy %.1f GB/s (read + write)\n", n,
-                  std::string(world->backend()).c_str(), copy_gbps);
+      std::printf(
+          "%d ranks, backend %s; single-thread memcpy %.1f GB/s (read + write); 8-byte MPI "
+          "ping-pong between ranks 0 and 1 %.2f us one way (the cores' distance: NOTE [placement "
+          "probe])\n",
+          n, std::string(world->backend()).c_str(), copy_gbps, pingpong);
       loom::bench::Table table({"op", "bytes", "time us", "algbw GB/s", "busbw GB/s", "check",
                                 "MPI busbw", "loom/MPI", "gloo busbw", "loom/gloo", "of copy"});
       nlohmann::json records = nlohmann::json::array();
@@ -514,6 +555,7 @@ int main(int argc, char** argv) {
                               {"ratio_to_peer", busbw / peer_busbw},
                               {"mpi_cpu_share", mpi_share},
                               {"memcpy_gbps", copy_gbps},
+                              {"pingpong_us", pingpong},
                               {"fraction_of_memcpy", busbw / copy_gbps},
                               {"correct", r.correct}};
         if (!facts.is_null()) {
