@@ -286,8 +286,10 @@ Tensor VocabParallelCrossEntropy::backward(nn::Tape& tape, float dloss) {
   const State state = tape.get<State>(this, name_);
   tape.release(this);
   const int64_t rows = state.logits.size(0), columns = state.logits.size(1);
-  Tensor dlogits = Tensor::zeros(state.logits_shape);
-  if (state.count == 0) return dlogits.to(state.device);
+  if (state.count == 0) return Tensor::zeros(state.logits_shape).to(state.device);
+  // Every element is written once below: the softmax on the valid columns,
+  // zeros on the padding columns and on ignored rows.
+  Tensor dlogits = Tensor::empty(state.logits_shape);
   const float scale = static_cast<float>(dloss / state.count);
   const Tensor lse = Tensor::from_vector(state.lse, {rows});
   trace::OpScope scope("cross_entropy.backward", kernels::cross_entropy_backward_cost(state.logits),
@@ -296,10 +298,9 @@ Tensor VocabParallelCrossEntropy::backward(nn::Tape& tape, float dloss) {
                                      dlogits.view({rows, columns}));
   float* d = dlogits.data<float>();
   for (int64_t r = 0; r < rows; ++r) {
-    if (!state.counted[static_cast<size_t>(r)]) {  // ignored: no gradient
-      std::fill(d + r * columns, d + (r + 1) * columns, 0.0f);
-      continue;
-    }
+    const bool counted = state.counted[static_cast<size_t>(r)];
+    std::fill(d + r * columns + (counted ? state.valid : 0), d + (r + 1) * columns, 0.0f);
+    if (!counted) continue;  // ignored: no gradient
     const int64_t t = state.target[static_cast<size_t>(r)];
     if (t >= 0) d[r * columns + t] -= scale;
   }

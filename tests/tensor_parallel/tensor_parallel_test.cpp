@@ -347,3 +347,53 @@ TEST_CASE(
     }
   }
 }
+
+TEST_CASE("the vocabulary-parallel loss equals one rank's with ignored rows and padding columns",
+          "[tp]") {
+  // 11 classes over tp 2: 6 columns per rank, rank 1's last one padding.
+  // Rows 1 and 4 are ignored: no loss, a zero gradient row on every rank.
+  const int64_t rows = 6, vocab = 11, local = 6;
+  const std::vector<int32_t> targets = {3, -1, 10, 5, -1, 0};
+  std::vector<float> full(static_cast<size_t>(rows * vocab));
+  for (size_t i = 0; i < full.size(); ++i) full[i] = std::sin(0.7f * static_cast<float>(i)) * 3;
+  const Tensor target = Tensor::from_vector(targets, {rows});
+
+  nn::CrossEntropyLoss one;
+  nn::Tape one_tape;
+  const float want_loss =
+      one.forward(Tensor::from_vector(full, {rows, vocab}), target, one_tape).item<float>();
+  const std::vector<float> want_grad = one.backward(one_tape).to_vector<float>();
+
+  std::vector<float> losses(2);
+  std::vector<std::vector<float>> grads(2);
+  comm::run_local_ranks(comm::make_local_group(2), [&](comm::Communicator& c) {
+    std::vector<float> mine(static_cast<size_t>(rows * local), 7.0f);  // padding: any value
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < local; ++j) {
+        const int64_t col = c.rank() * local + j;
+        if (col < vocab) mine[static_cast<size_t>(r * local + j)] = full[r * vocab + col];
+      }
+    }
+    parallel::VocabParallelCrossEntropy loss("loss", vocab, c.shared_from_this());
+    nn::Tape tape;
+    losses[c.rank()] =
+        loss.forward(Tensor::from_vector(mine, {rows, local}), target, tape).item<float>();
+    grads[c.rank()] = loss.backward(tape).to_vector<float>();
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    CHECK(losses[rank] == Approx(want_loss).epsilon(1e-6));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < local; ++j) {
+        const int64_t col = rank * local + j;
+        const float got = grads[rank][static_cast<size_t>(r * local + j)];
+        INFO("row " << r << ", column " << col);
+        if (col >= vocab || targets[r] == -1) {
+          CHECK(got == 0.0f);
+        } else {
+          CHECK(got == Approx(want_grad[r * vocab + col]).margin(1e-7));
+        }
+      }
+    }
+  }
+}
