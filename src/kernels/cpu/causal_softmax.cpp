@@ -170,30 +170,21 @@ void forward(const detail::CausalSoftmaxArgs& a) {
   const int64_t n = a.rows;
   const auto* x = static_cast<const float*>(a.x);
   auto* y = static_cast<P*>(a.y);
-#if defined(LOOM_BF16_LANES)
-  if constexpr (kRowsInRegisters<P>) {
-    std::vector<float> scratch(std::is_same_v<P, float> ? 0 : static_cast<size_t>(n));
-    for (int64_t r = 0; r < a.matrices * n; ++r) {
-      float* work = nullptr;
-      if constexpr (std::is_same_v<P, float>) {
-        work = y + r * n;
-      } else {
-        work = scratch.data();
-      }
-      forward_row16(x + r * n, y + r * n, work, r % n + 1, n, a.scale);
-    }
-    return;
-  }
-#endif
   std::vector<float> scratch(std::is_same_v<P, float> ? 0 : static_cast<size_t>(n));
   for (int64_t r = 0; r < a.matrices * n; ++r) {
     const int64_t i = r % n;  // query index: keys 0 .. i are visible
-    float* work = nullptr;
+    float* work = nullptr;    // the row's f32 values between passes
     if constexpr (std::is_same_v<P, float>) {
       work = y + r * n;
     } else {
       work = scratch.data();
     }
+#if defined(LOOM_BF16_LANES)
+    if constexpr (kRowsInRegisters<P>) {
+      forward_row16(x + r * n, y + r * n, work, i + 1, n, a.scale);
+      continue;
+    }
+#endif
     const ConstRow in(x + r * n, i + 1);
     Row out(work, i + 1);
     // In place is safe: every step reads an element before writing that element.
