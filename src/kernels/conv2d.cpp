@@ -2,7 +2,9 @@
 #include "loom/kernels/conv2d.hpp"
 
 #include <string>
+#include <vector>
 
+#include "core/primitives.hpp"
 #include "kernels/conv2d_problem.hpp"
 #include "kernels/cpu/conv2d.hpp"
 #include "kernels/cpu/conv2d_bf16.hpp"
@@ -54,24 +56,35 @@ Shape output_shape(const Conv2dProblem& p) {
   return {p.n, p.c_out, p.oh, p.ow};
 }
 
-// Checks dtype and device agreement and the shapes the pass needs.
+// Checks dtype and device agreement and the shapes the pass needs. x and y
+// are the pass's activation tensors (input and output, dx and dy, x and dy).
 void check_tensors(const char* pass, const Conv2dProblem& p, const Tensor& x, const Tensor& w,
                    const Tensor& y, const Tensor& bias) {
   const std::string what = str_cat("conv2d ", pass, ": input ", x, ", weight ", w, ", output ", y,
                                    bias.defined() ? str_cat(", bias ", bias) : std::string());
-  LOOM_CHECK(x.dtype() == y.dtype() && w.dtype() == y.dtype() &&
-                 (!bias.defined() || bias.dtype() == y.dtype()),
-             what, ": all tensors must have one dtype");
-  LOOM_CHECK(is_floating(y.dtype()), what, ": dtype ", y.dtype(), " is not floating-point");
   LOOM_CHECK(x.device() == y.device() && w.device() == y.device() &&
                  (!bias.defined() || bias.device() == y.device()),
              what, ": all tensors must be on one device");
-  LOOM_CHECK(y.device().is_cuda() || y.dtype() == DType::f32, what,
-             ": the host convolution supports f32 only");
-  LOOM_CHECK(p.operands == DType::f32 ||
-                 (p.operands == DType::bf16 && y.device().is_cpu() && y.dtype() == DType::f32),
-             what, ": operands ", p.operands,
-             " are built for f32 tensors on the host and bf16 only (on CUDA pass bf16 tensors)");
+  LOOM_CHECK(p.operands == DType::f32 || (p.operands == DType::bf16 && y.device().is_cpu()), what,
+             ": operands ", p.operands,
+             " are built for the host and bf16 only (on CUDA pass bf16 tensors)");
+  if (p.operands == DType::bf16) {
+    // Mixed precision: f32 weight and bias; activations f32 or bf16 (bf16
+    // taken as they are, an output rounded once).
+    const auto activation = [](const Tensor& t) {
+      return t.dtype() == DType::f32 || t.dtype() == DType::bf16;
+    };
+    LOOM_CHECK(w.dtype() == DType::f32 && (!bias.defined() || bias.dtype() == DType::f32) &&
+                   activation(x) && activation(y),
+               what, ": bf16 operands take an f32 weight and bias and f32 or bf16 activations");
+  } else {
+    LOOM_CHECK(x.dtype() == y.dtype() && w.dtype() == y.dtype() &&
+                   (!bias.defined() || bias.dtype() == y.dtype()),
+               what, ": all tensors must have one dtype");
+    LOOM_CHECK(is_floating(y.dtype()), what, ": dtype ", y.dtype(), " is not floating-point");
+    LOOM_CHECK(y.device().is_cuda() || y.dtype() == DType::f32, what,
+               ": the host convolution supports f32 only (bf16 activations with bf16 operands)");
+  }
   LOOM_CHECK(y.shape() == output_shape(p), what, ": the output (gradient) must be ",
              shape_str(output_shape(p)));
   LOOM_CHECK(!bias.defined() || bias.shape() == Shape{p.c_out}, what, ": the bias must be [",
@@ -87,6 +100,26 @@ const float* host_data(const Tensor& t) {
 }
 float* host_mutable(const Tensor& t) {
   return t.defined() ? t.data<float>() : nullptr;
+}
+
+// An activation of the bf16-operand convolution as its dtype holds it.
+cpu::bf16_operands::Activations activations(const Tensor& t) {
+  if (t.dtype() == DType::bf16) return static_cast<const uint16_t*>(t.data());
+  return t.data<float>();
+}
+
+// Runs a host pass that writes f32 into `out`: straight into an f32 tensor,
+// or into a staging buffer rounded once into a bf16 one.
+template <typename Pass>
+void into_f32(const Tensor& out, Pass pass) {
+  if (out.dtype() == DType::f32) {
+    pass(out.data<float>());
+    return;
+  }
+  thread_local std::vector<float> staging;
+  staging.resize(static_cast<size_t>(out.numel()));
+  pass(staging.data());
+  loom::detail::host_convert(staging.data(), DType::f32, out.data(), out.dtype(), out.numel());
 }
 
 }  // namespace
@@ -109,8 +142,13 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
     if (params.weight_fixed_in_scope && p.operands == DType::f32) {
       p.weight_packs = detail::weight_packs_holding(w);
     }
-    (p.operands == DType::bf16 ? cpu::conv2d_forward_bf16 : cpu::conv2d_forward)(
-        p, x.data<float>(), w.data<float>(), host_data(bias), y.data<float>());
+    if (p.operands == DType::bf16) {
+      into_f32(y, [&](float* out) {
+        cpu::conv2d_forward_bf16(p, activations(x), w.data<float>(), host_data(bias), out);
+      });
+    } else {
+      cpu::conv2d_forward(p, x.data<float>(), w.data<float>(), host_data(bias), y.data<float>());
+    }
     return;
   }
 #if LOOM_HAS_CUDA
@@ -140,8 +178,13 @@ void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx,
     if (params.weight_fixed_in_scope && p.operands == DType::f32) {
       p.weight_packs = detail::weight_packs_holding(w);
     }
-    (p.operands == DType::bf16 ? cpu::conv2d_backward_input_bf16 : cpu::conv2d_backward_input)(
-        p, dy.data<float>(), w.data<float>(), dx.data<float>());
+    if (p.operands == DType::bf16) {
+      into_f32(dx, [&](float* out) {
+        cpu::conv2d_backward_input_bf16(p, activations(dy), w.data<float>(), out);
+      });
+    } else {
+      cpu::conv2d_backward_input(p, dy.data<float>(), w.data<float>(), dx.data<float>());
+    }
     return;
   }
 #if LOOM_HAS_CUDA
@@ -170,8 +213,13 @@ void conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw,
     return;
   }
   if (dw.device().is_cpu()) {
-    (p.operands == DType::bf16 ? cpu::conv2d_backward_weight_bf16 : cpu::conv2d_backward_weight)(
-        p, x.data<float>(), dy.data<float>(), dw.data<float>(), host_mutable(db), accumulate);
+    if (p.operands == DType::bf16) {
+      cpu::conv2d_backward_weight_bf16(p, activations(x), activations(dy), dw.data<float>(),
+                                       host_mutable(db), accumulate);
+    } else {
+      cpu::conv2d_backward_weight(p, x.data<float>(), dy.data<float>(), dw.data<float>(),
+                                  host_mutable(db), accumulate);
+    }
     return;
   }
 #if LOOM_HAS_CUDA

@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernel_test_util.hpp"
@@ -22,6 +24,12 @@ namespace {
 
 using loom::test::relative_error;
 using loom::test::rounded_to_bf16;
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.data(), b.data(), static_cast<size_t>(a.numel()) * dtype_size(a.dtype())) ==
+             0;
+}
 
 Tensor random_tensor(const Shape& shape, uint64_t stream) {
   Tensor t = Tensor::empty(shape);
@@ -160,12 +168,83 @@ TEST_CASE("conv2d with bf16 operands: bad input is refused, naming the rule",
   const Tensor x = random_tensor({1, 2, 4, 4}, 1), w = random_tensor({3, 2, 3, 3}, 2);
   const Tensor y = Tensor::empty({1, 3, 4, 4});
   CHECK_THROWS_WITH(kernels::conv2d_forward(x, w, Tensor(), y, params),
-                    Contains("operands f16 are built for f32 tensors on the host and bf16 only"));
+                    Contains("operands f16 are built for the host and bf16 only"));
   params.operands = DType::bf16;
+  // bf16 activations are taken; a bf16 weight or bias, or f16 activations, are not.
+  const std::string rule = "bf16 operands take an f32 weight and bias and f32 or bf16 activations";
   CHECK_THROWS_WITH(kernels::conv2d_forward(x.to(DType::bf16), w.to(DType::bf16), Tensor(),
                                             y.to(DType::bf16), params),
-                    Contains("all tensors must have one dtype") ||
-                        Contains("the host convolution supports f32 only"));
+                    Contains(rule));
+  CHECK_THROWS_WITH(kernels::conv2d_forward(x, w, Tensor::zeros({3}, DType::bf16), y, params),
+                    Contains(rule));
+  CHECK_THROWS_WITH(kernels::conv2d_forward(x.to(DType::f16), w, Tensor(), y, params),
+                    Contains(rule));
+  CHECK_THROWS_WITH(
+      kernels::conv2d_backward_input(y.to(DType::f16), w, Tensor::empty(x.shape()), params),
+      Contains(rule));
+  // Without bf16 operands the host convolution stays f32.
+  params.operands = DType::f32;
+  CHECK_THROWS_WITH(
+      kernels::conv2d_forward(x.to(DType::bf16), w, Tensor(), y.to(DType::bf16), params),
+      Contains("all tensors must have one dtype"));
+}
+
+TEST_CASE(
+    "conv2d with bf16 operands takes and writes bf16 activations: the bits of the f32 passes, "
+    "rounded once",
+    "[precision][conv2d]") {
+  // A bf16 input or output gradient is the operand itself (no second
+  // rounding), and a bf16 output or input gradient is the f32 one rounded
+  // once, on every path: implicit stride 1, parity classes, im2col (the RGB
+  // stem, 1x1, odd planes), and position major (16 images, planes up to 8x8;
+  // Zen 4 only, elsewhere these shapes take the other paths).
+  const std::vector<Shape2d> shapes = {
+      {2, 16, 8, 8, 24, 3, 1, 1},  {3, 16, 16, 16, 24, 3, 2, 1}, {2, 10, 8, 8, 12, 1, 2, 0},
+      {2, 3, 16, 16, 16, 3, 1, 1}, {2, 8, 9, 9, 6, 3, 2, 1},     {16, 16, 4, 4, 32, 3, 1, 1},
+      {16, 32, 8, 8, 16, 3, 2, 1}, {16, 16, 8, 8, 16, 3, 1, 1},  {1, 8, 5, 7, 6, 3, 1, 1}};
+  std::vector<const char*> choices = {"fallback"};
+  if (kernels::cpu::bf16_dot_gemm_available()) choices.push_back("native");
+  for (const char* choice : choices) {
+    const loom::test::KernelChoice kernel(choice);
+    for (const Shape2d& s : shapes) {
+      INFO("kernel " << choice << ": n " << s.n << " c_in " << s.c_in << " " << s.h << "x" << s.w
+                     << " c_out " << s.c_out << " kernel " << s.kernel << " stride " << s.stride);
+      kernels::Conv2dParams params{.stride = s.stride, .padding = s.padding};
+      params.operands = DType::bf16;
+      const Tensor x16 = random_tensor({s.n, s.c_in, s.h, s.w}, 31).to(DType::bf16);
+      const Tensor w = random_tensor({s.c_out, s.c_in, s.kernel, s.kernel}, 32);
+      const Tensor b = random_tensor({s.c_out}, 33);
+      const Shape y_shape = kernels::conv2d_output_shape(x16.shape(), w.shape(), params);
+      const Tensor dy16 = random_tensor(y_shape, 34).to(DType::bf16);
+      const Tensor x = x16.to(DType::f32), dy = dy16.to(DType::f32);
+
+      const Tensor y = Tensor::empty(y_shape), y16 = Tensor::empty(y_shape, DType::bf16);
+      kernels::conv2d_forward(x, w, b, y, params);
+      kernels::conv2d_forward(x16, w, b, y16, params);
+      CHECK(same_bits(y16, y.to(DType::bf16)));
+      const Tensor y_from_bf16 = Tensor::empty(y_shape),
+                   y_from_f32 = Tensor::empty(y_shape, DType::bf16);
+      kernels::conv2d_forward(x16, w, b, y_from_bf16, params);  // bf16 in, f32 out
+      CHECK(same_bits(y_from_bf16, y));
+      kernels::conv2d_forward(x, w, b, y_from_f32, params);  // f32 in, bf16 out (a stem)
+      CHECK(same_bits(y_from_f32, y16));
+
+      const Tensor dx = Tensor::empty(x.shape()), dx16 = Tensor::empty(x.shape(), DType::bf16);
+      kernels::conv2d_backward_input(dy, w, dx, params);
+      kernels::conv2d_backward_input(dy16, w, dx16, params);
+      CHECK(same_bits(dx16, dx.to(DType::bf16)));
+
+      for (const bool accumulate : {false, true}) {
+        INFO("accumulate " << accumulate);
+        const Tensor dw = random_tensor(w.shape(), 35), db = random_tensor({s.c_out}, 36);
+        const Tensor dw16 = dw.clone(), db16 = db.clone();
+        kernels::conv2d_backward_weight(x, dy, dw, db, params, accumulate);
+        kernels::conv2d_backward_weight(x16, dy16, dw16, db16, params, accumulate);
+        CHECK(same_bits(dw16, dw));
+        CHECK(same_bits(db16, db));
+      }
+    }
+  }
 }
 
 TEST_CASE("nn::Conv2d under bf16 precision multiplies bf16-rounded operands, f32 in and out",

@@ -1,7 +1,8 @@
 // Host 2-D convolution on bf16 operands with f32 accumulation: the f32 input,
 // weight and output gradient are rounded to bf16 (nearest even) once per
-// call and the products run on the bf16 GEMM (vdpbf16ps where the CPU has it,
-// else f32 products of the rounded values).
+// call, an input or output gradient already in bf16 is taken as it is, and
+// the products run on the bf16 GEMM (vdpbf16ps where the CPU has it, else f32
+// products of the rounded values).
 //
 // Implicit (the vdpbf16ps GEMM, AVX-512 builds): where the output plane is the
 // input's size at stride 1 (ResNet's 3x3 layers), or half its size each way at
@@ -24,7 +25,8 @@
 //   backward_input   dcol = W16^T @ dY16' [C_out, G P] (f32) -> col2im into dx
 //   backward_weight  dW  (+)= dY16' @ col16^T (f32); db (+)= the sums of dy (f32)
 // K = C_in KH KW, P = OH OW; Y' and dY' hold the group's planes channel first
-// (one image's are already in NCHW order). Outputs and gradients stay f32.
+// (one image's are already in NCHW order). Outputs and gradients are written
+// in f32 (the caller rounds them once for a bf16 tensor).
 // Every result equals the f32 convolution of the rounded operands up to the
 // order of the f32 sums.
 //
@@ -64,6 +66,7 @@
 namespace loom::kernels::cpu {
 namespace {
 
+using bf16_operands::Activations;
 using bf16_operands::Bits;
 using detail::Conv2dProblem;
 
@@ -87,6 +90,31 @@ const Bits* rounded(int slot, const float* values, int64_t count) {
   return out;
 }
 
+// The bits of an input or output gradient: its own if bf16, else rounded.
+const Bits* rounded(int slot, Activations values, int64_t count) {
+  return values.bf16 ? values.bits() : rounded(slot, values.f32(), count);
+}
+
+// The bias gradient from dy: f32 sums of its values (bf16 widened exactly),
+// as conv2d_bias_gradient sums an f32 dy.
+void bias_gradient(const Conv2dProblem& p, Activations dy, float* db, bool accumulate) {
+  if (!dy.bf16) {
+    conv2d_bias_gradient(p, dy.f32(), db, accumulate);
+    return;
+  }
+  const int64_t plane = p.out_plane();
+  for (int64_t c = 0; c < p.c_out; ++c) {
+    double sum = 0;
+    for (int64_t i = 0; i < p.n; ++i) {
+      const Bits* values = dy.bits() + (i * p.c_out + c) * plane;
+      float partial = 0;
+      for (int64_t j = 0; j < plane; ++j) partial += static_cast<float>(bfloat16::from_bits(values[j]));
+      sum += partial;
+    }
+    db[c] = static_cast<float>(accumulate ? db[c] + sum : sum);
+  }
+}
+
 // The group's im2col of the rounded input [K, g P] (x16 itself for one image
 // of a pointwise convolution).
 const Bits* group_columns(const Conv2dProblem& p, const Bits* x16, int64_t n0, int64_t g) {
@@ -98,9 +126,10 @@ const Bits* group_columns(const Conv2dProblem& p, const Bits* x16, int64_t n0, i
 }
 
 // The group's output gradient, rounded and channel first [C_out, g P].
-const Bits* group_output_grad(const Conv2dProblem& p, const float* dy, int64_t n0, int64_t g) {
+const Bits* group_output_grad(const Conv2dProblem& p, Activations dy, int64_t n0, int64_t g) {
+  if (g == 1 && dy.bf16) return dy.bits() + n0 * p.c_out * p.out_plane();
   Bits* out = scratch(kGrad, p.c_out * g * p.out_plane());
-  bf16_operands::round_channel_major(dy + n0 * p.c_out * p.out_plane(), g, p.c_out, p.out_plane(),
+  bf16_operands::round_channel_major(dy.at(n0 * p.c_out * p.out_plane()), g, p.c_out, p.out_plane(),
                                      out);
   return out;
 }
@@ -157,7 +186,7 @@ void forward_rounded(const Conv2dProblem& p, const Bits* x16, const Bits* w16, c
 
 }  // namespace
 
-void conv2d_forward_bf16(const Conv2dProblem& p, const float* x, const float* w, const float* bias,
+void conv2d_forward_bf16(const Conv2dProblem& p, Activations x, const float* w, const float* bias,
                          float* y) {
   if (bf16_position_major_fits(p)) {
     bf16_position_major_convolution(p, x, w, KernelReading::forward, y);
@@ -177,8 +206,7 @@ void conv2d_forward_bf16(const Conv2dProblem& p, const float* x, const float* w,
   forward_rounded(p, x16, w16, bias, y);
 }
 
-void conv2d_backward_input_bf16(const Conv2dProblem& p, const float* dy, const float* w,
-                                float* dx) {
+void conv2d_backward_input_bf16(const Conv2dProblem& p, Activations dy, const float* w, float* dx) {
   if (stride_one_transposable(p)) {
     // The forward convolution of dy with the flipped, channel-swapped kernel:
     // no col2im (its scatter-add costs more than the GEMM here).
@@ -216,11 +244,11 @@ void conv2d_backward_input_bf16(const Conv2dProblem& p, const float* dy, const f
   }
 }
 
-void conv2d_backward_weight_bf16(const Conv2dProblem& p, const float* x, const float* dy, float* dw,
+void conv2d_backward_weight_bf16(const Conv2dProblem& p, Activations x, Activations dy, float* dw,
                                  float* db, bool accumulate) {
   if (bf16_position_major_weight_gradient_fits(p)) {
     bf16_position_major_weight_gradient(p, x, dy, dw, accumulate);
-    if (db != nullptr) conv2d_bias_gradient(p, dy, db, accumulate);
+    if (db != nullptr) bias_gradient(p, dy, db, accumulate);
     return;
   }
   const Bits* x16 = rounded(kInput, x, p.n * p.c_in * p.in_plane());
@@ -232,8 +260,8 @@ void conv2d_backward_weight_bf16(const Conv2dProblem& p, const float* x, const f
     const float beta = n0 == 0 && !accumulate ? 0.0f : 1.0f;
     run_gemm(p.c_out, p.patch(), g * plane, grad, false, col, true, dw, beta);
   }
-  // The bias gradient from the f32 dy (no product, nothing to round).
-  if (db != nullptr) conv2d_bias_gradient(p, dy, db, accumulate);
+  // The bias gradient from dy as it is (no product, nothing to round).
+  if (db != nullptr) bias_gradient(p, dy, db, accumulate);
 }
 
 }  // namespace loom::kernels::cpu

@@ -39,6 +39,14 @@ namespace {
 
 using detail::Conv2dProblem;
 
+// A value's bf16 bits: an f32 rounded, bf16 bits as they are.
+Bits bits_of_value(float value) {
+  return bfloat16(value).bits;
+}
+Bits bits_of_value(Bits bits) {
+  return bits;
+}
+
 #if LOOM_BF16_OPERANDS_AVX512
 
 // 16 f32 rounded to bf16 as host_convert rounds (nearest even, NaN kept
@@ -59,11 +67,27 @@ __m256i round_lanes(__m512 values) {
   return _mm512_cvtepi32_epi16(round_in_lanes(values));
 }
 
-// 16 pair words (first[j], second[j]), rounded; as __m512 for transpose16.
-__m512 pair_words(__m512 first, __m512 second) {
-  const __m512i words =
-      _mm512_or_si512(round_in_lanes(first), _mm512_slli_epi32(round_in_lanes(second), 16));
-  return _mm512_castsi512_ps(words);
+// Values [0, 16) of p as bf16 bits, each in the low half of its 32-bit lane
+// (lanes outside m zero): f32 rounded, bf16 as they are.
+__m512i lanes_of(const float* p, __mmask16 m) {
+  return round_in_lanes(_mm512_maskz_loadu_ps(m, p));
+}
+__m512i lanes_of(const Bits* p, __mmask16 m) {
+  return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+}
+
+// The same, packed into 16 bf16.
+__m256i packed_of(const float* p, __mmask16 m) {
+  return round_lanes(_mm512_maskz_loadu_ps(m, p));
+}
+__m256i packed_of(const Bits* p, __mmask16 m) {
+  return _mm256_maskz_loadu_epi16(m, p);
+}
+
+// 16 pair words (first[j], second[j]) from two registers of lanes_of; as
+// __m512 for transpose16.
+__m512 pair_words(__m512i first, __m512i second) {
+  return _mm512_castsi512_ps(_mm512_or_si512(first, _mm512_slli_epi32(second, 16)));
 }
 
 __mmask16 low_lanes(int64_t count) {
@@ -167,15 +191,28 @@ void round(const float* src, int64_t count, Bits* dst) {
   loom::detail::host_convert(src, DType::f32, dst, DType::bf16, count);
 }
 
-void round_channel_major(const float* src, int64_t g, int64_t channels, int64_t plane, Bits* dst) {
+const Bits* bits_of(Activations src, int64_t count, Bits* dst) {
+  if (src.bf16) return src.bits();
+  round(src.f32(), count, dst);
+  return dst;
+}
+
+void round_channel_major(Activations src, int64_t g, int64_t channels, int64_t plane, Bits* dst) {
+  // One plane of src into `to`: rounded, or copied as it is.
+  const auto move = [&](int64_t at, int64_t count, Bits* to) {
+    if (src.bf16) {
+      std::copy_n(src.bits() + at, count, to);
+    } else {
+      round(src.f32() + at, count, to);
+    }
+  };
   if (g == 1) {
-    round(src, channels * plane, dst);
+    move(0, channels * plane, dst);
     return;
   }
   for (int64_t i = 0; i < g; ++i) {
-    for (int64_t c = 0; c < channels; ++c) {
-      round(src + (i * channels + c) * plane, plane, dst + (c * g + i) * plane);
-    }
+    for (int64_t c = 0; c < channels; ++c)
+      move((i * channels + c) * plane, plane, dst + (c * g + i) * plane);
   }
 }
 
@@ -208,7 +245,10 @@ void round_flipped_kernel(const Conv2dProblem& p, const float* w, Bits* dst) {
   }
 }
 
-void round_parity_planes(const float* x, int64_t planes, int64_t h, int64_t w, Bits* dst) {
+namespace {
+
+template <typename T>
+void to_parity_planes(const T* x, int64_t planes, int64_t h, int64_t w, Bits* dst) {
   const int64_t half_h = h / 2, half_w = w / 2, quarter = half_h * half_w;
 #if LOOM_BF16_OPERANDS_AVX512
   // 32 input columns at a time: rounded into 32 bf16, then the even columns
@@ -221,7 +261,7 @@ void round_parity_planes(const float* x, int64_t planes, int64_t h, int64_t w, B
   const __m512i split = _mm512_load_si512(order);
   for (int64_t plane = 0; plane < planes; ++plane) {
     for (int64_t ih = 0; ih < h; ++ih) {
-      const float* in = x + (plane * h + ih) * w;
+      const T* in = x + (plane * h + ih) * w;
       Bits* even = dst + (plane * 4 + 2 * (ih % 2)) * quarter + ih / 2 * half_w;
       Bits* odd = even + quarter;
       for (int64_t c0 = 0; c0 < w; c0 += 32) {
@@ -229,9 +269,8 @@ void round_parity_planes(const float* x, int64_t planes, int64_t h, int64_t w, B
         const auto low = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1u);
         const auto high = static_cast<__mmask16>(
             left >= 32 ? 0xFFFF : (1u << std::max<int64_t>(left - 16, 0)) - 1u);
-        const __m512i words = _mm512_inserti64x4(
-            _mm512_castsi256_si512(round_lanes(_mm512_maskz_loadu_ps(low, in + c0))),
-            round_lanes(_mm512_maskz_loadu_ps(high, in + c0 + 16)), 1);
+        const __m512i words = _mm512_inserti64x4(_mm512_castsi256_si512(packed_of(in + c0, low)),
+                                                 packed_of(in + c0 + 16, high), 1);
         const __m512i parted = _mm512_permutexvar_epi16(split, words);
         const auto out = static_cast<__mmask16>((1u << (left / 2)) - 1u);
         _mm256_mask_storeu_epi16(even + c0 / 2, out, _mm512_castsi512_si256(parted));
@@ -245,9 +284,19 @@ void round_parity_planes(const float* x, int64_t planes, int64_t h, int64_t w, B
     for (int64_t ih = 0; ih < h; ++ih) {
       for (int64_t iw = 0; iw < w; ++iw) {
         dst[(plane * 4 + 2 * (ih % 2) + iw % 2) * quarter + ih / 2 * half_w + iw / 2] =
-            bfloat16(x[(plane * h + ih) * w + iw]).bits;
+            bits_of_value(x[(plane * h + ih) * w + iw]);
       }
     }
+  }
+}
+
+}  // namespace
+
+void round_parity_planes(Activations x, int64_t planes, int64_t h, int64_t w, Bits* dst) {
+  if (x.bf16) {
+    to_parity_planes(x.bits(), planes, h, w, dst);
+  } else {
+    to_parity_planes(x.f32(), planes, h, w, dst);
   }
 }
 
@@ -270,16 +319,15 @@ void group_columns(const Conv2dProblem& p, const Bits* x16, int64_t g, Bits* col
 
 namespace {
 
-// The bits of a pair word from two f32.
-PairWord pair_word(float first, float second) {
-  return static_cast<PairWord>(bfloat16(first).bits) | static_cast<PairWord>(bfloat16(second).bits)
+// The bits of a pair word from two values.
+template <typename T>
+PairWord pair_word(T first, T second) {
+  return static_cast<PairWord>(bits_of_value(first)) | static_cast<PairWord>(bits_of_value(second))
                                                            << 16;
 }
 
-}  // namespace
-
-void round_position_major(const float* src, int64_t n, int64_t channels, int64_t plane,
-                          PairWord* dst) {
+template <typename T>
+void to_position_major(const T* src, int64_t n, int64_t channels, int64_t plane, PairWord* dst) {
   const int64_t pairs = channels / 2;
 #if LOOM_BF16_OPERANDS_AVX512
   // 16 images x 16 positions of one channel pair: a row per image, transposed
@@ -292,9 +340,8 @@ void round_position_major(const float* src, int64_t n, int64_t channels, int64_t
         const __mmask16 lanes = low_lanes(positions);
         __m512 r[16];
         for (int64_t i = 0; i < 16; ++i) {
-          const float* first = src + ((i0 + i) * channels + 2 * u) * plane + pos0;
-          r[i] = i < images ? pair_words(_mm512_maskz_loadu_ps(lanes, first),
-                                         _mm512_maskz_loadu_ps(lanes, first + plane))
+          const T* first = src + ((i0 + i) * channels + 2 * u) * plane + pos0;
+          r[i] = i < images ? pair_words(lanes_of(first, lanes), lanes_of(first + plane, lanes))
                             : _mm512_setzero_ps();
         }
         transpose16(r);
@@ -308,7 +355,7 @@ void round_position_major(const float* src, int64_t n, int64_t channels, int64_t
 #endif
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t u = 0; u < pairs; ++u) {
-      const float* first = src + (i * channels + 2 * u) * plane;
+      const T* first = src + (i * channels + 2 * u) * plane;
       for (int64_t pos = 0; pos < plane; ++pos) {
         dst[(pos * pairs + u) * n + i] = pair_word(first[pos], first[plane + pos]);
       }
@@ -316,15 +363,15 @@ void round_position_major(const float* src, int64_t n, int64_t channels, int64_t
   }
 }
 
-void round_image_pairs(const float* src, int64_t n, int64_t channels, int64_t plane,
-                       PairWord* dst) {
+template <typename T>
+void to_image_pairs(const T* src, int64_t n, int64_t channels, int64_t plane, PairWord* dst) {
   const int64_t image_pairs = n / 2;
 #if LOOM_BF16_OPERANDS_AVX512
   // 16 channels x 16 positions of one image pair: a row per channel,
   // transposed into a row per position.
   for (int64_t m = 0; m < image_pairs; ++m) {
-    const float* even = src + 2 * m * channels * plane;
-    const float* odd = even + channels * plane;
+    const T* even = src + 2 * m * channels * plane;
+    const T* odd = even + channels * plane;
     for (int64_t c0 = 0; c0 < channels; c0 += 16) {
       const int64_t count = std::min<int64_t>(16, channels - c0);
       for (int64_t pos0 = 0; pos0 < plane; pos0 += 16) {
@@ -333,8 +380,7 @@ void round_image_pairs(const float* src, int64_t n, int64_t channels, int64_t pl
         __m512 r[16];
         for (int64_t c = 0; c < 16; ++c) {
           const int64_t at = (c0 + c) * plane + pos0;
-          r[c] = c < count ? pair_words(_mm512_maskz_loadu_ps(lanes, even + at),
-                                        _mm512_maskz_loadu_ps(lanes, odd + at))
+          r[c] = c < count ? pair_words(lanes_of(even + at, lanes), lanes_of(odd + at, lanes))
                            : _mm512_setzero_ps();
         }
         transpose16(r);
@@ -348,12 +394,31 @@ void round_image_pairs(const float* src, int64_t n, int64_t channels, int64_t pl
 #endif
   for (int64_t m = 0; m < image_pairs; ++m) {
     for (int64_t c = 0; c < channels; ++c) {
-      const float* even = src + (2 * m * channels + c) * plane;
-      const float* odd = even + channels * plane;
+      const T* even = src + (2 * m * channels + c) * plane;
+      const T* odd = even + channels * plane;
       for (int64_t pos = 0; pos < plane; ++pos) {
         dst[(pos * image_pairs + m) * channels + c] = pair_word(even[pos], odd[pos]);
       }
     }
+  }
+}
+
+}  // namespace
+
+void round_position_major(Activations src, int64_t n, int64_t channels, int64_t plane,
+                          PairWord* dst) {
+  if (src.bf16) {
+    to_position_major(src.bits(), n, channels, plane, dst);
+  } else {
+    to_position_major(src.f32(), n, channels, plane, dst);
+  }
+}
+
+void round_image_pairs(Activations src, int64_t n, int64_t channels, int64_t plane, PairWord* dst) {
+  if (src.bf16) {
+    to_image_pairs(src.bits(), n, channels, plane, dst);
+  } else {
+    to_image_pairs(src.f32(), n, channels, plane, dst);
   }
 }
 

@@ -62,6 +62,7 @@ namespace {
 
 using detail::Conv2dProblem;
 using Bits = uint16_t;
+using bf16_operands::Activations;
 
 template <typename T>
 T* scratch(int slot, int64_t elements) {
@@ -148,7 +149,7 @@ void interleave_classes(const Conv2dProblem& p, const float* const (&planes)[2][
 
 }  // namespace
 
-void conv2d_backward_input_bf16_by_parity(const Conv2dProblem& p, const float* dy, const float* w,
+void conv2d_backward_input_bf16_by_parity(const Conv2dProblem& p, Activations dy, const float* w,
                                           float* dx) {
   LOOM_ASSERT(parity_classes_fit(p));
   ParityClass classes[4];
@@ -168,8 +169,8 @@ void conv2d_backward_input_bf16_by_parity(const Conv2dProblem& p, const float* d
     }
   }
   const int64_t plane = p.out_plane();
-  Bits* dy16 = scratch<Bits>(0, p.n * p.c_out * plane);
-  bf16_operands::round(dy, p.n * p.c_out * plane, dy16);
+  const Bits* dy16 =
+      bf16_operands::bits_of(dy, p.n * p.c_out * plane, scratch<Bits>(0, p.n * p.c_out * plane));
   Bits* w16 = scratch<Bits>(1, p.c_out * p.patch());
   bf16_operands::round(w, p.c_out * p.patch(), w16);
   Bits* a[4];
@@ -204,8 +205,8 @@ void conv2d_backward_input_bf16_by_parity(const Conv2dProblem& p, const float* d
 
 #else
 
-void conv2d_backward_input_bf16_by_parity(const detail::Conv2dProblem&, const float*, const float*,
-                                          float*) {
+void conv2d_backward_input_bf16_by_parity(const detail::Conv2dProblem&, bf16_operands::Activations,
+                                          const float*, float*) {
   LOOM_CHECK(false, "the bf16 parity-class input gradient needs an AVX-512 build");
 }
 

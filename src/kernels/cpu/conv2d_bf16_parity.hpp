@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/conv2d_problem.hpp"
+#include "kernels/cpu/conv2d_bf16_operands.hpp"
 #include "kernels/cpu/conv2d_bf16_panels.hpp"
 
 namespace loom::kernels::cpu {
@@ -19,8 +20,8 @@ bool parity_classes_fit(const detail::Conv2dProblem& p);
 
 // dx (overwritten) from the f32 dy and w, both rounded to bf16 here; equals the
 // f32 input gradient of the rounded operands up to the order of the f32 sums.
-void conv2d_backward_input_bf16_by_parity(const detail::Conv2dProblem& p, const float* dy,
-                                          const float* w, float* dx);
+void conv2d_backward_input_bf16_by_parity(const detail::Conv2dProblem& p,
+                                          bf16_operands::Activations dy, const float* w, float* dx);
 
 // The forward convolution's taps on the input's parity planes
 // (bf16_operands::round_parity_planes): tap (ki, kj) reads plane 2a + b, a and b

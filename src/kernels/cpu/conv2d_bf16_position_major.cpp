@@ -74,6 +74,7 @@
 namespace loom::kernels::cpu {
 namespace {
 
+using bf16_operands::Activations;
 using bf16_operands::PairWord;
 using detail::Conv2dProblem;
 
@@ -291,7 +292,7 @@ struct PositionMajorProduct {
   std::vector<InsideTap> inside;
 };
 
-void position_major_product(const PositionMajorProduct& g, const float* x, const float* w,
+void position_major_product(const PositionMajorProduct& g, Activations x, const float* w,
                             float* y) {
   const int64_t pairs = g.channels / 2, plane = g.out_plane;
   const int64_t strips = (g.rows + kStripRows - 1) / kStripRows;
@@ -379,7 +380,7 @@ std::vector<InsideTap> transposed_taps(const Conv2dProblem& p) {
 
 }  // namespace
 
-void bf16_position_major_convolution(const Conv2dProblem& p, const float* x, const float* w,
+void bf16_position_major_convolution(const Conv2dProblem& p, Activations x, const float* w,
                                      KernelReading reading, float* y) {
   LOOM_ASSERT(bf16_dot_gemm_available() && p.n % 16 == 0 && p.c_in % 2 == 0 &&
               p.kh * p.kw <= kMaxTaps);
@@ -395,7 +396,7 @@ void bf16_position_major_convolution(const Conv2dProblem& p, const float* x, con
   position_major_product(g, x, w, y);
 }
 
-void bf16_position_major_input_gradient(const Conv2dProblem& p, const float* dy, const float* w,
+void bf16_position_major_input_gradient(const Conv2dProblem& p, Activations dy, const float* w,
                                         float* dx) {
   LOOM_ASSERT(bf16_dot_gemm_available() && p.n % 16 == 0 && p.c_out % 2 == 0 &&
               p.kh * p.kw <= kMaxTaps);
@@ -411,7 +412,7 @@ void bf16_position_major_input_gradient(const Conv2dProblem& p, const float* dy,
   position_major_product(g, dy, w, dx);
 }
 
-void bf16_position_major_weight_gradient(const Conv2dProblem& p, const float* x, const float* dy,
+void bf16_position_major_weight_gradient(const Conv2dProblem& p, Activations x, Activations dy,
                                          float* dw, bool accumulate) {
   const int64_t taps = p.kh * p.kw, filter = p.c_out * p.c_in, image_pairs = p.n / 2;
   LOOM_ASSERT(bf16_dot_gemm_available() && p.n % 2 == 0 && p.c_out % kStripRows == 0 &&

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/conv2d_problem.hpp"
+#include "kernels/cpu/conv2d_bf16_operands.hpp"
 #include "kernels/cpu/conv2d_position_major.hpp"
 
 namespace loom::kernels::cpu {
@@ -29,21 +30,22 @@ bool bf16_position_major_weight_gradient_fits(const detail::Conv2dProblem& p);
 // the f32 sums. Needs bf16_dot_gemm_available(), p.n a multiple of 16, p.c_in
 // even and at most 16 taps (not the rest of bf16_position_major_fits, so tests
 // reach it on any such CPU).
-void bf16_position_major_convolution(const detail::Conv2dProblem& p, const float* x, const float* w,
-                                     KernelReading reading, float* y);
+void bf16_position_major_convolution(const detail::Conv2dProblem& p, bf16_operands::Activations x,
+                                     const float* w, KernelReading reading, float* y);
 
 // dx (NCHW, overwritten) = the input gradient of p (any stride) from dy and
 // w, both rounded to bf16 here: for each dx position only the taps that reach
 // it from inside dy. Needs bf16_dot_gemm_available(), p.n a multiple of 16,
 // p.c_out even and at most 16 taps.
-void bf16_position_major_input_gradient(const detail::Conv2dProblem& p, const float* dy,
-                                        const float* w, float* dx);
+void bf16_position_major_input_gradient(const detail::Conv2dProblem& p,
+                                        bf16_operands::Activations dy, const float* w, float* dx);
 
 // dw (+)= the weight gradient of p from x and dy, both rounded to bf16 here,
 // one product per kernel tap over only the output positions where that tap
 // reads inside the input. Needs bf16_dot_gemm_available(), p.n even, p.c_out a
 // multiple of 8 and at most 16 taps.
-void bf16_position_major_weight_gradient(const detail::Conv2dProblem& p, const float* x,
-                                         const float* dy, float* dw, bool accumulate);
+void bf16_position_major_weight_gradient(const detail::Conv2dProblem& p,
+                                         bf16_operands::Activations x,
+                                         bf16_operands::Activations dy, float* dw, bool accumulate);
 
 }  // namespace loom::kernels::cpu
