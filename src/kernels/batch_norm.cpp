@@ -18,11 +18,16 @@ namespace {
 
 using detail::BatchNormShape;
 
+// The activations (x, y, dy, dx) are f32, or bf16 on the host; all of one
+// call share x's dtype. The per-channel tensors are f32.
 BatchNormShape shape_of(const char* step, const Tensor& x) {
   LOOM_CHECK(x.defined(), "batch_norm ", step, ": the input is undefined");
   LOOM_CHECK(x.dim() >= 2, "batch_norm ", step, ": input ", x,
              " must have at least 2 dimensions [N, C, ...]");
-  LOOM_CHECK(x.dtype() == DType::f32, "batch_norm ", step, ": input ", x, " must be f32");
+  LOOM_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16, "batch_norm ", step, ": input ",
+             x, " has dtype ", x.dtype(), "; activations must be f32 or bf16");
+  LOOM_CHECK(x.dtype() == DType::f32 || x.device().is_cpu(), "batch_norm ", step, ": input ", x,
+             " is bf16 on ", x.device(), "; bf16 activations are built for host tensors only");
   BatchNormShape s;
   s.n = x.size(0);
   s.channels = x.size(1);
@@ -39,8 +44,18 @@ void check_operand(const char* step, const char* name, const Tensor& t, const Sh
              step, ": ", name, " must be f32", shape_str(shape), " on ", device, "; got ", t);
 }
 
+// An activation beside x: x's dtype, shape and device.
 void check_like(const char* step, const char* name, const Tensor& t, const Tensor& x) {
-  check_operand(step, name, t, x.shape(), x.device());
+  LOOM_CHECK(t.defined(), "batch_norm ", step, ": ", name, " is undefined");
+  LOOM_CHECK(t.dtype() == x.dtype(), "batch_norm ", step, ": ", name, " ", t, " has dtype ",
+             t.dtype(), " but the input ", x, " has ", x.dtype(),
+             "; the activations of one call share one dtype");
+  LOOM_CHECK(t.shape() == x.shape() && t.device() == x.device(), "batch_norm ", step, ": ", name,
+             " must be ", x.dtype(), shape_str(x.shape()), " on ", x.device(), "; got ", t);
+}
+
+bool is_bf16(const Tensor& x) {
+  return x.dtype() == DType::bf16;
 }
 
 const float* ptr(const Tensor& t) {
@@ -68,7 +83,11 @@ void batch_norm_stats(const Tensor& x, const Tensor& sums) {
   check_operand("stats", "sums", sums, {2, s.channels}, x.device());
   if (s.channels == 0) return;
   if (x.device().is_cpu()) {
-    cpu::batch_norm_stats(s, x.data<float>(), sums.data<float>());
+    if (is_bf16(x)) {
+      cpu::batch_norm_stats(s, x.data<bfloat16>(), sums.data<float>());
+    } else {
+      cpu::batch_norm_stats(s, x.data<float>(), sums.data<float>());
+    }
     return;
   }
   LOOM_BN_CUDA(x.device(), batch_norm_stats(s, x.data<float>(), sums.data<float>(),
@@ -140,8 +159,13 @@ void batch_norm_normalize(const Tensor& x, const Tensor& mean, const Tensor& inv
   check_operand("normalize", "bias", bias, {s.channels}, device, true);
   if (x.numel() == 0) return;
   if (device.is_cpu()) {
-    cpu::batch_norm_normalize(s, x.data<float>(), mean.data<float>(), invstd.data<float>(),
-                              ptr(weight), ptr(bias), y.data<float>());
+    if (is_bf16(x)) {
+      cpu::batch_norm_normalize(s, x.data<bfloat16>(), mean.data<float>(), invstd.data<float>(),
+                                ptr(weight), ptr(bias), y.data<bfloat16>());
+    } else {
+      cpu::batch_norm_normalize(s, x.data<float>(), mean.data<float>(), invstd.data<float>(),
+                                ptr(weight), ptr(bias), y.data<float>());
+    }
     return;
   }
   LOOM_BN_CUDA(device, batch_norm_normalize(s, x.data<float>(), mean.data<float>(),
@@ -159,8 +183,13 @@ void batch_norm_backward_sums(const Tensor& dy, const Tensor& x, const Tensor& m
   check_operand("backward_sums", "grad_sums", grad_sums, {2, s.channels}, device);
   if (s.channels == 0) return;
   if (device.is_cpu()) {
-    cpu::batch_norm_backward_sums(s, dy.data<float>(), x.data<float>(), mean.data<float>(),
-                                  invstd.data<float>(), grad_sums.data<float>());
+    if (is_bf16(x)) {
+      cpu::batch_norm_backward_sums(s, dy.data<bfloat16>(), x.data<bfloat16>(), mean.data<float>(),
+                                    invstd.data<float>(), grad_sums.data<float>());
+    } else {
+      cpu::batch_norm_backward_sums(s, dy.data<float>(), x.data<float>(), mean.data<float>(),
+                                    invstd.data<float>(), grad_sums.data<float>());
+    }
     return;
   }
   LOOM_BN_CUDA(device, batch_norm_backward_sums(s, dy.data<float>(), x.data<float>(),
@@ -187,9 +216,16 @@ void batch_norm_backward_input(const Tensor& dy, const Tensor& x, const Tensor& 
   }
   if (x.numel() == 0) return;
   if (device.is_cpu()) {
-    cpu::batch_norm_backward_input(
-        s, dy.data<float>(), x.data<float>(), mean.data<float>(), invstd.data<float>(), ptr(weight),
-        batch_stats ? grad_sums.data<float>() : nullptr, count, batch_stats, dx.data<float>());
+    const float* sums = batch_stats ? grad_sums.data<float>() : nullptr;
+    if (is_bf16(x)) {
+      cpu::batch_norm_backward_input(s, dy.data<bfloat16>(), x.data<bfloat16>(), mean.data<float>(),
+                                     invstd.data<float>(), ptr(weight), sums, count, batch_stats,
+                                     dx.data<bfloat16>());
+    } else {
+      cpu::batch_norm_backward_input(s, dy.data<float>(), x.data<float>(), mean.data<float>(),
+                                     invstd.data<float>(), ptr(weight), sums, count, batch_stats,
+                                     dx.data<float>());
+    }
     return;
   }
   LOOM_BN_CUDA(device,

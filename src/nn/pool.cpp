@@ -32,9 +32,10 @@ Tensor MaxPool2d::forward(const Tensor& x, Tape& tape) {
   Tensor y = Tensor::empty(ys, x.dtype(), x.device());
   Tensor argmax = Tensor::empty(ys, DType::i32, x.device());
   {
-    trace::OpScope scope("max_pool2d.forward",
-                         kernels::pool2d_cost(kernels::PoolKind::max, false, x.shape(), params_),
-                         x.device(), name());
+    trace::OpScope scope(
+        "max_pool2d.forward",
+        kernels::pool2d_cost(kernels::PoolKind::max, false, x.shape(), x.dtype(), params_),
+        x.device(), name());
     kernels::max_pool2d_forward(x, y, argmax, params_);
   }
   State& state = tape.emplace<State>(*this);
@@ -47,9 +48,10 @@ Tensor MaxPool2d::backward_input(const Tensor& dy, Tape& tape) {
   State& state = tape.get<State>(*this);
   Tensor dx = Tensor::empty(state.x_shape, dy.dtype(), dy.device());
   {
-    trace::OpScope scope("max_pool2d.backward_input",
-                         kernels::pool2d_cost(kernels::PoolKind::max, true, state.x_shape, params_),
-                         dy.device(), name());
+    trace::OpScope scope(
+        "max_pool2d.backward_input",
+        kernels::pool2d_cost(kernels::PoolKind::max, true, state.x_shape, dy.dtype(), params_),
+        dy.device(), name());
     kernels::max_pool2d_backward(dy, state.argmax, dx, params_);
   }
   tape.release(*this);
@@ -68,8 +70,8 @@ Tensor AvgPool2d::forward(const Tensor& x, Tape& tape) {
   {
     trace::OpScope scope(
         "avg_pool2d.forward",
-        kernels::pool2d_cost(kernels::PoolKind::average, false, x.shape(), params_), x.device(),
-        name());
+        kernels::pool2d_cost(kernels::PoolKind::average, false, x.shape(), x.dtype(), params_),
+        x.device(), name());
     kernels::avg_pool2d_forward(x, y, params_);
   }
   tape.emplace<State>(*this).x_shape = x.shape();
@@ -82,8 +84,8 @@ Tensor AvgPool2d::backward_input(const Tensor& dy, Tape& tape) {
   {
     trace::OpScope scope(
         "avg_pool2d.backward_input",
-        kernels::pool2d_cost(kernels::PoolKind::average, true, state.x_shape, params_), dy.device(),
-        name());
+        kernels::pool2d_cost(kernels::PoolKind::average, true, state.x_shape, dy.dtype(), params_),
+        dy.device(), name());
     kernels::avg_pool2d_backward(dy, dx, params_);
   }
   tape.release(*this);
@@ -101,9 +103,10 @@ Tensor GlobalAvgPool::forward(const Tensor& x, Tape& tape) {
              " must be [N, C, H, W]");
   Tensor y = Tensor::empty({x.size(0), x.size(1)}, x.dtype(), x.device());
   {
-    trace::OpScope scope("global_avg_pool.forward",
-                         kernels::pool2d_cost(kernels::PoolKind::global_average, false, x.shape()),
-                         x.device(), name());
+    trace::OpScope scope(
+        "global_avg_pool.forward",
+        kernels::pool2d_cost(kernels::PoolKind::global_average, false, x.shape(), x.dtype()),
+        x.device(), name());
     kernels::global_avg_pool_forward(x, y);
   }
   tape.emplace<State>(*this).x_shape = x.shape();
@@ -116,8 +119,8 @@ Tensor GlobalAvgPool::backward_input(const Tensor& dy, Tape& tape) {
   {
     trace::OpScope scope(
         "global_avg_pool.backward_input",
-        kernels::pool2d_cost(kernels::PoolKind::global_average, true, state.x_shape), dy.device(),
-        name());
+        kernels::pool2d_cost(kernels::PoolKind::global_average, true, state.x_shape, dy.dtype()),
+        dy.device(), name());
     kernels::global_avg_pool_backward(dy, dx);
   }
   tape.release(*this);

@@ -26,8 +26,14 @@
 // error about 1e-7 * mean^2 / var); the host sums each plane in f32 with
 // Eigen's pairwise tree and the planes in double, CUDA in double.
 //
-// dtypes: f32 tensors; host and CUDA. Work on CUDA is queued on the device's
-// current stream.
+// dtypes: the activations x, y, dy and dx are f32 (host and CUDA) or bf16
+// (host only), one dtype for all of them in a call; every per-channel tensor
+// (sums, grad_sums, mean, invstd, weight, bias, running stats) is f32. bf16
+// values are widened to f32, the arithmetic is the f32 one, and each output
+// element is rounded once to nearest even: normalize and backward_input give
+// the f32 results on the widened values, rounded; stats and backward_sums
+// sum a plane in another order than f32 does (rounding differences only).
+// Work on CUDA is queued on the device's current stream.
 #pragma once
 
 #include <cstdint>

@@ -10,7 +10,10 @@
 // pooling divides by kernel^2, padding included (PyTorch's
 // count_include_pad = true). Backward passes overwrite dx.
 //
-// dtypes: f32 (host and CUDA). Work on CUDA is queued on the device's current stream.
+// dtypes: f32 (host and CUDA) or bf16 (host only), x, y, dy and dx of one
+// call alike. bf16 values are widened to f32, summed in f32 and each output
+// rounded once to nearest even; max pooling picks the element f32 picks.
+// Work on CUDA is queued on the device's current stream.
 #pragma once
 
 #include <cstdint>
@@ -41,8 +44,9 @@ void global_avg_pool_backward(const Tensor& dy, const Tensor& dx);
 enum class PoolKind { max, average, global_average };
 
 // flops: kernel^2 per output (H * W for global average), except max pooling's
-// backward: one per output. bytes: x, y (and max pooling's argmax) once.
-// params are not read for global_average.
-OpCost pool2d_cost(PoolKind kind, bool backward, const Shape& x, const Pool2dParams& params = {});
+// backward: one per output. bytes: x, y (`dtype`'s elements; and max
+// pooling's int32 argmax) once. params are not read for global_average.
+OpCost pool2d_cost(PoolKind kind, bool backward, const Shape& x, DType dtype,
+                   const Pool2dParams& params = {});
 
 }  // namespace loom::kernels
