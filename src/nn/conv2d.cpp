@@ -17,13 +17,16 @@ Conv2d::Conv2d(std::string name, int64_t in_channels, int64_t out_channels, int6
                const Conv2dOptions& options)
     : Module(std::move(name)),
       params_{options.stride, options.padding},
+      output_dtype_(options.module.precision.reduced() ? options.module.precision.activations
+                                                       : options.module.dtype),
       input_gradient_(options.input_gradient) {
   LOOM_CHECK(in_channels >= 1 && out_channels >= 1 && kernel >= 1, "Conv2d '", this->name(),
              "': in_channels ", in_channels, ", out_channels ", out_channels, " and kernel ",
              kernel, " must all be at least 1");
   const ModuleOptions& m = options.module;
-  // Mixed precision (nn/precision.hpp): the products on bf16-rounded operands,
-  // f32 in and out (kernels::Conv2dParams::operands), built for the host.
+  // Mixed precision (nn/precision.hpp): the products on bf16 operands
+  // (kernels::Conv2dParams::operands), the output in Precision::activations,
+  // built for the host.
   if (m.precision.reduced()) {
     LOOM_CHECK(m.precision.matmul == DType::bf16 && m.dtype == DType::f32 && m.device.is_cpu(),
                "Conv2d '", this->name(), "': precision ", precision_name(m.precision), " with ",
@@ -55,8 +58,8 @@ Conv2d::Conv2d(std::string name, int64_t in_channels, int64_t out_channels, int6
 Tensor Conv2d::forward(const Tensor& x, Tape& tape) {
   const Tensor& w = weight_->value();
   const Tensor b = bias_ ? bias_->value() : Tensor();
-  Tensor y = Tensor::empty(kernels::conv2d_output_shape(x.shape(), w.shape(), params_), x.dtype(),
-                           x.device());
+  Tensor y = Tensor::empty(kernels::conv2d_output_shape(x.shape(), w.shape(), params_),
+                           output_dtype_, x.device());
   {
     trace::OpScope scope("conv2d.forward",
                          kernels::conv2d_cost(kernels::Conv2dPass::forward, x.shape(), w.shape(),

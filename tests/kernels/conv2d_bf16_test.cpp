@@ -250,7 +250,7 @@ TEST_CASE(
 TEST_CASE("nn::Conv2d under bf16 precision multiplies bf16-rounded operands, f32 in and out",
           "[precision][conv2d]") {
   nn::ModuleOptions reduced{.seed = 4};
-  reduced.precision = nn::precision_from_string("bf16");
+  reduced.precision = {.matmul = DType::bf16, .activations = DType::f32};
   nn::Conv2d conv("conv", 4, 6, 3, {.stride = 1, .padding = 1, .module = reduced});
   nn::Conv2d reference("conv", 4, 6, 3, {.stride = 1, .padding = 1, .module = {.seed = 4}});
   CHECK(conv.weight().value().dtype() == DType::f32);  // the f32 master
@@ -266,6 +266,22 @@ TEST_CASE("nn::Conv2d under bf16 precision multiplies bf16-rounded operands, f32
   const Tensor dx_ref = reference.backward(rounded_to_bf16(dy), ref_tape);
   CHECK(relative_error(dx, dx_ref) < 1e-5);
   CHECK(relative_error(conv.weight().grad(), reference.weight().grad()) < 1e-5);
+
+  // With bf16 activations (precision_from_string("bf16")): the same output
+  // rounded once, a bf16 input taken as it is and its gradient in bf16.
+  nn::ModuleOptions activations{.seed = 4};
+  activations.precision = nn::precision_from_string("bf16");
+  nn::Conv2d conv16("conv", 4, 6, 3, {.stride = 1, .padding = 1, .module = activations});
+  nn::Tape tape16, tape32;
+  const Tensor y16 = conv16.forward(x, tape16);
+  CHECK(y16.dtype() == DType::bf16);
+  CHECK(same_bits(y16, conv.forward(x, tape32).to(DType::bf16)));
+  const Tensor x16 = x.to(DType::bf16);
+  nn::Tape tape_x16;
+  CHECK(same_bits(conv16.forward(x16, tape_x16), y16));  // x was rounded to these operands anyway
+  const Tensor dx16 = conv16.backward(dy.to(DType::bf16), tape_x16);
+  CHECK(dx16.dtype() == DType::bf16);
+  CHECK(same_bits(dx16, conv.backward(dy.to(DType::bf16).to(DType::f32), tape32).to(DType::bf16)));
 
   nn::ModuleOptions half{.seed = 4};
   half.precision = nn::precision_from_string("fp16");

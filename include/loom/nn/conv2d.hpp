@@ -9,6 +9,14 @@
 // drawn from RandomKey{seed, random_stream_id(parameter name)}.
 // forward saves x; backward_input saves dy for backward_weight, which writes
 // the gradients (NOTE [gradient contributions]) and releases the state.
+//
+// Mixed precision (nn/precision.hpp; host only): under bf16 the products take
+// bf16 operands with f32 sums; the output is written in
+// Precision::activations (bf16 under precision_from_string("bf16"): rounded
+// once from the f32 sums), the input is taken in f32 or bf16 (a bf16 one is
+// the operand as it is, and is saved for backward in half the bytes), and the
+// input gradient comes back in the input's dtype. The weight and its gradient
+// stay f32.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +57,7 @@ class Conv2d : public Module {
  private:
   struct State;
   kernels::Conv2dParams params_;
+  DType output_dtype_;
   bool input_gradient_ = true;
   std::unique_ptr<Parameter> weight_;
   std::unique_ptr<Parameter> bias_;

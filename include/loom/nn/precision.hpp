@@ -11,14 +11,20 @@
 //   - the parameters stay f32: they are the master weights the optimizer
 //     updates (and ZeRO shards), and a bf16 copy of a weight lives only for
 //     the duration of one forward and backward;
-//   - activations between modules stay f32, except those between two
-//     products of a GPT block under bf16 (Precision::activations): c_fc
-//     writes the MLP's hidden ones in bf16, GELU runs on bf16, c_proj
-//     multiplies them as they are; c_attn writes q, k, v in bf16 and the
-//     attention hands c_proj a bf16 output (its scores and softmax f32,
-//     its probabilities bf16); LayerNorm, softmax, the loss, the optimizer
-//     and every reduction run in f32;
-//   - a Linear saves its input for backward in bf16 (half the bytes).
+//   - the activations between two products are bf16 under bf16
+//     (Precision::activations): in a GPT block c_fc writes the MLP's hidden
+//     ones, GELU runs on them and c_proj multiplies them as they are; c_attn
+//     writes q, k, v and the attention hands c_proj a bf16 output (its
+//     scores and softmax f32, its probabilities bf16). In a ResNet every
+//     convolution writes bf16 (the images stay f32), and BatchNorm, ReLU,
+//     the residual sums and the pools take and return bf16, their gradients
+//     too, computing in f32 and rounding each result once; BatchNorm's
+//     statistics, LayerNorm, softmax, the loss, the optimizer and every
+//     reduction run in f32. The GPT's residual stream stays f32 (LayerNorm
+//     reads it, and each block adds a small update to it, which bf16 would
+//     round away), as do its LayerNorm outputs and the logits;
+//   - a Linear or Conv2d saves its input for backward in bf16 (half the
+//     bytes).
 // On the host the bf16 products run on AVX-512 BF16's vdpbf16ps where the
 // CPU has it (kernels::gemm; docs/kernels.md); on CUDA through cuBLAS with
 // f32 accumulation. f16 rounds to f16 instead (no faster on the host: the
@@ -37,9 +43,10 @@ struct Precision {
   DType matmul = DType::f32;
   // The dtype of the activations a matrix product hands through element-wise
   // layers to the next matrix product: a GPT MLP's hidden layer (c_fc -> GELU
-  // -> c_proj) and its attention (c_attn -> attention -> c_proj), whose first
-  // Linear writes them (rounded once from f32, bias included), the layers in
-  // between read and write them, and the last Linear takes them as its
+  // -> c_proj), its attention (c_attn -> attention -> c_proj) and every
+  // convolution's output (conv -> BatchNorm -> ReLU [-> + shortcut] -> conv),
+  // which the first product writes (rounded once from f32, bias included),
+  // the layers in between read and write, and the next product takes as its
   // operand without rounding again; their gradients come back in it too.
   // f32 or `matmul`'s dtype. precision_from_string("bf16") sets bf16.
   DType activations = DType::f32;
