@@ -86,13 +86,17 @@ loom_train_gpt_compare(pipeline ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdl
 # Gradient accumulation without --pp (--micro-batches M: the micro-batches one
 # after another, the reduction over dp launched by the last backward) under
 # dp 2 with ZeRO 1 and 3, and on one rank, reproduces one rank on the whole
-# batch to the printed digit.
+# batch to the printed digit; so does activation checkpointing (whole blocks,
+# or the attention alone) under ZeRO 3, whose recompute gathers each block's
+# parameters again in backward.
 loom_train_gpt_compare(dp ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.tokens
   NAME_PREFIX _accumulate
   COMMON --d-model 64 --heads 4 --seq 32 --batch 4 --steps 6 --log-every 1 --eval-every 0
          --eval-batches 2
   CASES "1|--layers 2|--micro-batches 4" "2|--layers 2|--micro-batches 2 --zero-stage 1"
-        "2|--layers 2|--micro-batches 2 --zero-stage 3")
+        "2|--layers 2|--micro-batches 2 --zero-stage 3"
+        "2|--layers 2|--zero-stage 3 --activation-checkpointing"
+        "2|--layers 2|--micro-batches 2 --zero-stage 3 --checkpoint-attention")
 
 # Mixed precision: a bf16 (and an fp16, loss-scaled) GPT's validation loss
 # after 300 steps within 0.01 nats of the fp32 run's; bf16 under dp with ZeRO,
