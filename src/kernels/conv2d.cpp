@@ -2,9 +2,7 @@
 #include "loom/kernels/conv2d.hpp"
 
 #include <string>
-#include <vector>
 
-#include "core/primitives.hpp"
 #include "kernels/conv2d_problem.hpp"
 #include "kernels/cpu/conv2d.hpp"
 #include "kernels/cpu/conv2d_bf16.hpp"
@@ -108,18 +106,9 @@ cpu::bf16_operands::Activations activations(const Tensor& t) {
   return t.data<float>();
 }
 
-// Runs a host pass that writes f32 into `out`: straight into an f32 tensor,
-// or into a staging buffer rounded once into a bf16 one.
-template <typename Pass>
-void into_f32(const Tensor& out, Pass pass) {
-  if (out.dtype() == DType::f32) {
-    pass(out.data<float>());
-    return;
-  }
-  thread_local std::vector<float> staging;
-  staging.resize(static_cast<size_t>(out.numel()));
-  pass(staging.data());
-  loom::detail::host_convert(staging.data(), DType::f32, out.data(), out.dtype(), out.numel());
+// Where a host pass with bf16 operands writes: an f32 or a bf16 tensor.
+cpu::Conv2dResults results(const Tensor& t) {
+  return {t.data(), t.dtype() == DType::bf16};
 }
 
 }  // namespace
@@ -143,9 +132,7 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
       p.weight_packs = detail::weight_packs_holding(w);
     }
     if (p.operands == DType::bf16) {
-      into_f32(y, [&](float* out) {
-        cpu::conv2d_forward_bf16(p, activations(x), w.data<float>(), host_data(bias), out);
-      });
+      cpu::conv2d_forward_bf16(p, activations(x), w.data<float>(), host_data(bias), results(y));
     } else {
       cpu::conv2d_forward(p, x.data<float>(), w.data<float>(), host_data(bias), y.data<float>());
     }
@@ -179,9 +166,7 @@ void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx,
       p.weight_packs = detail::weight_packs_holding(w);
     }
     if (p.operands == DType::bf16) {
-      into_f32(dx, [&](float* out) {
-        cpu::conv2d_backward_input_bf16(p, activations(dy), w.data<float>(), out);
-      });
+      cpu::conv2d_backward_input_bf16(p, activations(dy), w.data<float>(), results(dx));
     } else {
       cpu::conv2d_backward_input(p, dy.data<float>(), w.data<float>(), dx.data<float>());
     }

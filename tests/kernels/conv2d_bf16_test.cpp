@@ -197,11 +197,15 @@ TEST_CASE(
   // rounding), and a bf16 output or input gradient is the f32 one rounded
   // once, on every path: implicit stride 1, parity classes, im2col (the RGB
   // stem, 1x1, odd planes), and position major (16 images, planes up to 8x8;
-  // Zen 4 only, elsewhere these shapes take the other paths).
+  // Zen 4 only, elsewhere these shapes take the other paths). The implicit
+  // GEMM rounds a bf16 output as it stores it (without a bias; c_in 80: K 720
+  // over two k blocks, whose f32 partial sums it rounds at the last), the
+  // other paths from f32 staging.
   const std::vector<Shape2d> shapes = {
       {2, 16, 8, 8, 24, 3, 1, 1},  {3, 16, 16, 16, 24, 3, 2, 1}, {2, 10, 8, 8, 12, 1, 2, 0},
       {2, 3, 16, 16, 16, 3, 1, 1}, {2, 8, 9, 9, 6, 3, 2, 1},     {16, 16, 4, 4, 32, 3, 1, 1},
-      {16, 32, 8, 8, 16, 3, 2, 1}, {16, 16, 8, 8, 16, 3, 1, 1},  {1, 8, 5, 7, 6, 3, 1, 1}};
+      {16, 32, 8, 8, 16, 3, 2, 1}, {16, 16, 8, 8, 16, 3, 1, 1},  {1, 8, 5, 7, 6, 3, 1, 1},
+      {2, 80, 8, 8, 20, 3, 1, 1},  {2, 80, 16, 16, 24, 3, 2, 1}};
   std::vector<const char*> choices = {"fallback"};
   if (kernels::cpu::bf16_dot_gemm_available()) choices.push_back("native");
   for (const char* choice : choices) {
@@ -218,16 +222,19 @@ TEST_CASE(
       const Tensor dy16 = random_tensor(y_shape, 34).to(DType::bf16);
       const Tensor x = x16.to(DType::f32), dy = dy16.to(DType::f32);
 
-      const Tensor y = Tensor::empty(y_shape), y16 = Tensor::empty(y_shape, DType::bf16);
-      kernels::conv2d_forward(x, w, b, y, params);
-      kernels::conv2d_forward(x16, w, b, y16, params);
-      CHECK(same_bits(y16, y.to(DType::bf16)));
-      const Tensor y_from_bf16 = Tensor::empty(y_shape),
-                   y_from_f32 = Tensor::empty(y_shape, DType::bf16);
-      kernels::conv2d_forward(x16, w, b, y_from_bf16, params);  // bf16 in, f32 out
-      CHECK(same_bits(y_from_bf16, y));
-      kernels::conv2d_forward(x, w, b, y_from_f32, params);  // f32 in, bf16 out (a stem)
-      CHECK(same_bits(y_from_f32, y16));
+      for (const Tensor& bias : {b, Tensor()}) {
+        INFO("bias " << bias.defined());
+        const Tensor y = Tensor::empty(y_shape), y16 = Tensor::empty(y_shape, DType::bf16);
+        kernels::conv2d_forward(x, w, bias, y, params);
+        kernels::conv2d_forward(x16, w, bias, y16, params);
+        CHECK(same_bits(y16, y.to(DType::bf16)));
+        const Tensor y_from_bf16 = Tensor::empty(y_shape),
+                     y_from_f32 = Tensor::empty(y_shape, DType::bf16);
+        kernels::conv2d_forward(x16, w, bias, y_from_bf16, params);  // bf16 in, f32 out
+        CHECK(same_bits(y_from_bf16, y));
+        kernels::conv2d_forward(x, w, bias, y_from_f32, params);  // f32 in, bf16 out (a stem)
+        CHECK(same_bits(y_from_f32, y16));
+      }
 
       const Tensor dx = Tensor::empty(x.shape()), dx16 = Tensor::empty(x.shape(), DType::bf16);
       kernels::conv2d_backward_input(dy, w, dx, params);

@@ -474,9 +474,11 @@ void bf16_dot_gemm_implicit(const Bf16ImplicitGemm& g) {
               "bf16 implicit gemm: column groups of ", g.c_group_columns, " for ", g.n,
               " columns would split a 16-column vector");
   LOOM_ASSERT(bf16_dot_gemm_available(), "bf16 dot gemm called on a CPU without AVX-512 BF16");
+  LOOM_ASSERT(g.c_dtype == DType::f32 || g.c_dtype == DType::bf16, "bf16 implicit gemm: C ",
+              g.c_dtype);
   detail::GemmProblem p;
   p.dtype = DType::bf16;
-  p.c_dtype = DType::f32;
+  p.c_dtype = g.c_dtype;
   p.m = g.m;
   p.n = g.n;
   p.k = g.k;

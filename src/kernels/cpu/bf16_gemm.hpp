@@ -60,8 +60,9 @@ class Bf16PanelSource {
   virtual void pack(int64_t l0, int64_t depth, int64_t j0, int64_t cols, uint32_t* out) const = 0;
 };
 
-// C (f32) = A [m, k] (bf16, row-major, untransposed) @ B + beta C, with B from
-// `b` and C in column groups: element (i, j) at
+// C (f32, or bf16 rounded once from the whole f32 sum) = A [m, k] (bf16,
+// row-major, untransposed) @ B + beta C, with B from `b` and C in column
+// groups: element (i, j) at
 //   c[i * c_row_stride + (j / c_group_columns) * c_group_stride + j % c_group_columns],
 // so C can be an NCHW output whose columns are (image, position). The 16-column
 // vectors of the tile must not straddle two groups: c_group_columns is a
@@ -71,7 +72,8 @@ struct Bf16ImplicitGemm {
   int64_t m = 0, n = 0, k = 0;
   const uint16_t* a = nullptr;
   const Bf16PanelSource* b = nullptr;
-  float* c = nullptr;
+  void* c = nullptr;
+  DType c_dtype = DType::f32;  // or bf16
   int64_t c_row_stride = 0, c_group_columns = 0, c_group_stride = 0;
   float beta = 0.0f;
 };

@@ -25,8 +25,9 @@
 //   backward_input   dcol = W16^T @ dY16' [C_out, G P] (f32) -> col2im into dx
 //   backward_weight  dW  (+)= dY16' @ col16^T (f32); db (+)= the sums of dy (f32)
 // K = C_in KH KW, P = OH OW; Y' and dY' hold the group's planes channel first
-// (one image's are already in NCHW order). Outputs and gradients are written
-// in f32 (the caller rounds them once for a bf16 tensor).
+// (one image's are already in NCHW order). A bf16 output or input gradient is
+// rounded once from the f32 sums: by the implicit GEMM as it stores C (when no
+// bias follows), elsewhere from an f32 staging buffer.
 // Every result equals the f32 convolution of the rounded operands up to the
 // order of the f32 sums.
 //
@@ -108,7 +109,8 @@ void bias_gradient(const Conv2dProblem& p, Activations dy, float* db, bool accum
     for (int64_t i = 0; i < p.n; ++i) {
       const Bits* values = dy.bits() + (i * p.c_out + c) * plane;
       float partial = 0;
-      for (int64_t j = 0; j < plane; ++j) partial += static_cast<float>(bfloat16::from_bits(values[j]));
+      for (int64_t j = 0; j < plane; ++j)
+        partial += static_cast<float>(bfloat16::from_bits(values[j]));
       sum += partial;
     }
     db[c] = static_cast<float>(accumulate ? db[c] + sum : sum);
@@ -148,30 +150,48 @@ bool implicit_fits(const Conv2dProblem& p) {
          bf16_gemm_kernel() == Bf16GemmKernel::dot_product;
 }
 
-// y = W16 [C_out, K] @ B [K, N P] on the implicit GEMM, stored into y's planes.
+// Runs `pass`, which writes `count` f32 results: straight into `out`, or for
+// bf16 into a staging buffer, then rounded once into `out`.
+template <typename Pass>
+void staged(Conv2dResults out, int64_t count, Pass pass) {
+  if (!out.bf16) {
+    pass(static_cast<float*>(out.data));
+    return;
+  }
+  thread_local std::vector<float> staging;
+  if (static_cast<int64_t>(staging.size()) < count) staging.resize(static_cast<size_t>(count));
+  pass(staging.data());
+  bf16_operands::round(staging.data(), count, static_cast<Bits*>(out.data));
+}
+
+// y = W16 [C_out, K] @ B [K, N P] on the implicit GEMM, stored into y's planes
+// (a bf16 y rounded as the GEMM stores it, unless a bias is added after).
 void implicit_forward(const Conv2dProblem& p, const Bf16PanelSource& columns, const Bits* w16,
-                      const float* bias, float* y) {
+                      const float* bias, Conv2dResults y) {
+  if (y.bf16 && bias != nullptr) {
+    staged(y, p.n * p.c_out * p.out_plane(), [&](float* out) {
+      implicit_forward(p, columns, w16, bias, {out, false});
+    });
+    return;
+  }
   Bf16ImplicitGemm g;
   g.m = p.c_out;
   g.n = p.n * p.out_plane();
   g.k = p.patch();
   g.a = w16;
   g.b = &columns;
-  g.c = y;
+  g.c = y.data;
+  g.c_dtype = y.bf16 ? DType::bf16 : DType::f32;
   g.c_row_stride = p.out_plane();
   g.c_group_columns = p.out_plane();
   g.c_group_stride = p.c_out * p.out_plane();
   bf16_dot_gemm_implicit(g);
-  if (bias != nullptr) add_conv2d_bias(p, bias, p.n, y);
+  if (bias != nullptr) add_conv2d_bias(p, bias, p.n, static_cast<float*>(y.data));
 }
 
-// The forward convolution of rounded operands.
-void forward_rounded(const Conv2dProblem& p, const Bits* x16, const Bits* w16, const float* bias,
-                     float* y) {
-  if (implicit_fits(p)) {
-    implicit_forward(p, ShiftedImagePanels::of_convolution(p, x16), w16, bias, y);
-    return;
-  }
+// The forward convolution of rounded operands through im2col, into f32.
+void forward_by_columns(const Conv2dProblem& p, const Bits* x16, const Bits* w16, const float* bias,
+                        float* y) {
   const int64_t group = im2col::group_size(p), plane = p.out_plane();
   for (int64_t n0 = 0; n0 < p.n; n0 += group) {
     const int64_t g = std::min(group, p.n - n0);
@@ -184,13 +204,43 @@ void forward_rounded(const Conv2dProblem& p, const Bits* x16, const Bits* w16, c
   }
 }
 
+// The forward convolution of rounded operands.
+void forward_rounded(const Conv2dProblem& p, const Bits* x16, const Bits* w16, const float* bias,
+                     Conv2dResults y) {
+  if (implicit_fits(p)) {
+    implicit_forward(p, ShiftedImagePanels::of_convolution(p, x16), w16, bias, y);
+    return;
+  }
+  staged(y, p.n * p.c_out * p.out_plane(),
+         [&](float* out) { forward_by_columns(p, x16, w16, bias, out); });
+}
+
+// The input gradient through im2col: col2im of W16^T dY16 into f32.
+void backward_input_by_columns(const Conv2dProblem& p, Activations dy, const float* w, float* dx) {
+  const Bits* w16 = rounded(kWeight, w, p.c_out * p.patch());
+  std::fill(dx, dx + p.n * p.c_in * p.in_plane(), 0.0f);
+  const int64_t group = im2col::group_size(p), plane = p.out_plane();
+  for (int64_t n0 = 0; n0 < p.n; n0 += group) {
+    const int64_t g = std::min(group, p.n - n0);
+    const Bits* grad = group_output_grad(p, dy, n0, g);
+    const int64_t ld = g * plane;
+    float* dcol = f32_scratch(p.patch() * ld);
+    run_gemm(p.patch(), ld, p.c_out, w16, true, grad, false, dcol, 0.0f);
+    for (int64_t i = 0; i < g; ++i) {
+      im2col::columns_to_image(p, dcol + i * plane, ld, dx + (n0 + i) * p.c_in * p.in_plane());
+    }
+  }
+}
+
 }  // namespace
 
 void conv2d_forward_bf16(const Conv2dProblem& p, Activations x, const float* w, const float* bias,
-                         float* y) {
+                         Conv2dResults y) {
   if (bf16_position_major_fits(p)) {
-    bf16_position_major_convolution(p, x, w, KernelReading::forward, y);
-    if (bias != nullptr) add_conv2d_bias(p, bias, p.n, y);
+    staged(y, p.n * p.c_out * p.out_plane(), [&](float* out) {
+      bf16_position_major_convolution(p, x, w, KernelReading::forward, out);
+      if (bias != nullptr) add_conv2d_bias(p, bias, p.n, out);
+    });
     return;
   }
   const Bits* w16 = rounded(kWeight, w, p.c_out * p.patch());
@@ -206,13 +256,17 @@ void conv2d_forward_bf16(const Conv2dProblem& p, Activations x, const float* w, 
   forward_rounded(p, x16, w16, bias, y);
 }
 
-void conv2d_backward_input_bf16(const Conv2dProblem& p, Activations dy, const float* w, float* dx) {
+void conv2d_backward_input_bf16(const Conv2dProblem& p, Activations dy, const float* w,
+                                Conv2dResults dx) {
+  const int64_t count = p.n * p.c_in * p.in_plane();
   if (stride_one_transposable(p)) {
     // The forward convolution of dy with the flipped, channel-swapped kernel:
     // no col2im (its scatter-add costs more than the GEMM here).
     const Conv2dProblem t = stride_one_transposed(p);
     if (bf16_position_major_fits(t)) {
-      bf16_position_major_convolution(t, dy, w, KernelReading::input_gradient, dx);
+      staged(dx, count, [&](float* out) {
+        bf16_position_major_convolution(t, dy, w, KernelReading::input_gradient, out);
+      });
       return;
     }
     const Bits* dy16 = rounded(kInput, dy, p.n * p.c_out * p.out_plane());
@@ -222,26 +276,14 @@ void conv2d_backward_input_bf16(const Conv2dProblem& p, Activations dy, const fl
     return;
   }
   if (bf16_position_major_input_gradient_fits(p)) {
-    bf16_position_major_input_gradient(p, dy, w, dx);
+    staged(dx, count, [&](float* out) { bf16_position_major_input_gradient(p, dy, w, out); });
     return;
   }
   if (parity_classes_fit(p)) {
-    conv2d_backward_input_bf16_by_parity(p, dy, w, dx);
+    staged(dx, count, [&](float* out) { conv2d_backward_input_bf16_by_parity(p, dy, w, out); });
     return;
   }
-  const Bits* w16 = rounded(kWeight, w, p.c_out * p.patch());
-  std::fill(dx, dx + p.n * p.c_in * p.in_plane(), 0.0f);
-  const int64_t group = im2col::group_size(p), plane = p.out_plane();
-  for (int64_t n0 = 0; n0 < p.n; n0 += group) {
-    const int64_t g = std::min(group, p.n - n0);
-    const Bits* grad = group_output_grad(p, dy, n0, g);
-    const int64_t ld = g * plane;
-    float* dcol = f32_scratch(p.patch() * ld);
-    run_gemm(p.patch(), ld, p.c_out, w16, true, grad, false, dcol, 0.0f);
-    for (int64_t i = 0; i < g; ++i) {
-      im2col::columns_to_image(p, dcol + i * plane, ld, dx + (n0 + i) * p.c_in * p.in_plane());
-    }
-  }
+  staged(dx, count, [&](float* out) { backward_input_by_columns(p, dy, w, out); });
 }
 
 void conv2d_backward_weight_bf16(const Conv2dProblem& p, Activations x, Activations dy, float* dw,
