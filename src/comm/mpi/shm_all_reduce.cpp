@@ -490,7 +490,8 @@ bool ShmAllReduce::step_gather_direct() {
       case Phase::wait_in:
         if (!arrived(true)) return false;
         if (!error_) {
-          for (int r = 0; r < size_; ++r) {
+          for (int i = 1; i <= size_; ++i) {
+            const int r = (rank_ + i) % size_;
             const auto bytes = static_cast<size_t>(block_count_[static_cast<size_t>(r)] * es);
             char* to = output_ + block_begin_[static_cast<size_t>(r)] * es;
             if (bytes == 0) continue;
