@@ -19,9 +19,22 @@ struct Dims {
   int64_t rows = 0, classes = 0;
 };
 
+// Logits are f32, or bf16 on the host (widened as they are read).
+void check_logits(const char* op, const Tensor& logits) {
+  detail::check_defined(op, "logits", logits);
+  LOOM_CHECK(
+      logits.dtype() == DType::f32 || (logits.dtype() == DType::bf16 && logits.device().is_cpu()),
+      op, ": logits ", logits, " have dtype ", logits.dtype(),
+      "; this op takes f32 (or bf16 on the host)");
+}
+
+cpu::Logits host_logits(const Tensor& logits) {
+  return {logits.data(), logits.dtype() == DType::bf16};
+}
+
 Dims check_inputs(const char* op, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                   const Tensor& count) {
-  detail::check_float(op, "logits", logits);
+  check_logits(op, logits);
   detail::check_index(op, "targets", targets);
   detail::check_float(op, "lse", lse);
   detail::check_float(op, "count", count);
@@ -67,7 +80,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Te
     check_targets(op, targets, d, ignore_index);
     int64_t counted = 0;
     const double total =
-        cpu::cross_entropy_forward(logits.data<float>(), targets.data(), targets.dtype(), d.rows,
+        cpu::cross_entropy_forward(host_logits(logits), targets.data(), targets.dtype(), d.rows,
                                    d.classes, ignore_index, lse.data<float>(), &counted);
     *loss.data<float>() =
         counted > 0 ? static_cast<float>(total / static_cast<double>(counted)) : 0;
@@ -91,7 +104,8 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
                             int64_t ignore_index) {
   const char* op = "cross_entropy backward";
   const Dims d = check_inputs(op, logits, targets, lse, count);
-  detail::check_float(op, "dlogits", dlogits);
+  LOOM_CHECK(dlogits.defined() && dlogits.dtype() == logits.dtype(), op, ": dlogits ", dlogits,
+             " must have the logits' dtype ", logits.dtype());
   detail::check_same_device(op, "dlogits", dlogits, logits);
   detail::check_shape(op, "dlogits", dlogits, logits.shape());
   LOOM_CHECK(
@@ -102,9 +116,9 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
     check_targets(op, targets, d, ignore_index);
     const float n = *count.data<float>();
     const float scale = n > 0.0f ? dloss / n : 0.0f;
-    cpu::cross_entropy_backward(logits.data<float>(), targets.data(), targets.dtype(),
+    cpu::cross_entropy_backward(host_logits(logits), targets.data(), targets.dtype(),
                                 lse.data<float>(), d.rows, d.classes, ignore_index, scale,
-                                dlogits.data<float>());
+                                dlogits.data());
     return;
   }
 #if LOOM_HAS_CUDA
@@ -120,13 +134,13 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
 
 namespace {
 
-// The column-split pieces: f32 host logits [rows, columns], valid in [0, columns],
-// and each per-row operand f32 [rows] on the host.
+// The column-split pieces: f32 or bf16 host logits [rows, columns], valid in
+// [0, columns], and each per-row operand f32 [rows] on the host.
 void check_row_piece(const char* op, const Tensor& logits, int64_t valid,
                      std::initializer_list<std::pair<const char*, const Tensor*>> per_row) {
-  detail::check_float(op, "logits", logits);
-  LOOM_CHECK(logits.dim() == 2 && logits.dtype() == DType::f32 && logits.device().is_cpu(), op,
-             ": logits ", logits, " must be f32 [rows, columns] on the host");
+  check_logits(op, logits);
+  LOOM_CHECK(logits.dim() == 2 && logits.device().is_cpu(), op, ": logits ", logits,
+             " must be [rows, columns] on the host");
   LOOM_CHECK(valid >= 0 && valid <= logits.size(1), op, ": valid columns ", valid,
              " must lie in [0, ", logits.size(1), "] for logits ", logits);
   for (const auto& [name, t] : per_row) {
@@ -140,13 +154,13 @@ void check_row_piece(const char* op, const Tensor& logits, int64_t valid,
 
 void cross_entropy_row_max(const Tensor& logits, int64_t valid, const Tensor& max) {
   check_row_piece("cross_entropy_row_max", logits, valid, {{"max", &max}});
-  cpu::row_max(logits.data<float>(), logits.size(0), logits.size(1), valid, max.data<float>());
+  cpu::row_max(host_logits(logits), logits.size(0), logits.size(1), valid, max.data<float>());
 }
 
 void cross_entropy_row_sum_exp(const Tensor& logits, int64_t valid, const Tensor& shift,
                                const Tensor& sums) {
   check_row_piece("cross_entropy_row_sum_exp", logits, valid, {{"shift", &shift}, {"sums", &sums}});
-  cpu::row_sum_exp(logits.data<float>(), logits.size(0), logits.size(1), valid, shift.data<float>(),
+  cpu::row_sum_exp(host_logits(logits), logits.size(0), logits.size(1), valid, shift.data<float>(),
                    sums.data<float>());
 }
 
@@ -156,23 +170,25 @@ void cross_entropy_row_softmax(const Tensor& logits, int64_t valid, const Tensor
   check_row_piece(kOp, logits, valid, {{"lse", &lse}});
   LOOM_CHECK(out.defined() && out.shape() == logits.shape() && out.dtype() == DType::f32 &&
                  out.device().is_cpu(),
-             kOp, ": out ", out, " must be like logits ", logits);
+             kOp, ": out ", out, " must be f32 shaped like logits ", logits, " on the host");
   LOOM_CHECK(detail::same_elements(out, logits) || !detail::overlaps(out, logits), kOp, ": out ",
              out, " overlaps logits other than exactly (in place)");
-  cpu::row_softmax(logits.data<float>(), logits.size(0), logits.size(1), valid, lse.data<float>(),
+  cpu::row_softmax(host_logits(logits), logits.size(0), logits.size(1), valid, lse.data<float>(),
                    scale, out.data<float>());
 }
 
 OpCost cross_entropy_forward_cost(const Tensor& logits) {
   const auto n = static_cast<double>(logits.numel());
+  const auto element = static_cast<double>(dtype_size(logits.dtype()));
   const double rows = logits.dim() == 2 ? static_cast<double>(logits.size(0)) : 0.0;
-  return OpCost{4.0 * n, 4.0 * n + 16.0 * rows};
+  return OpCost{4.0 * n, element * n + 16.0 * rows};
 }
 
 OpCost cross_entropy_backward_cost(const Tensor& logits) {
   const auto n = static_cast<double>(logits.numel());
+  const auto element = static_cast<double>(dtype_size(logits.dtype()));
   const double rows = logits.dim() == 2 ? static_cast<double>(logits.size(0)) : 0.0;
-  return OpCost{4.0 * n, 8.0 * n + 16.0 * rows};
+  return OpCost{4.0 * n, 2.0 * element * n + 16.0 * rows};
 }
 
 }  // namespace loom::kernels

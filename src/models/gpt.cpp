@@ -249,21 +249,30 @@ std::vector<nn::Module*> GPTEmbeddings::children() {
 
 // ---- GPTHead --------------------------------------------------------------------------------
 
+bool gpt_logits_in_activation_dtype(const GPTConfig& config) {
+  const nn::Precision& precision = config.module.precision;
+  return precision.reduced() && precision.activations == precision.matmul &&
+         precision.matmul == DType::bf16 && config.module.device.is_cpu();
+}
+
 GPTHead::GPTHead(const std::string& model, const GPTConfig& config, nn::Parameter& token_table)
     : GPTHead(model, config,
               std::make_unique<nn::Linear>(prefixed(model, "lm_head"), token_table,
-                                           config.module.precision),
+                                           config.module.precision,
+                                           gpt_logits_in_activation_dtype(config)),
               &token_table) {}
 
 GPTHead::GPTHead(const std::string& model, const GPTConfig& config)
-    : GPTHead(model, config,
-              std::make_unique<nn::Linear>(
-                  prefixed(model, "lm_head"), config.d_model, config.vocab,
-                  nn::LinearOptions{.bias = false,
-                                    .init_std = kInitStd,
-                                    .module = config.module,
-                                    .weight_name = prefixed(model, "wte.weight")}),
-              nullptr) {}
+    : GPTHead(
+          model, config,
+          std::make_unique<nn::Linear>(
+              prefixed(model, "lm_head"), config.d_model, config.vocab,
+              nn::LinearOptions{.bias = false,
+                                .init_std = kInitStd,
+                                .module = config.module,
+                                .weight_name = prefixed(model, "wte.weight"),
+                                .output_in_matmul_dtype = gpt_logits_in_activation_dtype(config)}),
+          nullptr) {}
 
 GPTHead::GPTHead(const std::string& model, const GPTConfig& config,
                  std::unique_ptr<nn::Module> projection, nn::Parameter* tied_to)

@@ -17,9 +17,11 @@ CrossEntropyLoss::CrossEntropyLoss(std::string name, int64_t ignore_index)
     : name_(std::move(name)), ignore_index_(ignore_index) {}
 
 Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& targets, Tape& tape) {
-  LOOM_CHECK(logits.defined() && logits.dim() >= 1 && logits.dtype() == DType::f32,
+  LOOM_CHECK(logits.defined() && logits.dim() >= 1 &&
+                 (logits.dtype() == DType::f32 ||
+                  (logits.dtype() == DType::bf16 && logits.device().is_cpu())),
              "cross_entropy '", name(), "': logits ", logits,
-             " must be an f32 [..., classes] tensor");
+             " must be an f32 [..., classes] tensor (or bf16 on the host)");
   const Shape leading(logits.shape().begin(), logits.shape().end() - 1);
   LOOM_CHECK(targets.defined() && targets.shape() == leading, "cross_entropy '", name(),
              "': targets ", targets, " must have the logits' leading shape ", shape_str(leading),
@@ -43,7 +45,7 @@ Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& targets, Ta
 Tensor CrossEntropyLoss::backward(Tape& tape, float dloss) {
   const State state = tape.get<State>(this, name_);
   tape.release(this);
-  Tensor dlogits = Tensor::empty(state.logits_shape, DType::f32, state.logits.device());
+  Tensor dlogits = Tensor::empty(state.logits_shape, state.logits.dtype(), state.logits.device());
   trace::OpScope scope("cross_entropy.backward", kernels::cross_entropy_backward_cost(state.logits),
                        dlogits.device(), name());
   kernels::cross_entropy_backward(state.logits, state.targets, state.lse, state.count, dloss,

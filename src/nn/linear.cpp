@@ -63,11 +63,12 @@ Linear::Linear(std::string name, int64_t in_features, int64_t out_features, Line
   }
 }
 
-Linear::Linear(std::string name, Parameter& shared_weight, Precision precision)
+Linear::Linear(std::string name, Parameter& shared_weight, Precision precision,
+               bool output_in_matmul_dtype)
     : Module(std::move(name)),
       weight_(&shared_weight),
       matmul_(precision.reduced() ? precision.matmul : shared_weight.dtype()),
-      output_(shared_weight.dtype()) {
+      output_(output_in_matmul_dtype ? matmul_ : shared_weight.dtype()) {
   LOOM_CHECK(shared_weight.value().dim() == 2, "linear '", this->name(), "': shared weight '",
              shared_weight.name(), "' ", shared_weight.value(), " must be a [out, in] matrix");
   out_features_ = shared_weight.value().size(0);

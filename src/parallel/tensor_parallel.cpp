@@ -121,11 +121,12 @@ ColumnParallelLinear::ColumnParallelLinear(std::string name, int64_t in_features
 
 ColumnParallelLinear::ColumnParallelLinear(std::string name, nn::Parameter& weight,
                                            std::shared_ptr<comm::Communicator> tp,
-                                           bool sequence_parallel, nn::Precision precision)
+                                           bool sequence_parallel, nn::Precision precision,
+                                           bool output_in_matmul_dtype)
     : Module(name),
       tp_(checked_group(tp, name)),
       sequence_parallel_(sequence_parallel),
-      local_(name, weight, precision) {}
+      local_(name, weight, precision, output_in_matmul_dtype) {}
 
 Tensor ColumnParallelLinear::forward(const Tensor& x, nn::Tape& tape) {
   // The conjugate operator: identity forward (SP: the tokens gathered).

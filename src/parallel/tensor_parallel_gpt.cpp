@@ -89,7 +89,8 @@ std::unique_ptr<models::GPTEnd> TensorParallelGPTLayers::head(const std::string&
     return std::make_unique<models::GPTHead>(
         model, config,
         std::make_unique<ColumnParallelLinear>(prefixed(model, "lm_head"), *token_table, tp_, sp,
-                                               config.module.precision),
+                                               config.module.precision,
+                                               models::gpt_logits_in_activation_dtype(config)),
         token_table);
   }
   const int64_t padded = padded_vocab(config.vocab, tp_->size());
@@ -98,7 +99,8 @@ std::unique_ptr<models::GPTEnd> TensorParallelGPTLayers::head(const std::string&
       nn::LinearOptions{.bias = false,
                         .init_std = models::kGPTInitStd,
                         .module = config.module,
-                        .weight_name = prefixed(model, "wte.weight")},
+                        .weight_name = prefixed(model, "wte.weight"),
+                        .output_in_matmul_dtype = models::gpt_logits_in_activation_dtype(config)},
       tp_, 1, sp);
   nn::Parameter& table = projection->local().weight();
   // Padding rows start at zero (NOTE [padded vocabulary]).

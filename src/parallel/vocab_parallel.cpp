@@ -211,10 +211,11 @@ VocabParallelCrossEntropy::VocabParallelCrossEntropy(std::string name, int64_t v
 Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& targets,
                                           nn::Tape& tape) {
   const int64_t columns = padded_vocab(vocab_, tp_->size()) / tp_->size();
-  LOOM_CHECK(logits.defined() && logits.dim() >= 1 && logits.dtype() == DType::f32 &&
+  LOOM_CHECK(logits.defined() && logits.dim() >= 1 &&
+                 (logits.dtype() == DType::f32 || logits.dtype() == DType::bf16) &&
                  logits.size(-1) == columns,
              "vocab-parallel cross-entropy '", name_, "': logits ", logits,
-             " must be an f32 [..., ", columns, "] tensor (vocab ", vocab_,
+             " must be an f32 or bf16 [..., ", columns, "] tensor (vocab ", vocab_,
              " over tp = ", tp_->size(), ")");
   const Shape leading(logits.shape().begin(), logits.shape().end() - 1);
   LOOM_CHECK(targets.defined() && targets.shape() == leading, "vocab-parallel cross-entropy '",
@@ -234,7 +235,12 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& ta
   state.target.assign(static_cast<size_t>(rows), -1);
   state.counted.assign(static_cast<size_t>(rows), 0);
   const std::vector<int64_t> target = ids_on_host(targets);
-  const float* l = state.logits.data<float>();
+  // The target logits as f32 (bf16 ones widened: exact).
+  const auto logit = [&](int64_t r, int64_t t) {
+    return state.logits.dtype() == DType::bf16
+               ? static_cast<float>(state.logits.data<bfloat16>()[r * columns + t])
+               : state.logits.data<float>()[r * columns + t];
+  };
 
   // Per row: the maximum of this rank's columns, then over tp.
   Tensor max = Tensor::empty({rows});
@@ -266,7 +272,7 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& ta
   float* s = sums.data<float>();
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = state.target[static_cast<size_t>(r)];
-    if (t >= 0) s[rows + r] = l[r * columns + t];
+    if (t >= 0) s[rows + r] = logit(r, t);
   }
   sums = reduce_on(*tp_, sums, state.device, comm::ReduceOp::sum);
   s = sums.data<float>();
@@ -286,9 +292,11 @@ Tensor VocabParallelCrossEntropy::backward(nn::Tape& tape, float dloss) {
   const State state = tape.get<State>(this, name_);
   tape.release(this);
   const int64_t rows = state.logits.size(0), columns = state.logits.size(1);
-  if (state.count == 0) return Tensor::zeros(state.logits_shape).to(state.device);
+  const DType dtype = state.logits.dtype();
+  if (state.count == 0) return Tensor::zeros(state.logits_shape, dtype).to(state.device);
   // Every element is written once below: the softmax on the valid columns,
-  // zeros on the padding columns and on ignored rows.
+  // zeros on the padding columns and on ignored rows; in f32, then rounded
+  // once for bf16 logits.
   Tensor dlogits = Tensor::empty(state.logits_shape);
   const float scale = static_cast<float>(dloss / state.count);
   const Tensor lse = Tensor::from_vector(state.lse, {rows});
@@ -304,6 +312,7 @@ Tensor VocabParallelCrossEntropy::backward(nn::Tape& tape, float dloss) {
     const int64_t t = state.target[static_cast<size_t>(r)];
     if (t >= 0) d[r * columns + t] -= scale;
   }
+  if (dtype != DType::f32) dlogits = dlogits.to(dtype);
   return state.device.is_cpu() ? dlogits : dlogits.to(state.device);
 }
 

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernel_test_util.hpp"
@@ -187,4 +188,53 @@ TEST_CASE("cross_entropy row pieces over the valid columns (the vocabulary-paral
                     Contains("valid columns 71 must lie in [0, 70]"));
   CHECK_THROWS_WITH(k::cross_entropy_row_sum_exp(logits, valid, Tensor::empty({rows + 1}), sums),
                     Contains("shift must be f32 [5]"));
+}
+
+TEST_CASE(
+    "cross_entropy on bf16 logits is the f32 loss of the widened values, its gradient "
+    "rounded once",
+    "[kernels][cross_entropy][precision]") {
+  // Rows of 16 x 512 + 5 classes (the register path and its tail), one with a
+  // masked (-inf) logit (the Eigen path on a widened row), one ignored.
+  const int64_t rows = 4, classes = 16 * 512 + 5;
+  Tensor logits16 =
+      loom::test::random_tensor({rows, classes}, DType::f32, 17, -9.0f, 9.0f).to(DType::bf16);
+  logits16.data<loom::bfloat16>()[2 * classes + 3] = loom::bfloat16(-INFINITY);
+  const Tensor logits = logits16.to(DType::f32);  // exact
+  const Tensor targets = Tensor::from_vector<int64_t>({5, classes - 1, 7, -100}, {rows});
+  const Tensor loss = Tensor::empty({}), lse = Tensor::empty({rows}), count = Tensor::empty({1});
+  const Tensor loss16 = Tensor::empty({}), lse16 = Tensor::empty({rows}),
+               count16 = Tensor::empty({1});
+  k::cross_entropy_forward(logits, targets, loss, lse, count, -100);
+  k::cross_entropy_forward(logits16, targets, loss16, lse16, count16, -100);
+  CHECK(loss16.item<float>() == loss.item<float>());
+  CHECK(lse16.to_vector<float>() == lse.to_vector<float>());
+  CHECK(count16.item<float>() == 3.0f);
+
+  const Tensor d = Tensor::empty(logits.shape()), d16 = Tensor::empty(logits.shape(), DType::bf16);
+  k::cross_entropy_backward(logits, targets, lse, count, 1.0f, d, -100);
+  k::cross_entropy_backward(logits16, targets, lse16, count16, 1.0f, d16, -100);
+  const Tensor rounded = d.to(DType::bf16);
+  CHECK(std::memcmp(d16.data(), rounded.data(), static_cast<size_t>(rows * classes) * 2) == 0);
+  CHECK(static_cast<float>(d16.data<loom::bfloat16>()[3 * classes]) == 0.0f);  // the ignored row
+  CHECK_THROWS_WITH(k::cross_entropy_backward(logits16, targets, lse16, count16, 1.0f, d, -100),
+                    Contains("dlogits") && Contains("must have the logits' dtype bf16"));
+  CHECK_THROWS_WITH(
+      k::cross_entropy_forward(logits.to(DType::f16), targets, loss, lse, count, -100),
+      Contains("this op takes f32 (or bf16 on the host)"));
+
+  // The vocabulary-parallel pieces: the same f32 results from the widened values.
+  const int64_t valid = classes - 9;
+  const Tensor max = Tensor::empty({rows}), max16 = Tensor::empty({rows});
+  k::cross_entropy_row_max(logits, valid, max);
+  k::cross_entropy_row_max(logits16, valid, max16);
+  CHECK(max16.to_vector<float>() == max.to_vector<float>());
+  const Tensor sums = Tensor::empty({rows}), sums16 = Tensor::empty({rows});
+  k::cross_entropy_row_sum_exp(logits, valid, max, sums);
+  k::cross_entropy_row_sum_exp(logits16, valid, max, sums16);
+  CHECK(sums16.to_vector<float>() == sums.to_vector<float>());
+  const Tensor out = Tensor::zeros(logits.shape()), out16 = Tensor::zeros(logits.shape());
+  k::cross_entropy_row_softmax(logits, valid, lse, 0.25f, out);
+  k::cross_entropy_row_softmax(logits16, valid, lse, 0.25f, out16);
+  CHECK(out16.to_vector<float>() == out.to_vector<float>());
 }

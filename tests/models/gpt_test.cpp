@@ -7,6 +7,8 @@
 #include "../nn/gradcheck.hpp"
 #include "loom/core/allocator.hpp"
 #include "loom/models/gpt.hpp"
+#include "loom/nn/cross_entropy_loss.hpp"
+#include "loom/nn/precision.hpp"
 
 using loom::Tensor;
 using loom::models::GPT;
@@ -163,4 +165,33 @@ TEST_CASE("GPT: bad configurations and inputs are named", "[models][gpt]") {
   Tape tape;
   CHECK_THROWS_WITH(gpt.forward(Tensor::zeros({1, 7}, loom::DType::i32), tape),
                     Catch::Contains("sequence length 7 exceeds seq_len 6"));
+}
+
+TEST_CASE("GPT: under bf16 on the host the head writes bf16 logits, the loss widens them",
+          "[models][gpt][precision]") {
+  GPTConfig config = tiny_config();
+  config.module.precision = loom::nn::precision_from_string("bf16");
+  GPT gpt("", config);
+  GPTConfig f32_config = tiny_config();
+  GPT reference("", f32_config);
+  Tape tape, ref_tape;
+  const Tensor logits = gpt.forward(tiny_ids(), tape);
+  CHECK(logits.dtype() == loom::DType::bf16);
+  CHECK(reference.forward(tiny_ids(), ref_tape).dtype() == loom::DType::f32);
+  // The loss of bf16 logits is the loss of the same values in f32; their gradient comes back in
+  // bf16 and flows through the head as the head's own output gradient.
+  const Tensor targets =
+      Tensor::from_vector(std::vector<int32_t>{4, 7, 10, 0, 3, 3, 9, 2, 5, 1}, {2, 5});
+  loom::nn::CrossEntropyLoss loss("loss"), widened("loss");
+  Tape loss_tape, widened_tape;
+  const float value = loss.forward(logits, targets, loss_tape).item<float>();
+  CHECK(value == widened.forward(logits.to(loom::DType::f32), targets, widened_tape).item<float>());
+  const Tensor dlogits = loss.backward(loss_tape);
+  CHECK(dlogits.dtype() == loom::DType::bf16);
+  gpt.zero_grad();
+  gpt.backward(dlogits, tape);
+  for (loom::nn::Parameter* p : gpt.parameters()) {
+    INFO(p->name());
+    CHECK(p->grad().dtype() == loom::DType::f32);  // the f32 masters' gradients
+  }
 }

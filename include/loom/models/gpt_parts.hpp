@@ -144,7 +144,15 @@ class GPTEmbeddings : public GPTEnd {
   int64_t batch_ = 0, seq_ = 0;  // the shape positions_ was made for
 };
 
-// ln_f, then the output projection x @ wte^T -> logits [B, T, vocab].
+// Whether the head writes its logits in Precision::activations (bf16 under
+// bf16 on the host, as autocast does: the loss widens them and computes in
+// f32, and the logits' gradient comes back in bf16, as the head's backward
+// product would round it anyway). On CUDA the logits stay f32 (the CUDA loss
+// takes f32).
+bool gpt_logits_in_activation_dtype(const GPTConfig& config);
+
+// ln_f, then the output projection x @ wte^T -> logits [B, T, vocab] (f32, or
+// bf16: gpt_logits_in_activation_dtype).
 class GPTHead : public GPTEnd {
  public:
   // Tied to `token_table`, which this rank's GPTEmbeddings holds.

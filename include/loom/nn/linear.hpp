@@ -50,8 +50,10 @@ struct LinearOptions {
 class Linear : public Module {
  public:
   Linear(std::string name, int64_t in_features, int64_t out_features, LinearOptions options = {});
-  // A bias-free Linear whose weight is `shared` (a [out, in] matrix owned elsewhere).
-  Linear(std::string name, Parameter& shared_weight, Precision precision = {});
+  // A bias-free Linear whose weight is `shared` (a [out, in] matrix owned
+  // elsewhere); output_in_matmul_dtype as LinearOptions says.
+  Linear(std::string name, Parameter& shared_weight, Precision precision = {},
+         bool output_in_matmul_dtype = false);
 
   Tensor forward(const Tensor& x, Tape& tape) override;
   Tensor backward_input(const Tensor& dy, Tape& tape) override;

@@ -67,7 +67,7 @@ class ColumnParallelLinear : public nn::Module {
   // holds (a head tied to a vocab-parallel token table).
   ColumnParallelLinear(std::string name, nn::Parameter& weight,
                        std::shared_ptr<comm::Communicator> tp, bool sequence_parallel = false,
-                       nn::Precision precision = {});
+                       nn::Precision precision = {}, bool output_in_matmul_dtype = false);
 
   // x [..., in] (the same on every tp rank; SP: this rank's tokens
   // [B, T / tp, in]) -> [..., out / tp] (SP: all tokens, [B, T, out / tp]).
