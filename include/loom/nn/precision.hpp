@@ -20,9 +20,12 @@
 //     the residual sums and the pools take and return bf16, their gradients
 //     too, computing in f32 and rounding each result once; BatchNorm's
 //     statistics, LayerNorm, softmax, the loss, the optimizer and every
-//     reduction run in f32. The GPT's residual stream stays f32 (LayerNorm
-//     reads it, and each block adds a small update to it, which bf16 would
-//     round away), as do its LayerNorm outputs and the logits;
+//     reduction run in f32. The GPT's head writes bf16 logits on the host
+//     (models::gpt_logits_in_activation_dtype), which the loss widens and
+//     computes on in f32, returning their gradient in bf16. The GPT's
+//     residual stream stays f32 (LayerNorm reads it, and each block adds a
+//     small update to it, which bf16 would round away), as do its LayerNorm
+//     outputs;
 //   - a Linear or Conv2d saves its input for backward in bf16 (half the
 //     bytes).
 // On the host the bf16 products run on AVX-512 BF16's vdpbf16ps where the
