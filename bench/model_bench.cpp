@@ -13,6 +13,8 @@
 //   bf16     torch.autocast(device_type="cpu", dtype=torch.bfloat16), against
 //            Loom in bf16 with --precision bf16 (the GPT's Linear products, the
 //            ResNet's convolutions and classifier).
+// --precision fp32,bf16 times Loom both ways (and gives bf16 / fp32);
+// --precision bf16 times Loom in bf16 only (the fp32 columns show "-").
 // The peer starts with OMP_NUM_THREADS=MKL_NUM_THREADS=OPENBLAS_NUM_THREADS=1,
 // uses one intra-op and one inter-op thread and is bound to the cores this
 // process runs on (Loom's single rank here). Both sides' CPU time over the
@@ -154,8 +156,9 @@ int main(int argc, char** argv) {
       ->check(flags::at_least(1));
   std::vector<std::string> precisions = {"fp32"};
   app.add_option("--precision", precisions,
-                 "Loom's precisions: fp32 and/or bf16 (matrix products and convolutions in bf16, "
-                 "against fp32 Loom and the peer's bf16 autocast column)")
+                 "Loom's precisions, each timed: fp32 and/or bf16 (matrix products, convolutions "
+                 "and their activations in bf16, against fp32 Loom when both are given and the "
+                 "peer's bf16 autocast column)")
       ->delimiter(',')
       ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_flag("--no-peer", no_peer, "time Loom only");
@@ -204,11 +207,11 @@ int main(int argc, char** argv) {
     nlohmann::json results = nlohmann::json::array();
     nlohmann::json peer_record;  // the last peer output: torch version, config, binding
     std::vector<std::string> notes;
-    const bool bf16 = std::find(precisions.begin(), precisions.end(), "bf16") != precisions.end();
+    const bool fp32 = std::find(precisions.begin(), precisions.end(), "fp32") != precisions.end();
     for (const auto& name : models) {
-      LoomModel m = make_model(name);
-      // Loom in bf16 beside fp32.
-      std::optional<LoomModel> m16;
+      // Loom in fp32 and/or bf16, as --precision asks.
+      std::optional<LoomModel> m, m16;
+      if (fp32) m = make_model(name);
       if (bf16) m16 = make_model(name, loom::nn::precision_from_string("bf16"));
       std::vector<double> loom16_ms, mfus16;
       std::vector<double> loom_ms, mfus, loom_share;
@@ -216,11 +219,17 @@ int main(int argc, char** argv) {
       std::string why;
       std::string per_round;
       for (int r = 0; r < rounds; ++r) {
-        const RoundResult loom_round = time_loom(m, warmup, steps, peak);
-        loom_ms.push_back(loom_round.median_ms);
-        mfus.push_back(loom_round.mfu);
-        loom_share.push_back(loom_round.cpu_share);
-        per_round += (r ? " " : "") + loom::bench::fixed(loom_round.median_ms, 0);
+        per_round += r ? " " : "";
+        RoundResult loom_round;
+        if (m) {
+          loom_round = time_loom(*m, warmup, steps, peak);
+          loom_ms.push_back(loom_round.median_ms);
+          mfus.push_back(loom_round.mfu);
+          loom_share.push_back(loom_round.cpu_share);
+          per_round += loom::bench::fixed(loom_round.median_ms, 0);
+        } else {
+          per_round += "-";
+        }
         if (m16) {
           const RoundResult r16 =
               time_loom(*m16, warmup, steps, peak, loom::trace::Precision::bf16);
@@ -244,7 +253,7 @@ int main(int argc, char** argv) {
               why);
         }
         // A comparison is made this round: both sides ran one thread, or it is refused.
-        if (out) loom::bench::require_one_core("Loom", 0, loom_round.cpu_share);
+        if (out && m) loom::bench::require_one_core("Loom", 0, loom_round.cpu_share);
         for (const auto& c : columns) {
           if (!out) {
             per_round += "/-";
@@ -268,13 +277,13 @@ int main(int argc, char** argv) {
         }
         if (out) peer_record = *out;
       }
-      const double loom_median = median(loom_ms);
+      const double loom_median = m ? median(loom_ms) : -1.0;
       auto peer_median = [&](const std::string& c) {
         return peer.count(c) && !peer.at(c).ms.empty() ? median(peer.at(c).ms) : -1.0;
       };
       auto ratio = [&](const std::string& c) {
         const double p = peer_median(c);
-        return p > 0 ? cell(loom_median / p, 2) : std::string("-");
+        return p > 0 && loom_median > 0 ? cell(loom_median / p, 2) : std::string("-");
       };
       std::string compile_s = "-";
       if (peer.count("compile") && !peer.at("compile").compile_s.empty()) {
@@ -296,16 +305,16 @@ int main(int argc, char** argv) {
       }
       const double loom16_median = m16 ? median(loom16_ms) : -1.0;
       const double autocast = has("bf16") ? peer_median("bf16") : -1.0;
-      table.add({name, cell(loom_median, 1), has("eager") ? cell(peer_median("eager"), 1) : "",
-                 has("eager") ? ratio("eager") : "",
-                 has("compile") ? cell(peer_median("compile"), 1) : "",
-                 has("compile") ? ratio("compile") : "", has("compile") ? compile_s : "",
-                 has("bf16") ? cell(peer_median("bf16"), 1) : "",
-                 m16 ? cell(loom16_median, 1) : "-",
-                 m16 ? cell(loom16_median / loom_median, 2) : "-",
-                 m16 && autocast > 0 ? cell(loom16_median / autocast, 2) : "-",
-                 loom::bench::fixed(100.0 * median(mfus), 1) + "%",
-                 loom::bench::fixed(m.last_loss, 3), shares, per_round});
+      table.add(
+          {name, m ? cell(loom_median, 1) : "-", has("eager") ? cell(peer_median("eager"), 1) : "",
+           has("eager") ? ratio("eager") : "",
+           has("compile") ? cell(peer_median("compile"), 1) : "",
+           has("compile") ? ratio("compile") : "", has("compile") ? compile_s : "",
+           has("bf16") ? cell(peer_median("bf16"), 1) : "", m16 ? cell(loom16_median, 1) : "-",
+           m16 && m ? cell(loom16_median / loom_median, 2) : "-",
+           m16 && autocast > 0 ? cell(loom16_median / autocast, 2) : "-",
+           m ? loom::bench::fixed(100.0 * median(mfus), 1) + "%" : "-",
+           m ? loom::bench::fixed(m->last_loss, 3) : "-", shares, per_round});
       if (!why.empty()) std::printf("peer unavailable for %s: %s\n", name.c_str(), why.c_str());
       nlohmann::json peers = nlohmann::json::array();
       for (const auto& c : columns) {
@@ -318,7 +327,7 @@ int main(int argc, char** argv) {
                                       : "torch eager, bf16 autocast";
         p["peer_ms"] = s.ms;
         p["peer_median_ms"] = peer_median(c);
-        p["ratio"] = c != "bf16" && peer_median(c) > 0 ? loom_median / peer_median(c) : -1.0;
+        p["ratio"] = c != "bf16" && m && peer_median(c) > 0 ? loom_median / peer_median(c) : -1.0;
         p["peer_cpu_share"] = {max_of(s.cpu_share)};  // one rank: its highest round
         p["peer_rounds_cpu_share"] = s.cpu_share;
         if (c == "compile") {
@@ -327,23 +336,25 @@ int main(int argc, char** argv) {
         }
         peers.push_back(p);
       }
-      results.push_back(
-          {{"model", name},
-           {"loom_ms", loom_ms},
-           {"loom_median_ms", loom_median},
-           {"loom_mfu", median(mfus)},
-           {"cpu_share", {max_of(loom_share)}},
-           {"rounds_cpu_share", loom_share},
-           {"binding", {cores}},
-           {"cpu_model", loom::bench::cpu_model()},
-           {"peer_ms", peer.count("eager") ? peer.at("eager").ms : std::vector<double>{}},
-           {"peer_median_ms", peer_median("eager")},
-           {"ratio", peer_median("eager") > 0 ? loom_median / peer_median("eager") : -1.0},
-           {"precision", "fp32"},
-           {"step_ms", loom_median},
-           {"peer_step_ms", peer_median("eager")},
-           {"loss", m.last_loss},
-           {"peers", peers}});
+      if (m) {
+        results.push_back(
+            {{"model", name},
+             {"loom_ms", loom_ms},
+             {"loom_median_ms", loom_median},
+             {"loom_mfu", median(mfus)},
+             {"cpu_share", {max_of(loom_share)}},
+             {"rounds_cpu_share", loom_share},
+             {"binding", {cores}},
+             {"cpu_model", loom::bench::cpu_model()},
+             {"peer_ms", peer.count("eager") ? peer.at("eager").ms : std::vector<double>{}},
+             {"peer_median_ms", peer_median("eager")},
+             {"ratio", peer_median("eager") > 0 ? loom_median / peer_median("eager") : -1.0},
+             {"precision", "fp32"},
+             {"step_ms", loom_median},
+             {"peer_step_ms", peer_median("eager")},
+             {"loss", m->last_loss},
+             {"peers", peers}});
+      }
       if (m16) {
         results.push_back({{"model", name},
                            {"precision", "bf16"},
@@ -353,9 +364,9 @@ int main(int argc, char** argv) {
                            {"peer", "torch eager, bf16 autocast"},
                            {"peer_step_ms", autocast},
                            {"ratio_to_peer", autocast > 0 ? loom16_median / autocast : -1.0},
-                           {"ratio_to_fp32", loom16_median / loom_median},
+                           {"ratio_to_fp32", m ? loom16_median / loom_median : -1.0},
                            {"loss", m16->last_loss},
-                           {"loss_fp32", m.last_loss},
+                           {"loss_fp32", m ? m->last_loss : -1.0},
                            {"cpu_model", loom::bench::cpu_model()}});
       }
     }
