@@ -54,6 +54,7 @@
 #include "loom/loom.hpp"
 #include "peer.hpp"
 #include "peer_process.hpp"
+#include "placement_probe.hpp"
 
 namespace {
 
@@ -269,39 +270,6 @@ Row measure(Communicator& comm, const std::string& op, size_t bytes, const Optio
   return row;
 }
 
-// NOTE [placement probe] Half an 8-byte MPI round trip between ranks 0 and 1,
-// median of 5 batches of 1000, in microseconds (0 with one rank): how far
-// apart the two ranks' cores are. On a VM the hypervisor places the vCPUs
-// anew from run to run, and a "far" placement (another chiplet) moved every
-// shared-memory figure 2-3x, raw MPI's too (docs/comm.md, "Streaming stores
-// into the slots"); printed so that runs can be told apart.
-double pingpong_us(int rank, int n) {
-  if (n < 2) return 0.0;
-  char payload[8] = {};
-  constexpr int kTrips = 1000;
-  std::vector<double> batches;
-  for (int batch = 0; batch < 6; ++batch) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < kTrips; ++i) {
-      if (rank == 0) {
-        MPI_Send(payload, 8, MPI_CHAR, 1, 0, MPI_COMM_WORLD);
-        MPI_Recv(payload, 8, MPI_CHAR, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      } else if (rank == 1) {
-        MPI_Recv(payload, 8, MPI_CHAR, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        MPI_Send(payload, 8, MPI_CHAR, 0, 0, MPI_COMM_WORLD);
-      }
-    }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (batch > 0) batches.push_back(seconds / kTrips / 2 * 1e6);  // the first warms up
-  }
-  std::sort(batches.begin(), batches.end());
-  double median = batches[batches.size() / 2];
-  MPI_Bcast(&median, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  return median;
-}
-
 // Every rank's `value`, on rank 0.
 std::vector<double> gather_doubles(double value) {
   int n = 0, rank = 0;
@@ -456,7 +424,7 @@ int main(int argc, char** argv) {
                                  [&] { std::memcpy(dst.data(), src.data(), copy_bytes); }, timing) /
                              1e9;
 
-    const double pingpong = pingpong_us(rank, n);  // NOTE [placement probe]
+    const double pingpong = loom::bench::pingpong_us();  // NOTE [placement probe]
 
     // Every rank sees the same file system, so they agree on whether the peer is there.
     loom::bench::PeerProcess gloo;

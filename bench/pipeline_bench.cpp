@@ -104,6 +104,7 @@
 #include "loom/parallel/pipeline/gpt_chunks.hpp"
 #include "loom/parallel/pipeline/simulate.hpp"
 #include "loom/trace/roofline.hpp"
+#include "placement_probe.hpp"
 #include "rank_facts.hpp"
 #include "run_json.hpp"
 
@@ -286,6 +287,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
                 w.cut.c_str(), cut_text(cut_of(w, config, s)).c_str(), shares.c_str());
   }
   std::fflush(stdout);
+  std::vector<double> pingpongs;  // NOTE [placement probe], every run with two ranks
   auto launch = [&](int ranks, const std::string& args) {
     const std::string command = d.mpirun + " -np " + std::to_string(ranks) + " --oversubscribe " +
                                 self + " --steps " + std::to_string(w.steps) + " --warmup " +
@@ -297,6 +299,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
     std::string why;
     const auto out = loom::bench::run_json(command, why);
     LOOM_CHECK(out.has_value(), why);
+    if (ranks > 1) pingpongs.push_back(out->value("pingpong_us", 0.0));
     return *out;
   };
   std::vector<double> single_ms, two_ms;
@@ -485,6 +488,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
       "(CPU/rank "
       "%.2f): ceiling %.3f\n",
       t_single, median(single_share), median(two_ms), median(two_share), ceiling);
+  std::printf("%s\n", loom::bench::pingpong_text(pingpongs).c_str());
   std::printf(
       "bubble meas: (receive wait + wait in the tied embedding's sum) / step per rank, mean over "
       "ranks; sim: simulate() fed this run's "
@@ -550,6 +554,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
                           {"single_step_ms", t_single},
                           {"two_ranks_step_ms", median(two_ms)},
                           {"ceiling", ceiling},
+                          {"pingpong_us", pingpongs},
                           {"targets", verdicts},
                           {"results", results}}
                          .dump(2));

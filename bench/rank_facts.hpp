@@ -1,7 +1,8 @@
 // What each rank of a Loom benchmark worker reports about how it ran: the
 // cores it was bound to, its CPU share over the timed steps (bench_util.hpp's
 // CpuShare: every thread, the progress thread included) and its peak RSS,
-// gathered so that rank 0 prints them for every rank.
+// gathered so that rank 0 prints them for every rank; and how far apart ranks
+// 0 and 1 sit (NOTE [placement probe]), measured there.
 #pragma once
 
 #include <cmath>
@@ -11,12 +12,18 @@
 
 #include "bench_util.hpp"
 #include "loom/loom.hpp"
+#include "placement_probe.hpp"
 
 namespace loom::bench {
 
-// {"binding": [[cores of rank 0], ...], "cpu_share": [...], "peak_rss_bytes": [...]},
-// the same on every rank.
+// {"binding": [[cores of rank 0], ...], "cpu_share": [...], "peak_rss_bytes": [...],
+// "pingpong_us": ...}, the same on every rank. The ping-pong runs over
+// MPI_COMM_WORLD, so only where `comm` holds every rank of it (else 0).
 inline nlohmann::json gather_rank_facts(comm::Communicator& comm, double cpu_share) {
+  int world_ranks = 1, initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) MPI_Comm_size(MPI_COMM_WORLD, &world_ranks);
+  const double pingpong = comm.size() == world_ranks ? pingpong_us() : 0.0;
   constexpr int64_t kMaskWords = CPU_SETSIZE / 64;
   constexpr int64_t kFields = 2 + kMaskWords;  // share in millionths, RSS, core mask
   std::vector<int64_t> mine(kFields, 0);
@@ -44,7 +51,10 @@ inline nlohmann::json gather_rank_facts(comm::Communicator& comm, double cpu_sha
     }
     binding.push_back(cores);
   }
-  return {{"binding", binding}, {"cpu_share", share}, {"peak_rss_bytes", rss}};
+  return {{"binding", binding},
+          {"cpu_share", share},
+          {"peak_rss_bytes", rss},
+          {"pingpong_us", pingpong}};
 }
 
 }  // namespace loom::bench

@@ -113,6 +113,7 @@
 #include "bench_util.hpp"
 #include "loom/loom.hpp"
 #include "peer.hpp"
+#include "placement_probe.hpp"
 #include "rank_facts.hpp"
 #include "run_json.hpp"
 
@@ -225,6 +226,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
                             "act MiB", "LN MiB", "peak MiB", "cores/rank", "lowest", "rounds ms"});
   json results = json::array();
   std::vector<std::string> verdicts, busy;
+  std::vector<double> pingpongs;  // NOTE [placement probe], every run with two ranks
   bool all_pass = true;
   for (const auto& model : f.models) {
     const BenchGPT b = bench_gpt(model);
@@ -242,6 +244,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
         std::string why;
         const auto out = loom::bench::run_json(command, why);
         LOOM_CHECK(out.has_value(), why);
+        if (run.ranks > 1) pingpongs.push_back(out->value("pingpong_us", 0.0));
         const auto shares = out->at("cpu_share").get<std::vector<double>>();
         loom::bench::require_one_core("Loom " + run.label, shares);
         Series& s = runs[run.key];
@@ -374,6 +377,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
     all_pass = all_pass && halved;
   }
   table.print();
+  std::printf("%s\n", loom::bench::pingpong_text(pingpongs).c_str());
   std::printf(
       "eff: T1 / (tp T); ceiling eff: the same for the no-comm pair (NOTE [ceiling]); of ceiling: "
       "T(no comm) / T(tp), per round, median. GFLOP/s/rank: FLOPs the ops counted on one rank "
@@ -395,6 +399,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
   if (!f.json_path.empty()) {
     loom::bench::write_file_atomically(f.json_path,
                                        json{{"rounds", f.rounds},
+                                            {"pingpong_us", pingpongs},
                                             {"steps", w.steps},
                                             {"warmup", w.warmup},
                                             {"cores", std::thread::hardware_concurrency()},
