@@ -148,8 +148,9 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--precision", f.precision,
                  "matrix products in fp32, or bf16/fp16 (operands rounded, f32 accumulation; "
                  "parameters, norms, softmax, the loss and the residual stream stay f32; the "
-                 "MLP's hidden activations and the attention's q, k, v, probabilities and output "
-                 "in bf16 under bf16; fp16 with dynamic loss scaling: docs/nn.md)")
+                 "MLP's hidden activations, the attention's q, k, v, probabilities and output, "
+                 "and on the host the logits in bf16 under bf16; fp16 with dynamic loss scaling: "
+                 "docs/nn.md)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--grad-reduce", f.grad_reduce,
                  "the dtype gradients are averaged over dp in: fp32, or bf16 (half the bytes, "

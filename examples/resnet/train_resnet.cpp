@@ -511,9 +511,9 @@ int main(int argc, char** argv) {
                 "virtual stages entries of at least 1 (default: balanced by counted FLOPs)",
                 /*accumulation=*/true);
   app.add_option("--precision", f.precision,
-                 "the convolutions' and the classifier's products in fp32, or on bf16-rounded "
-                 "operands with f32 accumulation (parameters, activations, BatchNorm and the "
-                 "loss stay f32; docs/nn.md)")
+                 "the convolutions' and the classifier's products in fp32, or on bf16 operands "
+                 "with f32 accumulation, the activations after the stem in bf16 (parameters, "
+                 "BatchNorm statistics, the logits and the loss stay f32; docs/nn.md)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_flag("--forward-only", f.forward_only, "time forward passes only (eval mode)");
   app.add_flag("--profile", f.profile, "per-op table at the end (also LOOM_PROFILE=1)");
