@@ -73,6 +73,65 @@ void check_passes(const Shape2d& s) {
   }
 }
 
+// check(s) for every shape, on both bf16 GEMM kernels (the vdpbf16ps one where
+// the CPU has it).
+template <typename Check>
+void on_both_kernels(const std::vector<Shape2d>& shapes, Check check) {
+  std::vector<const char*> choices = {"fallback"};
+  if (kernels::cpu::bf16_dot_gemm_available()) choices.push_back("native");
+  for (const char* choice : choices) {
+    const loom::test::KernelChoice kernel(choice);
+    for (const Shape2d& s : shapes) {
+      INFO("kernel " << choice << ": n " << s.n << " c_in " << s.c_in << " " << s.h << "x" << s.w
+                     << " c_out " << s.c_out << " kernel " << s.kernel << " stride " << s.stride
+                     << " padding " << s.padding);
+      check(s);
+    }
+  }
+}
+
+// With bf16 activations every pass of s gives the bits of its f32 pass on the
+// widened values, rounded once.
+void check_bf16_activations(const Shape2d& s) {
+  kernels::Conv2dParams params{.stride = s.stride, .padding = s.padding};
+  params.operands = DType::bf16;
+  const Tensor x16 = random_tensor({s.n, s.c_in, s.h, s.w}, 31).to(DType::bf16);
+  const Tensor w = random_tensor({s.c_out, s.c_in, s.kernel, s.kernel}, 32);
+  const Tensor b = random_tensor({s.c_out}, 33);
+  const Shape y_shape = kernels::conv2d_output_shape(x16.shape(), w.shape(), params);
+  const Tensor dy16 = random_tensor(y_shape, 34).to(DType::bf16);
+  const Tensor x = x16.to(DType::f32), dy = dy16.to(DType::f32);
+
+  for (const Tensor& bias : {b, Tensor()}) {
+    INFO("bias " << bias.defined());
+    const Tensor y = Tensor::empty(y_shape), y16 = Tensor::empty(y_shape, DType::bf16);
+    kernels::conv2d_forward(x, w, bias, y, params);
+    kernels::conv2d_forward(x16, w, bias, y16, params);
+    CHECK(same_bits(y16, y.to(DType::bf16)));
+    const Tensor y_from_bf16 = Tensor::empty(y_shape),
+                 y_from_f32 = Tensor::empty(y_shape, DType::bf16);
+    kernels::conv2d_forward(x16, w, bias, y_from_bf16, params);  // bf16 in, f32 out
+    CHECK(same_bits(y_from_bf16, y));
+    kernels::conv2d_forward(x, w, bias, y_from_f32, params);  // f32 in, bf16 out (a stem)
+    CHECK(same_bits(y_from_f32, y16));
+  }
+
+  const Tensor dx = Tensor::empty(x.shape()), dx16 = Tensor::empty(x.shape(), DType::bf16);
+  kernels::conv2d_backward_input(dy, w, dx, params);
+  kernels::conv2d_backward_input(dy16, w, dx16, params);
+  CHECK(same_bits(dx16, dx.to(DType::bf16)));
+
+  for (const bool accumulate : {false, true}) {
+    INFO("accumulate " << accumulate);
+    const Tensor dw = random_tensor(w.shape(), 35), db = random_tensor({s.c_out}, 36);
+    const Tensor dw16 = dw.clone(), db16 = db.clone();
+    kernels::conv2d_backward_weight(x, dy, dw, db, params, accumulate);
+    kernels::conv2d_backward_weight(x16, dy16, dw16, db16, params, accumulate);
+    CHECK(same_bits(dw16, dw));
+    CHECK(same_bits(db16, db));
+  }
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -148,17 +207,7 @@ TEST_CASE(
       {2, 10, 8, 8, 12, 1, 2, 0},  {1, 9, 6, 10, 7, 3, 2, 1},  {2, 8, 16, 16, 72, 3, 2, 1},
       {2, 8, 9, 9, 6, 3, 2, 1},    {2, 8, 10, 10, 6, 3, 1, 0}, {2, 4, 12, 12, 6, 5, 2, 2},
       {2, 3, 16, 16, 16, 3, 1, 1}, {3, 16, 4, 4, 8, 1, 1, 0},  {2, 6, 13, 13, 5, 3, 3, 1}};
-  std::vector<const char*> choices = {"fallback"};
-  if (kernels::cpu::bf16_dot_gemm_available()) choices.push_back("native");
-  for (const char* choice : choices) {
-    const loom::test::KernelChoice kernel(choice);
-    for (const Shape2d& s : shapes) {
-      INFO("kernel " << choice << ": n " << s.n << " c_in " << s.c_in << " " << s.h << "x" << s.w
-                     << " c_out " << s.c_out << " kernel " << s.kernel << " stride " << s.stride
-                     << " padding " << s.padding);
-      check_passes(s);
-    }
-  }
+  on_both_kernels(shapes, check_passes);
 }
 
 TEST_CASE("conv2d with bf16 operands: bad input is refused, naming the rule",
@@ -206,52 +255,7 @@ TEST_CASE(
       {2, 3, 16, 16, 16, 3, 1, 1}, {2, 8, 9, 9, 6, 3, 2, 1},     {16, 16, 4, 4, 32, 3, 1, 1},
       {16, 32, 8, 8, 16, 3, 2, 1}, {16, 16, 8, 8, 16, 3, 1, 1},  {1, 8, 5, 7, 6, 3, 1, 1},
       {2, 80, 8, 8, 20, 3, 1, 1},  {2, 80, 16, 16, 24, 3, 2, 1}};
-  std::vector<const char*> choices = {"fallback"};
-  if (kernels::cpu::bf16_dot_gemm_available()) choices.push_back("native");
-  for (const char* choice : choices) {
-    const loom::test::KernelChoice kernel(choice);
-    for (const Shape2d& s : shapes) {
-      INFO("kernel " << choice << ": n " << s.n << " c_in " << s.c_in << " " << s.h << "x" << s.w
-                     << " c_out " << s.c_out << " kernel " << s.kernel << " stride " << s.stride);
-      kernels::Conv2dParams params{.stride = s.stride, .padding = s.padding};
-      params.operands = DType::bf16;
-      const Tensor x16 = random_tensor({s.n, s.c_in, s.h, s.w}, 31).to(DType::bf16);
-      const Tensor w = random_tensor({s.c_out, s.c_in, s.kernel, s.kernel}, 32);
-      const Tensor b = random_tensor({s.c_out}, 33);
-      const Shape y_shape = kernels::conv2d_output_shape(x16.shape(), w.shape(), params);
-      const Tensor dy16 = random_tensor(y_shape, 34).to(DType::bf16);
-      const Tensor x = x16.to(DType::f32), dy = dy16.to(DType::f32);
-
-      for (const Tensor& bias : {b, Tensor()}) {
-        INFO("bias " << bias.defined());
-        const Tensor y = Tensor::empty(y_shape), y16 = Tensor::empty(y_shape, DType::bf16);
-        kernels::conv2d_forward(x, w, bias, y, params);
-        kernels::conv2d_forward(x16, w, bias, y16, params);
-        CHECK(same_bits(y16, y.to(DType::bf16)));
-        const Tensor y_from_bf16 = Tensor::empty(y_shape),
-                     y_from_f32 = Tensor::empty(y_shape, DType::bf16);
-        kernels::conv2d_forward(x16, w, bias, y_from_bf16, params);  // bf16 in, f32 out
-        CHECK(same_bits(y_from_bf16, y));
-        kernels::conv2d_forward(x, w, bias, y_from_f32, params);  // f32 in, bf16 out (a stem)
-        CHECK(same_bits(y_from_f32, y16));
-      }
-
-      const Tensor dx = Tensor::empty(x.shape()), dx16 = Tensor::empty(x.shape(), DType::bf16);
-      kernels::conv2d_backward_input(dy, w, dx, params);
-      kernels::conv2d_backward_input(dy16, w, dx16, params);
-      CHECK(same_bits(dx16, dx.to(DType::bf16)));
-
-      for (const bool accumulate : {false, true}) {
-        INFO("accumulate " << accumulate);
-        const Tensor dw = random_tensor(w.shape(), 35), db = random_tensor({s.c_out}, 36);
-        const Tensor dw16 = dw.clone(), db16 = db.clone();
-        kernels::conv2d_backward_weight(x, dy, dw, db, params, accumulate);
-        kernels::conv2d_backward_weight(x16, dy16, dw16, db16, params, accumulate);
-        CHECK(same_bits(dw16, dw));
-        CHECK(same_bits(db16, db));
-      }
-    }
-  }
+  on_both_kernels(shapes, check_bf16_activations);
 }
 
 TEST_CASE("nn::Conv2d under bf16 precision multiplies bf16-rounded operands, f32 in and out",
