@@ -255,8 +255,9 @@ void run_device(Bench& bench, Device device, bool quick) {
   }
 
   // Convolutions at ResNet-18's CIFAR layers (batch 32; --quick: 4), each pass in
-  // f32 and on bf16-rounded operands of f32 tensors (what nn::Conv2d runs under
-  // bf16 precision; kernels/conv2d.hpp), the latter against the bf16 peak.
+  // f32, on bf16-rounded operands of f32 tensors ("bf16->f32"), and on bf16
+  // activations in and out ("bf16": what nn::Conv2d runs under bf16 precision;
+  // kernels/conv2d.hpp), the latter two against the bf16 peak.
   if (device.is_cpu()) {
     struct ConvShape {
       const char* name;
@@ -267,15 +268,21 @@ void run_device(Bench& bench, Device device, bool quick) {
          {ConvShape{"64x32x32 3x3", 64, 32, 64, 1}, ConvShape{"128x16x16 3x3", 128, 16, 128, 1},
           ConvShape{"256x8x8 3x3", 256, 8, 256, 1}, ConvShape{"512x4x4 3x3", 512, 4, 512, 1},
           ConvShape{"64x32x32 3x3/2", 64, 32, 128, 2}}) {
-      const Tensor x = random_tensor({images, c.channels, c.size, c.size}, DType::f32, device, 4);
+      const Tensor x32 = random_tensor({images, c.channels, c.size, c.size}, DType::f32, device, 4);
       const Tensor w = random_tensor({c.out_channels, c.channels, 3, 3}, DType::f32, device, 5);
-      const Tensor dx = Tensor::empty(x.shape()), dw = Tensor::empty(w.shape());
-      for (const DType operands : {DType::f32, DType::bf16}) {
+      const Tensor dw = Tensor::empty(w.shape());
+      struct Variant {
+        DType operands, activations;
+      };
+      for (const Variant v : {Variant{DType::f32, DType::f32}, Variant{DType::bf16, DType::f32},
+                              Variant{DType::bf16, DType::bf16}}) {
+        const DType operands = v.operands;
         const loom::kernels::Conv2dParams params{
             .stride = c.stride, .padding = 1, .operands = operands};
-        const Tensor y =
-            Tensor::empty(loom::kernels::conv2d_output_shape(x.shape(), w.shape(), params));
-        const Tensor dy = random_tensor(y.shape(), DType::f32, device, 6);
+        const Tensor x = x32.to(v.activations), dx = Tensor::empty(x.shape(), v.activations);
+        const Tensor y = Tensor::empty(
+            loom::kernels::conv2d_output_shape(x.shape(), w.shape(), params), v.activations);
+        const Tensor dy = random_tensor(y.shape(), DType::f32, device, 6).to(v.activations);
         using loom::kernels::Conv2dPass;
         for (const auto& [pass, name, run] :
              {std::tuple{Conv2dPass::forward, "conv2d forward", std::function<void()>([&] {
@@ -290,8 +297,11 @@ void run_device(Bench& bench, Device device, bool quick) {
                   })}}) {
           Result r(device, name, images, operands);
           r.shape = loom::str_cat("N", images, " ", c.name);
-          if (operands == DType::bf16) r.dtype = "bf16->f32";
-          r.cost = loom::kernels::conv2d_cost(pass, x.shape(), w.shape(), false, params, operands);
+          if (operands == DType::bf16) {
+            r.dtype = v.activations == DType::bf16 ? "bf16" : "bf16->f32";
+          }
+          r.cost =
+              loom::kernels::conv2d_cost(pass, x.shape(), w.shape(), false, params, v.activations);
           r.seconds = bench.time(device, run);
           bench.results.push_back(r);
         }

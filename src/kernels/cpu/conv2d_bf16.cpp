@@ -46,8 +46,10 @@
 // 256x8x8 12.5-13.6 -> 10.1-10.4, 128x16x16 12.5-14.3 -> 11.5-12.3, and
 // ResNet-18's bf16 step from 1.06x to 0.95-1.05x (median 1.00x) PyTorch's autocast step
 // (docs/kernels.md). What is left: the 64x32x32 layer's passes (30% of the
-// conv time) run at 62-73% of the dot-product peak, their B panel packing
-// ~15% of the forward.
+// conv time) run at 73-78% of the dot-product peak on bf16 activations; their
+// tiles at about the peak, the B panels packed from the image 15% of the
+// forward, the transposed B packing and the im2col 13% and 7.5% of the
+// weight gradient (64 output channels: 8 row strips per packed panel).
 #include "kernels/cpu/conv2d_bf16.hpp"
 
 #include <algorithm>
