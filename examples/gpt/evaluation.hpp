@@ -23,8 +23,8 @@ struct Loss {
     return vocab_parallel ? vocab_parallel->forward(logits, targets, tape)
                           : full.forward(logits, targets, tape);
   }
-  loom::Tensor backward(loom::nn::Tape& tape) {
-    return vocab_parallel ? vocab_parallel->backward(tape) : full.backward(tape);
+  loom::Tensor backward(loom::nn::Tape& tape, float dloss = 1.0f) {
+    return vocab_parallel ? vocab_parallel->backward(tape, dloss) : full.backward(tape, dloss);
   }
 };
 

@@ -332,11 +332,11 @@ int run(const Flags& f) {
       zero.optimizer().set_lr(schedule.lr_at(step));
       pipeline_stats = executor->step(
           [&](int m) { return inputs[static_cast<size_t>(m)]; },
-          [&](const Tensor& logits, int m) {
+          [&](const Tensor& logits, int m, float dloss) {
             nn::Tape loss_tape;
             const double value =
                 loss_fn.forward(logits, targets[static_cast<size_t>(m)], loss_tape).item<float>();
-            return pl::LossOutput{value, loss_fn.backward(loss_tape)};
+            return pl::LossOutput{value, loss_fn.backward(loss_tape, dloss)};
           },
           [&](int m) { return step_seed * 131 + static_cast<uint64_t>(m); });
       loss = pipeline_stats.loss;
@@ -366,9 +366,10 @@ int run(const Flags& f) {
         const Tensor logits = model->forward(inputs[static_cast<size_t>(m)], tape);
         loss += loss_fn.forward(logits, targets[static_cast<size_t>(m)], loss_tape).item<float>() /
                 m_count;
-        const Tensor dlogits = loss_fn.backward(loss_tape);
-        if (scaler) scaler->scale_gradient(dlogits);  // fp16: S x the loss gradient
-        if (m_count > 1) kernels::scale(dlogits, 1.0f / static_cast<float>(m_count), dlogits);
+        // The loss gradient times 1/M and fp16's scale S, applied while it is
+        // still f32 (one rounding to bf16 or f16 logits' dtype).
+        const double dloss = (scaler ? scaler->scale() : 1.0) / m_count;
+        const Tensor dlogits = loss_fn.backward(loss_tape, static_cast<float>(dloss));
         if (m + 1 < m_count) {
           const auto accumulate = zero.no_sync();
           model->backward(dlogits, tape);

@@ -382,11 +382,11 @@ int run(const Flags& f) {
     } else if (executor) {
       const pl::StepStats stats = executor->step(
           [&](int m) { return images[static_cast<size_t>(m)]; },
-          [&](const Tensor& logits, int m) {
+          [&](const Tensor& logits, int m, float dloss) {
             nn::Tape loss_tape;
             const double value =
                 loss_fn.forward(logits, labels[static_cast<size_t>(m)], loss_tape).item<float>();
-            return pl::LossOutput{value, loss_fn.backward(loss_tape)};
+            return pl::LossOutput{value, loss_fn.backward(loss_tape, dloss)};
           });
       loss = stats.loss;
       norm = stats.grad_norm;
@@ -408,8 +408,8 @@ int run(const Flags& f) {
         nn::Tape tape, loss_tape;
         const Tensor logits = model->forward(images[static_cast<size_t>(m)], tape);
         loss += loss_fn.forward(logits, labels[static_cast<size_t>(m)], loss_tape).item<float>();
-        const Tensor dlogits = loss_fn.backward(loss_tape);
-        kernels::scale(dlogits, 1.0f / static_cast<float>(micro_batches), dlogits);
+        const Tensor dlogits =
+            loss_fn.backward(loss_tape, 1.0f / static_cast<float>(micro_batches));
         if (m + 1 < micro_batches) {
           const auto accumulate = zero.no_sync();
           model->backward(dlogits, tape);

@@ -25,6 +25,7 @@
 
 #include <cmath>
 
+#include <optional>
 #include <set>
 
 #include "kernels/cpu/packed_gemm.hpp"
@@ -450,7 +451,7 @@ TEST_CASE("pipeline executor: after a step that threw, the next step refuses to 
   pl::PipelineExecutor executor(s, *solo[0], chunks.modules(), zero);
   const Tensor ids = Tensor::zeros({2, config.seq_len}, DType::i32);
   auto input = [&](int) { return ids; };
-  auto failing_loss = [&](const Tensor&, int m) -> pl::LossOutput {
+  auto failing_loss = [&](const Tensor&, int m, float) -> pl::LossOutput {
     throw Error(str_cat("the loss of micro-batch ", m, " failed"));
   };
   CHECK_THROWS_WITH(executor.step(input, failing_loss),
@@ -471,7 +472,7 @@ TEST_CASE("pipeline executor: a non-finite gradient norm skips the optimizer ste
   const Tensor ids = Tensor::zeros({2, config.seq_len}, DType::i32);
   auto input = [&](int) { return ids; };
   const std::vector<float> before = chunks.parameters().front()->value().to_vector<float>();
-  auto nan_loss = [&](const Tensor& logits, int) {
+  auto nan_loss = [&](const Tensor& logits, int, float) {
     return pl::LossOutput{1.0, Tensor::full(logits.shape(), std::nan(""))};
   };
   const pl::StepStats stats = executor.step(input, nan_loss);
@@ -479,12 +480,64 @@ TEST_CASE("pipeline executor: a non-finite gradient norm skips the optimizer ste
   CHECK_FALSE(stats.stepped);
   CHECK(chunks.parameters().front()->value().to_vector<float>() == before);
   // A finite step goes on afterwards and updates the parameters.
-  auto zero_loss = [&](const Tensor& logits, int) {
+  auto zero_loss = [&](const Tensor& logits, int, float) {
     return pl::LossOutput{1.0, Tensor::full(logits.shape(), 0.01)};
   };
   const pl::StepStats next = executor.step(input, zero_loss);
   CHECK(next.stepped);
   CHECK(chunks.parameters().front()->value().to_vector<float>() != before);
+}
+
+TEST_CASE(
+    "pipeline executor: the loss gets 1/M times the loss scale as its dloss and its gradient is "
+    "sent as returned, not rescaled after rounding",
+    "[pipeline][precision]") {
+  // Scaling bf16 logits' gradients after the loss rounded them would round
+  // them twice when M is not a power of two; the loss applies dloss while its
+  // gradient is still f32.
+  struct Case {
+    const char* precision;
+    double loss_scale;  // 0: no LossScaler
+    DType dlogits_dtype;
+  };
+  for (const Case c : {Case{"bf16", 0, DType::bf16}, Case{"fp16", 1024, DType::f32}}) {
+    INFO(c.precision);
+    models::GPTConfig config = executor_test_config();
+    config.module.precision = nn::precision_from_string(c.precision);
+    const pl::Schedule s = pl::schedule_1f1b(1, 3);
+    auto solo = comm::make_local_group(1, "pp");
+    auto dp = comm::make_local_group(1, "dp");
+    const pl::GPTChunks chunks = pl::build_gpt_chunks(config, s, 0);
+    parallel::ZeroOptimizer zero(chunks.parameters(), *dp[0], optim::SgdOptions{.lr = 0.1},
+                                 {.stage = 0});
+    std::optional<optim::LossScaler> scaler;
+    if (c.loss_scale > 0) scaler.emplace(optim::LossScalerOptions{.initial_scale = c.loss_scale});
+    pl::PipelineExecutor executor(s, *solo[0], chunks.modules(), zero,
+                                  {.loss_scaler = scaler ? &*scaler : nullptr});
+    const Tensor ids = Tensor::zeros({2, config.seq_len}, DType::i32);
+    nn::CrossEntropyLoss cross_entropy;
+    std::vector<float> dlosses;
+    std::vector<Tensor> returned;
+    std::vector<std::vector<float>> returned_values;
+    auto loss = [&](const Tensor& logits, int, float dloss) {
+      dlosses.push_back(dloss);
+      nn::Tape tape;
+      const double value = cross_entropy.forward(logits, ids, tape).item<float>();
+      Tensor dlogits = cross_entropy.backward(tape, dloss);
+      returned.push_back(dlogits);
+      returned_values.push_back(dlogits.to(DType::f32).to_vector<float>());
+      return pl::LossOutput{value, dlogits};
+    };
+    const pl::StepStats stats = executor.step([&](int) { return ids; }, loss);
+    CHECK(stats.stepped);
+    const double scale = c.loss_scale > 0 ? c.loss_scale : 1.0;
+    CHECK(dlosses == std::vector<float>(3, static_cast<float>(scale / 3)));
+    REQUIRE(returned.size() == 3);
+    for (size_t m = 0; m < returned.size(); ++m) {
+      CHECK(returned[m].dtype() == c.dlogits_dtype);
+      CHECK(returned[m].to(DType::f32).to_vector<float>() == returned_values[m]);
+    }
+  }
 }
 
 TEST_CASE(
@@ -515,10 +568,10 @@ TEST_CASE(
       const Tensor ids = Tensor::zeros({2, config.seq_len}, DType::i32);
       nn::CrossEntropyLoss cross_entropy;
       for (int step = 0; step < 3; ++step) {
-        auto loss = [&](const Tensor& logits, int m) {
+        auto loss = [&](const Tensor& logits, int m, float dloss) {
           nn::Tape tape;
           const double value = cross_entropy.forward(logits, ids, tape).item<float>();
-          Tensor dlogits = cross_entropy.backward(tape);
+          Tensor dlogits = cross_entropy.backward(tape, dloss);
           // Step 1, micro-batch 1: an overflow in the loss gradient.
           if (step == 1 && m == 1) dlogits = Tensor::full(logits.shape(), HUGE_VAL);
           return pl::LossOutput{value, dlogits};

@@ -8,8 +8,7 @@
 // `growth_interval` good steps in a row S grows again.
 //
 //   optim::LossScaler scaler;                  // S = 65536
-//   Tensor dlogits = loss.backward(loss_tape);
-//   scaler.scale_gradient(dlogits);           // S x dL/dlogits
+//   Tensor dlogits = loss.backward(loss_tape, scaler.scale());  // S x dL/dlogits
 //   model.backward(dlogits, tape);
 //   zero.finish();
 //   const double norm = zero.clip_grad_norm(max_norm, scaler.scale());  // true norm; unscales
@@ -43,7 +42,10 @@ class LossScaler {
   explicit LossScaler(const LossScalerOptions& options = {});
 
   double scale() const { return scale_; }
-  // Multiplies the loss gradient by scale(), in place (f32, bf16 or f16, any device).
+  // Multiplies the loss gradient by scale(), in place (f32, bf16 or f16, any
+  // device). Exact when S is a power of two; passing S (times 1/M under
+  // gradient accumulation) to the loss's backward instead applies it before
+  // the gradient is rounded to the logits' dtype.
   void scale_gradient(const Tensor& dloss) const;
   // After backward: the true global gradient norm of this step (non-finite on
   // every rank when any gradient overflowed). Returns whether the optimizer

@@ -9,7 +9,7 @@
 
 #include "loom/core/error.hpp"
 #include "loom/core/stream.hpp"
-#include "loom/kernels/elementwise.hpp"
+#include "loom/kernels/gemm.hpp"
 #include "loom/parallel/pipeline/validate.hpp"
 #include "loom/trace/profiler.hpp"
 #include "stage_messages.hpp"
@@ -236,7 +236,8 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
 
   // Tensors between actions, named like messages: activation (m, c) is chunk
   // c's output, gradient (m, c) chunk c's input gradient; gradient (m, last
-  // chunk + 1) is the loss's gradient of the logits, scaled by 1 / M.
+  // chunk + 1) is the loss's gradient of the logits, scaled by 1 / M (and
+  // fp16's loss scale).
   using Key = std::tuple<MessageKind, int, int>;
   std::map<Key, Tensor> values;
   auto take_value = [&](MessageKind kind, int m, int chunk, const Action& by) {
@@ -310,18 +311,15 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
         stats.peak_tapes = std::max(stats.peak_tapes, ++live_tapes);
         Tensor y = module_of(a.chunk).forward(x, *tape);
         if (a.chunk == last_chunk) {
-          LossOutput out = loss_fn(y, a.micro_batch);
+          // The mean over micro-batches, times the loss scale (fp16).
+          const double dloss = stats.loss_scale / micro_batches;
+          LossOutput out = loss_fn(y, a.micro_batch, static_cast<float>(dloss));
           LOOM_CHECK(out.dlogits.defined() && out.dlogits.shape() == y.shape() &&
                          out.dlogits.dtype() == y.dtype(),
                      "pipeline executor: the loss of micro-batch ", a.micro_batch,
                      " returned dlogits ", out.dlogits.defined() ? out.dlogits.str() : "undefined",
                      " for logits ", y.str(), "; it must have the logits' shape and dtype");
           loss_sum += out.loss;
-          // The mean over micro-batches, times the loss scale (fp16).
-          const double factor = stats.loss_scale / micro_batches;
-          if (factor != 1.0) {
-            kernels::scale(out.dlogits, static_cast<float>(factor), out.dlogits);
-          }
           put_value(MessageKind::gradient, a.micro_batch, last_chunk + 1, std::move(out.dlogits));
         } else {
           put_value(MessageKind::activation, a.micro_batch, a.chunk, std::move(y));

@@ -108,12 +108,15 @@ using InputProvider = std::function<Tensor(int micro_batch)>;
 
 struct LossOutput {
   double loss = 0;  // the micro-batch's loss (a mean over its rows)
-  Tensor dlogits;   // d loss / d logits, the logits' shape and dtype; not scaled
-                    // by 1/M (the executor scales it, in place)
+  Tensor dlogits;   // dloss x d loss / d logits, the logits' shape and dtype
 };
 // Called on the rank holding the last chunk, right after micro-batch m's
-// forward there, with that chunk's output.
-using LossFunction = std::function<LossOutput(const Tensor& logits, int micro_batch)>;
+// forward there, with that chunk's output. `dloss` is the factor the step's
+// gradient needs on this micro-batch's loss: 1/M for the mean over the M
+// micro-batches, times fp16's loss scale. Apply it inside the loss's backward
+// (`CrossEntropyLoss::backward(tape, dloss)`), where the gradient is still
+// f32: scaling bf16 or f16 logits' gradients afterwards rounds them twice.
+using LossFunction = std::function<LossOutput(const Tensor& logits, int micro_batch, float dloss)>;
 
 // The random seed of micro-batch m's tapes (dropout), as a single-rank run
 // would give the micro-batch. Without one, every tape's seed is 0.
