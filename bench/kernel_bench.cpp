@@ -419,6 +419,27 @@ void run_device(Bench& bench, Device device, bool quick) {
     normal.cost = {0, static_cast<double>(n) * 4};
     normal.seconds = bench.time(device, [&] { loom::fill_normal(f32, {1, 2}, 0.0f, 1.0f); });
     bench.results.push_back(normal);
+    // Optimizer steps on f32 parameters (ZeRO's and mixed precision's fp32
+    // masters): one fused pass over parameter, gradient and state, AdamW 28
+    // bytes per element, SGD with momentum 20 (kernels/optimizer_update.hpp).
+    const Tensor param = random_tensor({n}, DType::f32, device, 4);
+    const Tensor grad = random_tensor({n}, DType::f32, device, 5);
+    const Tensor exp_avg = Tensor::zeros({n}, DType::f32, device);
+    const Tensor exp_avg_sq = Tensor::zeros({n}, DType::f32, device);
+    int64_t t = 0;
+    Result adamw(device, "adamw update", n, DType::f32);
+    adamw.cost = loom::kernels::adamw_update_cost(param);
+    adamw.seconds = bench.time(device, [&] {
+      loom::kernels::adamw_update(param, grad, exp_avg, exp_avg_sq,
+                                  {.lr = 1e-4, .weight_decay = 0.1, .step = ++t});
+    });
+    bench.results.push_back(adamw);
+    const loom::kernels::SgdUpdate sgd_options{.lr = 1e-4, .momentum = 0.9, .weight_decay = 5e-4};
+    Result sgd(device, "sgd update", n, DType::f32);
+    sgd.cost = loom::kernels::sgd_update_cost(param, sgd_options);
+    sgd.seconds =
+        bench.time(device, [&] { loom::kernels::sgd_update(param, grad, exp_avg, sgd_options); });
+    bench.results.push_back(sgd);
   }
 }
 

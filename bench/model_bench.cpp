@@ -21,12 +21,23 @@
 // wall time of their timed steps is recorded; a comparison where either used
 // more than 1.15 cores is refused (exit 1).
 //
-// Configurations (issue 4), identical on both sides:
-//   gpt:    vocab 8192, 4 layers, d_model 256, 4 heads, seq 128, micro-batch 8,
-//           AdamW(lr 3e-4, betas 0.9/0.95, wd 0.1 on every parameter), no dropout
-//   resnet: ResNet-18 CIFAR stem, 32x32, 10 classes, batch 32,
-//           SGD(lr 0.1, momentum 0.9, wd 5e-4)
+// Configurations (bench_models.hpp), identical on both sides:
+//   gpt:      vocab 8192, 4 layers, d_model 256, 4 heads, seq 128, micro-batch 8,
+//             AdamW(lr 3e-4, betas 0.9/0.95, wd 0.1 on every parameter), no dropout
+//   resnet:   ResNet-18 CIFAR stem, 32x32, 10 classes, batch 32,
+//             SGD(lr 0.1, momentum 0.9, wd 5e-4)
+//   gpt2:     GPT-2 124M (12 layers, d_model 768, 12 heads, seq 1024, vocab
+//             50304), batch 8, the gpt's AdamW
+//   resnet50: ResNet-50, ImageNet stem, 224x224, 1000 classes, batch 32,
+//             the resnet's SGD
 // Inputs are random (step time does not depend on the data).
+//
+// --device cuda: Loom and the peer (the same script, torch on the GPU) on
+// CUDA device 0, each step ending in a device synchronisation; the one-core
+// refusal does not apply (the host thread only launches), and MFU is against
+// the GPU's data-sheet peak for the precision (trace/roofline.hpp), the
+// peer's from Loom's counted FLOPs of the same model over its step time.
+// --python names the peer's interpreter there (a GPU machine's own torch).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -56,6 +67,7 @@ using loom::bench::median;
 
 // One model's training step, built once and run for every round.
 struct LoomModel {
+  loom::Device device;
   std::unique_ptr<loom::nn::Module> model;
   std::unique_ptr<loom::optim::Optimizer> optimizer;
   Tensor inputs;
@@ -63,29 +75,36 @@ struct LoomModel {
   loom::nn::CrossEntropyLoss loss_fn;
   double last_loss = 0;
 
+  // Ends with the device's work done (the loss is read after the optimizer
+  // step, so a GPU step is not cut in two by a wait for the loss).
   void step() {
     loom::nn::Tape tape, loss_tape;
     Tensor logits = model->forward(inputs, tape);
-    last_loss = loss_fn.forward(logits, targets, loss_tape).item<float>();
+    const Tensor loss = loss_fn.forward(logits, targets, loss_tape);
     model->backward(loss_fn.backward(loss_tape), tape);
     optimizer->step();
     optimizer->zero_grad();
+    last_loss = loss.item<float>();
+    loom::current_stream(device).synchronize();
   }
 };
 
-LoomModel make_model(const std::string& name, loom::nn::Precision precision = {}) {
+LoomModel make_model(const std::string& name, loom::Device device,
+                     loom::nn::Precision precision = {}) {
   LoomModel m;
-  m.model = loom::bench::make_benchmark_model(name, precision);
+  m.device = device;
+  m.model = loom::bench::make_benchmark_model(name, precision, device);
   m.optimizer = loom::bench::make_benchmark_optimizer(name, *m.model);
   auto batch = loom::bench::benchmark_batch(name, 0);
-  m.inputs = batch.inputs;
-  m.targets = batch.targets;
+  m.inputs = batch.inputs.to(device);
+  m.targets = batch.targets.to(device);
   return m;
 }
 
 struct RoundResult {
   double median_ms = 0;
   double mfu = 0;
+  double flops = 0;      // counted per step (the median)
   double cpu_share = 0;  // over the timed steps
 };
 
@@ -106,11 +125,18 @@ RoundResult time_loom(LoomModel& m, int warmup, int steps, const loom::trace::Ro
   }
   share.stop();
   const double t = median(ms);
-  return {t, loom::trace::mfu(median(flops), t / 1e3, peak, precision), share.share()};
+  return {t, loom::trace::mfu(median(flops), t / 1e3, peak, precision), median(flops),
+          share.share()};
 }
 
-// The peer's columns, in the order the peer runs them.
-const std::vector<std::string> kColumns = {"eager", "compile", "bf16"};
+// The peer's columns, in the order the peer runs them; compile_bf16 only
+// when asked (--peer-columns).
+const std::vector<std::string> kColumns = {"eager", "compile", "bf16", "compile_bf16"};
+const std::vector<std::string> kDefaultColumns = {"eager", "compile", "bf16"};
+
+bool is_bf16_column(const std::string& c) {
+  return c == "bf16" || c == "compile_bf16";
+}
 
 // What every round measured for one peer column.
 struct PeerSeries {
@@ -122,6 +148,13 @@ std::string cell(double value, int digits) {
   return value >= 0 ? loom::bench::fixed(value, digits) : "-";
 }
 
+// "fp32%" or "fp32%|bf16%", each against its precision's peak; "-" for none.
+std::string mfu_text(double fp32, double bf16) {
+  std::string text = fp32 >= 0 ? loom::bench::fixed(100.0 * fp32, 1) + "%" : "-";
+  if (bf16 >= 0) text += "|" + loom::bench::fixed(100.0 * bf16, 1) + "%";
+  return text;
+}
+
 double max_of(const std::vector<double>& values) {
   return values.empty() ? -1 : *std::max_element(values.begin(), values.end());
 }
@@ -131,7 +164,7 @@ double max_of(const std::vector<double>& values) {
 int main(int argc, char** argv) {
   CLI::App app{"Loom vs PyTorch: single-rank training step time of GPT and ResNet-18"};
   std::vector<std::string> models = {"gpt", "resnet"};
-  std::vector<std::string> columns = kColumns;
+  std::vector<std::string> columns = kDefaultColumns;
   int steps = 10;
   int warmup = 2;
   int rounds = 3;
@@ -140,10 +173,14 @@ int main(int argc, char** argv) {
   const std::string script = std::string(LOOM_SOURCE_DIR) + "/bench/peers/torch_models.py";
   bool no_peer = false;
   std::string json_path;
-  app.add_option("--models", models, "gpt and/or resnet")
+  app.add_option(
+         "--models", models,
+         "gpt, resnet (issue 4's), gpt2 (GPT-2 124M), resnet50 (ImageNet); default gpt,resnet")
       ->delimiter(',')
-      ->check(CLI::IsMember({"gpt", "resnet"}));
-  app.add_option("--peer-columns", columns, "peer columns: eager, compile, bf16")
+      ->check(CLI::IsMember({"gpt", "resnet", "gpt2", "resnet50"}));
+  app.add_option("--peer-columns", columns,
+                 "peer columns: eager, compile, bf16 (autocast), compile_bf16 (torch.compile "
+                 "under autocast); default eager,compile,bf16")
       ->delimiter(',')
       ->check(CLI::IsMember(kColumns));
   app.add_option("--steps", steps, "timed steps per round")->check(flags::at_least(1));
@@ -161,13 +198,21 @@ int main(int argc, char** argv) {
                  "peer's bf16 autocast column)")
       ->delimiter(',')
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  std::string device_name = "cpu";
+  app.add_option("--device", device_name,
+                 "cpu, or cuda (Loom and the peer on CUDA device 0, steps synchronised)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--no-peer", no_peer, "time Loom only");
   app.add_option("--json", json_path, "also write the results here");
   CLI11_PARSE(app, argc, argv);
 
   const bool bf16 = std::find(precisions.begin(), precisions.end(), "bf16") != precisions.end();
   try {
-    const auto peak = loom::trace::Roofline::for_device(loom::Device::cpu());
+    const bool cuda = device_name == "cuda";
+    LOOM_CHECK(!cuda || loom::cuda_device_count() > 0,
+               "--device cuda: ", loom::cuda_unavailable_reason());
+    const loom::Device device = cuda ? loom::Device::cuda(0) : loom::Device::cpu();
+    const auto peak = loom::trace::Roofline::for_device(device);
     const std::vector<int> cores = loom::bench::cpu_affinity();
     std::printf("model_bench: %d round(s) x %d steps (+%d warm-up), 1 thread each, cores %s; %s\n",
                 rounds, steps, warmup, loom::bench::cores_text(cores).c_str(),
@@ -202,7 +247,8 @@ int main(int argc, char** argv) {
     if (bf16) rounds_header.insert(std::string("rounds Loom").size(), "|bf16");
     loom::bench::Table table({"model", "Loom ms/step", "eager ms", "Loom/eager", "compile ms",
                               "Loom/compile", "compile s", "autocast bf16 ms", "Loom bf16 ms",
-                              "bf16/fp32", "Loom bf16/autocast", "Loom MFU", "Loom loss",
+                              "bf16/fp32", "Loom bf16/autocast", "compile bf16 ms",
+                              "Loom bf16/compile bf16", "Loom MFU fp32|bf16", "Loom loss",
                               "cores Loom|peer", rounds_header + " ms"});
     nlohmann::json results = nlohmann::json::array();
     nlohmann::json peer_record;  // the last peer output: torch version, config, binding
@@ -211,10 +257,21 @@ int main(int argc, char** argv) {
     for (const auto& name : models) {
       // Loom in fp32 and/or bf16, as --precision asks.
       std::optional<LoomModel> m, m16;
-      if (fp32) m = make_model(name);
-      if (bf16) m16 = make_model(name, loom::nn::precision_from_string("bf16"));
+      // A precision Loom does not build for this model and device (bf16
+      // convolutions on CUDA) is noted and left out; the rest still runs.
+      auto try_make = [&](std::optional<LoomModel>& into, const char* precision) {
+        try {
+          into = make_model(name, device, loom::nn::precision_from_string(precision));
+        } catch (const loom::Error& e) {
+          notes.push_back(std::string("Loom ") + precision + " " + name + " on " + device.str() +
+                          " not run: " + e.what());
+        }
+      };
+      if (fp32) try_make(m, "fp32");
+      if (bf16) try_make(m16, "bf16");
       std::vector<double> loom16_ms, mfus16;
       std::vector<double> loom_ms, mfus, loom_share;
+      double flops = 0;  // Loom's counted FLOPs per step (the same model in both precisions)
       std::map<std::string, PeerSeries> peer;
       std::string why;
       std::string per_round;
@@ -223,6 +280,7 @@ int main(int argc, char** argv) {
         RoundResult loom_round;
         if (m) {
           loom_round = time_loom(*m, warmup, steps, peak);
+          flops = loom_round.flops;
           loom_ms.push_back(loom_round.median_ms);
           mfus.push_back(loom_round.mfu);
           loom_share.push_back(loom_round.cpu_share);
@@ -233,7 +291,8 @@ int main(int argc, char** argv) {
         if (m16) {
           const RoundResult r16 =
               time_loom(*m16, warmup, steps, peak, loom::trace::Precision::bf16);
-          loom::bench::require_one_core("Loom bf16", 0, r16.cpu_share);
+          if (!cuda) loom::bench::require_one_core("Loom bf16", 0, r16.cpu_share);
+          flops = r16.flops;
           loom16_ms.push_back(r16.median_ms);
           mfus16.push_back(r16.mfu);
           loom_share.push_back(r16.cpu_share);
@@ -249,11 +308,13 @@ int main(int argc, char** argv) {
                   loom::bench::shell_quote(python) + " " + loom::bench::shell_quote(script) +
                   " --model " + name + " --columns " + column_list + " --steps " +
                   std::to_string(steps) + " --warmup " + std::to_string(warmup) + " --threads " +
-                  std::to_string(peer_threads) + " --cores " + loom::bench::cores_text(cores),
+                  std::to_string(peer_threads) + " --cores " + loom::bench::cores_text(cores) +
+                  (cuda ? " --device cuda:0" : ""),
               why);
         }
-        // A comparison is made this round: both sides ran one thread, or it is refused.
-        if (out && m) loom::bench::require_one_core("Loom", 0, loom_round.cpu_share);
+        // A comparison is made this round: both sides ran one thread, or it
+        // is refused (on the host; a GPU step's host thread only launches).
+        if (out && m && !cuda) loom::bench::require_one_core("Loom", 0, loom_round.cpu_share);
         for (const auto& c : columns) {
           if (!out) {
             per_round += "/-";
@@ -268,7 +329,7 @@ int main(int argc, char** argv) {
               continue;
             }
             const double share = col.at("cpu_share").get<double>();
-            loom::bench::require_one_core("PyTorch " + c, 0, share);
+            if (!cuda) loom::bench::require_one_core("PyTorch " + c, 0, share);
             s.ms.push_back(col.at("median_ms").get<double>());
             s.cpu_share.push_back(share);
             if (col.contains("compile_s")) s.compile_s.push_back(col.at("compile_s").get<double>());
@@ -295,9 +356,11 @@ int main(int argc, char** argv) {
               loom::bench::fixed(median(std::vector<double>(cs.begin() + 1, cs.end())), 1) + ")";
         }
       }
-      if (peer.count("compile") && !peer.at("compile").error.empty()) {
-        compile_s = "failed";
-        notes.push_back("torch.compile failed for " + name + ": " + peer.at("compile").error);
+      if (peer.count("compile") && !peer.at("compile").error.empty()) compile_s = "failed";
+      for (const auto& [c, series] : peer) {
+        if (!series.error.empty()) {
+          notes.push_back("peer column " + c + " failed for " + name + ": " + series.error);
+        }
       }
       std::string shares = loom::bench::fixed(max_of(loom_share), 2) + " |";
       for (const auto& c : columns) {
@@ -305,6 +368,7 @@ int main(int argc, char** argv) {
       }
       const double loom16_median = m16 ? median(loom16_ms) : -1.0;
       const double autocast = has("bf16") ? peer_median("bf16") : -1.0;
+      const double compiled16 = has("compile_bf16") ? peer_median("compile_bf16") : -1.0;
       table.add(
           {name, m ? cell(loom_median, 1) : "-", has("eager") ? cell(peer_median("eager"), 1) : "",
            has("eager") ? ratio("eager") : "",
@@ -313,7 +377,9 @@ int main(int argc, char** argv) {
            has("bf16") ? cell(peer_median("bf16"), 1) : "", m16 ? cell(loom16_median, 1) : "-",
            m16 && m ? cell(loom16_median / loom_median, 2) : "-",
            m16 && autocast > 0 ? cell(loom16_median / autocast, 2) : "-",
-           m ? loom::bench::fixed(100.0 * median(mfus), 1) + "%" : "-",
+           has("compile_bf16") ? cell(compiled16, 1) : "",
+           m16 && compiled16 > 0 ? cell(loom16_median / compiled16, 2) : "-",
+           mfu_text(m ? median(mfus) : -1.0, m16 ? median(mfus16) : -1.0),
            m ? loom::bench::fixed(m->last_loss, 3) : "-", shares, per_round});
       if (!why.empty()) std::printf("peer unavailable for %s: %s\n", name.c_str(), why.c_str());
       nlohmann::json peers = nlohmann::json::array();
@@ -324,13 +390,19 @@ int main(int argc, char** argv) {
         p["column"] = c;
         p["label"] = c == "eager"     ? "torch eager fp32"
                      : c == "compile" ? "torch.compile (inductor) fp32"
-                                      : "torch eager, bf16 autocast";
+                     : c == "bf16"    ? "torch eager, bf16 autocast"
+                                      : "torch.compile (inductor), bf16 autocast";
         p["peer_ms"] = s.ms;
         p["peer_median_ms"] = peer_median(c);
-        p["ratio"] = c != "bf16" && m && peer_median(c) > 0 ? loom_median / peer_median(c) : -1.0;
+        p["ratio"] =
+            !is_bf16_column(c) && m && peer_median(c) > 0 ? loom_median / peer_median(c) : -1.0;
+        // The peer's MFU from Loom's count of the same model's FLOPs.
+        p["peer_mfu"] = loom::trace::mfu(
+            flops, peer_median(c) / 1e3, peak,
+            is_bf16_column(c) ? loom::trace::Precision::bf16 : loom::trace::Precision::fp32);
         p["peer_cpu_share"] = {max_of(s.cpu_share)};  // one rank: its highest round
         p["peer_rounds_cpu_share"] = s.cpu_share;
-        if (c == "compile") {
+        if (c == "compile" || c == "compile_bf16") {
           p["compile_s"] = s.compile_s;
           if (!s.error.empty()) p["error"] = s.error;
         }
@@ -350,24 +422,33 @@ int main(int argc, char** argv) {
              {"peer_median_ms", peer_median("eager")},
              {"ratio", peer_median("eager") > 0 ? loom_median / peer_median("eager") : -1.0},
              {"precision", "fp32"},
+             {"device", device.str()},
              {"step_ms", loom_median},
              {"peer_step_ms", peer_median("eager")},
              {"loss", m->last_loss},
              {"peers", peers}});
       }
       if (m16) {
-        results.push_back({{"model", name},
-                           {"precision", "bf16"},
-                           {"step_ms", loom16_median},
-                           {"loom_ms", loom16_ms},
-                           {"loom_mfu", median(mfus16)},
-                           {"peer", "torch eager, bf16 autocast"},
-                           {"peer_step_ms", autocast},
-                           {"ratio_to_peer", autocast > 0 ? loom16_median / autocast : -1.0},
-                           {"ratio_to_fp32", m ? loom16_median / loom_median : -1.0},
-                           {"loss", m16->last_loss},
-                           {"loss_fp32", m ? m->last_loss : -1.0},
-                           {"cpu_model", loom::bench::cpu_model()}});
+        results.push_back(
+            {{"model", name},
+             {"precision", "bf16"},
+             {"step_ms", loom16_median},
+             {"loom_ms", loom16_ms},
+             {"loom_mfu", median(mfus16)},
+             {"device", device.str()},
+             {"peer", "torch eager, bf16 autocast"},
+             {"peer_step_ms", autocast},
+             {"peer_mfu", autocast > 0 ? loom::trace::mfu(flops, autocast / 1e3, peak,
+                                                          loom::trace::Precision::bf16)
+                                       : -1.0},
+             {"ratio_to_peer", autocast > 0 ? loom16_median / autocast : -1.0},
+             {"peer_compile_step_ms", compiled16},
+             {"ratio_to_compile", compiled16 > 0 ? loom16_median / compiled16 : -1.0},
+             {"ratio_to_fp32", m ? loom16_median / loom_median : -1.0},
+             {"loss", m16->last_loss},
+             {"loss_fp32", m ? m->last_loss : -1.0},
+             {"cpu_model", loom::bench::cpu_model()}});
+        if (!m) results.back()["peers"] = peers;  // else with the fp32 record
       }
     }
     table.print();

@@ -20,8 +20,10 @@ Columns (--columns, all by default), each on a freshly built model (seed 0):
            is not a warm-up step; a failed compilation is reported as "error"
            and the other columns still run;
   bf16     fp32 weights, forward and loss under
-           torch.autocast(device_type="cpu", dtype=torch.bfloat16): a column
-           of the peer only (Loom has no bf16 training yet).
+           torch.autocast(device_type=<the device>, dtype=torch.bfloat16),
+           against Loom's bf16 precision;
+  compile_bf16  torch.compile of the bf16 column's forward and loss (only
+           when asked for).
 A step is zero_grad, forward, loss, backward, optimizer step; each column
 reports the median of --steps timed steps after --warmup, and the process's
 CPU time over the wall time of the timed steps (cpu_share). Prints one JSON
@@ -33,6 +35,17 @@ The configurations are fixed by issue 4:
           learned positions, tied input/output embedding, exact GELU, MLP 4x.
   resnet: ResNet-18, CIFAR stem (3x3 conv, no max-pool), 32x32, 10 classes,
           batch 32, SGD(lr 0.1, momentum 0.9, wd 5e-4).
+and by the mixed-precision issue for GPUs (model_bench --device cuda):
+  gpt2:     the gpt at GPT-2 124M's size: 12 layers, d_model 768, 12 heads,
+            seq 1024, vocab 50304 (GPT-2's 50257 padded to a multiple of
+            128, as llm.c), batch 8; the attention is written out as in the
+            gpt (scores materialised, as Loom's), not fused;
+  resnet50: ResNet-50 v1.5 (torchvision's layout: stride on the 3x3
+            convolution), ImageNet stem, 224x224, 1000 classes, batch 32.
+On --device cuda every step ends with torch.cuda.synchronize(), and TF32 is
+off in matrix products and cuDNN convolutions alike (torch allows it in
+convolutions by default): Loom's fp32 is full fp32 (CUBLAS_COMPUTE_32F,
+CUDNN_FMA_MATH).
 """
 import argparse
 import json
@@ -92,7 +105,7 @@ class GPT(nn.Module):
 
     def forward(self, idx):
         t = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(t))
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
         for block in self.blocks:
             x = block(x, self.mask)
         return self.ln_f(x) @ self.wte.weight.t()
@@ -133,18 +146,75 @@ class ResNet18Cifar(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
+class Bottleneck(nn.Module):
+    """ResNet v1.5's bottleneck: 1x1, 3x3 (carrying the stride), 1x1 to 4x."""
+
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        cout = 4 * width
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.shortcut = None
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                          nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = F.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return F.relu(y + (x if self.shortcut is None else self.shortcut(x)))
+
+
+class ResNet50(nn.Module):
+    """ImageNet stem (7x7/2 convolution, BN, ReLU, 3x3/2 max pool), stages of
+    3, 4, 6, 3 bottlenecks, global average pool, Linear: 25,557,032
+    parameters at 1000 classes, as Loom's models::resnet50."""
+
+    def __init__(self, classes=1000):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64),
+                                  nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        blocks, cin = [], 64
+        for width, count, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
+            for i in range(count):
+                blocks.append(Bottleneck(cin, width, stride if i == 0 else 1))
+                cin = 4 * width
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
 VOCAB, SEQ, BATCH_GPT, BATCH_RESNET, CLASSES = 8192, 128, 8, 32, 10
+# name: (vocab, layers, d_model, heads, seq) of the GPTs; the batches in rows.
+GPT_SHAPES = {"gpt": (VOCAB, 4, 256, 4, SEQ), "gpt2": (50304, 12, 768, 12, 1024)}
+BATCHES = {"gpt": BATCH_GPT, "gpt2": 8, "resnet": BATCH_RESNET, "resnet50": 32}
+MODELS = ("gpt", "resnet", "gpt2", "resnet50")
+
+
+def is_gpt(name):
+    return name in GPT_SHAPES
 
 
 def build_model(name):
-    if name == "gpt":
-        return GPT(vocab=VOCAB, layers=4, d=256, heads=4, seq=SEQ)
+    if is_gpt(name):
+        vocab, layers, d, heads, seq = GPT_SHAPES[name]
+        return GPT(vocab=vocab, layers=layers, d=d, heads=heads, seq=seq)
+    if name == "resnet50":
+        return ResNet50(1000)
     return ResNet18Cifar(CLASSES)
 
 
 def optimizer_spec(name):
     """The optimizer's class and hyper-parameters (weight decay on every parameter)."""
-    if name == "gpt":
+    if is_gpt(name):
         return torch.optim.AdamW, dict(lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     return torch.optim.SGD, dict(lr=0.1, momentum=0.9, dampening=0.0, weight_decay=5e-4,
                                  nesterov=False)
@@ -156,18 +226,21 @@ def build_optimizer(name, parameters):
 
 
 def batch(name, rank):
-    """One rank's random batch (step time does not depend on the data)."""
+    """One rank's random batch, on the host (step time does not depend on the data)."""
     generator = torch.Generator().manual_seed(1000 + rank)
-    if name == "gpt":
-        return (torch.randint(0, VOCAB, (BATCH_GPT, SEQ), generator=generator),
-                torch.randint(0, VOCAB, (BATCH_GPT, SEQ), generator=generator))
-    return (torch.randn(BATCH_RESNET, 3, 32, 32, generator=generator),
-            torch.randint(0, CLASSES, (BATCH_RESNET,), generator=generator))
+    rows = BATCHES[name]
+    if is_gpt(name):
+        vocab, seq = GPT_SHAPES[name][0], GPT_SHAPES[name][4]
+        return (torch.randint(0, vocab, (rows, seq), generator=generator),
+                torch.randint(0, vocab, (rows, seq), generator=generator))
+    size, classes = (224, 1000) if name == "resnet50" else (32, CLASSES)
+    return (torch.randn(rows, 3, size, size, generator=generator),
+            torch.randint(0, classes, (rows,), generator=generator))
 
 
 def loss_of(name, logits, targets):
-    if name == "gpt":
-        return F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
+    if is_gpt(name):
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
     return F.cross_entropy(logits, targets)
 
 
@@ -188,33 +261,41 @@ def train_step(optimizer, forward_loss):
     return loss
 
 
-def run_column(name, column, steps, warmup):
+def run_column(name, column, steps, warmup, device="cpu"):
     torch.manual_seed(0)
-    model = build_model(name)
+    model = build_model(name).to(device)
     optimizer = build_optimizer(name, model.parameters())
-    x, y = batch(name, 0)
+    x, y = (t.to(device) for t in batch(name, 0))
     model.train()
     result = {"column": column}
+    cuda = device.startswith("cuda")
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
 
     def forward_loss(inputs, targets):
         return loss_of(name, model(inputs), targets)
 
-    if column == "compile":
+    compiled = column in ("compile", "compile_bf16")
+    if compiled:
         # Compile in this process: a pool of compile workers would share the
         # cores the timed steps run on (and linger after compiling).
-        torch._inductor.config.compile_threads = 1
+        if not cuda:
+            torch._inductor.config.compile_threads = 1
         forward_loss = torch.compile(forward_loss)
 
     def step_loss():
-        if column == "bf16":
-            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        if column in ("bf16", "compile_bf16"):
+            with torch.autocast(device_type="cuda" if cuda else "cpu", dtype=torch.bfloat16):
                 return forward_loss(x, y)
         return forward_loss(x, y)
 
-    if column == "compile":
+    if compiled:
         start = time.perf_counter()
         try:
             train_step(optimizer, step_loss)
+            sync()
         except Exception as error:  # noqa: BLE001  (reported, the other columns go on)
             lines = str(error).strip().splitlines() or [""]
             result["error"] = f"{type(error).__name__}: {lines[0][:300]}"
@@ -222,12 +303,14 @@ def run_column(name, column, steps, warmup):
         result["compile_s"] = time.perf_counter() - start
     for _ in range(warmup):
         train_step(optimizer, step_loss)
+    sync()
     times, losses = [], []
     share = peer_common.CpuShare()
     with share:
         for _ in range(steps):
             start = time.perf_counter()
             loss = train_step(optimizer, step_loss)
+            sync()
             times.append((time.perf_counter() - start) * 1e3)
             losses.append(loss.item())
     result.update(step_ms=times, median_ms=peer_common.median(times), loss=losses,
@@ -237,23 +320,36 @@ def run_column(name, column, steps, warmup):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=["gpt", "resnet"], required=True)
+    parser.add_argument("--model", choices=MODELS, required=True)
     parser.add_argument("--columns", default="eager,compile,bf16",
-                        help="comma-separated: eager, compile, bf16")
+                        help="comma-separated: eager, compile, bf16, compile_bf16")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cores", default="",
                         help="cores to bind to, e.g. 0 or 0-1 (default: as started)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
     args = parser.parse_args()
     columns = args.columns.split(",")
     for column in columns:
-        if column not in ("eager", "compile", "bf16"):
-            parser.error(f"--columns: '{column}' is not one of eager, compile, bf16")
+        if column not in ("eager", "compile", "bf16", "compile_bf16"):
+            parser.error(f"--columns: '{column}' is not one of eager, compile, bf16, "
+                         "compile_bf16")
     cores = peer_common.parse_cores(args.cores)
     peer_common.pin(args.threads, cores[0] if cores else None)
-    results = [run_column(args.model, column, args.steps, args.warmup) for column in columns]
-    print(json.dumps({"model": args.model, "columns": results,
+    device_facts = {"peer_device": args.device}
+    if args.device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            sys.exit(f"peer: --device {args.device}: torch {torch.__version__} sees no CUDA device")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        device_facts.update(
+            peer_device_name=torch.cuda.get_device_name(torch.device(args.device)),
+            peer_allow_tf32={"matmul": torch.backends.cuda.matmul.allow_tf32,
+                             "cudnn": torch.backends.cudnn.allow_tf32})
+    results = [run_column(args.model, column, args.steps, args.warmup, args.device)
+               for column in columns]
+    print(json.dumps({"model": args.model, "columns": results, **device_facts,
                       "peer_binding": [peer_common.binding()],
                       "peer_peak_rss_bytes": [peer_common.peak_rss_bytes()],
                       **peer_common.facts(torch)}))

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# The GPU checks of the open issues as one prepared command, for a session
+# lent a GPU machine (offline; 16 cores, one H100 or H200). Device time is
+# short (the device tool: 10 minutes a command, about 15 a session, the
+# machine's start included), so every step runs under a time limit, in order
+# of need, and a step that no longer fits the budget is skipped and logged.
+#
+#   here, once (the archive is reachable):
+#     bash scripts/bundle-deps.sh --download .deps    # Open MPI & co., 11 MB of .debs
+#   on the GPU machine, from the repository root (the device tool's `run`,
+#   carrying .deps/debs, with a timeout a little above the budget):
+#     bash scripts/device-check.sh [--budget SECONDS] [--steps LIST] [--out DIR] [--build DIR]
+#
+# --budget  seconds for the whole script (default 540)
+# --steps   comma-separated, in this order by default:
+#     build      the bundle unpacked (unless mpirun is installed), cuDNN and
+#                NCCL found in the Python wheels, Loom configured for this
+#                GPU's architecture and built into --build (build-gpu/)
+#     cuda       ctest -L cuda: every CUDA test (kernels, cuBLAS/cuDNN modules,
+#                allocator, nccl on one rank, the mpi backend's staging, the
+#                pipeline executor on CUDA, a CUDA checkpoint's resume)
+#     model      model_bench --device cuda: GPT-2 124M and ResNet-50, Loom fp32
+#                and bf16 against torch eager fp32 and bf16 autocast
+#     kernel     kernel_bench --device cuda --quick (GEMMs, element-wise,
+#                AdamW against the copy bandwidth)
+#     pipeline   pipeline_bench --drive --device cuda (two ranks on the GPU)
+#     compile    model_bench's torch.compile-under-autocast column (slow to
+#                compile, so after the rest)
+#     suite      every other test (ctest -LE cuda), on the machine's cores
+# --out     where the results go (default $OUT, else device-check-out/): at
+#           most 8 files, as the device tool brings back: device-check.log
+#           (every step's output), model.json, model-compile.json,
+#           kernel.json, pipeline.json.
+# --build   the build folder (default build-gpu/; without the build step, an
+#           existing build, e.g. one made here and carried)
+# A step that fails is logged with its exit status and the next one runs;
+# the script's status is the first failure's. Without a GPU the cuda step's
+# tests report themselves skipped and the benchmarks refuse with the reason.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+budget=540
+steps=build,cuda,model,kernel,pipeline,compile,suite
+out=${OUT:-$root/device-check-out}
+build=$root/build-gpu
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --budget) budget=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    -h | --help) sed -n '2,38p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) echo "device-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+case "$budget" in
+  '' | *[!0-9]*) echo "device-check: --budget '$budget' must be a whole number of seconds" >&2; exit 2 ;;
+esac
+for s in ${steps//,/ }; do
+  case "$s" in
+    build | cuda | model | kernel | pipeline | compile | suite) ;;
+    *) echo "device-check: --steps: '$s' is not one of build, cuda, model, kernel, pipeline, compile, suite" >&2
+       exit 2 ;;
+  esac
+done
+mkdir -p "$out"
+log=$out/device-check.log
+start=$SECONDS
+status=0
+
+say() { echo "device-check [$((SECONDS - start)) s]: $*" | tee -a "$log"; }
+left() { echo $((budget - (SECONDS - start))); }
+
+# run STEP NEEDS LIMIT COMMAND...: runs COMMAND under `timeout` when at least
+# NEEDS seconds are left, for at most LIMIT seconds (or what is left).
+run() {
+  local step=$1 needs=$2 limit=$3
+  shift 3
+  local remaining
+  remaining=$(left)
+  if [ "$remaining" -lt "$needs" ]; then
+    say "$step: skipped ($remaining s left, it needs about $needs)"
+    return 0
+  fi
+  [ "$limit" -gt "$remaining" ] && limit=$remaining
+  say "$step: $* (at most $limit s)"
+  local begun=$SECONDS rc=0
+  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1 || rc=$?
+  if [ "$rc" = 0 ]; then
+    say "$step: done in $((SECONDS - begun)) s"
+  else
+    [ "$rc" = 124 ] && say "$step: stopped at its limit of $limit s"
+    say "$step: FAILED (exit $rc) after $((SECONDS - begun)) s"
+    [ "$status" = 0 ] && status=$rc
+  fi
+  return 0
+}
+
+wants() { case ",$steps," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+
+# --- Facts: what this machine is, before anything can fail.
+{
+  echo "== facts ($(date -u +%FT%TZ))"
+  nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader 2>&1 || true
+  nvcc --version 2>&1 | tail -1 || true
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1 || true
+  grep -m1 'model name' /proc/cpuinfo || true
+  echo "cores $(nproc); g++ $(/usr/bin/g++ -dumpfullversion 2>/dev/null || echo none); cmake $(cmake --version 2>/dev/null | head -1)"
+} >>"$log" 2>&1
+
+# --- The environment: the bundle, cuDNN and NCCL from the wheels, the compiler.
+if ! command -v mpirun >/dev/null 2>&1; then
+  if [ -d .deps/debs ]; then
+    [ -f .deps/env.sh ] || bash scripts/bundle-deps.sh --unpack .deps >>"$log" 2>&1 ||
+      say "unpacking .deps/debs failed"
+    # shellcheck disable=SC1091
+    [ -f .deps/env.sh ] && . .deps/env.sh
+  else
+    say "no mpirun and no .deps/debs: carry the bundle (bash scripts/bundle-deps.sh --download .deps here)"
+  fi
+fi
+wheels=$(python3 -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
+if [ -n "$wheels" ]; then
+  [ -f "$wheels/cudnn/include/cudnn.h" ] && export CUDNN_ROOT=$wheels/cudnn
+  [ -f "$wheels/nccl/include/nccl.h" ] && export NCCL_ROOT=$wheels/nccl
+  for lib in "$wheels"/cudnn/lib "$wheels"/nccl/lib "$wheels"/cu13/lib "$wheels"/cublas/lib; do
+    [ -d "$lib" ] && export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  done
+fi
+# The system compiler, whose C++ runtime the machine loads (docs/building.md:
+# a newer GCC under /opt builds binaries that stop on a missing symbol).
+[ -x /usr/bin/g++ ] && export CC=/usr/bin/gcc CXX=/usr/bin/g++
+arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
+case "$arch" in '' | *[!0-9]*) arch=90 ;; esac
+say "CUDNN_ROOT=${CUDNN_ROOT:-unset} NCCL_ROOT=${NCCL_ROOT:-unset} CUDA architecture $arch"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+if wants build; then
+  cuda_host=()
+  [ -x /usr/bin/g++ ] && cuda_host=(-DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++)
+  run build 60 360 env LOOM_BUILD_DIR="$build" LOOM_JOBS="$(nproc)" \
+    LOOM_CMAKE_ARGS="${LOOM_CMAKE_ARGS:-} -DCMAKE_BUILD_TYPE=Release -DLOOM_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$arch ${cuda_host[*]}" \
+    bash scripts/build.sh
+fi
+if [ ! -x "$build/bench/model_bench" ]; then
+  say "no build in $build: the remaining steps need one"
+  exit 1
+fi
+
+wants cuda && run cuda 30 240 ctest --test-dir "$build" -L cuda --output-on-failure --timeout 180
+wants model && run model 60 240 "$build/bench/model_bench" --device cuda --models gpt2,resnet50 \
+  --precision fp32,bf16 --peer-columns eager,bf16 --rounds 1 --steps 10 --warmup 3 \
+  --python python3 --json "$out/model.json"
+wants kernel && run kernel 30 90 "$build/bench/kernel_bench" --device cuda --quick --json "$out/kernel.json"
+wants pipeline && run pipeline 45 120 "$build/bench/pipeline_bench" --drive --device cuda \
+  --micro-batches 8 --rounds 1 --steps 4 --warmup 2 --json "$out/pipeline.json"
+wants compile && run compile 120 240 "$build/bench/model_bench" --device cuda --models gpt2,resnet50 \
+  --precision bf16 --peer-columns compile_bf16 --rounds 1 --steps 10 --warmup 3 \
+  --python python3 --json "$out/model-compile.json"
+wants suite && run suite 60 300 ctest --test-dir "$build" -LE cuda -j "$(nproc)" --timeout 300
+say "finished with status $status"
+exit "$status"
