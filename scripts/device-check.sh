@@ -38,7 +38,7 @@
 # tests report themselves skipped and the benchmarks refuse with the reason.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
+cd "$root" || exit 1
 
 budget=540
 steps=build,cuda,model,kernel,pipeline,compile,suite
