@@ -3,7 +3,13 @@
 // parallelism, against the machine's ceiling measured in the same invocation.
 //
 //   tp_bench --drive [--models wide,gpt] [--rounds 3] [--steps 5] [--warmup 2]
-//            [--json FILE] [--mpirun-args ARGS]
+//            [--json FILE] [--mpirun-args ARGS] [--device cpu|cuda]
+//
+// --device cuda: every rank on its node-local rank's GPU (on a one-GPU
+// machine the two ranks share it; the mpi backend stages CUDA tensors through
+// host memory, a GPU cluster would use nccl), each step's clocks read after
+// a device synchronisation; the one-core rule of the host runs is not
+// applied (the host threads only launch).
 //
 // Models (batch = sequences per step, the same global batch at every tp):
 //   gpt   issue 4's (bench_models.hpp): vocab 8192, 4 layers, d_model 256,
@@ -240,20 +246,22 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
                                     " --oversubscribe " + f.mpirun_args + " " + self + " --model " +
                                     model + " --steps " + std::to_string(w.steps) + " --warmup " +
                                     std::to_string(w.warmup) + (run.sp ? " --sp" : "") +
-                                    (run.no_comm ? " --no-comm" : "");
+                                    (run.no_comm ? " --no-comm" : "") + " --device " + w.device;
         std::string why;
         const auto out = loom::bench::run_json(command, why);
         LOOM_CHECK(out.has_value(), why);
         if (run.ranks > 1) pingpongs.push_back(out->value("pingpong_us", 0.0));
         const auto shares = out->at("cpu_share").get<std::vector<double>>();
-        loom::bench::require_one_core("Loom " + run.label, shares);
+        // On a GPU the host threads only launch: no one-core rule, no busy notes.
+        const bool host = w.device == "cpu";
+        if (host) loom::bench::require_one_core("Loom " + run.label, shares);
         Series& s = runs[run.key];
         t[run.key] = out->at("step_ms").get<double>();
         s.step_ms.push_back(t[run.key]);
         s.gflop.push_back(out->at("gflop_per_step").get<double>());
         s.cpu_share.push_back(shares);
         for (size_t k = 0; k < shares.size(); ++k) {
-          if (shares[k] < kBusyShare) {
+          if (host && shares[k] < kBusyShare) {
             busy.push_back(model + " " + run.label + " round " + std::to_string(r + 1) + " rank " +
                            std::to_string(k) + ": " + loom::bench::fixed(shares[k], 2) + " cores");
           }
@@ -399,6 +407,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
   if (!f.json_path.empty()) {
     loom::bench::write_file_atomically(f.json_path,
                                        json{{"rounds", f.rounds},
+                                            {"device", w.device},
                                             {"pingpong_us", pingpongs},
                                             {"steps", w.steps},
                                             {"warmup", w.warmup},
@@ -438,9 +447,15 @@ int main(int argc, char** argv) {
   app.add_option("--mpirun", d.mpirun, "driver: MPI launcher");
   app.add_option("--mpirun-args", d.mpirun_args, "driver: extra launcher flags");
   app.add_option("--json", d.json_path, "driver: also write the results here");
+  app.add_option("--device", w.device,
+                 "cpu, or cuda (each rank on its node-local rank's GPU; the two ranks may share "
+                 "one)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   CLI11_PARSE(app, argc, argv);
   try {
     if (!drive) return loom::bench::tp_bench::run_worker(w);
+    LOOM_CHECK(w.device != "cuda" || loom::cuda_device_count() > 0,
+               "--device cuda: ", loom::cuda_unavailable_reason());
     return run_driver(w, d);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tp_bench: %s\n", e.what());

@@ -64,10 +64,9 @@ class NoCommGroup final : public loom::comm::Communicator {
     done(work);
   }
   void start_barrier(const WorkPtr& work) override { done(work); }
-  void check_tensor_support(const Tensor& tensor, const char* what) const override {
-    LOOM_CHECK(tensor.device().is_cpu(), "tp_bench's no-communication group takes host tensors (",
-               what, ")");
-  }
+  // Host or CUDA tensors: the copies above are queued on the tensors'
+  // device like the compute around them.
+  void check_tensor_support(const Tensor&, const char*) const override {}
 
  private:
   static std::vector<int> iota(int size) {
@@ -148,7 +147,14 @@ int run_worker(const WorkerFlags& f) {
   const int tp = world->size();
   LOOM_CHECK(tp > 1 || (!f.sp && !f.no_comm),
              "tp_bench: --sp and --no-comm need 2 or more ranks (tp = the ranks of the run)");
-  const BenchGPT b = bench_gpt(f.model);
+  BenchGPT b = bench_gpt(f.model);
+  LOOM_CHECK(f.device != "cuda" || loom::cuda_device_count() > 0,
+             "--device cuda: ", loom::cuda_unavailable_reason());
+  const loom::Device device =
+      f.device == "cuda" ? loom::device_for_local_rank(launch.local_rank()) : loom::Device::cpu();
+  b.config.module.device = device;
+  // Device work queued by a step is waited for before a clock is read.
+  auto settle = [&] { loom::current_stream(device).synchronize(); };
 
   // tp > 1: one replica over all ranks (dp = 1); the ceiling swaps its tp group.
   std::optional<parallel::ParallelGroups> groups;
@@ -174,8 +180,8 @@ int run_worker(const WorkerFlags& f) {
     loss_fn.vocab_parallel =
         std::make_unique<parallel::VocabParallelCrossEntropy>("loss", b.config.vocab, tp_group);
   }
-  const Tensor inputs = random_ids(b, 1), targets = random_ids(b, 2);
-  loom::Allocator& host = loom::allocator_for(loom::Device::cpu());
+  const Tensor inputs = random_ids(b, 1).to(device), targets = random_ids(b, 2).to(device);
+  loom::Allocator& allocator = loom::allocator_for(device);
 
   // Per timed step: wall ms, CPU ms of the compute thread, CPU ms of the
   // process's other threads, counted GFLOP (reduced to the slowest rank).
@@ -188,8 +194,9 @@ int run_worker(const WorkerFlags& f) {
   for (int step = 0; step < f.warmup + f.steps; ++step) {
     const bool timed = step >= f.warmup;
     if (step == f.warmup) share.start();
-    host.reset_peak_stats();
-    const auto rest = static_cast<int64_t>(host.stats().allocated_bytes);
+    allocator.reset_peak_stats();
+    const auto rest = static_cast<int64_t>(allocator.stats().allocated_bytes);
+    settle();
     const double flops_start = loom::trace::thread_counted_cost().flops;
     const double thread_start = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
     const double process_start = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
@@ -201,6 +208,7 @@ int run_worker(const WorkerFlags& f) {
     model.backward(loss_fn.backward(loss_tape), tape);
     zero.finish();
     zero.step();
+    settle();
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     const double thread_ms = 1e3 * (cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - thread_start);
@@ -208,7 +216,8 @@ int run_worker(const WorkerFlags& f) {
     const double gflop = 1e-9 * (loom::trace::thread_counted_cost().flops - flops_start);
     const CommCount moved = tp_group ? collectives_since(*tp_group, last_seq) : CommCount{};
     if (!timed) continue;
-    step_peak = std::max(step_peak, static_cast<int64_t>(host.stats().peak_allocated_bytes) - rest);
+    step_peak =
+        std::max(step_peak, static_cast<int64_t>(allocator.stats().peak_allocated_bytes) - rest);
     record.insert(record.end(),
                   {static_cast<float>(ms), static_cast<float>(thread_ms),
                    static_cast<float>(process_ms - thread_ms), static_cast<float>(gflop)});
@@ -220,18 +229,18 @@ int run_worker(const WorkerFlags& f) {
   int64_t activation_bytes = 0, layernorm_bytes = 0;
   {
     zero.zero_grad();
-    const auto rest = static_cast<int64_t>(host.stats().allocated_bytes);
+    const auto rest = static_cast<int64_t>(allocator.stats().allocated_bytes);
     loom::nn::Tape tape, loss_tape;
     {
       const Tensor logits = model.forward(inputs, tape);
       loss_fn.forward(logits, targets, loss_tape);
     }
-    const auto held = static_cast<int64_t>(host.stats().allocated_bytes);
+    const auto held = static_cast<int64_t>(allocator.stats().allocated_bytes);
     activation_bytes = held - rest;
     std::vector<loom::nn::LayerNorm*> norms;
     find_layer_norms(model, norms);
     for (loom::nn::LayerNorm* ln : norms) tape.release(*ln);
-    layernorm_bytes = held - static_cast<int64_t>(host.stats().allocated_bytes);
+    layernorm_bytes = held - static_cast<int64_t>(allocator.stats().allocated_bytes);
   }
   int64_t param_bytes = 0;
   for (const loom::nn::Parameter* p : model.parameters()) {
@@ -262,6 +271,7 @@ int run_worker(const WorkerFlags& f) {
   const bool steady =
       std::all_of(comm.begin(), comm.end(), [&](const CommCount& c) { return c == comm.front(); });
   json out{{"model", f.model},
+           {"device", device.str()},
            {"tp", tp},
            {"sp", f.sp},
            {"no_comm", f.no_comm},

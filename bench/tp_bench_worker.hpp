@@ -125,6 +125,7 @@ struct WorkerFlags {
   bool no_comm = false;
   int steps = 5;
   int warmup = 2;
+  std::string device = "cpu";  // or cuda: each rank on its node-local rank's GPU
 };
 
 // Runs this process's part of a timed run; returns the exit status.

@@ -24,13 +24,15 @@
 #     kernel     kernel_bench --device cuda --quick (GEMMs, element-wise,
 #                AdamW against the copy bandwidth)
 #     pipeline   pipeline_bench --drive --device cuda (two ranks on the GPU)
+#     tp         tp_bench --drive --device cuda (the wide GPT and issue 4's at
+#                tp 2 against one rank and the no-communication ceiling)
 #     compile    model_bench's torch.compile-under-autocast column (slow to
 #                compile, so after the rest)
 #     suite      every other test (ctest -LE cuda), on the machine's cores
 # --out     where the results go (default $OUT, else device-check-out/): at
 #           most 8 files, as the device tool brings back: device-check.log
 #           (every step's output), model.json, model-compile.json,
-#           kernel.json, pipeline.json.
+#           kernel.json, pipeline.json, tp.json.
 # --build   the build folder (default build-gpu/; without the build step, an
 #           existing build, e.g. one made here and carried)
 # A step that fails is logged with its exit status and the next one runs;
@@ -41,7 +43,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root" || exit 1
 
 budget=540
-steps=build,cuda,model,kernel,pipeline,compile,suite
+steps=build,cuda,model,kernel,pipeline,tp,compile,suite
 out=${OUT:-$root/device-check-out}
 build=$root/build-gpu
 while [ $# -gt 0 ]; do
@@ -50,7 +52,7 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
-    -h | --help) sed -n '2,38p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h | --help) sed -n '2,40p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "device-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -59,8 +61,8 @@ case "$budget" in
 esac
 for s in ${steps//,/ }; do
   case "$s" in
-    build | cuda | model | kernel | pipeline | compile | suite) ;;
-    *) echo "device-check: --steps: '$s' is not one of build, cuda, model, kernel, pipeline, compile, suite" >&2
+    build | cuda | model | kernel | pipeline | tp | compile | suite) ;;
+    *) echo "device-check: --steps: '$s' is not one of build, cuda, model, kernel, pipeline, tp, compile, suite" >&2
        exit 2 ;;
   esac
 done
@@ -155,6 +157,8 @@ wants model && run model 60 240 "$build/bench/model_bench" --device cuda --model
 wants kernel && run kernel 30 90 "$build/bench/kernel_bench" --device cuda --quick --json "$out/kernel.json"
 wants pipeline && run pipeline 45 120 "$build/bench/pipeline_bench" --drive --device cuda \
   --micro-batches 8 --rounds 1 --steps 4 --warmup 2 --json "$out/pipeline.json"
+wants tp && run tp 45 120 "$build/bench/tp_bench" --drive --device cuda --models wide,gpt \
+  --rounds 1 --steps 5 --warmup 2 --json "$out/tp.json"
 wants compile && run compile 120 240 "$build/bench/model_bench" --device cuda --models gpt2,resnet50 \
   --precision bf16 --peer-columns compile_bf16 --rounds 1 --steps 10 --warmup 3 \
   --python python3 --json "$out/model-compile.json"
