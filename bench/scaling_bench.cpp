@@ -181,7 +181,8 @@ int run_worker(const WorkerFlags& f) {
            {"buckets", buckets},
            {"binding", facts.at("binding")},
            {"cpu_share", facts.at("cpu_share")},
-           {"peak_rss_bytes", facts.at("peak_rss_bytes")}};
+           {"peak_rss_bytes", facts.at("peak_rss_bytes")},
+           {"pingpong_us", facts.at("pingpong_us")}};
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }
@@ -300,6 +301,7 @@ int run_driver(const DriverFlags& f) {
   std::string peer_why;
   json peer_last;                                 // the last peer output: torch version and config
   std::map<int, std::pair<json, json>> bindings;  // ranks -> (Loom's, the peer's)
+  std::vector<double> pingpongs;  // NOTE [placement probe], every Loom run with two ranks or more
   for (const auto& model : f.models) {
     // key: (ranks, mode); the peer is keyed by ranks.
     std::map<std::pair<int, Mode>, Series> loom;
@@ -318,6 +320,7 @@ int run_driver(const DriverFlags& f) {
           std::string why;
           const auto out = run_json(command, why);
           LOOM_CHECK(out.has_value(), why);
+          if (n > 1) pingpongs.push_back(out->value("pingpong_us", 0.0));
           Series& s = loom[{n, mode}];
           const double t = out->at("median_ms").get<double>();
           if (n == 1) loom_one = t;
@@ -439,6 +442,7 @@ int run_driver(const DriverFlags& f) {
       "thread: Loom's progress thread, gloo's threads); RSS: peak resident set of the process "
       "(getrusage ru_maxrss), highest rank and round, the same measure on both sides (PyTorch's "
       "includes its libraries)\n");
+  std::printf("%s\n", loom::bench::pingpong_text(pingpongs).c_str());
   for (const auto& [n, b] : bindings) {
     std::printf("binding, %d rank(s): Loom %s, PyTorch %s\n", n,
                 loom::bench::bindings_text(b.first).c_str(),
@@ -453,6 +457,7 @@ int run_driver(const DriverFlags& f) {
   if (!f.json_path.empty()) {
     loom::bench::write_file_atomically(f.json_path,
                                        json{{"rounds", f.rounds},
+                                            {"pingpong_us", pingpongs},
                                             {"steps", f.steps},
                                             {"warmup", f.warmup},
                                             {"cores", std::thread::hardware_concurrency()},

@@ -334,6 +334,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
   std::string peer_why;
   json peer_last, peer_binding_many, loom_binding_last;  // for the binding line
   std::vector<std::string> footer;
+  std::vector<double> pingpongs;  // NOTE [placement probe], every Loom run
   for (const auto& model : f.models) {
     std::map<int, Series> loom;
     std::vector<std::vector<double>> loom_share;  // per round, per rank
@@ -351,6 +352,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
       std::string why;
       const auto out = run_json(command, why);
       LOOM_CHECK(out.has_value(), why);
+      if (f.ranks > 1) pingpongs.push_back(out->value("pingpong_us", 0.0));
       double base = -1;
       for (const json& s : out->at("stages")) {
         const int stage = s.at("stage").get<int>();
@@ -514,6 +516,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
       "cores/rank: CPU time / wall time of the timed steps per rank, highest round (Loom: one "
       "figure over all stages)\n",
       f.ranks);
+  std::printf("%s\n", loom::bench::pingpong_text(pingpongs).c_str());
   for (const auto& line : footer) std::printf("%s\n", line.c_str());
   if (!peer_last.is_null()) {
     std::printf(
@@ -530,6 +533,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
     loom::bench::write_file_atomically(f.json_path,
                                        json{{"ranks", f.ranks},
                                             {"rounds", f.rounds},
+                                            {"pingpong_us", pingpongs},
                                             {"steps", w.steps},
                                             {"warmup", w.warmup},
                                             {"bucket_cap_mib", w.bucket_cap_mib},
