@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -41,8 +42,19 @@ inline std::string default_peer_python(const std::string& source_dir) {
   return root + "/bin/python";
 }
 
+// `python` is a path, or a command name looked up on PATH as the shell would
+// (`--python python3` on a GPU machine whose own torch is the peer).
 inline bool peer_installed(const std::string& python) {
-  return access(python.c_str(), X_OK) == 0;
+  if (python.find('/') != std::string::npos) return access(python.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "";
+  for (size_t begin = 0; begin <= dirs.size();) {
+    const size_t end = std::min(dirs.find(':', begin), dirs.size());
+    const std::string dir = end > begin ? dirs.substr(begin, end - begin) : ".";
+    if (access((dir + "/" + python).c_str(), X_OK) == 0) return true;
+    begin = end + 1;
+  }
+  return false;
 }
 
 // `text` as one word for /bin/sh.

@@ -137,6 +137,8 @@ arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | he
 case "$arch" in '' | *[!0-9]*) arch=90 ;; esac
 say "CUDNN_ROOT=${CUDNN_ROOT:-unset} NCCL_ROOT=${NCCL_ROOT:-unset} CUDA architecture $arch"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# The machine's own torch is the GPU peer (model_bench wants a path).
+python=$(command -v python3 || echo /usr/bin/python3)
 
 if wants build; then
   cuda_host=()
@@ -153,7 +155,7 @@ fi
 wants cuda && run cuda 30 240 ctest --test-dir "$build" -L cuda --output-on-failure --timeout 180
 wants model && run model 60 240 "$build/bench/model_bench" --device cuda --models gpt2,resnet50 \
   --precision fp32,bf16 --peer-columns eager,bf16 --rounds 1 --steps 10 --warmup 3 \
-  --python python3 --json "$out/model.json"
+  --python "$python" --json "$out/model.json"
 wants kernel && run kernel 30 90 "$build/bench/kernel_bench" --device cuda --quick --json "$out/kernel.json"
 wants pipeline && run pipeline 45 120 "$build/bench/pipeline_bench" --drive --device cuda \
   --micro-batches 8 --rounds 1 --steps 4 --warmup 2 --json "$out/pipeline.json"
@@ -161,7 +163,7 @@ wants tp && run tp 45 120 "$build/bench/tp_bench" --drive --device cuda --models
   --rounds 1 --steps 5 --warmup 2 --json "$out/tp.json"
 wants compile && run compile 120 240 "$build/bench/model_bench" --device cuda --models gpt2,resnet50 \
   --precision bf16 --peer-columns compile_bf16 --rounds 1 --steps 10 --warmup 3 \
-  --python python3 --json "$out/model-compile.json"
+  --python "$python" --json "$out/model-compile.json"
 wants suite && run suite 60 300 ctest --test-dir "$build" -LE cuda -j "$(nproc)" --timeout 300
 say "finished with status $status"
 exit "$status"
