@@ -1,4 +1,4 @@
-// model_bench: one training step of Loom's GPT and ResNet-18 next to
+// model_bench: one training step of Loom's GPTs and ResNets (below) next to
 // PyTorch's (bench/peers/torch_models.py, current torch from the peers'
 // virtual environment, `bash scripts/setup.sh --peers`), in the same
 // invocation, one thread each. Rounds alternate Loom and the peer so both see
@@ -162,7 +162,7 @@ double max_of(const std::vector<double>& values) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Loom vs PyTorch: single-rank training step time of GPT and ResNet-18"};
+  CLI::App app{"Loom vs PyTorch: single-rank training step time of GPTs and ResNets"};
   std::vector<std::string> models = {"gpt", "resnet"};
   std::vector<std::string> columns = kDefaultColumns;
   int steps = 10;
