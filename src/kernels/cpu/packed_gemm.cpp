@@ -60,41 +60,6 @@ int64_t panel_width(int64_t valid) {
   return packed_panel_width(valid);
 }
 
-// Rows [i0, i0 + rows) and k [l0, l0 + depth) of op(A) into strips of kTileRows.
-// op(A)(i, l) is a[i * k + l], or a[l * m + i] when trans_a.
-void pack_a(const detail::GemmProblem& p, const float* a, int64_t i0, int64_t rows, int64_t l0,
-            int64_t depth, float* out) {
-  if (p.trans_a) {
-    // Rows of A are contiguous along i. Walking one strip down all of k would read
-    // lines m floats apart, which alias in L1 when m is a large power of two; so
-    // take 8 rows of A at a time across every strip (8 sequential streams).
-    for (int64_t lc = 0; lc < depth; lc += 8) {
-      const int64_t chunk = std::min<int64_t>(8, depth - lc);
-      for (int64_t s = 0; s < rows; s += kTileRows) {
-        const int64_t valid = std::min(kTileRows, rows - s);
-        for (int64_t l = lc; l < lc + chunk; ++l) {
-          const float* src = a + (l0 + l) * p.m + i0 + s;
-          float* dst = out + s * depth + l * kTileRows;
-          for (int64_t r = 0; r < valid; ++r) dst[r] = src[r];
-          for (int64_t r = valid; r < kTileRows; ++r) dst[r] = 0.0f;
-        }
-      }
-    }
-    return;
-  }
-  for (int64_t s = 0; s < rows; s += kTileRows) {
-    const int64_t valid = std::min(kTileRows, rows - s);
-    float* strip = out + s * depth;
-    for (int64_t r = 0; r < valid; ++r) {
-      const float* src = a + (i0 + s + r) * p.k + l0;
-      for (int64_t l = 0; l < depth; ++l) strip[l * kTileRows + r] = src[l];
-    }
-    for (int64_t r = valid; r < kTileRows; ++r) {
-      for (int64_t l = 0; l < depth; ++l) strip[l * kTileRows + r] = 0.0f;
-    }
-  }
-}
-
 // Rows [0, m) and k [l0, l0 + depth) of a grouped A into strips of kTileRows.
 void pack_grouped_a(const GroupedMatrix<const float>& a, int64_t m, int64_t l0, int64_t depth,
                     float* out) {
@@ -139,6 +104,35 @@ void pack_grouped_a(const GroupedMatrix<const float>& a, int64_t m, int64_t l0, 
       l += run;
     }
   }
+}
+
+// Rows [i0, i0 + rows) and k [l0, l0 + depth) of op(A) into strips of kTileRows.
+// op(A)(i, l) is a[i * k + l], or a[l * m + i] when trans_a.
+void pack_a(const detail::GemmProblem& p, const float* a, int64_t i0, int64_t rows, int64_t l0,
+            int64_t depth, float* out) {
+  if (p.trans_a) {
+    // Rows of A are contiguous along i. Walking one strip down all of k would read
+    // lines m floats apart, which alias in L1 when m is a large power of two; so
+    // take 8 rows of A at a time across every strip (8 sequential streams).
+    for (int64_t lc = 0; lc < depth; lc += 8) {
+      const int64_t chunk = std::min<int64_t>(8, depth - lc);
+      for (int64_t s = 0; s < rows; s += kTileRows) {
+        const int64_t valid = std::min(kTileRows, rows - s);
+        for (int64_t l = lc; l < lc + chunk; ++l) {
+          const float* src = a + (l0 + l) * p.m + i0 + s;
+          float* dst = out + s * depth + l * kTileRows;
+          for (int64_t r = 0; r < valid; ++r) dst[r] = src[r];
+          for (int64_t r = valid; r < kTileRows; ++r) dst[r] = 0.0f;
+        }
+      }
+    }
+    return;
+  }
+  // A row-major A is a grouped matrix of one group: packed 16 x 16 blocks at a
+  // time through registers (pack_grouped_a), not one float at a time.
+  const GroupedMatrix<const float> rows_of_a{
+      .data = a + i0 * p.k, .row_stride = p.k, .group_columns = p.k, .group_stride = 0};
+  pack_grouped_a(rows_of_a, rows, l0, depth, out);
 }
 
 // out[t * width + i] = in[i * ld + t] for a 16 x 16 block; out is 64-byte aligned.
@@ -194,6 +188,17 @@ void tile(int64_t depth, const float* a, const float* b, float* const* c, int64_
   for (int r = 0; r < kTileRows; ++r) {
 #pragma GCC unroll 4
     for (int v = 0; v < kVec; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+  // NOTE [C prefetch]: the tile reads (beta != 0) and writes C only after its
+  // k loop; a C beyond the caches (a large vocabulary's weight gradient, 8 MiB
+  // at 8192 x 256) would stall there on every line. Fetched for writing now,
+  // the lines arrive while the products run.
+  for (int64_t r = 0; r < rows; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVec; ++v) {
+      __builtin_prefetch(c[v] + r * ldc, 1, 3);
+      __builtin_prefetch(c[v] + r * ldc + 15, 1, 3);
+    }
   }
   for (int64_t l = 0; l < depth; ++l) {
     __m512 bv[kVec];
