@@ -111,6 +111,14 @@ class GPT(nn.Module):
         return self.ln_f(x) @ self.wte.weight.t()
 
 
+def projection(cin, cout, stride):
+    """A residual block's shortcut: a 1x1 convolution and BN where the block
+    changes the shape, else None (the identity)."""
+    if stride == 1 and cin == cout:
+        return None
+    return nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+
 class BasicBlock(nn.Module):
     def __init__(self, cin, cout, stride):
         super().__init__()
@@ -118,10 +126,7 @@ class BasicBlock(nn.Module):
         self.bn1 = nn.BatchNorm2d(cout)
         self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(cout)
-        self.shortcut = None
-        if stride != 1 or cin != cout:
-            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                          nn.BatchNorm2d(cout))
+        self.shortcut = projection(cin, cout, stride)
 
     def forward(self, x):
         y = F.relu(self.bn1(self.conv1(x)))
@@ -158,10 +163,7 @@ class Bottleneck(nn.Module):
         self.bn2 = nn.BatchNorm2d(width)
         self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(cout)
-        self.shortcut = None
-        if stride != 1 or cin != cout:
-            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                          nn.BatchNorm2d(cout))
+        self.shortcut = projection(cin, cout, stride)
 
     def forward(self, x):
         y = F.relu(self.bn1(self.conv1(x)))
