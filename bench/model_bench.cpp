@@ -269,6 +269,22 @@ int main(int argc, char** argv) {
       };
       if (fp32) try_make(m, "fp32");
       if (bf16) try_make(m16, "bf16");
+      // A round of a model's steps; none when it has no model (left out).
+      // On a GPU, where a path may run for the first time, a step that fails
+      // is noted and its precision left out; on the host a failure ends the run.
+      auto time_or_drop = [&](std::optional<LoomModel>& model, const char* precision,
+                              loom::trace::Precision counted) -> std::optional<RoundResult> {
+        if (!model) return std::nullopt;
+        try {
+          return time_loom(*model, warmup, steps, peak, counted);
+        } catch (const std::exception& e) {
+          if (!cuda) throw;
+          notes.push_back(std::string("Loom ") + precision + " " + name + " on " + device.str() +
+                          " failed and was left out: " + e.what());
+          model.reset();
+          return std::nullopt;
+        }
+      };
       std::vector<double> loom16_ms, mfus16;
       std::vector<double> loom_ms, mfus, loom_share;
       double flops = 0;  // Loom's counted FLOPs per step (the same model in both precisions)
@@ -278,8 +294,8 @@ int main(int argc, char** argv) {
       for (int r = 0; r < rounds; ++r) {
         per_round += r ? " " : "";
         RoundResult loom_round;
-        if (m) {
-          loom_round = time_loom(*m, warmup, steps, peak);
+        if (auto r = time_or_drop(m, "fp32", loom::trace::Precision::fp32)) {
+          loom_round = *r;
           flops = loom_round.flops;
           loom_ms.push_back(loom_round.median_ms);
           mfus.push_back(loom_round.mfu);
@@ -288,15 +304,13 @@ int main(int argc, char** argv) {
         } else {
           per_round += "-";
         }
-        if (m16) {
-          const RoundResult r16 =
-              time_loom(*m16, warmup, steps, peak, loom::trace::Precision::bf16);
-          if (!cuda) loom::bench::require_one_core("Loom bf16", 0, r16.cpu_share);
-          flops = r16.flops;
-          loom16_ms.push_back(r16.median_ms);
-          mfus16.push_back(r16.mfu);
-          loom_share.push_back(r16.cpu_share);
-          per_round += "|" + loom::bench::fixed(r16.median_ms, 0);
+        if (auto r16 = time_or_drop(m16, "bf16", loom::trace::Precision::bf16)) {
+          if (!cuda) loom::bench::require_one_core("Loom bf16", 0, r16->cpu_share);
+          flops = r16->flops;
+          loom16_ms.push_back(r16->median_ms);
+          mfus16.push_back(r16->mfu);
+          loom_share.push_back(r16->cpu_share);
+          per_round += "|" + loom::bench::fixed(r16->median_ms, 0);
         }
         std::optional<nlohmann::json> out;
         if (peer_on && why.empty()) {
