@@ -15,7 +15,8 @@
 # --steps   comma-separated, in this order by default:
 #     build      the bundle unpacked (unless mpirun is installed), cuDNN and
 #                NCCL found in the Python wheels, Loom configured for this
-#                GPU's architecture and built into --build (build-gpu/)
+#                GPU's architecture into --build (build-gpu/), and the targets
+#                of the GPU steps built (the rest waits for the suite step)
 #     cuda       ctest -L cuda: every CUDA test (kernels, cuBLAS/cuDNN modules,
 #                allocator, nccl on one rank, the mpi backend's staging, the
 #                pipeline executor on CUDA, a CUDA checkpoint's resume)
@@ -28,7 +29,8 @@
 #                tp 2 against one rank and the no-communication ceiling)
 #     compile    model_bench's torch.compile-under-autocast column (slow to
 #                compile, so after the rest)
-#     suite      every other test (ctest -LE cuda), on the machine's cores
+#     suite      the rest of the tree built, then every other test (ctest -LE
+#                cuda) on the machine's cores
 # --out     where the results go (default $OUT, else device-check-out/): at
 #           most 8 files, as the device tool brings back: device-check.log
 #           (every step's output), model.json, model-compile.json,
@@ -141,11 +143,17 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 python=$(command -v python3 || echo /usr/bin/python3)
 
 if wants build; then
+  # The targets the GPU steps run first; the rest of the tree only for the
+  # suite step, so that the device's minutes go to the CUDA tests.
   cuda_host=()
   [ -x /usr/bin/g++ ] && cuda_host=(-DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++)
-  run build 60 360 env LOOM_BUILD_DIR="$build" LOOM_JOBS="$(nproc)" \
-    LOOM_CMAKE_ARGS="${LOOM_CMAKE_ARGS:-} -DCMAKE_BUILD_TYPE=Release -DLOOM_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$arch ${cuda_host[*]}" \
-    bash scripts/build.sh
+  generator=()
+  command -v ninja >/dev/null 2>&1 && [ ! -f "$build/Makefile" ] && generator=(-G Ninja)
+  # shellcheck disable=SC2086  # LOOM_CMAKE_ARGS is a list of arguments
+  run configure 30 120 cmake -S "$root" -B "$build" "${generator[@]}" ${LOOM_CMAKE_ARGS:-} \
+    -DCMAKE_BUILD_TYPE=Release -DLOOM_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" "${cuda_host[@]}"
+  run build 60 360 cmake --build "$build" -j "$(nproc)" --target loom_cuda_tests loom_mpi_tests \
+    loom_pipeline_mpi_tests model_bench kernel_bench pipeline_bench tp_bench train_gpt
 fi
 if [ ! -x "$build/bench/model_bench" ]; then
   say "no build in $build: the remaining steps need one"
@@ -164,6 +172,9 @@ wants tp && run tp 45 120 "$build/bench/tp_bench" --drive --device cuda --models
 wants compile && run compile 120 240 "$build/bench/model_bench" --device cuda --models gpt2,resnet50 \
   --precision bf16 --peer-columns compile_bf16 --rounds 1 --steps 10 --warmup 3 \
   --python "$python" --json "$out/model-compile.json"
-wants suite && run suite 60 300 ctest --test-dir "$build" -LE cuda -j "$(nproc)" --timeout 300
+if wants suite; then
+  run build-rest 60 240 cmake --build "$build" -j "$(nproc)"
+  run suite 60 300 ctest --test-dir "$build" -LE cuda -j "$(nproc)" --timeout 300
+fi
 say "finished with status $status"
 exit "$status"
