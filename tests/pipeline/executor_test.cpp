@@ -439,16 +439,25 @@ TEST_CASE("pipeline executor: bad input is refused before any communication", "[
   CHECK(pp.flight_recorder().snapshot().empty());
 }
 
+// One rank running every chunk of `s` (pp 1, dp 1) with SGD at lr 0.1.
+struct OneRankPipeline {
+  OneRankPipeline(const models::GPTConfig& config, const pl::Schedule& s,
+                  pl::ExecutorOptions options = {})
+      : chunks(pl::build_gpt_chunks(config, s, 0)),
+        zero(chunks.parameters(), *dp[0], optim::SgdOptions{.lr = 0.1}, {.stage = 0}),
+        executor(s, *pp[0], chunks.modules(), zero, options) {}
+  std::vector<std::shared_ptr<comm::Communicator>> pp = comm::make_local_group(1, "pp");
+  std::vector<std::shared_ptr<comm::Communicator>> dp = comm::make_local_group(1, "dp");
+  pl::GPTChunks chunks;
+  parallel::ZeroOptimizer zero;
+  pl::PipelineExecutor executor;
+};
+
 TEST_CASE("pipeline executor: after a step that threw, the next step refuses to run",
           "[pipeline]") {
   const models::GPTConfig config = executor_test_config();
-  const pl::Schedule s = pl::schedule_1f1b(1, 2);
-  auto solo = comm::make_local_group(1, "pp");
-  auto dp = comm::make_local_group(1, "dp");
-  const pl::GPTChunks chunks = pl::build_gpt_chunks(config, s, 0);
-  parallel::ZeroOptimizer zero(chunks.parameters(), *dp[0], optim::SgdOptions{.lr = 0.1},
-                               {.stage = 0});
-  pl::PipelineExecutor executor(s, *solo[0], chunks.modules(), zero);
+  OneRankPipeline one(config, pl::schedule_1f1b(1, 2));
+  pl::PipelineExecutor& executor = one.executor;
   const Tensor ids = Tensor::zeros({2, config.seq_len}, DType::i32);
   auto input = [&](int) { return ids; };
   auto failing_loss = [&](const Tensor&, int m, float) -> pl::LossOutput {
@@ -462,13 +471,9 @@ TEST_CASE("pipeline executor: after a step that threw, the next step refuses to 
 
 TEST_CASE("pipeline executor: a non-finite gradient norm skips the optimizer step", "[pipeline]") {
   const models::GPTConfig config = executor_test_config();
-  const pl::Schedule s = pl::schedule_1f1b(1, 2);
-  auto solo = comm::make_local_group(1, "pp");
-  auto dp = comm::make_local_group(1, "dp");
-  const pl::GPTChunks chunks = pl::build_gpt_chunks(config, s, 0);
-  parallel::ZeroOptimizer zero(chunks.parameters(), *dp[0], optim::SgdOptions{.lr = 0.1},
-                               {.stage = 0});
-  pl::PipelineExecutor executor(s, *solo[0], chunks.modules(), zero, {.clip_grad_norm = 1.0});
+  OneRankPipeline one(config, pl::schedule_1f1b(1, 2), {.clip_grad_norm = 1.0});
+  pl::PipelineExecutor& executor = one.executor;
+  const pl::GPTChunks& chunks = one.chunks;
   const Tensor ids = Tensor::zeros({2, config.seq_len}, DType::i32);
   auto input = [&](int) { return ids; };
   const std::vector<float> before = chunks.parameters().front()->value().to_vector<float>();
@@ -504,16 +509,10 @@ TEST_CASE(
     INFO(c.precision);
     models::GPTConfig config = executor_test_config();
     config.module.precision = nn::precision_from_string(c.precision);
-    const pl::Schedule s = pl::schedule_1f1b(1, 3);
-    auto solo = comm::make_local_group(1, "pp");
-    auto dp = comm::make_local_group(1, "dp");
-    const pl::GPTChunks chunks = pl::build_gpt_chunks(config, s, 0);
-    parallel::ZeroOptimizer zero(chunks.parameters(), *dp[0], optim::SgdOptions{.lr = 0.1},
-                                 {.stage = 0});
     std::optional<optim::LossScaler> scaler;
     if (c.loss_scale > 0) scaler.emplace(optim::LossScalerOptions{.initial_scale = c.loss_scale});
-    pl::PipelineExecutor executor(s, *solo[0], chunks.modules(), zero,
-                                  {.loss_scaler = scaler ? &*scaler : nullptr});
+    OneRankPipeline one(config, pl::schedule_1f1b(1, 3),
+                        {.loss_scaler = scaler ? &*scaler : nullptr});
     const Tensor ids = Tensor::zeros({2, config.seq_len}, DType::i32);
     nn::CrossEntropyLoss cross_entropy;
     std::vector<float> dlosses;
@@ -528,7 +527,7 @@ TEST_CASE(
       returned_values.push_back(dlogits.to(DType::f32).to_vector<float>());
       return pl::LossOutput{value, dlogits};
     };
-    const pl::StepStats stats = executor.step([&](int) { return ids; }, loss);
+    const pl::StepStats stats = one.executor.step([&](int) { return ids; }, loss);
     CHECK(stats.stepped);
     const double scale = c.loss_scale > 0 ? c.loss_scale : 1.0;
     CHECK(dlosses == std::vector<float>(3, static_cast<float>(scale / 3)));
