@@ -257,8 +257,8 @@ int main(int argc, char** argv) {
     for (const auto& name : models) {
       // Loom in fp32 and/or bf16, as --precision asks.
       std::optional<LoomModel> m, m16;
-      // A precision Loom does not build for this model and device (bf16
-      // convolutions on CUDA) is noted and left out; the rest still runs.
+      // A precision Loom does not build for this model and device is noted
+      // and left out; the rest still runs.
       auto try_make = [&](std::optional<LoomModel>& into, const char* precision) {
         try {
           into = make_model(name, device, loom::nn::precision_from_string(precision));

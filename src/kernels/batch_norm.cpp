@@ -18,16 +18,14 @@ namespace {
 
 using detail::BatchNormShape;
 
-// The activations (x, y, dy, dx) are f32, or bf16 on the host; all of one
-// call share x's dtype. The per-channel tensors are f32.
+// The activations (x, y, dy, dx) are f32 or bf16; all of one call share x's
+// dtype. The per-channel tensors are f32.
 BatchNormShape shape_of(const char* step, const Tensor& x) {
   LOOM_CHECK(x.defined(), "batch_norm ", step, ": the input is undefined");
   LOOM_CHECK(x.dim() >= 2, "batch_norm ", step, ": input ", x,
              " must have at least 2 dimensions [N, C, ...]");
   LOOM_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16, "batch_norm ", step, ": input ",
              x, " has dtype ", x.dtype(), "; activations must be f32 or bf16");
-  LOOM_CHECK(x.dtype() == DType::f32 || x.device().is_cpu(), "batch_norm ", step, ": input ", x,
-             " is bf16 on ", x.device(), "; bf16 activations are built for host tensors only");
   BatchNormShape s;
   s.n = x.size(0);
   s.channels = x.size(1);
@@ -90,7 +88,7 @@ void batch_norm_stats(const Tensor& x, const Tensor& sums) {
     }
     return;
   }
-  LOOM_BN_CUDA(x.device(), batch_norm_stats(s, x.data<float>(), sums.data<float>(),
+  LOOM_BN_CUDA(x.device(), batch_norm_stats(s, x.data(), x.dtype(), sums.data<float>(),
                                             current_stream(x.device())));
 }
 
@@ -168,9 +166,9 @@ void batch_norm_normalize(const Tensor& x, const Tensor& mean, const Tensor& inv
     }
     return;
   }
-  LOOM_BN_CUDA(device, batch_norm_normalize(s, x.data<float>(), mean.data<float>(),
-                                            invstd.data<float>(), ptr(weight), ptr(bias),
-                                            y.data<float>(), current_stream(device)));
+  LOOM_BN_CUDA(
+      device, batch_norm_normalize(s, x.data(), x.dtype(), mean.data<float>(), invstd.data<float>(),
+                                   ptr(weight), ptr(bias), y.data(), current_stream(device)));
 }
 
 void batch_norm_backward_sums(const Tensor& dy, const Tensor& x, const Tensor& mean,
@@ -192,7 +190,7 @@ void batch_norm_backward_sums(const Tensor& dy, const Tensor& x, const Tensor& m
     }
     return;
   }
-  LOOM_BN_CUDA(device, batch_norm_backward_sums(s, dy.data<float>(), x.data<float>(),
+  LOOM_BN_CUDA(device, batch_norm_backward_sums(s, dy.data(), x.data(), x.dtype(),
                                                 mean.data<float>(), invstd.data<float>(),
                                                 grad_sums.data<float>(), current_stream(device)));
 }
@@ -229,10 +227,10 @@ void batch_norm_backward_input(const Tensor& dy, const Tensor& x, const Tensor& 
     return;
   }
   LOOM_BN_CUDA(device,
-               batch_norm_backward_input(s, dy.data<float>(), x.data<float>(), mean.data<float>(),
+               batch_norm_backward_input(s, dy.data(), x.data(), x.dtype(), mean.data<float>(),
                                          invstd.data<float>(), ptr(weight),
                                          batch_stats ? grad_sums.data<float>() : nullptr, count,
-                                         batch_stats, dx.data<float>(), current_stream(device)));
+                                         batch_stats, dx.data(), current_stream(device)));
 }
 
 OpCost batch_norm_cost(BatchNormStep step, const Tensor& x) {

@@ -12,7 +12,9 @@
 #include "loom/core/stream.hpp"
 
 #if LOOM_HAS_CUDA
+#include "kernels/cuda/bias.cuh"
 #include "kernels/cuda/conv2d.cuh"
+#include "loom/kernels/elementwise.hpp"
 #endif
 
 namespace loom::kernels {
@@ -63,9 +65,8 @@ void check_tensors(const char* pass, const Conv2dProblem& p, const Tensor& x, co
   LOOM_CHECK(x.device() == y.device() && w.device() == y.device() &&
                  (!bias.defined() || bias.device() == y.device()),
              what, ": all tensors must be on one device");
-  LOOM_CHECK(p.operands == DType::f32 || (p.operands == DType::bf16 && y.device().is_cpu()), what,
-             ": operands ", p.operands,
-             " are built for the host and bf16 only (on CUDA pass bf16 tensors)");
+  LOOM_CHECK(p.operands == DType::f32 || p.operands == DType::bf16, what, ": operands ", p.operands,
+             " are built for bf16 only");
   if (p.operands == DType::bf16) {
     // Mixed precision: f32 weight and bias; activations f32 or bf16 (bf16
     // taken as they are, an output rounded once).
@@ -111,6 +112,36 @@ cpu::Conv2dResults results(const Tensor& t) {
   return {t.data(), t.dtype() == DType::bf16};
 }
 
+#if LOOM_HAS_CUDA
+// NOTE [bf16 operands on CUDA] cuDNN's bf16 convolutions take bf16 input,
+// weight and output and accumulate in f32 (its PSEUDO_BFLOAT16 configuration).
+// So with bf16 operands the f32 weight (the master) is rounded for each call,
+// an f32 activation likewise, and a pass whose result tensor is f32 writes a
+// bf16 copy that is then widened: every result is rounded to bf16 once,
+// also where the host keeps f32 (the weight gradient, as PyTorch's autocast
+// gives it; an f32 output or dx). A bias is added in bf16 after the
+// convolution's rounding, and its gradient is summed in f32 from dy widened.
+
+Tensor as_bf16(const Tensor& t) {
+  return t.dtype() == DType::bf16 ? t : t.to(DType::bf16);
+}
+
+// `t` itself when it is bf16, else a bf16 tensor of its shape for the pass to
+// write (widen_into() copies it back).
+Tensor bf16_result(const Tensor& t) {
+  return t.dtype() == DType::bf16 ? t : Tensor::empty(t.shape(), DType::bf16, t.device());
+}
+
+void widen_into(const Tensor& result, const Tensor& out) {
+  if (out.dtype() != DType::bf16) out.copy_from(result);
+}
+
+Conv2dProblem bf16_problem(Conv2dProblem p) {
+  p.dtype = DType::bf16;
+  return p;
+}
+#endif
+
 }  // namespace
 
 Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& params) {
@@ -140,8 +171,17 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   }
 #if LOOM_HAS_CUDA
   DeviceGuard guard(y.device());
+  const Stream& stream = current_stream(y.device());
+  if (p.operands == DType::bf16) {  // NOTE [bf16 operands on CUDA]
+    const Tensor xb = as_bf16(x), wb = w.to(DType::bf16), yb = bf16_result(y);
+    const Tensor bb = bias.defined() ? bias.to(DType::bf16) : Tensor();
+    cuda::conv2d_forward(bf16_problem(p), xb.data(), wb.data(), bb.defined() ? bb.data() : nullptr,
+                         yb.data(), stream);
+    widen_into(yb, y);
+    return;
+  }
   cuda::conv2d_forward(p, x.data(), w.data(), bias.defined() ? bias.data() : nullptr, y.data(),
-                       current_stream(y.device()));
+                       stream);
 #else
   throw InternalError("unreachable: CUDA tensor in a build without CUDA");
 #endif
@@ -174,7 +214,14 @@ void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx,
   }
 #if LOOM_HAS_CUDA
   DeviceGuard guard(dx.device());
-  cuda::conv2d_backward_input(p, dy.data(), w.data(), dx.data(), current_stream(dx.device()));
+  const Stream& stream = current_stream(dx.device());
+  if (p.operands == DType::bf16) {  // NOTE [bf16 operands on CUDA]
+    const Tensor dyb = as_bf16(dy), wb = w.to(DType::bf16), dxb = bf16_result(dx);
+    cuda::conv2d_backward_input(bf16_problem(p), dyb.data(), wb.data(), dxb.data(), stream);
+    widen_into(dxb, dx);
+    return;
+  }
+  cuda::conv2d_backward_input(p, dy.data(), w.data(), dx.data(), stream);
 #else
   throw InternalError("unreachable: CUDA tensor in a build without CUDA");
 #endif
@@ -209,9 +256,26 @@ void conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw,
   }
 #if LOOM_HAS_CUDA
   DeviceGuard guard(dw.device());
+  const Stream& stream = current_stream(dw.device());
+  if (p.operands == DType::bf16) {  // NOTE [bf16 operands on CUDA]
+    const Tensor xb = as_bf16(x), dyb = as_bf16(dy);
+    const Tensor dwb = Tensor::empty(dw.shape(), DType::bf16, dw.device());
+    cuda::conv2d_backward_weight(bf16_problem(p), xb.data(), dyb.data(), dwb.data(), nullptr, false,
+                                 stream);
+    if (accumulate) {
+      axpy(1.0f, dwb.to(DType::f32), dw);
+    } else {
+      dw.copy_from(dwb);
+    }
+    if (db.defined()) {
+      const Tensor dyf = dy.dtype() == DType::f32 ? dy : dy.to(DType::f32);
+      cuda::channel_bias_grad(dyf.data(), db.data(), DType::f32, p.n, p.c_out, p.out_plane(),
+                              accumulate, stream.native_handle());
+    }
+    return;
+  }
   cuda::conv2d_backward_weight(p, x.data(), dy.data(), dw.data(),
-                               db.defined() ? db.data() : nullptr, accumulate,
-                               current_stream(dw.device()));
+                               db.defined() ? db.data() : nullptr, accumulate, stream);
 #else
   throw InternalError("unreachable: CUDA tensor in a build without CUDA");
 #endif

@@ -19,13 +19,11 @@ struct Dims {
   int64_t rows = 0, classes = 0;
 };
 
-// Logits are f32, or bf16 on the host (widened as they are read).
+// Logits are f32 or bf16 (widened as they are read).
 void check_logits(const char* op, const Tensor& logits) {
   detail::check_defined(op, "logits", logits);
-  LOOM_CHECK(
-      logits.dtype() == DType::f32 || (logits.dtype() == DType::bf16 && logits.device().is_cpu()),
-      op, ": logits ", logits, " have dtype ", logits.dtype(),
-      "; this op takes f32 (or bf16 on the host)");
+  LOOM_CHECK(logits.dtype() == DType::f32 || logits.dtype() == DType::bf16, op, ": logits ", logits,
+             " have dtype ", logits.dtype(), "; this op takes f32 or bf16");
 }
 
 cpu::Logits host_logits(const Tensor& logits) {
@@ -90,9 +88,9 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Te
 #if LOOM_HAS_CUDA
   DeviceGuard guard(logits.device());
   const Tensor row_loss = Tensor::empty({d.rows}, DType::f32, logits.device());
-  cuda::cross_entropy_forward(logits.data<float>(), targets.data(), targets.dtype(), d.rows,
-                              d.classes, ignore_index, lse.data<float>(), row_loss.data<float>(),
-                              loss.data<float>(), count.data<float>(),
+  cuda::cross_entropy_forward(logits.data(), logits.dtype(), targets.data(), targets.dtype(),
+                              d.rows, d.classes, ignore_index, lse.data<float>(),
+                              row_loss.data<float>(), loss.data<float>(), count.data<float>(),
                               current_stream(logits.device()).native_handle());
 #else
   throw InternalError("unreachable: CUDA tensor in a build without CUDA");
@@ -123,9 +121,9 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
   }
 #if LOOM_HAS_CUDA
   DeviceGuard guard(logits.device());
-  cuda::cross_entropy_backward(logits.data<float>(), targets.data(), targets.dtype(),
+  cuda::cross_entropy_backward(logits.data(), logits.dtype(), targets.data(), targets.dtype(),
                                lse.data<float>(), count.data<float>(), dloss, d.rows, d.classes,
-                               ignore_index, dlogits.data<float>(),
+                               ignore_index, dlogits.data(),
                                current_stream(logits.device()).native_handle());
 #else
   throw InternalError("unreachable: CUDA tensor in a build without CUDA");

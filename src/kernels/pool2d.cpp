@@ -46,13 +46,11 @@ void check(const char* op, const Tensor& t, const char* name, const Shape& shape
 }
 
 // The tensor whose dtype the others of the call share (x forward, dx
-// backward): f32, or bf16 on the host.
+// backward): f32 or bf16.
 void check_input(const char* op, const Tensor& x) {
   LOOM_CHECK(x.defined(), op, ": the input is undefined");
   LOOM_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16, op, ": input ", x, " has dtype ",
              x.dtype(), "; pooling takes f32 or bf16");
-  LOOM_CHECK(x.dtype() == DType::f32 || x.device().is_cpu(), op, ": input ", x, " is bf16 on ",
-             x.device(), "; bf16 pooling is built for host tensors only");
 }
 
 // A tensor beside `like` (x or dx): the same dtype, then shape and device.
@@ -102,7 +100,7 @@ void max_pool2d_forward(const Tensor& x, const Tensor& y, const Tensor& argmax,
   }
 #if LOOM_HAS_CUDA
   DeviceGuard guard(x.device());
-  cuda::max_pool2d_forward(p, x.data<float>(), y.data<float>(), argmax.data<int32_t>(),
+  cuda::max_pool2d_forward(p, x.data(), x.dtype(), y.data(), argmax.data<int32_t>(),
                            current_stream(x.device()));
 #else
   no_cuda();
@@ -128,7 +126,7 @@ void max_pool2d_backward(const Tensor& dy, const Tensor& argmax, const Tensor& d
   }
 #if LOOM_HAS_CUDA
   DeviceGuard guard(dx.device());
-  cuda::max_pool2d_backward(p, dy.data<float>(), argmax.data<int32_t>(), dx.data<float>(),
+  cuda::max_pool2d_backward(p, dy.data(), dx.dtype(), argmax.data<int32_t>(), dx.data(),
                             current_stream(dx.device()));
 #else
   no_cuda();
@@ -151,7 +149,7 @@ void avg_pool2d_forward(const Tensor& x, const Tensor& y, const Pool2dParams& pa
   }
 #if LOOM_HAS_CUDA
   DeviceGuard guard(x.device());
-  cuda::avg_pool2d_forward(p, x.data<float>(), y.data<float>(), current_stream(x.device()));
+  cuda::avg_pool2d_forward(p, x.data(), x.dtype(), y.data(), current_stream(x.device()));
 #else
   no_cuda();
 #endif
@@ -173,7 +171,7 @@ void avg_pool2d_backward(const Tensor& dy, const Tensor& dx, const Pool2dParams&
   }
 #if LOOM_HAS_CUDA
   DeviceGuard guard(dx.device());
-  cuda::avg_pool2d_backward(p, dy.data<float>(), dx.data<float>(), current_stream(dx.device()));
+  cuda::avg_pool2d_backward(p, dy.data(), dx.dtype(), dx.data(), current_stream(dx.device()));
 #else
   no_cuda();
 #endif
@@ -196,7 +194,7 @@ void global_avg_pool_forward(const Tensor& x, const Tensor& y) {
   }
 #if LOOM_HAS_CUDA
   DeviceGuard guard(x.device());
-  cuda::global_avg_pool_forward(planes, plane, x.data<float>(), y.data<float>(),
+  cuda::global_avg_pool_forward(planes, plane, x.data(), x.dtype(), y.data(),
                                 current_stream(x.device()));
 #else
   no_cuda();
@@ -220,7 +218,7 @@ void global_avg_pool_backward(const Tensor& dy, const Tensor& dx) {
   }
 #if LOOM_HAS_CUDA
   DeviceGuard guard(dx.device());
-  cuda::global_avg_pool_backward(planes, plane, dy.data<float>(), dx.data<float>(),
+  cuda::global_avg_pool_backward(planes, plane, dy.data(), dx.dtype(), dx.data(),
                                  current_stream(dx.device()));
 #else
   no_cuda();

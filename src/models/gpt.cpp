@@ -252,7 +252,7 @@ std::vector<nn::Module*> GPTEmbeddings::children() {
 bool gpt_logits_in_activation_dtype(const GPTConfig& config) {
   const nn::Precision& precision = config.module.precision;
   return precision.reduced() && precision.activations == precision.matmul &&
-         precision.matmul == DType::bf16 && config.module.device.is_cpu();
+         precision.matmul == DType::bf16;
 }
 
 GPTHead::GPTHead(const std::string& model, const GPTConfig& config, nn::Parameter& token_table)

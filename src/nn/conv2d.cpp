@@ -25,14 +25,12 @@ Conv2d::Conv2d(std::string name, int64_t in_channels, int64_t out_channels, int6
              kernel, " must all be at least 1");
   const ModuleOptions& m = options.module;
   // Mixed precision (nn/precision.hpp): the products on bf16 operands
-  // (kernels::Conv2dParams::operands), the output in Precision::activations,
-  // built for the host.
+  // (kernels::Conv2dParams::operands), the output in Precision::activations.
   if (m.precision.reduced()) {
-    LOOM_CHECK(m.precision.matmul == DType::bf16 && m.dtype == DType::f32 && m.device.is_cpu(),
-               "Conv2d '", this->name(), "': precision ", precision_name(m.precision), " with ",
-               m.dtype, " parameters on ", m.device.str(),
-               " is not built; reduced-precision convolutions are bf16 operands of f32 "
-               "parameters on the host");
+    LOOM_CHECK(m.precision.matmul == DType::bf16 && m.dtype == DType::f32, "Conv2d '", this->name(),
+               "': precision ", precision_name(m.precision), " with ", m.dtype,
+               " parameters is not built; reduced-precision convolutions are bf16 operands of f32 "
+               "parameters");
     params_.operands = DType::bf16;
   }
   // Under an open kernels::PackedWeightScope the weight is packed once for

@@ -2,7 +2,8 @@
 // add, sums to 1e-5; bf16 to its rounding), activations (1e-6 relative),
 // layer norm (1e-5), embedding (gather exact, scatter-add to 1e-6 and
 // deterministic across runs), index_select (rows of f32, i32, i64 and bf16
-// bit for bit, its backward equal to the host's), cross-entropy (1e-5),
+// bit for bit, its backward equal to the host's), cross-entropy (1e-5; f32
+// and bf16 logits),
 // dropout (bit for bit, the same mask on both backends).
 #include <catch2/catch.hpp>
 
@@ -177,26 +178,36 @@ TEST_CASE("CUDA index_select copies rows of every dtype bit for bit and its back
   require_close(dsrc_gpu, dsrc, 0, 0);  // same order of additions: equal bits
 }
 
-TEST_CASE("CUDA cross_entropy matches the host", "[cuda][cross_entropy]") {
+TEST_CASE("CUDA cross_entropy matches the host, f32 and bf16 logits", "[cuda][cross_entropy]") {
   const int64_t rows = 67, classes = 5003;
-  const Tensor logits = loom::test::random_tensor({rows, classes}, DType::f32, 11, -8.0f, 8.0f);
   std::vector<int32_t> targets(rows);
   for (int64_t r = 0; r < rows; ++r) targets[r] = r % 5 == 2 ? -1 : int32_t((r * 131) % classes);
   const Tensor t = Tensor::from_vector(targets, {rows});
-  const Tensor loss = Tensor::empty({1}), lse = Tensor::empty({rows}), count = Tensor::empty({1});
-  k::cross_entropy_forward(logits, t, loss, lse, count);
-  const Tensor lg = logits.to(kGpu), tg = t.to(kGpu);
-  const Tensor loss_g = loss.to(kGpu), lse_g = lse.to(kGpu), count_g = count.to(kGpu);
-  k::cross_entropy_forward(lg, tg, loss_g, lse_g, count_g);
-  require_close(loss_g, loss, 1e-5, 0);
-  require_close(lse_g, lse, 1e-6, 1e-6);
-  require_close(count_g, count, 0, 0);
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    INFO("logits " << dtype);
+    // bf16 logits are widened exactly on both sides; a gradient rounded once to
+    // bf16 may land one bf16 step (2^-8 relative) apart.
+    const double grad_rtol = dtype == DType::f32 ? 1e-5 : 8e-3;
+    const Tensor logits =
+        loom::test::random_tensor({rows, classes}, DType::f32, 11, -8.0f, 8.0f).to(dtype);
+    const Tensor loss = Tensor::empty({1}), lse = Tensor::empty({rows}), count = Tensor::empty({1});
+    k::cross_entropy_forward(logits, t, loss, lse, count);
+    const Tensor lg = logits.to(kGpu), tg = t.to(kGpu);
+    const Tensor loss_g = loss.to(kGpu), lse_g = lse.to(kGpu), count_g = count.to(kGpu);
+    k::cross_entropy_forward(lg, tg, loss_g, lse_g, count_g);
+    require_close(loss_g, loss, 1e-5, 0);
+    require_close(lse_g, lse, 1e-6, 1e-6);
+    require_close(count_g, count, 0, 0);
 
-  const Tensor d = Tensor::empty({rows, classes});
-  k::cross_entropy_backward(logits, t, lse, count, 2.0f, d);
-  const Tensor dg = Tensor::empty({rows, classes}, DType::f32, kGpu);
-  k::cross_entropy_backward(lg, tg, lse_g, count_g, 2.0f, dg);
-  require_close(dg, d, 1e-5, 1e-9);
+    const Tensor d = Tensor::empty({rows, classes}, dtype);
+    k::cross_entropy_backward(logits, t, lse, count, 2.0f, d);
+    const Tensor dg = Tensor::empty({rows, classes}, dtype, kGpu);
+    k::cross_entropy_backward(lg, tg, lse_g, count_g, 2.0f, dg);
+    require_close(dg.to(DType::f32), d.to(DType::f32), grad_rtol, 1e-9);
+    // In place: the logits become their gradient.
+    k::cross_entropy_backward(lg, tg, lse_g, count_g, 2.0f, lg);
+    require_close(lg.to(DType::f32), d.to(DType::f32), grad_rtol, 1e-9);
+  }
 }
 
 TEST_CASE("CUDA dropout draws the host's mask, bit for bit", "[cuda][dropout]") {
@@ -220,8 +231,8 @@ TEST_CASE("CUDA dropout of a slice with an index offset draws the host's slice m
   const Tensor whole = Tensor::empty({n});
   k::dropout_forward(x, 0.3f, RandomKey{9, 4}, whole);
   const std::vector<float> expected = whole.to_vector<float>();
-  for (const int64_t offset : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5},
-                               int64_t{997}}) {
+  for (const int64_t offset :
+       {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{997}}) {
     for (const int64_t length : {int64_t{1}, int64_t{3}, int64_t{70}, n - offset}) {
       if (offset + length > n) continue;
       INFO("offset " << offset << ", length " << length);

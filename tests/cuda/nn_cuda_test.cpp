@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../kernels/kernel_test_util.hpp"
+#include "loom/models/gpt.hpp"
 #include "loom/models/resnet.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
 #include "loom/nn/dropout.hpp"
@@ -18,6 +19,7 @@
 #include "loom/nn/layer_norm.hpp"
 #include "loom/nn/linear.hpp"
 #include "loom/nn/mlp.hpp"
+#include "loom/nn/precision.hpp"
 #include "loom/nn/residual.hpp"
 #include "loom/nn/sequential.hpp"
 #include "loom/optim/sgd.hpp"
@@ -97,6 +99,60 @@ TEST_CASE("a GPT-style stack on CUDA matches the host", "[cuda][nn]") {
   }
 }
 
+// bf16 (nn/precision.hpp) on CUDA: cuBLAS's bf16 products, bf16 MLP and
+// attention activations, bf16 logits read by the CUDA cross-entropy kernel
+// and their gradient rounded once. The host rounds its own f32 sums, in
+// another order, so a value may land one bf16 step (2^-8) apart: the loss to
+// 1e-2 relative, every gradient to 5e-2 of its largest magnitude.
+TEST_CASE("a bf16 GPT on CUDA matches the host's bf16 GPT: bf16 logits, f32 gradients",
+          "[cuda][nn]") {
+  loom::models::GPTConfig config;
+  config.vocab = 97;
+  config.layers = 2;
+  config.d_model = 32;
+  config.heads = 4;
+  config.seq_len = 16;
+  config.module.seed = 3;
+  config.module.precision = precision_from_string("bf16");
+  loom::models::GPTConfig on_gpu = config;
+  on_gpu.module.device = Device::cuda(0);
+  loom::models::GPT host("", config), gpu("", on_gpu);
+  const int64_t batch = 3, seq = 16;
+  std::vector<int32_t> ids(batch * seq), targets(batch * seq);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = int32_t((i * 37) % 97);
+    targets[i] = i % 7 == 0 ? -1 : int32_t((i * 53 + 1) % 97);
+  }
+  const Tensor id_tensor = Tensor::from_vector(ids, {batch, seq});
+  const Tensor target_tensor = Tensor::from_vector(targets, {batch, seq});
+  const auto step = [&](loom::models::GPT& gpt, Device d) {
+    Tape tape, loss_tape;
+    CrossEntropyLoss loss("loss");
+    const Tensor logits = gpt.forward(id_tensor.to(d), tape);
+    REQUIRE(logits.dtype() == DType::bf16);
+    const float value = loss.forward(logits, target_tensor.to(d), loss_tape).item<float>();
+    const Tensor dlogits = loss.backward(loss_tape);
+    REQUIRE(dlogits.dtype() == DType::bf16);
+    gpt.zero_grad();
+    gpt.backward(dlogits, tape);
+    return value;
+  };
+  const float host_loss = step(host, Device::cpu());
+  const float gpu_loss = step(gpu, Device::cuda(0));
+  CHECK(gpu_loss == Approx(host_loss).epsilon(1e-2));
+  const auto a = host.parameters(), b = gpu.parameters();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i]->name());
+    REQUIRE(b[i]->grad().dtype() == DType::f32);
+    const std::vector<float> want = a[i]->grad().to_vector<float>();
+    loom::test::ValueRange magnitude;
+    for (const float v : want) magnitude.add(std::abs(v));
+    CHECK(loom::test::out_of_tolerance(b[i]->grad().to_vector<float>(), want,
+                                       5e-2 * magnitude.hi + 1e-7) == "");
+  }
+}
+
 namespace {
 
 // train_resnet's model and optimizer (SGD with momentum and weight decay) on
@@ -107,12 +163,14 @@ struct ResNetRun {
   CrossEntropyLoss loss;
   Device device;
 
-  explicit ResNetRun(Device d) : device(d) {
-    loom::models::ResNetOptions options{.stem = loom::models::ResNetStem::cifar,
-                                        .in_channels = 1,
-                                        .classes = 10,
-                                        .width = 8,
-                                        .module = {.device = d, .seed = 5}};
+  explicit ResNetRun(Device d, const char* precision = "fp32") : device(d) {
+    loom::models::ResNetOptions options{
+        .stem = loom::models::ResNetStem::cifar,
+        .in_channels = 1,
+        .classes = 10,
+        .width = 8,
+        .module = {
+            .device = d, .seed = 5, .precision = loom::nn::precision_from_string(precision)}};
     model = loom::models::make_resnet("", loom::models::resnet18(options));
     optimizer = std::make_unique<loom::optim::SGD>(
         loom::optim::param_slots(model->parameters()),
@@ -192,8 +250,38 @@ TEST_CASE("a ResNet on CUDA trains like the host: one SGD step, BatchNorm statis
   CHECK(compare_to_magnitude(gpu.eval_logits(), host.eval_logits(), 1e-4) == "");
 }
 
-TEST_CASE("a ResNet's training steps on CUDA give the same bits on every run", "[cuda][nn]") {
-  ResNetRun first(Device::cuda(0)), second(Device::cuda(0));
+// bf16 (nn/precision.hpp): cuDNN's bf16 convolutions, BatchNorm, ReLU, the
+// residual sums and the pools on bf16 activations. The host rounds its f32
+// sums to bf16 where CUDA rounds its own (in another order), so a value may
+// land one bf16 step (2^-8) apart, and CUDA rounds the convolutions' weight
+// gradients to bf16 (NOTE [bf16 operands on CUDA]): one step's loss to 1e-2
+// relative, gradients and updated parameters to 5e-2 of their largest magnitude.
+TEST_CASE("a bf16 ResNet on CUDA trains like the host's bf16 ResNet: one SGD step", "[cuda][nn]") {
+  ResNetRun host(Device::cpu(), "bf16"), gpu(Device::cuda(0), "bf16");
+  const float host_loss = host.forward_backward(0);
+  const float gpu_loss = gpu.forward_backward(0);
+  CHECK(gpu_loss == Approx(host_loss).epsilon(1e-2));
+  const auto a = host.model->parameters(), b = gpu.model->parameters();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i]->name() << " gradient");
+    CHECK(compare_to_magnitude(b[i]->grad().to_vector<float>(), a[i]->grad().to_vector<float>(),
+                               5e-2) == "");
+  }
+  host.optimizer->step();
+  gpu.optimizer->step();
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i]->name() << " after the step");
+    CHECK(compare_to_magnitude(b[i]->value().to_vector<float>(), a[i]->value().to_vector<float>(),
+                               5e-2) == "");
+  }
+}
+
+TEST_CASE("a ResNet's training steps on CUDA give the same bits on every run, fp32 and bf16",
+          "[cuda][nn]") {
+  const char* precision = GENERATE("fp32", "bf16");
+  INFO("precision " << precision);
+  ResNetRun first(Device::cuda(0), precision), second(Device::cuda(0), precision);
   for (int64_t s = 0; s < 5; ++s) {
     INFO("step " << s);
     const float a = first.step(s), b = second.step(s);

@@ -26,8 +26,8 @@
 // error about 1e-7 * mean^2 / var); the host sums each plane in f32 with
 // Eigen's pairwise tree and the planes in double, CUDA in double.
 //
-// dtypes: the activations x, y, dy and dx are f32 (host and CUDA) or bf16
-// (host only), one dtype for all of them in a call; every per-channel tensor
+// dtypes: the activations x, y, dy and dx are f32 or bf16 (host and CUDA),
+// one dtype for all of them in a call; every per-channel tensor
 // (sums, grad_sums, mean, invstd, weight, bias, running stats) is f32. bf16
 // values are widened to f32, the arithmetic is the f32 one, and each output
 // element is rounded once to nearest even: normalize and backward_input give

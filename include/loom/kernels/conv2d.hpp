@@ -34,11 +34,15 @@ namespace loom::kernels {
 struct Conv2dParams {
   int64_t stride = 1;
   int64_t padding = 0;
-  // Mixed precision (host, f32 tensors): DType::bf16 rounds the pass's two
-  // operands (x and w, dy and w, or x and dy) to bf16, nearest even, and
-  // multiplies them with f32 accumulation into the f32 output: the bf16 GEMM
-  // (vdpbf16ps where the CPU has it) on an im2col matrix built in bf16. The
-  // bias and its gradient stay f32. f32 (the default): no rounding.
+  // Mixed precision (an f32 weight and bias; activations f32 or bf16):
+  // DType::bf16 rounds the pass's two operands (x and w, dy and w, or x and
+  // dy) to bf16, nearest even, and multiplies them with f32 accumulation,
+  // rounding the result once where its tensor is bf16. Host: the bf16 GEMM
+  // (vdpbf16ps where the CPU has it) on an im2col matrix built in bf16; the
+  // bias and every f32 result stay f32. CUDA: cuDNN's bf16 convolutions,
+  // which write bf16, so each result is rounded once to bf16 (the weight
+  // gradient too, as under PyTorch's autocast) and the bias is added after
+  // that rounding. f32 (the default): no rounding.
   DType operands = DType::f32;
   // The caller promises w's values stay as they are while the innermost
   // PackedWeightScope lives: forward and the input gradient may then pack w

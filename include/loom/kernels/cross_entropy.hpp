@@ -1,7 +1,7 @@
 // Cross-entropy of a softmax: the fused, numerically stable loss of a
 // classifier's logits against integer targets, and its gradient.
 //
-// For logits [N, V] (f32) and targets [N] (i32 or i64):
+// For logits [N, V] (f32 or bf16, host and CUDA) and targets [N] (i32 or i64):
 //   lse[r]  = m + log(sum_c exp(logits[r, c] - m)),  m = max_c logits[r, c]
 //   loss    = sum over counted rows of (lse[r] - logits[r, targets[r]]) / count
 // where a row is counted unless targets[r] == ignore_index, and count is the
@@ -11,6 +11,8 @@
 //   dlogits[r, c] = (exp(logits[r, c] - lse[r]) - [c == targets[r]]) * dloss / count
 // and 0 on ignored rows. dlogits may be the logits tensor itself (in place), so
 // a caller can turn the logits into their gradient without a second [N, V] buffer.
+// bf16 logits are widened as they are read; their gradient (dlogits has the
+// logits' dtype) is computed in f32 and rounded once.
 //
 // The loss is summed in a fixed order (host: in double, by row; CUDA: in f32
 // by a fixed tree): deterministic. Targets must lie in [0, V) or equal

@@ -10,8 +10,8 @@
 // pooling divides by kernel^2, padding included (PyTorch's
 // count_include_pad = true). Backward passes overwrite dx.
 //
-// dtypes: f32 (host and CUDA) or bf16 (host only), x, y, dy and dx of one
-// call alike. bf16 values are widened to f32, summed in f32 and each output
+// dtypes: f32 or bf16 (host and CUDA), x, y, dy and dx of one call
+// alike. bf16 values are widened to f32, summed in f32 and each output
 // rounded once to nearest even; max pooling picks the element f32 picks.
 // Work on CUDA is queued on the device's current stream.
 #pragma once

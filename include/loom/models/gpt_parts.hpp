@@ -145,10 +145,9 @@ class GPTEmbeddings : public GPTEnd {
 };
 
 // Whether the head writes its logits in Precision::activations (bf16 under
-// bf16 on the host, as autocast does: the loss widens them and computes in
-// f32, and the logits' gradient comes back in bf16, as the head's backward
-// product would round it anyway). On CUDA the logits stay f32 (the CUDA loss
-// takes f32).
+// bf16, as autocast does: the loss widens them and computes in f32, and the
+// logits' gradient comes back in bf16, as the head's backward product would
+// round it anyway).
 bool gpt_logits_in_activation_dtype(const GPTConfig& config);
 
 // ln_f, then the output projection x @ wte^T -> logits [B, T, vocab] (f32, or

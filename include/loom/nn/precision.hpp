@@ -20,7 +20,7 @@
 //     the residual sums and the pools take and return bf16, their gradients
 //     too, computing in f32 and rounding each result once; BatchNorm's
 //     statistics, LayerNorm, softmax, the loss, the optimizer and every
-//     reduction run in f32. The GPT's head writes bf16 logits on the host
+//     reduction run in f32. The GPT's head writes bf16 logits
 //     (models::gpt_logits_in_activation_dtype), which the loss widens and
 //     computes on in f32, returning their gradient in bf16. The GPT's
 //     residual stream stays f32 (LayerNorm reads it, and each block adds a

@@ -5,7 +5,8 @@
 // in a fixed shared-memory tree, so the sums are deterministic (no atomics)
 // and accurate enough that sum_sq / count - mean^2 keeps its digits. The
 // element-wise steps are grid-stride loops that fold the statistics into one
-// multiply-add per element.
+// multiply-add per element. Activations are f32 or bf16 (T); bf16 ones are
+// widened as they are read and each result is rounded once, as on the host.
 #include "core/cuda/check.hpp"
 #include "core/cuda/dtype_cuda.cuh"
 #include "core/cuda/nvtx.hpp"
@@ -15,7 +16,9 @@ namespace loom::kernels::cuda {
 namespace {
 
 using detail::BatchNormShape;
+using loom::detail::cuda::from_float;
 using loom::detail::cuda::grid_for;
+using loom::detail::cuda::to_float;
 
 constexpr int kBlock = 256;
 
@@ -41,12 +44,13 @@ __device__ void block_sum2(double& a, double& b) {
 }
 
 // Block c: sums[c] = sum x, sums[C + c] = sum x^2 over the channel.
+template <typename T>
 __global__ void __launch_bounds__(kBlock)
-    stats_kernel(BatchNormShape s, const float* __restrict__ x, float* __restrict__ sums) {
+    stats_kernel(BatchNormShape s, const T* __restrict__ x, float* __restrict__ sums) {
   const int64_t c = blockIdx.x, values = s.n * s.plane;
   double sum = 0, sum_sq = 0;
   for (int64_t i = threadIdx.x; i < values; i += kBlock) {
-    const float v = x[((i / s.plane) * s.channels + c) * s.plane + i % s.plane];
+    const float v = to_float(x[((i / s.plane) * s.channels + c) * s.plane + i % s.plane]);
     sum += v;
     sum_sq += double(v) * v;
   }
@@ -58,18 +62,19 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // Block c: grad_sums[c] = sum dy, grad_sums[C + c] = sum dy * xhat.
+template <typename T>
 __global__ void __launch_bounds__(kBlock)
-    backward_sums_kernel(BatchNormShape s, const float* __restrict__ dy,
-                         const float* __restrict__ x, const float* __restrict__ mean,
-                         const float* __restrict__ invstd, float* __restrict__ grad_sums) {
+    backward_sums_kernel(BatchNormShape s, const T* __restrict__ dy, const T* __restrict__ x,
+                         const float* __restrict__ mean, const float* __restrict__ invstd,
+                         float* __restrict__ grad_sums) {
   const int64_t c = blockIdx.x, values = s.n * s.plane;
   const float mu = mean[c];
   double sum_dy = 0, sum_dy_centered = 0;
   for (int64_t i = threadIdx.x; i < values; i += kBlock) {
     const int64_t at = ((i / s.plane) * s.channels + c) * s.plane + i % s.plane;
-    const float g = dy[at];
+    const float g = to_float(dy[at]);
     sum_dy += g;
-    sum_dy_centered += double(g) * (x[at] - mu);
+    sum_dy_centered += double(g) * (to_float(x[at]) - mu);
   }
   block_sum2(sum_dy, sum_dy_centered);
   if (threadIdx.x == 0) {
@@ -104,26 +109,28 @@ __global__ void eval_stats_kernel(int64_t channels, const float* __restrict__ ru
   invstd[c] = static_cast<float>(1.0 / sqrt(double(running_var[c]) + eps));
 }
 
-__global__ void normalize_kernel(BatchNormShape s, const float* x, const float* __restrict__ mean,
+template <typename T>
+__global__ void normalize_kernel(BatchNormShape s, const T* x, const float* __restrict__ mean,
                                  const float* __restrict__ invstd, const float* __restrict__ weight,
-                                 const float* __restrict__ bias, float* y) {
+                                 const float* __restrict__ bias, T* y) {
   const int64_t total = s.n * s.channels * s.plane;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t c = (i / s.plane) % s.channels;
     const float scale = invstd[c] * (weight == nullptr ? 1.0f : weight[c]);
     const float shift = (bias == nullptr ? 0.0f : bias[c]) - mean[c] * scale;
-    y[i] = x[i] * scale + shift;
+    y[i] = from_float<T>(to_float(x[i]) * scale + shift);
   }
 }
 
 // dx = a dy + b x + d per channel (see the host twin for a, b, d).
-__global__ void backward_input_kernel(BatchNormShape s, const float* dy,
-                                      const float* __restrict__ x, const float* __restrict__ mean,
+template <typename T>
+__global__ void backward_input_kernel(BatchNormShape s, const T* dy, const T* __restrict__ x,
+                                      const float* __restrict__ mean,
                                       const float* __restrict__ invstd,
                                       const float* __restrict__ weight,
                                       const float* __restrict__ grad_sums, int64_t count,
-                                      bool batch_stats, float* dx) {
+                                      bool batch_stats, T* dx) {
   const int64_t total = s.n * s.channels * s.plane;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -135,15 +142,30 @@ __global__ void backward_input_kernel(BatchNormShape s, const float* dy,
       b = -a * invstd[c] * grad_sums[s.channels + c] / m;
       d = -a * grad_sums[c] / m - b * mean[c];
     }
-    dx[i] = a * dy[i] + b * x[i] + d;
+    dx[i] = from_float<T>(a * to_float(dy[i]) + b * to_float(x[i]) + d);
+  }
+}
+
+// Calls f(TypeTag<T>{}) for the activations' dtype: f32 or bf16.
+template <typename F>
+void visit_activation(DType dtype, F&& f) {
+  if (dtype == DType::bf16) {
+    f(TypeTag<__nv_bfloat16>{});
+  } else {
+    f(TypeTag<float>{});
   }
 }
 
 }  // namespace
 
-void batch_norm_stats(const BatchNormShape& s, const float* x, float* sums, const Stream& stream) {
+void batch_norm_stats(const BatchNormShape& s, const void* x, DType dtype, float* sums,
+                      const Stream& stream) {
   loom::detail::cuda::NvtxRange range("loom::batch_norm_stats");
-  stats_kernel<<<static_cast<unsigned>(s.channels), kBlock, 0, native(stream)>>>(s, x, sums);
+  visit_activation(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    stats_kernel<T><<<static_cast<unsigned>(s.channels), kBlock, 0, native(stream)>>>(
+        s, static_cast<const T*>(x), sums);
+  });
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
@@ -162,32 +184,43 @@ void batch_norm_eval_stats(int64_t channels, const float* running_mean, const fl
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
-void batch_norm_normalize(const BatchNormShape& s, const float* x, const float* mean,
-                          const float* invstd, const float* weight, const float* bias, float* y,
+void batch_norm_normalize(const BatchNormShape& s, const void* x, DType dtype, const float* mean,
+                          const float* invstd, const float* weight, const float* bias, void* y,
                           const Stream& stream) {
   loom::detail::cuda::NvtxRange range("loom::batch_norm_normalize");
-  normalize_kernel<<<grid_for(s.n * s.channels * s.plane, kBlock), kBlock, 0, native(stream)>>>(
-      s, x, mean, invstd, weight, bias, y);
+  visit_activation(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    normalize_kernel<T>
+        <<<grid_for(s.n * s.channels * s.plane, kBlock), kBlock, 0, native(stream)>>>(
+            s, static_cast<const T*>(x), mean, invstd, weight, bias, static_cast<T*>(y));
+  });
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
-void batch_norm_backward_sums(const BatchNormShape& s, const float* dy, const float* x,
+void batch_norm_backward_sums(const BatchNormShape& s, const void* dy, const void* x, DType dtype,
                               const float* mean, const float* invstd, float* grad_sums,
                               const Stream& stream) {
   loom::detail::cuda::NvtxRange range("loom::batch_norm_backward_sums");
-  backward_sums_kernel<<<static_cast<unsigned>(s.channels), kBlock, 0, native(stream)>>>(
-      s, dy, x, mean, invstd, grad_sums);
+  visit_activation(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    backward_sums_kernel<T><<<static_cast<unsigned>(s.channels), kBlock, 0, native(stream)>>>(
+        s, static_cast<const T*>(dy), static_cast<const T*>(x), mean, invstd, grad_sums);
+  });
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
-void batch_norm_backward_input(const BatchNormShape& s, const float* dy, const float* x,
+void batch_norm_backward_input(const BatchNormShape& s, const void* dy, const void* x, DType dtype,
                                const float* mean, const float* invstd, const float* weight,
-                               const float* grad_sums, int64_t count, bool batch_stats, float* dx,
+                               const float* grad_sums, int64_t count, bool batch_stats, void* dx,
                                const Stream& stream) {
   loom::detail::cuda::NvtxRange range("loom::batch_norm_backward_input");
-  backward_input_kernel<<<grid_for(s.n * s.channels * s.plane, kBlock), kBlock, 0,
-                          native(stream)>>>(s, dy, x, mean, invstd, weight, grad_sums, count,
-                                            batch_stats, dx);
+  visit_activation(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    backward_input_kernel<T>
+        <<<grid_for(s.n * s.channels * s.plane, kBlock), kBlock, 0, native(stream)>>>(
+            s, static_cast<const T*>(dy), static_cast<const T*>(x), mean, invstd, weight, grad_sums,
+            count, batch_stats, static_cast<T*>(dx));
+  });
   LOOM_CUDA_CHECK_LAUNCH();
 }
 

@@ -2,16 +2,22 @@
 // sum of exp(x - max) with fixed shared-memory trees, and writes lse and the
 // row's loss; one more block sums the row losses and counts the counted rows
 // in a fixed order. Backward: one block per row writes its softmax minus the
-// one-hot target, scaled. No atomics anywhere: deterministic.
+// one-hot target, scaled. No atomics anywhere: deterministic. Logits are f32
+// or bf16 (L): bf16 ones are widened as they are read, and their gradient is
+// computed in f32 and rounded once.
 #include <cmath>
 #include <cstdint>
 
 #include "core/cuda/check.hpp"
+#include "core/cuda/dtype_cuda.cuh"
 #include "core/cuda/nvtx.hpp"
 #include "kernels/cuda/cross_entropy.cuh"
 
 namespace loom::kernels::cuda {
 namespace {
+
+using loom::detail::cuda::from_float;
+using loom::detail::cuda::to_float;
 
 constexpr int kBlock = 256;
 
@@ -38,18 +44,18 @@ struct SumOp {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
 
-template <typename Id>
+template <typename L, typename Id>
 __global__ void __launch_bounds__(kBlock)
-    row_kernel(const float* __restrict__ logits, const Id* __restrict__ targets, int64_t classes,
+    row_kernel(const L* __restrict__ logits, const Id* __restrict__ targets, int64_t classes,
                int64_t ignore_index, float* __restrict__ lse, float* __restrict__ row_loss) {
   __shared__ float shared[kBlock];
   const int64_t r = blockIdx.x;
-  const float* x = logits + r * classes;
+  const L* x = logits + r * classes;
   float m = -INFINITY;
-  for (int64_t c = threadIdx.x; c < classes; c += kBlock) m = fmaxf(m, x[c]);
+  for (int64_t c = threadIdx.x; c < classes; c += kBlock) m = fmaxf(m, to_float(x[c]));
   m = block_reduce(m, shared, MaxOp{});
   float sum = 0.0f;
-  for (int64_t c = threadIdx.x; c < classes; c += kBlock) sum += expf(x[c] - m);
+  for (int64_t c = threadIdx.x; c < classes; c += kBlock) sum += expf(to_float(x[c]) - m);
   sum = block_reduce(sum, shared, SumOp{});
   if (threadIdx.x == 0) {
     const float row_lse = m + logf(sum);
@@ -58,7 +64,7 @@ __global__ void __launch_bounds__(kBlock)
     if (t == ignore_index) {
       row_loss[r] = 0.0f;
     } else {
-      row_loss[r] = (t >= 0 && t < classes) ? row_lse - x[t] : NAN;
+      row_loss[r] = (t >= 0 && t < classes) ? row_lse - to_float(x[t]) : NAN;
     }
   }
 }
@@ -82,71 +88,89 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-template <typename Id>
+template <typename L, typename Id>
 __global__ void __launch_bounds__(kBlock)
-    backward_kernel(const float* logits, const Id* __restrict__ targets,
-                    const float* __restrict__ lse, const float* __restrict__ count, float dloss,
-                    int64_t classes, int64_t ignore_index, float* dlogits) {
+    backward_kernel(const L* logits, const Id* __restrict__ targets, const float* __restrict__ lse,
+                    const float* __restrict__ count, float dloss, int64_t classes,
+                    int64_t ignore_index, L* dlogits) {
   const int64_t r = blockIdx.x;
-  const float* x = logits + r * classes;
-  float* d = dlogits + r * classes;
+  const L* x = logits + r * classes;
+  L* d = dlogits + r * classes;
   const auto t = static_cast<int64_t>(targets[r]);
   const float n = *count;
   const float scale = (t == ignore_index || n == 0.0f) ? 0.0f : dloss / n;
   const float row_lse = lse[r];
   for (int64_t c = threadIdx.x; c < classes; c += kBlock) {
-    const float p = scale == 0.0f ? 0.0f : expf(x[c] - row_lse) * scale;
-    d[c] = c == t ? p - scale : p;
+    const float p = scale == 0.0f ? 0.0f : expf(to_float(x[c]) - row_lse) * scale;
+    d[c] = from_float<L>(c == t ? p - scale : p);
   }
 }
 
-template <typename Id>
-void forward_typed(const float* logits, const void* targets, int64_t rows, int64_t classes,
+template <typename L, typename Id>
+void forward_typed(const void* logits, const void* targets, int64_t rows, int64_t classes,
                    int64_t ignore_index, float* lse, float* row_loss, float* loss, float* count,
                    cudaStream_t s) {
   const auto* t = static_cast<const Id*>(targets);
-  row_kernel<Id><<<static_cast<unsigned>(rows), kBlock, 0, s>>>(logits, t, classes, ignore_index,
-                                                                lse, row_loss);
+  row_kernel<L, Id><<<static_cast<unsigned>(rows), kBlock, 0, s>>>(
+      static_cast<const L*>(logits), t, classes, ignore_index, lse, row_loss);
   LOOM_CUDA_CHECK_LAUNCH();
   total_kernel<Id><<<1, kBlock, 0, s>>>(row_loss, t, rows, ignore_index, loss, count);
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
-template <typename Id>
-void backward_typed(const float* logits, const void* targets, const float* lse, const float* count,
-                    float dloss, int64_t rows, int64_t classes, int64_t ignore_index,
-                    float* dlogits, cudaStream_t s) {
-  backward_kernel<Id><<<static_cast<unsigned>(rows), kBlock, 0, s>>>(
-      logits, static_cast<const Id*>(targets), lse, count, dloss, classes, ignore_index, dlogits);
+template <typename L, typename Id>
+void backward_typed(const void* logits, const void* targets, const float* lse, const float* count,
+                    float dloss, int64_t rows, int64_t classes, int64_t ignore_index, void* dlogits,
+                    cudaStream_t s) {
+  backward_kernel<L, Id><<<static_cast<unsigned>(rows), kBlock, 0, s>>>(
+      static_cast<const L*>(logits), static_cast<const Id*>(targets), lse, count, dloss, classes,
+      ignore_index, static_cast<L*>(dlogits));
   LOOM_CUDA_CHECK_LAUNCH();
+}
+
+// Calls f(TypeTag<L>{}, TypeTag<Id>{}) for the logits' dtype (f32 or bf16)
+// and the targets' (i32 or i64).
+template <typename F>
+void visit_types(DType logits, DType targets, F&& f) {
+  const auto with_ids = [&](auto logit_tag) {
+    if (targets == DType::i32) {
+      f(logit_tag, TypeTag<int32_t>{});
+    } else {
+      f(logit_tag, TypeTag<int64_t>{});
+    }
+  };
+  if (logits == DType::bf16) {
+    with_ids(TypeTag<__nv_bfloat16>{});
+  } else {
+    with_ids(TypeTag<float>{});
+  }
 }
 
 }  // namespace
 
-void cross_entropy_forward(const float* logits, const void* targets, DType dtype, int64_t rows,
-                           int64_t classes, int64_t ignore_index, float* lse, float* row_loss,
-                           float* loss, float* count, void* stream) {
+void cross_entropy_forward(const void* logits, DType logits_dtype, const void* targets, DType dtype,
+                           int64_t rows, int64_t classes, int64_t ignore_index, float* lse,
+                           float* row_loss, float* loss, float* count, void* stream) {
   loom::detail::cuda::NvtxRange range("loom::cross_entropy_forward");
-  const auto s = static_cast<cudaStream_t>(stream);
-  if (dtype == DType::i32) {
-    return forward_typed<int32_t>(logits, targets, rows, classes, ignore_index, lse, row_loss, loss,
-                                  count, s);
-  }
-  forward_typed<int64_t>(logits, targets, rows, classes, ignore_index, lse, row_loss, loss, count,
-                         s);
+  visit_types(logits_dtype, dtype, [&](auto logit_tag, auto id_tag) {
+    using L = typename decltype(logit_tag)::type;
+    using Id = typename decltype(id_tag)::type;
+    forward_typed<L, Id>(logits, targets, rows, classes, ignore_index, lse, row_loss, loss, count,
+                         static_cast<cudaStream_t>(stream));
+  });
 }
 
-void cross_entropy_backward(const float* logits, const void* targets, DType dtype, const float* lse,
-                            const float* count, float dloss, int64_t rows, int64_t classes,
-                            int64_t ignore_index, float* dlogits, void* stream) {
+void cross_entropy_backward(const void* logits, DType logits_dtype, const void* targets,
+                            DType dtype, const float* lse, const float* count, float dloss,
+                            int64_t rows, int64_t classes, int64_t ignore_index, void* dlogits,
+                            void* stream) {
   loom::detail::cuda::NvtxRange range("loom::cross_entropy_backward");
-  const auto s = static_cast<cudaStream_t>(stream);
-  if (dtype == DType::i32) {
-    return backward_typed<int32_t>(logits, targets, lse, count, dloss, rows, classes, ignore_index,
-                                   dlogits, s);
-  }
-  backward_typed<int64_t>(logits, targets, lse, count, dloss, rows, classes, ignore_index, dlogits,
-                          s);
+  visit_types(logits_dtype, dtype, [&](auto logit_tag, auto id_tag) {
+    using L = typename decltype(logit_tag)::type;
+    using Id = typename decltype(id_tag)::type;
+    backward_typed<L, Id>(logits, targets, lse, count, dloss, rows, classes, ignore_index, dlogits,
+                          static_cast<cudaStream_t>(stream));
+  });
 }
 
 }  // namespace loom::kernels::cuda

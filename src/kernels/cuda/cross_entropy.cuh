@@ -1,4 +1,4 @@
-// Internal (CUDA): cross-entropy (f32 logits, i32/i64 targets). Declarations
+// Internal (CUDA): cross-entropy (f32 or bf16 logits, i32/i64 targets). Declarations
 // only, so host-compiled dispatch code can include it.
 #pragma once
 
@@ -9,13 +9,16 @@
 namespace loom::kernels::cuda {
 
 // Queued on `stream` (a cudaStream_t); the device is current; rows, classes >= 1.
-// row_loss is scratch for `rows` floats; loss and count are 1-element outputs.
-void cross_entropy_forward(const float* logits, const void* targets, DType dtype, int64_t rows,
-                           int64_t classes, int64_t ignore_index, float* lse, float* row_loss,
-                           float* loss, float* count, void* stream);
+// Logits are f32 or bf16 (`logits_dtype`, dlogits alike), targets i32 or i64
+// (`dtype`). row_loss is scratch for `rows` floats; loss and count are
+// 1-element outputs.
+void cross_entropy_forward(const void* logits, DType logits_dtype, const void* targets, DType dtype,
+                           int64_t rows, int64_t classes, int64_t ignore_index, float* lse,
+                           float* row_loss, float* loss, float* count, void* stream);
 // dlogits may be logits; the scale dloss / count is computed on the device.
-void cross_entropy_backward(const float* logits, const void* targets, DType dtype, const float* lse,
-                            const float* count, float dloss, int64_t rows, int64_t classes,
-                            int64_t ignore_index, float* dlogits, void* stream);
+void cross_entropy_backward(const void* logits, DType logits_dtype, const void* targets,
+                            DType dtype, const float* lse, const float* count, float dloss,
+                            int64_t rows, int64_t classes, int64_t ignore_index, void* dlogits,
+                            void* stream);
 
 }  // namespace loom::kernels::cuda

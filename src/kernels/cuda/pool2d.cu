@@ -2,7 +2,8 @@
 // passes run one thread per input element that gathers from the outputs
 // whose windows cover it (in a fixed order), instead of scattering with
 // atomics: overlapping windows (ResNet's 3/2 max pool) then still give the
-// same bits on every run.
+// same bits on every run. Tensors are f32 or bf16 (T): bf16 values are
+// widened as they are read, summed in f32, and each result rounded once.
 #include <cmath>
 
 #include "core/cuda/check.hpp"
@@ -14,7 +15,9 @@ namespace loom::kernels::cuda {
 namespace {
 
 using detail::Pool2dProblem;
+using loom::detail::cuda::from_float;
 using loom::detail::cuda::grid_for;
+using loom::detail::cuda::to_float;
 
 constexpr int kBlock = 256;
 
@@ -34,20 +37,21 @@ __device__ void covering(int64_t in, const Pool2dProblem& p, int64_t out_size, i
   hi = min(padded / p.stride + 1, out_size);
 }
 
-__global__ void max_forward_kernel(Pool2dProblem p, const float* __restrict__ x,
-                                   float* __restrict__ y, int32_t* __restrict__ argmax) {
+template <typename T>
+__global__ void max_forward_kernel(Pool2dProblem p, const T* __restrict__ x, T* __restrict__ y,
+                                   int32_t* __restrict__ argmax) {
   LOOM_GRID_STRIDE(o, p.planes * p.oh * p.ow) {
     const int64_t plane = o / (p.oh * p.ow), i = (o / p.ow) % p.oh, j = o % p.ow;
-    const float* in = x + plane * p.h * p.w;
+    const T* in = x + plane * p.h * p.w;
     const int64_t r0 = max(i * p.stride - p.padding, int64_t{0});
     const int64_t r1 = min(i * p.stride - p.padding + p.kernel, p.h);
     const int64_t c0 = max(j * p.stride - p.padding, int64_t{0});
     const int64_t c1 = min(j * p.stride - p.padding + p.kernel, p.w);
     int64_t best_at = r0 * p.w + c0;
-    float best = in[best_at];
+    float best = to_float(in[best_at]);
     for (int64_t r = r0; r < r1 && !isnan(best); ++r) {
       for (int64_t c = c0; c < c1; ++c) {
-        const float v = in[r * p.w + c];
+        const float v = to_float(in[r * p.w + c]);
         if (v > best || isnan(v)) {
           best = v;
           best_at = r * p.w + c;
@@ -55,13 +59,14 @@ __global__ void max_forward_kernel(Pool2dProblem p, const float* __restrict__ x,
         }
       }
     }
-    y[o] = best;
+    y[o] = in[best_at];  // the element itself: no rounding
     argmax[o] = static_cast<int32_t>(best_at);
   }
 }
 
-__global__ void max_backward_kernel(Pool2dProblem p, const float* __restrict__ dy,
-                                    const int32_t* __restrict__ argmax, float* __restrict__ dx) {
+template <typename T>
+__global__ void max_backward_kernel(Pool2dProblem p, const T* __restrict__ dy,
+                                    const int32_t* __restrict__ argmax, T* __restrict__ dx) {
   LOOM_GRID_STRIDE(e, p.planes * p.h * p.w) {
     const int64_t plane = e / (p.h * p.w), at = e % (p.h * p.w);
     const int64_t r = at / p.w, c = at % p.w;
@@ -72,33 +77,33 @@ __global__ void max_backward_kernel(Pool2dProblem p, const float* __restrict__ d
     for (int64_t i = i0; i < i1; ++i) {
       for (int64_t j = j0; j < j1; ++j) {
         const int64_t o = (plane * p.oh + i) * p.ow + j;
-        if (argmax[o] == at) sum += dy[o];
+        if (argmax[o] == at) sum += to_float(dy[o]);
       }
     }
-    dx[e] = sum;
+    dx[e] = from_float<T>(sum);
   }
 }
 
-__global__ void avg_forward_kernel(Pool2dProblem p, const float* __restrict__ x,
-                                   float* __restrict__ y) {
+template <typename T>
+__global__ void avg_forward_kernel(Pool2dProblem p, const T* __restrict__ x, T* __restrict__ y) {
   const float inv = 1.0f / static_cast<float>(p.kernel * p.kernel);
   LOOM_GRID_STRIDE(o, p.planes * p.oh * p.ow) {
     const int64_t plane = o / (p.oh * p.ow), i = (o / p.ow) % p.oh, j = o % p.ow;
-    const float* in = x + plane * p.h * p.w;
+    const T* in = x + plane * p.h * p.w;
     const int64_t r0 = max(i * p.stride - p.padding, int64_t{0});
     const int64_t r1 = min(i * p.stride - p.padding + p.kernel, p.h);
     const int64_t c0 = max(j * p.stride - p.padding, int64_t{0});
     const int64_t c1 = min(j * p.stride - p.padding + p.kernel, p.w);
     float sum = 0.0f;
     for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t c = c0; c < c1; ++c) sum += in[r * p.w + c];
+      for (int64_t c = c0; c < c1; ++c) sum += to_float(in[r * p.w + c]);
     }
-    y[o] = sum * inv;
+    y[o] = from_float<T>(sum * inv);
   }
 }
 
-__global__ void avg_backward_kernel(Pool2dProblem p, const float* __restrict__ dy,
-                                    float* __restrict__ dx) {
+template <typename T>
+__global__ void avg_backward_kernel(Pool2dProblem p, const T* __restrict__ dy, T* __restrict__ dx) {
   const float inv = 1.0f / static_cast<float>(p.kernel * p.kernel);
   LOOM_GRID_STRIDE(e, p.planes * p.h * p.w) {
     const int64_t plane = e / (p.h * p.w), at = e % (p.h * p.w);
@@ -107,73 +112,105 @@ __global__ void avg_backward_kernel(Pool2dProblem p, const float* __restrict__ d
     covering(at % p.w, p, p.ow, j0, j1);
     float sum = 0.0f;
     for (int64_t i = i0; i < i1; ++i) {
-      for (int64_t j = j0; j < j1; ++j) sum += dy[(plane * p.oh + i) * p.ow + j] * inv;
+      for (int64_t j = j0; j < j1; ++j) sum += to_float(dy[(plane * p.oh + i) * p.ow + j]) * inv;
     }
-    dx[e] = sum;
+    dx[e] = from_float<T>(sum);
   }
 }
 
-__global__ void global_forward_kernel(int64_t planes, int64_t plane, const float* __restrict__ x,
-                                      float* __restrict__ y) {
+template <typename T>
+__global__ void global_forward_kernel(int64_t planes, int64_t plane, const T* __restrict__ x,
+                                      T* __restrict__ y) {
   const float inv = 1.0f / static_cast<float>(plane);
   LOOM_GRID_STRIDE(i, planes) {
     float sum = 0.0f;
-    for (int64_t j = 0; j < plane; ++j) sum += x[i * plane + j];
-    y[i] = sum * inv;
+    for (int64_t j = 0; j < plane; ++j) sum += to_float(x[i * plane + j]);
+    y[i] = from_float<T>(sum * inv);
   }
 }
 
-__global__ void global_backward_kernel(int64_t planes, int64_t plane, const float* __restrict__ dy,
-                                       float* __restrict__ dx) {
+template <typename T>
+__global__ void global_backward_kernel(int64_t planes, int64_t plane, const T* __restrict__ dy,
+                                       T* __restrict__ dx) {
   const float inv = 1.0f / static_cast<float>(plane);
   LOOM_GRID_STRIDE(e, planes * plane) {
-    dx[e] = dy[e / plane] * inv;
+    dx[e] = from_float<T>(to_float(dy[e / plane]) * inv);
+  }
+}
+
+// Calls f(TypeTag<T>{}) for the tensors' dtype: f32 or bf16.
+template <typename F>
+void visit_pool_dtype(DType dtype, F&& f) {
+  if (dtype == DType::bf16) {
+    f(TypeTag<__nv_bfloat16>{});
+  } else {
+    f(TypeTag<float>{});
   }
 }
 
 }  // namespace
 
-void max_pool2d_forward(const Pool2dProblem& p, const float* x, float* y, int32_t* argmax,
-                        const Stream& stream) {
+void max_pool2d_forward(const Pool2dProblem& p, const void* x, DType dtype, void* y,
+                        int32_t* argmax, const Stream& stream) {
   loom::detail::cuda::NvtxRange range("loom::max_pool2d_forward");
-  max_forward_kernel<<<grid_for(p.planes * p.oh * p.ow, kBlock), kBlock, 0, native(stream)>>>(
-      p, x, y, argmax);
+  visit_pool_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    max_forward_kernel<T><<<grid_for(p.planes * p.oh * p.ow, kBlock), kBlock, 0, native(stream)>>>(
+        p, static_cast<const T*>(x), static_cast<T*>(y), argmax);
+  });
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
-void max_pool2d_backward(const Pool2dProblem& p, const float* dy, const int32_t* argmax, float* dx,
-                         const Stream& stream) {
+void max_pool2d_backward(const Pool2dProblem& p, const void* dy, DType dtype, const int32_t* argmax,
+                         void* dx, const Stream& stream) {
   loom::detail::cuda::NvtxRange range("loom::max_pool2d_backward");
-  max_backward_kernel<<<grid_for(p.planes * p.h * p.w, kBlock), kBlock, 0, native(stream)>>>(
-      p, dy, argmax, dx);
+  visit_pool_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    max_backward_kernel<T><<<grid_for(p.planes * p.h * p.w, kBlock), kBlock, 0, native(stream)>>>(
+        p, static_cast<const T*>(dy), argmax, static_cast<T*>(dx));
+  });
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
-void avg_pool2d_forward(const Pool2dProblem& p, const float* x, float* y, const Stream& stream) {
+void avg_pool2d_forward(const Pool2dProblem& p, const void* x, DType dtype, void* y,
+                        const Stream& stream) {
   loom::detail::cuda::NvtxRange range("loom::avg_pool2d_forward");
-  avg_forward_kernel<<<grid_for(p.planes * p.oh * p.ow, kBlock), kBlock, 0, native(stream)>>>(p, x,
-                                                                                              y);
+  visit_pool_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    avg_forward_kernel<T><<<grid_for(p.planes * p.oh * p.ow, kBlock), kBlock, 0, native(stream)>>>(
+        p, static_cast<const T*>(x), static_cast<T*>(y));
+  });
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
-void avg_pool2d_backward(const Pool2dProblem& p, const float* dy, float* dx, const Stream& stream) {
+void avg_pool2d_backward(const Pool2dProblem& p, const void* dy, DType dtype, void* dx,
+                         const Stream& stream) {
   loom::detail::cuda::NvtxRange range("loom::avg_pool2d_backward");
-  avg_backward_kernel<<<grid_for(p.planes * p.h * p.w, kBlock), kBlock, 0, native(stream)>>>(p, dy,
-                                                                                             dx);
+  visit_pool_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    avg_backward_kernel<T><<<grid_for(p.planes * p.h * p.w, kBlock), kBlock, 0, native(stream)>>>(
+        p, static_cast<const T*>(dy), static_cast<T*>(dx));
+  });
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
-void global_avg_pool_forward(int64_t planes, int64_t plane, const float* x, float* y,
+void global_avg_pool_forward(int64_t planes, int64_t plane, const void* x, DType dtype, void* y,
                              const Stream& stream) {
-  global_forward_kernel<<<grid_for(planes, kBlock), kBlock, 0, native(stream)>>>(planes, plane, x,
-                                                                                 y);
+  visit_pool_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    global_forward_kernel<T><<<grid_for(planes, kBlock), kBlock, 0, native(stream)>>>(
+        planes, plane, static_cast<const T*>(x), static_cast<T*>(y));
+  });
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
-void global_avg_pool_backward(int64_t planes, int64_t plane, const float* dy, float* dx,
+void global_avg_pool_backward(int64_t planes, int64_t plane, const void* dy, DType dtype, void* dx,
                               const Stream& stream) {
-  global_backward_kernel<<<grid_for(planes * plane, kBlock), kBlock, 0, native(stream)>>>(
-      planes, plane, dy, dx);
+  visit_pool_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    global_backward_kernel<T><<<grid_for(planes * plane, kBlock), kBlock, 0, native(stream)>>>(
+        planes, plane, static_cast<const T*>(dy), static_cast<T*>(dx));
+  });
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
