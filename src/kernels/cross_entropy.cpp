@@ -132,47 +132,110 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
 
 namespace {
 
-// The column-split pieces: f32 or bf16 host logits [rows, columns], valid in
-// [0, columns], and each per-row operand f32 [rows] on the host.
+// The column-split pieces: f32 or bf16 logits [rows, columns], valid in
+// [0, columns], and each per-row operand f32 [rows] on the logits' device.
 void check_row_piece(const char* op, const Tensor& logits, int64_t valid,
                      std::initializer_list<std::pair<const char*, const Tensor*>> per_row) {
   check_logits(op, logits);
-  LOOM_CHECK(logits.dim() == 2 && logits.device().is_cpu(), op, ": logits ", logits,
-             " must be [rows, columns] on the host");
+  LOOM_CHECK(logits.dim() == 2, op, ": logits ", logits, " must be [rows, columns]");
   LOOM_CHECK(valid >= 0 && valid <= logits.size(1), op, ": valid columns ", valid,
              " must lie in [0, ", logits.size(1), "] for logits ", logits);
   for (const auto& [name, t] : per_row) {
-    LOOM_CHECK(t->defined() && t->dtype() == DType::f32 && t->device().is_cpu() &&
+    LOOM_CHECK(t->defined() && t->dtype() == DType::f32 && t->device() == logits.device() &&
                    t->shape() == Shape({logits.size(0)}),
-               op, ": ", name, " must be f32 [", logits.size(0), "] on the host; got ", *t);
+               op, ": ", name, " must be f32 [", logits.size(0), "] on ", logits.device(), "; got ",
+               *t);
   }
+}
+
+// columns: i64 [rows] on the logits' device (kNotHere, kIgnoredRow or a column).
+void check_columns(const char* op, const Tensor& logits, const Tensor& columns) {
+  LOOM_CHECK(columns.defined() && columns.dtype() == DType::i64 &&
+                 columns.device() == logits.device() && columns.shape() == Shape({logits.size(0)}),
+             op, ": columns must be i64 [", logits.size(0), "] on ", logits.device(), "; got ",
+             columns);
+  if (!columns.device().is_cpu()) return;  // CUDA: the caller's promise
+  const int64_t* c = columns.data<int64_t>();
+  for (int64_t r = 0; r < logits.size(0); ++r) {
+    LOOM_CHECK(c[r] == kNotHere || c[r] == kIgnoredRow || (c[r] >= 0 && c[r] < logits.size(1)), op,
+               ": column ", c[r], " of row ", r, " is outside [0, ", logits.size(1),
+               ") and neither kNotHere (-1) nor kIgnoredRow (-2)");
+  }
+}
+
+#if LOOM_HAS_CUDA
+#define LOOM_ROWS_CUDA(logits, call)       \
+  do {                                     \
+    DeviceGuard guard_((logits).device()); \
+    cuda::call;                            \
+  } while (false)
+#else
+#define LOOM_ROWS_CUDA(logits, call) \
+  throw InternalError("unreachable: CUDA tensor in a build without CUDA")
+#endif
+
+void* stream_of(const Tensor& t) {
+  return current_stream(t.device()).native_handle();
 }
 
 }  // namespace
 
 void cross_entropy_row_max(const Tensor& logits, int64_t valid, const Tensor& max) {
   check_row_piece("cross_entropy_row_max", logits, valid, {{"max", &max}});
-  cpu::row_max(host_logits(logits), logits.size(0), logits.size(1), valid, max.data<float>());
+  if (logits.device().is_cpu()) {
+    cpu::row_max(host_logits(logits), logits.size(0), logits.size(1), valid, max.data<float>());
+    return;
+  }
+  LOOM_ROWS_CUDA(logits, row_max(logits.data(), logits.dtype(), logits.size(0), logits.size(1),
+                                 valid, max.data<float>(), stream_of(logits)));
 }
 
 void cross_entropy_row_sum_exp(const Tensor& logits, int64_t valid, const Tensor& shift,
                                const Tensor& sums) {
   check_row_piece("cross_entropy_row_sum_exp", logits, valid, {{"shift", &shift}, {"sums", &sums}});
-  cpu::row_sum_exp(host_logits(logits), logits.size(0), logits.size(1), valid, shift.data<float>(),
-                   sums.data<float>());
+  if (logits.device().is_cpu()) {
+    cpu::row_sum_exp(host_logits(logits), logits.size(0), logits.size(1), valid,
+                     shift.data<float>(), sums.data<float>());
+    return;
+  }
+  LOOM_ROWS_CUDA(logits,
+                 row_sum_exp(logits.data(), logits.dtype(), logits.size(0), logits.size(1), valid,
+                             shift.data<float>(), sums.data<float>(), stream_of(logits)));
 }
 
-void cross_entropy_row_softmax(const Tensor& logits, int64_t valid, const Tensor& lse, float scale,
-                               const Tensor& out) {
-  constexpr const char* kOp = "cross_entropy_row_softmax";
+void cross_entropy_row_pick(const Tensor& logits, const Tensor& columns, const Tensor& out) {
+  constexpr const char* kOp = "cross_entropy_row_pick";
+  check_row_piece(kOp, logits, logits.dim() == 2 ? logits.size(1) : 0, {{"out", &out}});
+  check_columns(kOp, logits, columns);
+  if (logits.device().is_cpu()) {
+    cpu::row_pick(host_logits(logits), logits.size(0), logits.size(1), columns.data<int64_t>(),
+                  out.data<float>());
+    return;
+  }
+  LOOM_ROWS_CUDA(logits, row_pick(logits.data(), logits.dtype(), logits.size(0), logits.size(1),
+                                  columns.data<int64_t>(), out.data<float>(), stream_of(logits)));
+}
+
+void cross_entropy_row_gradient(const Tensor& logits, int64_t valid, const Tensor& lse,
+                                const Tensor& columns, float scale, const Tensor& dlogits) {
+  constexpr const char* kOp = "cross_entropy_row_gradient";
   check_row_piece(kOp, logits, valid, {{"lse", &lse}});
-  LOOM_CHECK(out.defined() && out.shape() == logits.shape() && out.dtype() == DType::f32 &&
-                 out.device().is_cpu(),
-             kOp, ": out ", out, " must be f32 shaped like logits ", logits, " on the host");
-  LOOM_CHECK(detail::same_elements(out, logits) || !detail::overlaps(out, logits), kOp, ": out ",
-             out, " overlaps logits other than exactly (in place)");
-  cpu::row_softmax(host_logits(logits), logits.size(0), logits.size(1), valid, lse.data<float>(),
-                   scale, out.data<float>());
+  check_columns(kOp, logits, columns);
+  LOOM_CHECK(dlogits.defined() && dlogits.shape() == logits.shape() &&
+                 dlogits.dtype() == logits.dtype() && dlogits.device() == logits.device(),
+             kOp, ": dlogits ", dlogits, " must be shaped like logits ", logits,
+             " with their dtype, on their device");
+  LOOM_CHECK(detail::same_elements(dlogits, logits) || !detail::overlaps(dlogits, logits), kOp,
+             ": dlogits ", dlogits, " overlaps logits other than exactly (in place)");
+  if (logits.size(0) == 0 || logits.size(1) == 0) return;
+  if (logits.device().is_cpu()) {
+    cpu::row_gradient(host_logits(logits), logits.size(0), logits.size(1), valid, lse.data<float>(),
+                      columns.data<int64_t>(), scale, dlogits.data());
+    return;
+  }
+  LOOM_ROWS_CUDA(logits, row_gradient(logits.data(), logits.dtype(), logits.size(0), logits.size(1),
+                                      valid, lse.data<float>(), columns.data<int64_t>(), scale,
+                                      dlogits.data(), stream_of(logits)));
 }
 
 OpCost cross_entropy_forward_cost(const Tensor& logits) {

@@ -55,18 +55,6 @@ void zero_foreign_rows(const Tensor& y, const std::vector<uint8_t>& keep, Tensor
   kernels::mul(y, mask, y);
 }
 
-// Reduces a host tensor over tp on `device` (a CUDA communicator such as
-// NCCL's moves device memory only); returns the host result.
-Tensor reduce_on(comm::Communicator& tp, const Tensor& host, Device device, comm::ReduceOp op) {
-  if (device.is_cpu()) {
-    tp.all_reduce(host, {.op = op}).wait();
-    return host;
-  }
-  const Tensor staged = host.to(device);
-  tp.all_reduce(staged, {.op = op}).wait();
-  return staged.to(Device::cpu());
-}
-
 }  // namespace
 
 int64_t padded_vocab(int64_t vocab, int tp) {
@@ -187,14 +175,12 @@ void VocabParallelEmbedding::backward_weight(nn::Tape& tape) {
 // ---- VocabParallelCrossEntropy --------------------------------------------------------------
 
 struct VocabParallelCrossEntropy::State : nn::SavedState {
-  Tensor logits;                // [rows, Vl]
-  std::vector<int64_t> target;  // [rows]: the column in this rank's logits, or -1
-  std::vector<uint8_t> counted;
-  std::vector<float> lse;  // [rows]
+  Tensor logits;   // [rows, Vl], on the logits' device
+  Tensor columns;  // [rows] i64 on that device: kernels::cross_entropy_row_pick's columns
+  Tensor lse;      // [rows] f32 on that device
   double count = 0;
   int64_t valid = 0;  // columns that are not padding
   Shape logits_shape;
-  Device device = Device::cpu();  // the logits' (NOTE [host loss])
 };
 
 VocabParallelCrossEntropy::VocabParallelCrossEntropy(std::string name, int64_t vocab,
@@ -223,97 +209,78 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& ta
              shape_str(leading));
   const int64_t rows = shape_numel(leading);
   const int64_t first = tp_->rank() * columns;
+  const Device device = logits.device();
   State& state = tape.emplace<State>(this, name_);
-  // NOTE [host loss] The loss runs on the host: CUDA logits are staged through
-  // host memory (their gradient goes back in backward), a copy of [rows, Vl]
-  // each way per step.
-  state.device = logits.device();
-  state.logits =
-      (logits.device().is_cpu() ? logits : logits.to(Device::cpu())).view({rows, columns});
+  // NOTE [device loss] The pieces run where the logits are (host or CUDA
+  // kernels), and the reductions over tp move [rows] floats on that device;
+  // the targets and the per-row results (lse, the loss) pass through the host,
+  // [rows] values each, never the [rows, Vl] logits.
+  state.logits = logits.view({rows, columns});
   state.logits_shape = logits.shape();
   state.valid = std::clamp<int64_t>(vocab_ - first, 0, columns);
-  state.target.assign(static_cast<size_t>(rows), -1);
-  state.counted.assign(static_cast<size_t>(rows), 0);
   const std::vector<int64_t> target = ids_on_host(targets);
-  // The target logits as f32 (bf16 ones widened: exact).
-  const auto logit = [&](int64_t r, int64_t t) {
-    return state.logits.dtype() == DType::bf16
-               ? static_cast<float>(state.logits.data<bfloat16>()[r * columns + t])
-               : state.logits.data<float>()[r * columns + t];
-  };
-
-  // Per row: the maximum of this rank's columns, then over tp.
-  Tensor max = Tensor::empty({rows});
+  std::vector<int64_t> column(static_cast<size_t>(rows), kernels::kNotHere);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = target[static_cast<size_t>(r)];
     LOOM_CHECK(t == ignore_index_ || (t >= 0 && t < vocab_), "vocab-parallel cross-entropy '",
                name_, "': target ", t, " of row ", r, " is outside [0, ", vocab_, ")");
-    state.counted[static_cast<size_t>(r)] = t != ignore_index_;
-    if (t >= first && t < first + state.valid) state.target[static_cast<size_t>(r)] = t - first;
+    if (t == ignore_index_) {
+      column[static_cast<size_t>(r)] = kernels::kIgnoredRow;
+    } else if (t >= first && t < first + state.valid) {
+      column[static_cast<size_t>(r)] = t - first;
+    }
   }
+  state.columns = Tensor::from_vector(column, {rows}, device);
+
+  // Per row: the maximum of this rank's columns, then over tp.
+  const Tensor max = Tensor::empty({rows}, DType::f32, device);
   {
     // Profiled with the single-rank loss's name, half its forward cost here
     // (the max) and half with the sum of exponentials below.
     const kernels::OpCost cost = kernels::cross_entropy_forward_cost(state.logits);
-    trace::OpScope scope("cross_entropy.forward", {cost.flops / 4, cost.bytes / 2}, Device::cpu(),
-                         name_);
+    trace::OpScope scope("cross_entropy.forward", {cost.flops / 4, cost.bytes / 2}, device, name_);
     kernels::cross_entropy_row_max(state.logits, state.valid, max);
   }
-  max = reduce_on(*tp_, max, state.device, comm::ReduceOp::max);
-  const float* m = max.data<float>();
-  // Per row: the sum of exponentials and the target logit, then over tp (one message).
-  Tensor sums = Tensor::zeros({2, rows});
+  tp_->all_reduce(max, {.op = comm::ReduceOp::max}).wait();
+  // Per row: the sum of exponentials and the target logit (0 on the ranks
+  // that do not hold it), then over tp (one message).
+  const Tensor sums = Tensor::empty({2, rows}, DType::f32, device);
   {
     const kernels::OpCost cost = kernels::cross_entropy_forward_cost(state.logits);
-    trace::OpScope scope("cross_entropy.forward", {cost.flops * 3 / 4, cost.bytes / 2},
-                         Device::cpu(), name_);
+    trace::OpScope scope("cross_entropy.forward", {cost.flops * 3 / 4, cost.bytes / 2}, device,
+                         name_);
     kernels::cross_entropy_row_sum_exp(state.logits, state.valid, max, sums.select(0));
+    kernels::cross_entropy_row_pick(state.logits, state.columns, sums.select(1));
   }
-  float* s = sums.data<float>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = state.target[static_cast<size_t>(r)];
-    if (t >= 0) s[rows + r] = logit(r, t);
-  }
-  sums = reduce_on(*tp_, sums, state.device, comm::ReduceOp::sum);
-  s = sums.data<float>();
-  state.lse.resize(static_cast<size_t>(rows));
+  tp_->all_reduce(sums, {.op = comm::ReduceOp::sum}).wait();
+  const std::vector<float> m = max.to_vector<float>(), s = sums.to_vector<float>();
+  std::vector<float> lse(static_cast<size_t>(rows));
   double total = 0.0;
   for (int64_t r = 0; r < rows; ++r) {
-    state.lse[static_cast<size_t>(r)] = m[r] + std::log(s[r]);
-    if (!state.counted[static_cast<size_t>(r)]) continue;
-    total += static_cast<double>(state.lse[static_cast<size_t>(r)]) - s[rows + r];
+    lse[static_cast<size_t>(r)] = m[static_cast<size_t>(r)] + std::log(s[static_cast<size_t>(r)]);
+    if (column[static_cast<size_t>(r)] == kernels::kIgnoredRow) continue;
+    total += static_cast<double>(lse[static_cast<size_t>(r)]) - s[static_cast<size_t>(rows + r)];
     state.count += 1;
   }
-  const Tensor loss = Tensor::full({}, state.count > 0 ? total / state.count : 0.0);
-  return state.device.is_cpu() ? loss : loss.to(state.device);
+  state.lse = Tensor::from_vector(lse, {rows}, device);
+  return Tensor::full({}, state.count > 0 ? total / state.count : 0.0, DType::f32, device);
 }
 
 Tensor VocabParallelCrossEntropy::backward(nn::Tape& tape, float dloss) {
   const State state = tape.get<State>(this, name_);
   tape.release(this);
-  const int64_t rows = state.logits.size(0), columns = state.logits.size(1);
+  const Device device = state.logits.device();
   const DType dtype = state.logits.dtype();
-  if (state.count == 0) return Tensor::zeros(state.logits_shape, dtype).to(state.device);
-  // Every element is written once below: the softmax on the valid columns,
-  // zeros on the padding columns and on ignored rows; in f32, then rounded
-  // once for bf16 logits.
-  Tensor dlogits = Tensor::empty(state.logits_shape);
+  if (state.count == 0) return Tensor::zeros(state.logits_shape, dtype, device);
+  // The softmax on the valid columns minus the target's one-hot, zeros on the
+  // padding columns and on ignored rows; in f32, rounded once for bf16 logits.
+  const Tensor dlogits = Tensor::empty(state.logits_shape, dtype, device);
   const float scale = static_cast<float>(dloss / state.count);
-  const Tensor lse = Tensor::from_vector(state.lse, {rows});
   trace::OpScope scope("cross_entropy.backward", kernels::cross_entropy_backward_cost(state.logits),
-                       Device::cpu(), name_);
-  kernels::cross_entropy_row_softmax(state.logits, state.valid, lse, scale,
-                                     dlogits.view({rows, columns}));
-  float* d = dlogits.data<float>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const bool counted = state.counted[static_cast<size_t>(r)];
-    std::fill(d + r * columns + (counted ? state.valid : 0), d + (r + 1) * columns, 0.0f);
-    if (!counted) continue;  // ignored: no gradient
-    const int64_t t = state.target[static_cast<size_t>(r)];
-    if (t >= 0) d[r * columns + t] -= scale;
-  }
-  if (dtype != DType::f32) dlogits = dlogits.to(dtype);
-  return state.device.is_cpu() ? dlogits : dlogits.to(state.device);
+                       device, name_);
+  kernels::cross_entropy_row_gradient(state.logits, state.valid, state.lse, state.columns, scale,
+                                      dlogits.view(state.logits.shape()));
+  return dlogits;
 }
 
 }  // namespace loom::parallel

@@ -210,6 +210,49 @@ TEST_CASE("CUDA cross_entropy matches the host, f32 and bf16 logits", "[cuda][cr
   }
 }
 
+TEST_CASE("CUDA vocabulary-parallel cross-entropy pieces match the host, f32 and bf16",
+          "[cuda][cross_entropy]") {
+  // 19 rows of a rank's 3001 columns, 2990 valid (the rest padding); targets
+  // here, on another rank, and ignored rows.
+  const int64_t rows = 19, columns = 3001, valid = 2990;
+  std::vector<int64_t> column(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    column[r] = r % 4 == 0 ? k::kIgnoredRow : r % 4 == 1 ? k::kNotHere : (r * 157) % valid;
+  }
+  const Tensor columns_t = Tensor::from_vector(column, {rows});
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    INFO("logits " << dtype);
+    const double grad_rtol = dtype == DType::f32 ? 1e-5 : 8e-3;
+    const Tensor logits =
+        loom::test::random_tensor({rows, columns}, DType::f32, 31, -8.0f, 8.0f).to(dtype);
+    const Tensor lg = logits.to(kGpu), cg = columns_t.to(kGpu);
+    const Tensor max = Tensor::empty({rows}), max_g = Tensor::empty({rows}, DType::f32, kGpu);
+    k::cross_entropy_row_max(logits, valid, max);
+    k::cross_entropy_row_max(lg, valid, max_g);
+    require_close(max_g, max, 0, 0);  // the same values' maximum
+    const Tensor sums = Tensor::empty({rows}), sums_g = Tensor::empty({rows}, DType::f32, kGpu);
+    k::cross_entropy_row_sum_exp(logits, valid, max, sums);
+    k::cross_entropy_row_sum_exp(lg, valid, max_g, sums_g);
+    require_close(sums_g, sums, 1e-5, 0);
+    const Tensor picked = Tensor::empty({rows}), picked_g = Tensor::empty({rows}, DType::f32, kGpu);
+    k::cross_entropy_row_pick(logits, columns_t, picked);
+    k::cross_entropy_row_pick(lg, cg, picked_g);
+    require_close(picked_g, picked, 0, 0);
+    std::vector<float> lse(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      lse[r] = max.data<float>()[r] + std::log(sums.data<float>()[r]);
+    }
+    const Tensor lse_t = Tensor::from_vector(lse, {rows});
+    const Tensor d = Tensor::empty({rows, columns}, dtype);
+    k::cross_entropy_row_gradient(logits, valid, lse_t, columns_t, 0.125f, d);
+    const Tensor dg = Tensor::full({rows, columns}, 7.0, dtype, kGpu);
+    k::cross_entropy_row_gradient(lg, valid, lse_t.to(kGpu), cg, 0.125f, dg);
+    require_close(dg.to(DType::f32), d.to(DType::f32), grad_rtol, 1e-9);
+    k::cross_entropy_row_gradient(lg, valid, lse_t.to(kGpu), cg, 0.125f, lg);  // in place
+    require_close(lg.to(DType::f32), d.to(DType::f32), grad_rtol, 1e-9);
+  }
+}
+
 TEST_CASE("CUDA dropout draws the host's mask, bit for bit", "[cuda][dropout]") {
   for (const int64_t n : {1, 5, 100003}) {
     const Tensor x = loom::test::random_tensor({n}, DType::f32, 12);

@@ -156,8 +156,13 @@ TEST_CASE("cross_entropy row pieces over the valid columns (the vocabulary-paral
   for (int64_t r = 0; r < rows; ++r) {
     lse.data<float>()[r] = max.data<float>()[r] + std::log(sums.data<float>()[r]);
   }
+  // Row 1's target is column 4 here, row 2's on another rank, row 3 ignored.
+  const Tensor picked = Tensor::full({rows}, 7.0);
+  const std::vector<int64_t> column = {0, 4, k::kNotHere, k::kIgnoredRow, valid - 1};
+  const Tensor columns_t = Tensor::from_vector(column, {rows});
+  k::cross_entropy_row_pick(logits, columns_t, picked);
   const Tensor out = Tensor::full({rows, columns}, 7.0);
-  k::cross_entropy_row_softmax(logits, valid, lse, 0.5f, out);
+  k::cross_entropy_row_gradient(logits, valid, lse, columns_t, 0.5f, out);
   const std::vector<float> o = out.to_vector<float>();
   for (int64_t r = 0; r < rows; ++r) {
     double m = -INFINITY, s = 0;
@@ -166,18 +171,24 @@ TEST_CASE("cross_entropy row pieces over the valid columns (the vocabulary-paral
     INFO("row " << r);
     REQUIRE(max.data<float>()[r] == float(m));
     REQUIRE(sums.data<float>()[r] == Approx(s).epsilon(1e-6));
+    const int64_t t = column[static_cast<size_t>(r)];
+    CHECK(picked.data<float>()[r] == (t >= 0 ? x[r * columns + t] : 0.0f));
     for (int64_t c = 0; c < columns; ++c) {
-      const double want = c < valid ? std::exp(x[r * columns + c] - (m + std::log(s))) * 0.5 : 7.0;
+      double want = c < valid ? std::exp(x[r * columns + c] - (m + std::log(s))) * 0.5 : 0.0;
+      if (c == t) want -= 0.5;
+      if (t == k::kIgnoredRow) want = 0.0;
       REQUIRE(o[r * columns + c] == Approx(want).margin(1e-7));
     }
   }
   // In place gives the same values; NaN logits are skipped by the max, none valid gives -inf.
   const Tensor in_place = logits.clone();
-  k::cross_entropy_row_softmax(in_place, valid, lse, 0.5f, in_place);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < valid; ++c)
-      REQUIRE(in_place.data<float>()[r * columns + c] == o[r * columns + c]);
-  }
+  k::cross_entropy_row_gradient(in_place, valid, lse, columns_t, 0.5f, in_place);
+  CHECK(in_place.to_vector<float>() == o);
+  CHECK_THROWS_WITH(
+      k::cross_entropy_row_gradient(
+          logits, valid, lse,
+          Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, columns}, {rows}), 0.5f, out),
+      Contains("column 70 of row 4 is outside [0, 70)"));
   const Tensor with_nan = logits.clone();
   with_nan.data<float>()[0] = NAN;
   k::cross_entropy_row_max(with_nan, valid, max);
@@ -233,8 +244,19 @@ TEST_CASE(
   k::cross_entropy_row_sum_exp(logits, valid, max, sums);
   k::cross_entropy_row_sum_exp(logits16, valid, max, sums16);
   CHECK(sums16.to_vector<float>() == sums.to_vector<float>());
-  const Tensor out = Tensor::zeros(logits.shape()), out16 = Tensor::zeros(logits.shape());
-  k::cross_entropy_row_softmax(logits, valid, lse, 0.25f, out);
-  k::cross_entropy_row_softmax(logits16, valid, lse, 0.25f, out16);
-  CHECK(out16.to_vector<float>() == out.to_vector<float>());
+  std::vector<int64_t> column(static_cast<size_t>(rows), k::kNotHere);
+  column[0] = 2;
+  column[1] = k::kIgnoredRow;
+  const Tensor columns_t = Tensor::from_vector(column, {rows});
+  const Tensor picked = Tensor::empty({rows}), picked16 = Tensor::empty({rows});
+  k::cross_entropy_row_pick(logits, columns_t, picked);
+  k::cross_entropy_row_pick(logits16, columns_t, picked16);
+  CHECK(picked16.to_vector<float>() == picked.to_vector<float>());
+  // The bf16 gradient is the f32 one rounded once.
+  const Tensor out = Tensor::empty(logits.shape());
+  const Tensor out16 = Tensor::empty(logits.shape(), DType::bf16);
+  k::cross_entropy_row_gradient(logits, valid, lse, columns_t, 0.25f, out);
+  k::cross_entropy_row_gradient(logits16, valid, lse, columns_t, 0.25f, out16);
+  const Tensor out_rounded = out.to(DType::bf16);
+  CHECK(std::memcmp(out16.data(), out_rounded.data(), static_cast<size_t>(out.numel()) * 2) == 0);
 }

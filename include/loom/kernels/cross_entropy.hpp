@@ -36,18 +36,27 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const T
 
 // The pieces of a cross-entropy whose classes are split over ranks (the
 // vocabulary-parallel loss, parallel/vocab_parallel.hpp), over the first
-// `valid` columns (0 <= valid <= columns) of each row of f32 logits [rows,
-// columns], host tensors only:
-//   cross_entropy_row_max:     max[r]  = max_c logits[r, c] (NaNs skipped; -inf for valid 0)
-//   cross_entropy_row_sum_exp: sums[r] = sum_c exp(logits[r, c] - shift[r])
-//   cross_entropy_row_softmax: out[r, c] = exp(logits[r, c] - lse[r]) * scale; out's
-//                              columns from `valid` on are not written
-// max, shift, sums and lse are f32 [rows]; out is like logits and may be it.
+// `valid` columns (0 <= valid <= columns) of each row of f32 or bf16 logits
+// [rows, columns], host or CUDA (every operand on the logits' device):
+//   cross_entropy_row_max:      max[r]  = max_c logits[r, c] (NaNs skipped; -inf for valid 0)
+//   cross_entropy_row_sum_exp:  sums[r] = sum_c exp(logits[r, c] - shift[r])
+//   cross_entropy_row_pick:     out[r]  = logits[r, columns[r]], 0 where columns[r] < 0
+//   cross_entropy_row_gradient: dlogits[r, c] = exp(logits[r, c] - lse[r]) * scale
+//                               - (c == columns[r] ? scale : 0) for c < valid, 0 from
+//                               `valid` on, and 0 on a row whose columns[r] is kIgnoredRow
+// max, shift, sums, lse and out are f32 [rows]; columns is i64 [rows]: the row's
+// target column in this piece, kNotHere where the target lies in another
+// rank's piece, kIgnoredRow where the row has no target (ignore_index).
+// dlogits has the logits' dtype and shape (bf16 computed in f32 and rounded
+// once) and may be the logits themselves.
+constexpr int64_t kNotHere = -1;
+constexpr int64_t kIgnoredRow = -2;
 void cross_entropy_row_max(const Tensor& logits, int64_t valid, const Tensor& max);
 void cross_entropy_row_sum_exp(const Tensor& logits, int64_t valid, const Tensor& shift,
                                const Tensor& sums);
-void cross_entropy_row_softmax(const Tensor& logits, int64_t valid, const Tensor& lse, float scale,
-                               const Tensor& out);
+void cross_entropy_row_pick(const Tensor& logits, const Tensor& columns, const Tensor& out);
+void cross_entropy_row_gradient(const Tensor& logits, int64_t valid, const Tensor& lse,
+                                const Tensor& columns, float scale, const Tensor& dlogits);
 
 // Forward: 4 flops per logit (max, subtract, exp, add); reads the logits and targets.
 OpCost cross_entropy_forward_cost(const Tensor& logits);

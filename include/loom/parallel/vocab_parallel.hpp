@@ -74,8 +74,9 @@ class VocabParallelEmbedding : public nn::Module {
 };
 
 // Not a Module, like nn::CrossEntropyLoss, whose interface it shares. Every
-// tp rank returns the same loss (the mean over counted rows). f32; it runs on
-// the host, CUDA logits staged through host memory (NOTE [host loss]).
+// tp rank returns the same loss (the mean over counted rows). f32 or bf16
+// logits on the host or CUDA: the kernels run where the logits are, computing
+// in f32 (NOTE [device loss]).
 class VocabParallelCrossEntropy {
  public:
   // `vocab`: the true vocabulary; this rank's logits are columns

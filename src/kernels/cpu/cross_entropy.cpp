@@ -211,10 +211,26 @@ void sum_exp_rows(const T* logits, int64_t rows, int64_t stride, int64_t valid, 
 }
 
 template <typename T>
-void softmax_rows(const T* logits, int64_t rows, int64_t stride, int64_t valid, const float* lse,
-                  float scale, float* out) {
+void gradient_rows(const T* logits, int64_t rows, int64_t stride, int64_t valid, const float* lse,
+                   const int64_t* columns, float scale, T* dlogits) {
+  // A bf16 gradient row is made in f32 and rounded once.
+  thread_local std::vector<float> staging;
+  if constexpr (!std::is_same_v<T, float>) staging.resize(static_cast<size_t>(stride));
   for (int64_t r = 0; r < rows; ++r) {
-    if (valid > 0) row_softmax_scaled(logits + r * stride, lse[r], scale, valid, out + r * stride);
+    T* out = dlogits + r * stride;
+    const int64_t t = columns[r];
+    if (t == kIgnoredRow) {
+      std::fill(out, out + stride, T{});
+      continue;
+    }
+    float* d = staging.data();
+    if constexpr (std::is_same_v<T, float>) d = out;
+    if (valid > 0) row_softmax_scaled(logits + r * stride, lse[r], scale, valid, d);
+    std::fill(d + valid, d + stride, 0.0f);
+    if (t >= 0) d[t] -= scale;
+    if constexpr (!std::is_same_v<T, float>) {
+      for (int64_t j = 0; j < stride; ++j) out[j] = store_float<T>(d[j]);
+    }
   }
 }
 
@@ -266,12 +282,27 @@ void row_sum_exp(Logits logits, int64_t rows, int64_t stride, int64_t valid, con
   }
 }
 
-void row_softmax(Logits logits, int64_t rows, int64_t stride, int64_t valid, const float* lse,
-                 float scale, float* out) {
+void row_pick(Logits logits, int64_t rows, int64_t stride, const int64_t* columns, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t c = columns[r];
+    if (c < 0) {
+      out[r] = 0.0f;
+    } else if (logits.bf16) {
+      out[r] = static_cast<float>(static_cast<const bfloat16*>(logits.data)[r * stride + c]);
+    } else {
+      out[r] = static_cast<const float*>(logits.data)[r * stride + c];
+    }
+  }
+}
+
+void row_gradient(Logits logits, int64_t rows, int64_t stride, int64_t valid, const float* lse,
+                  const int64_t* columns, float scale, void* dlogits) {
   if (logits.bf16) {
-    softmax_rows(static_cast<const bfloat16*>(logits.data), rows, stride, valid, lse, scale, out);
+    gradient_rows(static_cast<const bfloat16*>(logits.data), rows, stride, valid, lse, columns,
+                  scale, static_cast<bfloat16*>(dlogits));
   } else {
-    softmax_rows(static_cast<const float*>(logits.data), rows, stride, valid, lse, scale, out);
+    gradient_rows(static_cast<const float*>(logits.data), rows, stride, valid, lse, columns, scale,
+                  static_cast<float*>(dlogits));
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "loom/core/dtype.hpp"
+#include "loom/kernels/cross_entropy.hpp"
 
 namespace loom::kernels::cpu {
 
@@ -27,8 +28,10 @@ void cross_entropy_backward(Logits logits, const void* targets, DType dtype, con
 void row_max(Logits logits, int64_t rows, int64_t stride, int64_t valid, float* max);
 void row_sum_exp(Logits logits, int64_t rows, int64_t stride, int64_t valid, const float* shift,
                  float* sums);
-// out: f32.
-void row_softmax(Logits logits, int64_t rows, int64_t stride, int64_t valid, const float* lse,
-                 float scale, float* out);
+// out: f32; columns[r] < 0 gives 0.
+void row_pick(Logits logits, int64_t rows, int64_t stride, const int64_t* columns, float* out);
+// dlogits: the logits' dtype (a bf16 gradient rounded once from f32); may be the logits.
+void row_gradient(Logits logits, int64_t rows, int64_t stride, int64_t valid, const float* lse,
+                  const int64_t* columns, float scale, void* dlogits);
 
 }  // namespace loom::kernels::cpu

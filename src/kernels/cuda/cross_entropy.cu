@@ -12,6 +12,7 @@
 #include "core/cuda/dtype_cuda.cuh"
 #include "core/cuda/nvtx.hpp"
 #include "kernels/cuda/cross_entropy.cuh"
+#include "loom/kernels/cross_entropy.hpp"
 
 namespace loom::kernels::cuda {
 namespace {
@@ -128,22 +129,85 @@ void backward_typed(const void* logits, const void* targets, const float* lse, c
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
+// The vocabulary-parallel pieces (loom/kernels/cross_entropy.hpp), one block
+// per row over the first `valid` of its `stride` columns, or one thread per row.
+template <typename L>
+__global__ void __launch_bounds__(kBlock)
+    piece_max_kernel(const L* __restrict__ logits, int64_t stride, int64_t valid,
+                     float* __restrict__ max) {
+  __shared__ float shared[kBlock];
+  const L* x = logits + blockIdx.x * stride;
+  float m = -INFINITY;  // fmaxf skips NaNs, as the host does
+  for (int64_t c = threadIdx.x; c < valid; c += kBlock) m = fmaxf(m, to_float(x[c]));
+  m = block_reduce(m, shared, MaxOp{});
+  if (threadIdx.x == 0) max[blockIdx.x] = m;
+}
+
+template <typename L>
+__global__ void __launch_bounds__(kBlock)
+    piece_sum_exp_kernel(const L* __restrict__ logits, int64_t stride, int64_t valid,
+                         const float* __restrict__ shift, float* __restrict__ sums) {
+  __shared__ float shared[kBlock];
+  const L* x = logits + blockIdx.x * stride;
+  const float m = shift[blockIdx.x];
+  float sum = 0.0f;
+  for (int64_t c = threadIdx.x; c < valid; c += kBlock) sum += expf(to_float(x[c]) - m);
+  sum = block_reduce(sum, shared, SumOp{});
+  if (threadIdx.x == 0) sums[blockIdx.x] = sum;
+}
+
+template <typename L>
+__global__ void piece_pick_kernel(const L* __restrict__ logits, int64_t rows, int64_t stride,
+                                  const int64_t* __restrict__ columns, float* __restrict__ out) {
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows;
+       r += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = columns[r];
+    out[r] = c >= 0 ? to_float(logits[r * stride + c]) : 0.0f;
+  }
+}
+
+// dlogits may be logits: each element is read and then written by one thread.
+template <typename L>
+__global__ void __launch_bounds__(kBlock)
+    piece_gradient_kernel(const L* logits, int64_t stride, int64_t valid,
+                          const float* __restrict__ lse, const int64_t* __restrict__ columns,
+                          float scale, L* dlogits) {
+  const L* x = logits + blockIdx.x * stride;
+  L* d = dlogits + blockIdx.x * stride;
+  const int64_t t = columns[blockIdx.x];
+  const bool ignored = t == kIgnoredRow;
+  const float row_lse = lse[blockIdx.x];
+  for (int64_t c = threadIdx.x; c < stride; c += kBlock) {
+    float g = 0.0f;
+    if (!ignored && c < valid) {
+      g = expf(to_float(x[c]) - row_lse) * scale;
+      if (c == t) g -= scale;
+    }
+    d[c] = from_float<L>(g);
+  }
+}
+
+// Calls f(TypeTag<L>{}) for the logits' dtype: f32 or bf16.
+template <typename F>
+void visit_logits(DType logits, F&& f) {
+  if (logits == DType::bf16) {
+    f(TypeTag<__nv_bfloat16>{});
+  } else {
+    f(TypeTag<float>{});
+  }
+}
+
 // Calls f(TypeTag<L>{}, TypeTag<Id>{}) for the logits' dtype (f32 or bf16)
 // and the targets' (i32 or i64).
 template <typename F>
 void visit_types(DType logits, DType targets, F&& f) {
-  const auto with_ids = [&](auto logit_tag) {
+  visit_logits(logits, [&](auto logit_tag) {
     if (targets == DType::i32) {
       f(logit_tag, TypeTag<int32_t>{});
     } else {
       f(logit_tag, TypeTag<int64_t>{});
     }
-  };
-  if (logits == DType::bf16) {
-    with_ids(TypeTag<__nv_bfloat16>{});
-  } else {
-    with_ids(TypeTag<float>{});
-  }
+  });
 }
 
 }  // namespace
@@ -171,6 +235,59 @@ void cross_entropy_backward(const void* logits, DType logits_dtype, const void* 
     backward_typed<L, Id>(logits, targets, lse, count, dloss, rows, classes, ignore_index, dlogits,
                           static_cast<cudaStream_t>(stream));
   });
+}
+
+void row_max(const void* logits, DType dtype, int64_t rows, int64_t stride, int64_t valid,
+             float* max, void* stream) {
+  if (rows == 0) return;
+  loom::detail::cuda::NvtxRange range("loom::cross_entropy_row_max");
+  visit_logits(dtype, [&](auto tag) {
+    using L = typename decltype(tag)::type;
+    piece_max_kernel<L>
+        <<<static_cast<unsigned>(rows), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
+            static_cast<const L*>(logits), stride, valid, max);
+  });
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+void row_sum_exp(const void* logits, DType dtype, int64_t rows, int64_t stride, int64_t valid,
+                 const float* shift, float* sums, void* stream) {
+  if (rows == 0) return;
+  loom::detail::cuda::NvtxRange range("loom::cross_entropy_row_sum_exp");
+  visit_logits(dtype, [&](auto tag) {
+    using L = typename decltype(tag)::type;
+    piece_sum_exp_kernel<L>
+        <<<static_cast<unsigned>(rows), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
+            static_cast<const L*>(logits), stride, valid, shift, sums);
+  });
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+void row_pick(const void* logits, DType dtype, int64_t rows, int64_t stride, const int64_t* columns,
+              float* out, void* stream) {
+  if (rows == 0) return;
+  visit_logits(dtype, [&](auto tag) {
+    using L = typename decltype(tag)::type;
+    piece_pick_kernel<L><<<loom::detail::cuda::grid_for(rows, kBlock), kBlock, 0,
+                           static_cast<cudaStream_t>(stream)>>>(static_cast<const L*>(logits), rows,
+                                                                stride, columns, out);
+  });
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+void row_gradient(const void* logits, DType dtype, int64_t rows, int64_t stride, int64_t valid,
+                  const float* lse, const int64_t* columns, float scale, void* dlogits,
+                  void* stream) {
+  if (rows == 0) return;
+  loom::detail::cuda::NvtxRange range("loom::cross_entropy_row_gradient");
+  visit_logits(dtype, [&](auto tag) {
+    using L = typename decltype(tag)::type;
+    piece_gradient_kernel<L>
+        <<<static_cast<unsigned>(rows), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
+            static_cast<const L*>(logits), stride, valid, lse, columns, scale,
+            static_cast<L*>(dlogits));
+  });
+  LOOM_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace loom::kernels::cuda

@@ -21,4 +21,16 @@ void cross_entropy_backward(const void* logits, DType logits_dtype, const void* 
                             int64_t rows, int64_t classes, int64_t ignore_index, void* dlogits,
                             void* stream);
 
+// The vocabulary-parallel pieces (loom/kernels/cross_entropy.hpp): logits f32
+// or bf16 (`dtype`) [rows, stride], dlogits alike; rows may be 0.
+void row_max(const void* logits, DType dtype, int64_t rows, int64_t stride, int64_t valid,
+             float* max, void* stream);
+void row_sum_exp(const void* logits, DType dtype, int64_t rows, int64_t stride, int64_t valid,
+                 const float* shift, float* sums, void* stream);
+void row_pick(const void* logits, DType dtype, int64_t rows, int64_t stride, const int64_t* columns,
+              float* out, void* stream);
+void row_gradient(const void* logits, DType dtype, int64_t rows, int64_t stride, int64_t valid,
+                  const float* lse, const int64_t* columns, float scale, void* dlogits,
+                  void* stream);
+
 }  // namespace loom::kernels::cuda
