@@ -1,6 +1,7 @@
 // gemm(): argument checks, empty problems, batch folding, dispatch by device.
 #include "loom/kernels/gemm.hpp"
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <new>
@@ -16,6 +17,7 @@
 #include "kernels/tensor_checks.hpp"
 #include "loom/config.hpp"
 #include "loom/core/stream.hpp"
+#include "loom/kernels/bias.hpp"
 #include "loom/kernels/elementwise.hpp"
 
 #if LOOM_HAS_CUDA
@@ -248,16 +250,65 @@ PackedWeightScope::Stats PackedWeightScope::stats() const {
   return cache_->stats;
 }
 
+namespace {
+
+std::atomic<int64_t> fused_epilogues{0}, separate_epilogues{0};
+
+// GemmOptions::bias and bias_grad: f32, shaped [n] and [m], on C's device; a
+// 2-D product with an f32 C; bias_grad needs trans_a.
+void check_epilogues(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& o,
+                     const GemmShape& s) {
+  if (!o.bias.defined() && !o.bias_grad.defined()) return;
+  LOOM_CHECK(a.dim() == 2 && b.dim() == 2 && c.dim() == 2 && c.dtype() == DType::f32,
+             "gemm: a bias or bias_grad epilogue needs a 2-D product with an f32 C; got ",
+             describe(a, b, c, o));
+  if (o.bias.defined()) {
+    LOOM_CHECK(o.bias.dtype() == DType::f32 && o.bias.shape() == Shape{s.n} &&
+                   o.bias.device() == c.device() && !detail::overlaps(o.bias, c),
+               "gemm: bias ", o.bias, " must be f32 [", s.n, "] on ", c.device(),
+               ", apart from C (", describe(a, b, c, o), ")");
+  }
+  if (o.bias_grad.defined()) {
+    LOOM_CHECK(o.trans_a, "gemm: bias_grad sums A's columns, the output gradient of a weight ",
+               "gradient op(A) = A^T: it needs trans_a (", describe(a, b, c, o), ")");
+    LOOM_CHECK(o.bias_grad.dtype() == DType::f32 && o.bias_grad.shape() == Shape{s.m} &&
+                   o.bias_grad.device() == c.device() && !detail::overlaps(o.bias_grad, c) &&
+                   !detail::overlaps(o.bias_grad, a),
+               "gemm: bias_grad ", o.bias_grad, " must be f32 [", s.m, "] on ", c.device(),
+               ", apart from A and C (", describe(a, b, c, o), ")");
+  }
+}
+
+// The epilogues as passes after the product (NOTE [gemm epilogues]).
+void separate_epilogues_pass(const Tensor& a, const Tensor& c, const GemmOptions& o) {
+  if (o.bias.defined()) {
+    bias_add(c, o.bias);
+    ++separate_epilogues;
+  }
+  if (o.bias_grad.defined()) {
+    bias_grad(a, o.bias_grad, o.bias_grad_accumulate);
+    ++separate_epilogues;
+  }
+}
+
+}  // namespace
+
+GemmEpilogueCounts gemm_epilogue_counts() {
+  return {fused_epilogues.load(), separate_epilogues.load()};
+}
+
 void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& options) {
   const GemmShape s = check_gemm(a, b, c, options);
+  check_epilogues(a, b, c, options, s);
   const Device device = c.device();
-  if (s.batch == 0 || s.m == 0 || s.n == 0) return;
-  if (s.k == 0) {  // op(A) @ op(B) is all zeros
-    if (options.beta == 0.0f) {
+  if (s.batch == 0) return;
+  if (s.k == 0 || s.m == 0 || s.n == 0) {  // op(A) @ op(B) is all zeros, or C is empty
+    if (c.numel() > 0 && options.beta == 0.0f) {
       c.zero();
-    } else if (options.beta != 1.0f) {
+    } else if (c.numel() > 0 && options.beta != 1.0f) {
       scale(c, options.beta, c);
     }
+    separate_epilogues_pass(a, c, options);
     return;
   }
 
@@ -287,13 +338,24 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& 
   }
 
   if (device.is_cpu()) {
-    if (options.b_fixed_in_scope && PackedWeightScope::Cache::run(p, b)) return;
-    cpu::gemm(p);
+    if (!(options.b_fixed_in_scope && PackedWeightScope::Cache::run(p, b))) cpu::gemm(p);
+    separate_epilogues_pass(a, c, options);
     return;
   }
 #if LOOM_HAS_CUDA
   DeviceGuard guard(device);
-  cuda::gemm(p, current_stream(device));
+  const Stream stream = current_stream(device);
+  if (options.bias.defined() || options.bias_grad.defined()) {
+    p.bias = options.bias.defined() ? options.bias.data<float>() : nullptr;
+    p.bias_grad = options.bias_grad.defined() ? options.bias_grad.data<float>() : nullptr;
+    p.bias_grad_accumulate = options.bias_grad_accumulate;
+    if (cuda::gemm_with_epilogue(p, stream)) {
+      fused_epilogues += (p.bias != nullptr) + (p.bias_grad != nullptr);
+      return;
+    }
+  }
+  cuda::gemm(p, stream);
+  separate_epilogues_pass(a, c, options);
 #else
   throw InternalError("unreachable: CUDA tensor in a build without CUDA");
 #endif

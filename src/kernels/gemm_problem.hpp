@@ -25,6 +25,10 @@ struct GemmProblem {
   bool trans_a = false, trans_b = false;
   float alpha = 1.0f, beta = 0.0f;
   bool allow_tf32 = false;
+  // Epilogues (GemmOptions::bias, bias_grad; batch 1, f32 C): bias [n], bias_grad [m].
+  const float* bias = nullptr;
+  float* bias_grad = nullptr;
+  bool bias_grad_accumulate = false;
 };
 
 }  // namespace loom::kernels::detail

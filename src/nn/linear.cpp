@@ -112,13 +112,15 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
       state.w = w.to(matmul_);
       state.w_fixed = false;
     }
-    const kernels::GemmOptions options{
-        .trans_a = false, .trans_b = true, .b_fixed_in_scope = state.w_fixed};
+    // The bias is the product's epilogue (fused on CUDA: NOTE [gemm epilogues]).
+    const kernels::GemmOptions options{.trans_a = false,
+                                       .trans_b = true,
+                                       .b_fixed_in_scope = state.w_fixed,
+                                       .bias = bias_ ? bias_->value() : Tensor()};
     kernels::OpCost cost = kernels::gemm_cost(state.x, state.w, y2, options);
     if (bias_) cost += kernels::bias_add_cost(y2);
     trace::OpScope scope("linear.forward", cost, w.device(), name());
     kernels::gemm(state.x, state.w, y2, options);
-    if (bias_) kernels::bias_add(y2, bias_->value());
   }
   state.x_shape = x.shape();
   state.x_dtype = x.dtype();
@@ -153,23 +155,27 @@ void Linear::backward_weight(Tape& tape) {
              "': backward_weight needs backward_input first (no output gradient saved)");
   {
     const Parameter::GradWrite dw = weight_->begin_grad_write();
-    const kernels::GemmOptions options{
+    kernels::GemmOptions options{
         .trans_a = true, .trans_b = false, .beta = dw.accumulate ? 1.0f : 0.0f};
     kernels::OpCost cost = kernels::gemm_cost(state.dy, state.x, dw.grad, options);
+    // The bias gradient sums the output gradient as it came, not rounded: the
+    // product's epilogue (fused on CUDA: NOTE [gemm epilogues]) where the
+    // product's operand is that gradient, a pass of its own where it was rounded.
+    const Tensor& bias_dy = state.dy_bias.defined() ? state.dy_bias : state.dy;
+    std::optional<Parameter::GradWrite> db;
     if (bias_) {
-      cost += kernels::bias_grad_cost(state.dy_bias.defined() ? state.dy_bias : state.dy,
-                                      bias_->grad_written());
+      db = bias_->begin_grad_write();
+      cost += kernels::bias_grad_cost(bias_dy, db->accumulate);
+      if (!state.dy_bias.defined()) {
+        options.bias_grad = db->grad;
+        options.bias_grad_accumulate = db->accumulate;
+      }
     }
     trace::OpScope scope("linear.backward_weight", cost, dw.grad.device(), name());
     kernels::gemm(state.dy, state.x, dw.grad, options);
+    if (db && state.dy_bias.defined()) kernels::bias_grad(bias_dy, db->grad, db->accumulate);
     weight_->end_grad_write(tape);
-    if (bias_) {
-      const Parameter::GradWrite db = bias_->begin_grad_write();
-      // The bias gradient sums the output gradient as it came, not rounded.
-      kernels::bias_grad(state.dy_bias.defined() ? state.dy_bias : state.dy, db.grad,
-                         db.accumulate);
-      bias_->end_grad_write(tape);
-    }
+    if (bias_) bias_->end_grad_write(tape);
   }
   tape.release(*this);
 }

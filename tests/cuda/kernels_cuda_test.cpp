@@ -169,6 +169,64 @@ TEST_CASE("cuBLAS gemm: bf16 and f16 operands with an f32 C (mixed precision)") 
       Contains("C that dtype or f32 (for bf16 or f16 A and B)"));
 }
 
+// NOTE [gemm epilogues]: a Linear layer's bias (forward) and bias gradient
+// (beside its weight gradient) fused into one cuBLASLt matmul, f32 and bf16
+// operands with an f32 C, against the host's product and passes. cuBLASLt
+// offers both epilogues for these shapes on sm_80 and later, so they must run
+// fused; an accumulating bias gradient takes the separate pass.
+TEST_CASE("cuBLASLt bias and bias-gradient epilogues run fused and match the host",
+          "[cuda][gemm]") {
+  struct Dims {
+    int64_t rows, in, out;
+  };
+  uint32_t seed = 900;
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    for (const Dims d : {Dims{37, 24, 19}, Dims{333, 96, 200}, Dims{256, 768, 3072}}) {
+      INFO(dtype << " rows=" << d.rows << " in=" << d.in << " out=" << d.out);
+      const Tensor x = loom::test::random_tensor({d.rows, d.in}, dtype, ++seed);
+      const Tensor w = loom::test::random_tensor({d.out, d.in}, dtype, ++seed);
+      const Tensor bias = loom::test::random_tensor({d.out}, DType::f32, ++seed);
+      const Tensor dy = loom::test::random_tensor({d.rows, d.out}, dtype, ++seed);
+      // Products of values in [-1, 1] accumulated in f32 on both sides.
+      const auto bound = [](int64_t k) {
+        return 2.0 * static_cast<double>(k + 4) * 0x1p-23 * k + 1e-6;
+      };
+
+      const k::GemmEpilogueCounts before = k::gemm_epilogue_counts();
+      const Tensor y = Tensor::empty({d.rows, d.out});
+      k::gemm(x, w, y, {.trans_b = true, .bias = bias});
+      const Tensor y_gpu = Tensor::empty({d.rows, d.out}, DType::f32, kGpu);
+      k::gemm(x.to(kGpu), w.to(kGpu), y_gpu, {.trans_b = true, .bias = bias.to(kGpu)});
+      CHECK(loom::test::out_of_tolerance(y_gpu.to_vector<float>(), y.to_vector<float>(),
+                                         bound(d.in), 0) == "");
+
+      const Tensor dw = Tensor::empty({d.out, d.in}), db = Tensor::empty({d.out});
+      k::gemm(dy, x, dw, {.trans_a = true, .bias_grad = db});
+      const Tensor dw_gpu = Tensor::empty({d.out, d.in}, DType::f32, kGpu);
+      const Tensor db_gpu = Tensor::empty({d.out}, DType::f32, kGpu);
+      k::gemm(dy.to(kGpu), x.to(kGpu), dw_gpu, {.trans_a = true, .bias_grad = db_gpu});
+      CHECK(loom::test::out_of_tolerance(dw_gpu.to_vector<float>(), dw.to_vector<float>(),
+                                         bound(d.rows), 0) == "");
+      CHECK(loom::test::out_of_tolerance(db_gpu.to_vector<float>(), db.to_vector<float>(),
+                                         bound(d.rows), 0) == "");
+      const k::GemmEpilogueCounts fused = k::gemm_epilogue_counts();
+      CHECK(fused.fused == before.fused + 2);
+      CHECK(fused.separate == before.separate + 2);  // the host's two
+
+      // Accumulating: dW += dy^T x, db += sum dy (the bias gradient as a pass).
+      k::gemm(dy, x, dw,
+              {.trans_a = true, .beta = 1.0f, .bias_grad = db, .bias_grad_accumulate = true});
+      k::gemm(dy.to(kGpu), x.to(kGpu), dw_gpu,
+              {.trans_a = true, .beta = 1.0f, .bias_grad = db_gpu, .bias_grad_accumulate = true});
+      CHECK(loom::test::out_of_tolerance(dw_gpu.to_vector<float>(), dw.to_vector<float>(),
+                                         2 * bound(d.rows), 0) == "");
+      CHECK(loom::test::out_of_tolerance(db_gpu.to_vector<float>(), db.to_vector<float>(),
+                                         2 * bound(d.rows), 0) == "");
+      CHECK(k::gemm_epilogue_counts().fused == fused.fused);
+    }
+  }
+}
+
 TEST_CASE("cuBLAS gemm: TF32, beta == 0 with NaN in C, empty sizes, determinism, errors") {
   const Tensor a = loom::test::random_tensor({100, 300}, DType::f32, 1);
   const Tensor b = loom::test::random_tensor({300, 70}, DType::f32, 2);

@@ -13,6 +13,7 @@
 #include "kernel_test_util.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/packed_gemm.hpp"
+#include "loom/kernels/bias.hpp"
 #include "loom/kernels/elementwise.hpp"
 #include "loom/kernels/gemm.hpp"
 #include "support/compare.hpp"
@@ -187,6 +188,70 @@ TEST_CASE("gemm rejects operands that do not fit, naming the shapes") {
       Contains("C must not overlap A or B"));
   CHECK_THROWS_WITH(gemm(a, Tensor::zeros({4, 6}), c, GemmOptions{.trans_a = true}),
                     Contains("op(A) is [4, 3]") && Contains("trans_a=1"));
+}
+
+// NOTE [gemm epilogues]: on the host the bias and the bias gradient are passes
+// after the product, the same bits as bias_add and bias_grad called after gemm.
+TEST_CASE("gemm's bias and bias_grad epilogues equal bias_add and bias_grad after it",
+          "[kernels][gemm]") {
+  using loom::test::random_tensor;
+  const Tensor x = random_tensor({37, 24}, DType::f32, 1),
+               w = random_tensor({19, 24}, DType::f32, 2);
+  const Tensor bias = random_tensor({19}, DType::f32, 3);
+  const loom::kernels::GemmEpilogueCounts before = loom::kernels::gemm_epilogue_counts();
+  // Forward: y = x w^T + bias.
+  const Tensor y = Tensor::empty({37, 19}), want = Tensor::empty({37, 19});
+  gemm(x, w, y, {.trans_b = true, .bias = bias});
+  gemm(x, w, want, {.trans_b = true});
+  loom::kernels::bias_add(want, bias);
+  CHECK(y.to_vector<float>() == want.to_vector<float>());
+  // Weight gradient dW = dy^T x with db = the column sums of dy, overwritten or accumulated.
+  const Tensor dy = random_tensor({37, 19}, DType::f32, 4);
+  for (const bool accumulate : {false, true}) {
+    INFO("accumulate " << accumulate);
+    const Tensor dw = random_tensor({19, 24}, DType::f32, 5),
+                 db = random_tensor({19}, DType::f32, 6);
+    const Tensor want_dw = dw.clone(), want_db = db.clone();
+    const float beta = accumulate ? 1.0f : 0.0f;
+    gemm(dy, x, dw,
+         {.trans_a = true, .beta = beta, .bias_grad = db, .bias_grad_accumulate = accumulate});
+    gemm(dy, x, want_dw, {.trans_a = true, .beta = beta});
+    loom::kernels::bias_grad(dy, want_db, accumulate);
+    CHECK(dw.to_vector<float>() == want_dw.to_vector<float>());
+    CHECK(db.to_vector<float>() == want_db.to_vector<float>());
+  }
+  // bf16 operands, f32 C: the mixed-precision Linear's products.
+  const Tensor y16 = Tensor::empty({37, 19}), want16 = Tensor::empty({37, 19});
+  gemm(x.to(DType::bf16), w.to(DType::bf16), y16, {.trans_b = true, .bias = bias});
+  gemm(x.to(DType::bf16), w.to(DType::bf16), want16, {.trans_b = true});
+  loom::kernels::bias_add(want16, bias);
+  CHECK(y16.to_vector<float>() == want16.to_vector<float>());
+  // No rows: the bias gradient of nothing is zero.
+  const Tensor db0 = Tensor::full({19}, 3.0);
+  gemm(Tensor::empty({0, 19}), Tensor::empty({0, 24}), Tensor::empty({19, 24}),
+       {.trans_a = true, .bias_grad = db0});
+  CHECK(db0.to_vector<float>() == std::vector<float>(19, 0.0f));
+  const loom::kernels::GemmEpilogueCounts after = loom::kernels::gemm_epilogue_counts();
+  CHECK(after.fused == before.fused);  // the host runs them as passes
+  CHECK(after.separate == before.separate + 5);
+}
+
+TEST_CASE("gemm epilogues refuse what they cannot take, naming it", "[kernels][gemm]") {
+  const Tensor x = Tensor::zeros({4, 3}), w = Tensor::zeros({5, 3}), y = Tensor::empty({4, 5});
+  CHECK_THROWS_WITH(gemm(x, w, y, {.trans_b = true, .bias = Tensor::zeros({4})}),
+                    Contains("bias") && Contains("must be f32 [5]"));
+  CHECK_THROWS_WITH(gemm(x.to(DType::bf16), w.to(DType::bf16), y.to(DType::bf16),
+                         {.trans_b = true, .bias = Tensor::zeros({5})}),
+                    Contains("needs a 2-D product with an f32 C"));
+  CHECK_THROWS_WITH(gemm(Tensor::zeros({2, 4, 3}), w, Tensor::empty({2, 4, 5}),
+                         {.trans_b = true, .bias = Tensor::zeros({5})}),
+                    Contains("needs a 2-D product with an f32 C"));
+  const Tensor dy = Tensor::zeros({4, 5}), dw = Tensor::empty({5, 3});
+  CHECK_THROWS_WITH(
+      gemm(w, x.view({3, 4}), Tensor::empty({5, 4}), {.bias_grad = Tensor::zeros({5})}),
+      Contains("it needs trans_a"));
+  CHECK_THROWS_WITH(gemm(dy, x, dw, {.trans_a = true, .bias_grad = Tensor::zeros({4})}),
+                    Contains("bias_grad") && Contains("must be f32 [5]"));
 }
 
 TEST_CASE("gemm_cost counts 2mnk flops and each operand's bytes once") {

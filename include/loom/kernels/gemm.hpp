@@ -46,7 +46,31 @@ struct GemmOptions {
   // step): B's packed form may be kept by the scope and reused by later calls.
   // No effect without an open scope.
   bool b_fixed_in_scope = false;
+  // Epilogues of a 2-D product (A, B and C 2-D) with an f32 C, each an f32
+  // tensor on C's device (NOTE [gemm epilogues]):
+  //   bias [n]:      C[i, j] += bias[j] after alpha * op(A) op(B) + beta * C (a
+  //                  Linear layer's forward)
+  //   bias_grad [m]: bias_grad[i] (+)= sum_k A[k, i], with trans_a (the bias
+  //                  gradient of the layer whose output gradient A is, beside its
+  //                  weight gradient op(A) op(B)); accumulated when
+  //                  bias_grad_accumulate, else overwritten
+  Tensor bias = {};
+  Tensor bias_grad = {};
+  bool bias_grad_accumulate = false;
 };
+
+// NOTE [gemm epilogues]: on CUDA a GemmOptions::bias or bias_grad is fused
+// into the product where cuBLASLt offers it (CUBLASLT_EPILOGUE_BIAS, _BGRADB:
+// one kernel, C and A not read again), else, like on the host, it is a
+// separate pass after the product (kernels::bias_add / bias_grad); the
+// results agree to f32 rounding. A bias gradient that accumulates always takes
+// the separate pass (cuBLASLt writes it). gemm_epilogue_counts() says how
+// often each way ran, for tests and profiles.
+struct GemmEpilogueCounts {
+  int64_t fused = 0;     // epilogues run inside a cuBLASLt product
+  int64_t separate = 0;  // epilogues run as a pass after the product
+};
+GemmEpilogueCounts gemm_epilogue_counts();
 
 // NOTE [packed weight reuse]: the host f32 GEMM copies op(B) into panels on
 // every call. A pipeline stage multiplies every micro-batch of a step by the

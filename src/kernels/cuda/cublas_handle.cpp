@@ -20,6 +20,7 @@ constexpr size_t kMaxWorkspaces = 8;
 
 struct DeviceHandle {
   cublasHandle_t handle = nullptr;
+  cublasLtHandle_t lt = nullptr;
   std::vector<std::pair<Stream, Tensor>> workspaces;
 };
 
@@ -33,6 +34,7 @@ class ThreadHandles {
     // Errors are ignored: at process exit the driver may already be shutting down.
     for (DeviceHandle& entry : devices_) {
       if (entry.handle != nullptr) cublasDestroy(entry.handle);
+      if (entry.lt != nullptr) cublasLtDestroy(entry.lt);
       entry.workspaces.clear();
     }
   }
@@ -84,6 +86,18 @@ cublasHandle_t cublas_handle(const Stream& stream) {
   const Tensor& workspace = workspace_for(entry, stream);
   LOOM_CUBLAS_CHECK(cublasSetWorkspace(entry.handle, workspace.data(), workspace.nbytes()));
   return entry.handle;
+}
+
+cublasLtHandle_t cublaslt_handle(const Stream& stream) {
+  DeviceHandle& entry = thread_handles.of(stream.device().index);
+  if (entry.lt == nullptr) LOOM_CUBLAS_CHECK(cublasLtCreate(&entry.lt));
+  return entry.lt;
+}
+
+void* cublas_workspace(const Stream& stream, size_t* bytes) {
+  const Tensor& workspace = workspace_for(thread_handles.of(stream.device().index), stream);
+  *bytes = workspace.nbytes();
+  return workspace.data();
 }
 
 }  // namespace loom::kernels::cuda

@@ -1,10 +1,13 @@
-// CUDA GEMM: one cublasGemmStridedBatchedEx call per gemm().
+// CUDA GEMM: one cublasGemmStridedBatchedEx call per gemm(); a 2-D product
+// with a bias or bias-gradient epilogue is one cublasLtMatmul where cuBLASLt
+// offers it (NOTE [gemm epilogues] in loom/kernels/gemm.hpp).
 //
 // cuBLAS is column-major. A row-major [r, c] matrix is the column-major
 // [c, r] matrix of its transpose, so the row-major C = op(A) op(B) is the
 // column-major C^T = op(B)^T op(A)^T: B goes first, A second, and each keeps
 // its own transpose flag. C^T is [n, m] with leading dimension n.
 #include <climits>
+#include <cstdint>
 
 #include "core/cuda/check.hpp"
 #include "core/cuda/nvtx.hpp"
@@ -54,6 +57,109 @@ void gemm(const detail::GemmProblem& p, const Stream& stream) {
       cublasGemmStridedBatchedEx(handle, op_b, op_a, n, m, k, &p.alpha, p.b, type, ld_b, p.stride_b,
                                  p.a, type, ld_a, p.stride_a, &p.beta, p.c, c_type, n, p.stride_c,
                                  static_cast<int>(p.batch), compute, CUBLAS_GEMM_DEFAULT));
+}
+
+namespace {
+
+// The cuBLASLt objects of one matmul, destroyed with it.
+struct LtMatmul {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+
+  LtMatmul() = default;
+  LtMatmul(const LtMatmul&) = delete;
+  LtMatmul& operator=(const LtMatmul&) = delete;
+  ~LtMatmul() {
+    if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+    if (out != nullptr) cublasLtMatrixLayoutDestroy(out);
+    if (second != nullptr) cublasLtMatrixLayoutDestroy(second);
+    if (first != nullptr) cublasLtMatrixLayoutDestroy(first);
+    if (op != nullptr) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// The largest power of two up to 256 that divides the address: what the
+// heuristic may assume of the pointer.
+uint32_t alignment_of(const void* pointer) {
+  const auto address = reinterpret_cast<uintptr_t>(pointer);
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+template <typename T>
+void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
+                   const T& value) {
+  LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+}
+
+template <typename T>
+void set_preference(cublasLtMatmulPreference_t preference,
+                    cublasLtMatmulPreferenceAttributes_t attribute, const T& value) {
+  LOOM_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)));
+}
+
+}  // namespace
+
+bool gemm_with_epilogue(const detail::GemmProblem& p, const Stream& stream) {
+  LOOM_ASSERT(
+      p.batch == 1 && p.c_dtype == DType::f32 && (p.bias != nullptr) != (p.bias_grad != nullptr),
+      "gemm_with_epilogue: one epilogue of a 2-D product with an f32 C");
+  // cuBLASLt writes a bias gradient; one that accumulates takes the separate pass.
+  if (p.bias_grad != nullptr && p.bias_grad_accumulate) return false;
+  if (p.m > INT32_MAX || p.n > INT32_MAX || p.k > INT32_MAX) return false;
+  loom::detail::cuda::NvtxRange range("loom::gemm_epilogue");
+  // As in gemm(): the column-major D = C^T [n, m] = op(B)^T [n, k] op(A)^T [k, m].
+  // The first operand is B, stored [k, n] (ld n) or, transposed, [n, k] (ld k),
+  // that is column-major [n, k] or [k, n]; the second is A, column-major [k, m]
+  // (ld k) or, transposed, [m, k] (ld m). The bias runs along D's n rows (a
+  // Linear's output features); BGRADB sums the second operand over k, one
+  // value per column of D: sum_k A[k, i] for trans_a.
+  const cudaDataType_t type = cuda_type(p.dtype);
+  const uint64_t m = static_cast<uint64_t>(p.m), n = static_cast<uint64_t>(p.n),
+                 k = static_cast<uint64_t>(p.k);
+  LtMatmul mm;
+  const cublasComputeType_t compute =
+      p.dtype == DType::f32 && p.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  LOOM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&mm.op, compute, CUDA_R_32F));
+  const cublasOperation_t op_first = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_second = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_attribute(mm.op, CUBLASLT_MATMUL_DESC_TRANSA, op_first);
+  set_attribute(mm.op, CUBLASLT_MATMUL_DESC_TRANSB, op_second);
+  const cublasLtEpilogue_t epilogue =
+      p.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
+  set_attribute(mm.op, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  const void* bias = p.bias != nullptr ? static_cast<const void*>(p.bias) : p.bias_grad;
+  set_attribute(mm.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  set_attribute(mm.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
+  LOOM_CUBLAS_CHECK(p.trans_b ? cublasLtMatrixLayoutCreate(&mm.first, type, k, n, k)
+                              : cublasLtMatrixLayoutCreate(&mm.first, type, n, k, n));
+  LOOM_CUBLAS_CHECK(p.trans_a ? cublasLtMatrixLayoutCreate(&mm.second, type, m, k, m)
+                              : cublasLtMatrixLayoutCreate(&mm.second, type, k, m, k));
+  LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&mm.out, CUDA_R_32F, n, m, n));
+
+  size_t workspace_bytes = 0;
+  void* workspace = cublas_workspace(stream, &workspace_bytes);
+  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&mm.preference));
+  set_preference(mm.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                 static_cast<uint64_t>(workspace_bytes));
+  set_preference(mm.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(p.b));
+  set_preference(mm.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(p.a));
+  set_preference(mm.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(p.c));
+  set_preference(mm.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(p.c));
+
+  cublasLtHandle_t handle = cublaslt_handle(stream);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      handle, mm.op, mm.first, mm.second, mm.out, mm.out, mm.preference, 1, &result, &found);
+  if (status != CUBLAS_STATUS_SUCCESS || found == 0) return false;  // not offered here
+  LOOM_CUBLAS_CHECK(cublasLtMatmul(
+      handle, mm.op, &p.alpha, p.b, mm.first, p.a, mm.second, &p.beta, p.c, mm.out, p.c, mm.out,
+      &result.algo, workspace, workspace_bytes, static_cast<cudaStream_t>(stream.native_handle())));
+  return true;
 }
 
 }  // namespace loom::kernels::cuda

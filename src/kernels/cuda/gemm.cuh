@@ -7,7 +7,13 @@
 
 namespace loom::kernels::cuda {
 
-// Queues `problem` on `stream`; the stream's device must be current.
+// Queues `problem` on `stream`; the stream's device must be current. Ignores
+// the problem's epilogues.
 void gemm(const detail::GemmProblem& problem, const Stream& stream);
+
+// Queues `problem` with its epilogues (bias or bias_grad; batch 1, f32 C)
+// fused into one cuBLASLt matmul and returns true, or returns false having
+// queued nothing where cuBLASLt does not offer it (NOTE [gemm epilogues]).
+bool gemm_with_epilogue(const detail::GemmProblem& problem, const Stream& stream);
 
 }  // namespace loom::kernels::cuda
