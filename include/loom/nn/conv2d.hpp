@@ -10,13 +10,14 @@
 // forward saves x; backward_input saves dy for backward_weight, which writes
 // the gradients (NOTE [gradient contributions]) and releases the state.
 //
-// Mixed precision (nn/precision.hpp; host only): under bf16 the products take
+// Mixed precision (nn/precision.hpp): under bf16 the products take
 // bf16 operands with f32 sums; the output is written in
 // Precision::activations (bf16 under precision_from_string("bf16"): rounded
 // once from the f32 sums), the input is taken in f32 or bf16 (a bf16 one is
 // the operand as it is, and is saved for backward in half the bytes), and the
 // input gradient comes back in the input's dtype. The weight and its gradient
-// stay f32.
+// stay f32 (on CUDA the weight gradient is rounded to bf16 once before it is
+// accumulated: NOTE [bf16 operands on CUDA] in kernels/conv2d.cpp).
 #pragma once
 
 #include <cstdint>
