@@ -3,6 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include "loom/kernels/gemm.hpp"
+#include "loom/parallel/pipeline/executor.hpp"
 #include "loom/parallel/pipeline/forward_pass.hpp"
 
 namespace loom::examples {
@@ -13,6 +15,11 @@ double evaluate(loom::nn::Module& model, Loss& loss_fn,
                 const loom::data::TokenLoaderOptions& options, int64_t max_batches,
                 loom::Device device, loom::comm::Communicator& dp) {
   model.set_training(false);
+  // The weights stay as they are over the validation batches (at ZeRO stage 3
+  // the caller gathered them all first): each is rounded and packed once
+  // (NOTE [packed weight reuse] in loom/kernels/gemm.hpp), not per batch.
+  const loom::kernels::PackedWeightScope packed_weights(
+      loom::parallel::pipeline::ExecutorOptions{}.packed_weight_bytes);
   loom::data::TokenValidationBatches batches(file, options, max_batches);
   loom::data::TokenBatch batch;
   double total = 0;
@@ -38,6 +45,7 @@ double pipeline_evaluate(const parallel::pipeline::Schedule& schedule,
   std::vector<nn::Module*> parts;
   for (const auto& part : chunks.parts) parts.push_back(part.get());
   for (nn::Module* part : parts) part->set_training(false);
+  const kernels::PackedWeightScope packed_weights(pl::ExecutorOptions{}.packed_weight_bytes);
   const int last_rank = schedule.rank_of(schedule.chunks() - 1);
   data::TokenValidationBatches batches(file, options, max_batches);
   data::TokenBatch batch;

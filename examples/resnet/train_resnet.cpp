@@ -177,6 +177,9 @@ double accuracy(const std::vector<loom::nn::Module*>& modules,
                 const std::optional<pl::Schedule>& pipeline, loom::comm::Communicator& pp,
                 const loom::data::ImageDataset& test, int64_t batch, loom::Device device) {
   for (loom::nn::Module* m : modules) m->set_training(false);
+  // The weights stay as they are over the test batches (at ZeRO stage 3 the
+  // caller gathered them all first): packed (and rounded) once, not per batch.
+  const loom::kernels::PackedWeightScope packed_weights(pl::ExecutorOptions{}.packed_weight_bytes);
   std::vector<int64_t> order(static_cast<size_t>(test.size()));
   std::iota(order.begin(), order.end(), 0);
   int64_t correct = 0;
