@@ -262,6 +262,10 @@ void check_epilogues(const Tensor& a, const Tensor& b, const Tensor& c, const Ge
   LOOM_CHECK(a.dim() == 2 && b.dim() == 2 && c.dim() == 2 && c.dtype() == DType::f32,
              "gemm: a bias or bias_grad epilogue needs a 2-D product with an f32 C; got ",
              describe(a, b, c, o));
+  LOOM_CHECK(!o.bias.defined() || !o.bias_grad.defined(),
+             "gemm: bias (a forward's) and bias_grad (a weight gradient's) are epilogues of "
+             "different products; give one of them (",
+             describe(a, b, c, o), ")");
   if (o.bias.defined()) {
     LOOM_CHECK(o.bias.dtype() == DType::f32 && o.bias.shape() == Shape{s.n} &&
                    o.bias.device() == c.device() && !detail::overlaps(o.bias, c),

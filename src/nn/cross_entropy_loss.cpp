@@ -18,10 +18,9 @@ CrossEntropyLoss::CrossEntropyLoss(std::string name, int64_t ignore_index)
 
 Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& targets, Tape& tape) {
   LOOM_CHECK(logits.defined() && logits.dim() >= 1 &&
-                 (logits.dtype() == DType::f32 ||
-                  (logits.dtype() == DType::bf16 && logits.device().is_cpu())),
+                 (logits.dtype() == DType::f32 || logits.dtype() == DType::bf16),
              "cross_entropy '", name(), "': logits ", logits,
-             " must be an f32 [..., classes] tensor (or bf16 on the host)");
+             " must be an f32 or bf16 [..., classes] tensor");
   const Shape leading(logits.shape().begin(), logits.shape().end() - 1);
   LOOM_CHECK(targets.defined() && targets.shape() == leading, "cross_entropy '", name(),
              "': targets ", targets, " must have the logits' leading shape ", shape_str(leading),

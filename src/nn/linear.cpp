@@ -28,6 +28,12 @@ Tensor matmul_operand(const Tensor& t, DType matmul) {
   return t.dtype() == matmul ? t : t.to(matmul);
 }
 
+// Whether a product into `c` can take `bias` (or its gradient) as its
+// epilogue: both f32 (kernels::GemmOptions::bias).
+bool epilogue_dtypes(const Tensor& c, const Tensor& bias) {
+  return c.dtype() == DType::f32 && bias.dtype() == DType::f32;
+}
+
 }  // namespace
 
 Linear::Linear(std::string name, int64_t in_features, int64_t out_features, LinearOptions options)
@@ -112,15 +118,18 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
       state.w = w.to(matmul_);
       state.w_fixed = false;
     }
-    // The bias is the product's epilogue (fused on CUDA: NOTE [gemm epilogues]).
+    // An f32 output's bias is the product's epilogue (fused on CUDA: NOTE
+    // [gemm epilogues]); a 16-bit layer's is added after it.
+    const bool bias_epilogue = bias_ && epilogue_dtypes(y2, bias_->value());
     const kernels::GemmOptions options{.trans_a = false,
                                        .trans_b = true,
                                        .b_fixed_in_scope = state.w_fixed,
-                                       .bias = bias_ ? bias_->value() : Tensor()};
+                                       .bias = bias_epilogue ? bias_->value() : Tensor()};
     kernels::OpCost cost = kernels::gemm_cost(state.x, state.w, y2, options);
     if (bias_) cost += kernels::bias_add_cost(y2);
     trace::OpScope scope("linear.forward", cost, w.device(), name());
     kernels::gemm(state.x, state.w, y2, options);
+    if (bias_ && !bias_epilogue) kernels::bias_add(y2, bias_->value());
   }
   state.x_shape = x.shape();
   state.x_dtype = x.dtype();
@@ -163,17 +172,19 @@ void Linear::backward_weight(Tape& tape) {
     // product's operand is that gradient, a pass of its own where it was rounded.
     const Tensor& bias_dy = state.dy_bias.defined() ? state.dy_bias : state.dy;
     std::optional<Parameter::GradWrite> db;
+    bool bias_epilogue = false;
     if (bias_) {
       db = bias_->begin_grad_write();
       cost += kernels::bias_grad_cost(bias_dy, db->accumulate);
-      if (!state.dy_bias.defined()) {
+      bias_epilogue = !state.dy_bias.defined() && epilogue_dtypes(dw.grad, db->grad);
+      if (bias_epilogue) {
         options.bias_grad = db->grad;
         options.bias_grad_accumulate = db->accumulate;
       }
     }
     trace::OpScope scope("linear.backward_weight", cost, dw.grad.device(), name());
     kernels::gemm(state.dy, state.x, dw.grad, options);
-    if (db && state.dy_bias.defined()) kernels::bias_grad(bias_dy, db->grad, db->accumulate);
+    if (db && !bias_epilogue) kernels::bias_grad(bias_dy, db->grad, db->accumulate);
     weight_->end_grad_write(tape);
     if (bias_) bias_->end_grad_write(tape);
   }

@@ -252,6 +252,10 @@ TEST_CASE("gemm epilogues refuse what they cannot take, naming it", "[kernels][g
       Contains("it needs trans_a"));
   CHECK_THROWS_WITH(gemm(dy, x, dw, {.trans_a = true, .bias_grad = Tensor::zeros({4})}),
                     Contains("bias_grad") && Contains("must be f32 [5]"));
+  CHECK_THROWS_WITH(
+      gemm(dy, x, dw,
+           {.trans_a = true, .bias = Tensor::zeros({3}), .bias_grad = Tensor::zeros({5})}),
+      Contains("give one of them"));
 }
 
 TEST_CASE("gemm_cost counts 2mnk flops and each operand's bytes once") {

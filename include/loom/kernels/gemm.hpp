@@ -64,8 +64,10 @@ struct GemmOptions {
 // one kernel, C and A not read again), else, like on the host, it is a
 // separate pass after the product (kernels::bias_add / bias_grad); the
 // results agree to f32 rounding. A bias gradient that accumulates always takes
-// the separate pass (cuBLASLt writes it). gemm_epilogue_counts() says how
-// often each way ran, for tests and profiles.
+// the separate pass (cuBLASLt writes it), as do one under an alpha other
+// than 1 and products with a size of 1 or above 2^21 (where PyTorch, too,
+// keeps off cuBLASLt's epilogues). One call takes one of the two epilogues.
+// gemm_epilogue_counts() says how often each way ran, for tests and profiles.
 struct GemmEpilogueCounts {
   int64_t fused = 0;     // epilogues run inside a cuBLASLt product
   int64_t separate = 0;  // epilogues run as a pass after the product

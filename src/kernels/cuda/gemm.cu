@@ -107,9 +107,16 @@ bool gemm_with_epilogue(const detail::GemmProblem& p, const Stream& stream) {
   LOOM_ASSERT(
       p.batch == 1 && p.c_dtype == DType::f32 && (p.bias != nullptr) != (p.bias_grad != nullptr),
       "gemm_with_epilogue: one epilogue of a 2-D product with an f32 C");
-  // cuBLASLt writes a bias gradient; one that accumulates takes the separate pass.
-  if (p.bias_grad != nullptr && p.bias_grad_accumulate) return false;
-  if (p.m > INT32_MAX || p.n > INT32_MAX || p.k > INT32_MAX) return false;
+  // cuBLASLt writes a bias gradient; one that accumulates takes the separate
+  // pass, and so does one under an alpha other than 1 (the contract sums A as
+  // it is; whether BGRADB scales by alpha is not documented).
+  if (p.bias_grad != nullptr && (p.bias_grad_accumulate || p.alpha != 1.0f)) return false;
+  // PyTorch keeps degenerate and huge sizes off cuBLASLt's bias epilogues
+  // (wrong results were reported for them); so do we.
+  constexpr int64_t kLargest = int64_t{65535} * 32;
+  for (const int64_t size : {p.m, p.n, p.k}) {
+    if (size <= 1 || size >= kLargest) return false;
+  }
   loom::detail::cuda::NvtxRange range("loom::gemm_epilogue");
   // As in gemm(): the column-major D = C^T [n, m] = op(B)^T [n, k] op(A)^T [k, m].
   // The first operand is B, stored [k, n] (ld n) or, transposed, [n, k] (ld k),
