@@ -9,7 +9,11 @@
 //          compared with the bf16 dot-product peak, and so are the rows of
 //          convolutions on bf16-rounded operands (ResNet-18's CIFAR layers,
 //          each pass, f32 beside them);
-//   CUDA:  device-to-device copy bandwidth and the best square cuBLAS GEMM.
+//   CUDA:  device-to-device copy bandwidth and the best square cuBLAS GEMM
+//          (the convolutions through cuDNN).
+// A Linear's product with its bias (forward) and bias gradient (weight
+// gradient) as the GEMM's epilogue runs against the product followed by
+// bias_add / bias_grad as its peer (fused into one cuBLASLt matmul on CUDA).
 //
 // Each op is placed on the roofline: when its arithmetic intensity (flops per
 // byte) is at least the machine balance (peak flops / copy bandwidth) it is
@@ -254,11 +258,58 @@ void run_device(Bench& bench, Device device, bool quick) {
     }
   }
 
+  // A Linear's forward with its bias (GPT-2's c_fc, 768 -> 3072) and its weight
+  // gradient with the bias's: the bias as the product's epilogue (one cuBLASLt
+  // matmul on CUDA, NOTE [gemm epilogues]) against the product followed by
+  // bias_add / bias_grad (the peer column; the host runs both the same way).
+  {
+    const int64_t rows = device.is_cuda() ? 8192 : (quick ? 256 : 1024), in = 768, out = 3072;
+    for (const DType operands : {DType::f32, DType::bf16}) {
+      const Tensor x = random_tensor({rows, in}, operands, device, 20);
+      const Tensor w = random_tensor({out, in}, operands, device, 21);
+      const Tensor dy = random_tensor({rows, out}, operands, device, 22);
+      const Tensor bias = random_tensor({out}, DType::f32, device, 23);
+      const Tensor y = Tensor::empty({rows, out}, DType::f32, device);
+      const Tensor dw = Tensor::empty({out, in}, DType::f32, device);
+      const Tensor db = Tensor::empty({out}, DType::f32, device);
+      const std::string dtype = operands == DType::f32 ? "f32" : "bf16->f32";
+
+      Result fwd(device, "linear+bias fwd", rows, operands);
+      fwd.shape = dims({rows, out, in}) + " NT";
+      fwd.dtype = dtype;
+      const loom::kernels::GemmOptions with_bias{.trans_b = true, .bias = bias};
+      fwd.cost = loom::kernels::gemm_cost(x, w, y, with_bias);
+      fwd.cost += loom::kernels::bias_add_cost(y);
+      fwd.seconds = bench.time(device, [&] { loom::kernels::gemm(x, w, y, with_bias); });
+      fwd.peer = "gemm, then bias_add";
+      fwd.peer_seconds = bench.time(device, [&] {
+        loom::kernels::gemm(x, w, y, {.trans_b = true});
+        loom::kernels::bias_add(y, bias);
+      });
+      bench.results.push_back(fwd);
+
+      Result weight(device, "linear+bias dW", rows, operands);
+      weight.shape = dims({out, in, rows}) + " TN";
+      weight.dtype = dtype;
+      const loom::kernels::GemmOptions with_bias_grad{.trans_a = true, .bias_grad = db};
+      weight.cost = loom::kernels::gemm_cost(dy, x, dw, with_bias_grad);
+      weight.cost += loom::kernels::bias_grad_cost(dy, false);
+      weight.seconds = bench.time(device, [&] { loom::kernels::gemm(dy, x, dw, with_bias_grad); });
+      weight.peer = "gemm, then bias_grad";
+      weight.peer_seconds = bench.time(device, [&] {
+        loom::kernels::gemm(dy, x, dw, {.trans_a = true});
+        loom::kernels::bias_grad(dy, db, false);
+      });
+      bench.results.push_back(weight);
+    }
+  }
+
   // Convolutions at ResNet-18's CIFAR layers (batch 32; --quick: 4), each pass in
   // f32, on bf16-rounded operands of f32 tensors ("bf16->f32"), and on bf16
   // activations in and out ("bf16": what nn::Conv2d runs under bf16 precision;
-  // kernels/conv2d.hpp), the latter two against the bf16 peak.
-  if (device.is_cpu()) {
+  // kernels/conv2d.hpp), the latter two against the bf16 peak. On CUDA through
+  // cuDNN (bf16 operands: its bf16 convolutions, NOTE [bf16 operands on CUDA]).
+  {
     struct ConvShape {
       const char* name;
       int64_t channels, size, out_channels, stride;
@@ -270,7 +321,7 @@ void run_device(Bench& bench, Device device, bool quick) {
           ConvShape{"64x32x32 3x3/2", 64, 32, 128, 2}}) {
       const Tensor x32 = random_tensor({images, c.channels, c.size, c.size}, DType::f32, device, 4);
       const Tensor w = random_tensor({c.out_channels, c.channels, 3, 3}, DType::f32, device, 5);
-      const Tensor dw = Tensor::empty(w.shape());
+      const Tensor dw = Tensor::empty(w.shape(), DType::f32, device);
       struct Variant {
         DType operands, activations;
       };
@@ -460,7 +511,8 @@ nlohmann::json report(const Bench& bench, const std::map<std::string, Limits>& l
     const double gbps = r.cost.bytes / r.seconds / 1e9;
     const CopyBandwidth& copy = lim.copy_for(r.cost.bytes);
     // Host bf16 GEMMs against the bf16 dot-product peak (where the CPU has one).
-    const bool bf16_peak = (r.op.rfind("gemm", 0) == 0 || r.op.rfind("conv2d", 0) == 0) &&
+    const bool bf16_peak = (r.op.rfind("gemm", 0) == 0 || r.op.rfind("conv2d", 0) == 0 ||
+                            r.op.rfind("linear", 0) == 0) &&
                            r.dtype.rfind("bf16", 0) == 0 &&
                            lim.instruction_peaks.dot_bf16_gflops > 0;
     const double peak = bf16_peak ? lim.instruction_peaks.dot_bf16_gflops : lim.peak_gflops;
