@@ -2,6 +2,8 @@
 // embedding kernels on the rows viewed as [rows, row elements].
 #include "loom/kernels/index_select.hpp"
 
+#include <cstdint>
+
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/operand_checks.hpp"
 #include "loom/config.hpp"
@@ -66,9 +68,17 @@ void index_select(const Tensor& src, const Tensor& index, const Tensor& out) {
              "16-bit elements)");
   const auto words = static_cast<int64_t>(row_bytes / sizeof(float));
   DeviceGuard guard(src.device());
-  cuda::embedding_forward(static_cast<const float*>(src.data()), index.data(), index.dtype(),
-                          index.numel(), rows, words, static_cast<float*>(out.data()),
+  // A 16-bit view at an odd element offset is not word-aligned: gather from
+  // and into word-aligned copies then (a fresh allocation is aligned).
+  const auto aligned = [](const Tensor& t) {
+    return reinterpret_cast<uintptr_t>(t.data()) % sizeof(float) == 0;
+  };
+  const Tensor from = aligned(src) ? src : src.clone();
+  const Tensor into = aligned(out) ? out : Tensor::empty(out.shape(), out.dtype(), out.device());
+  cuda::embedding_forward(static_cast<const float*>(from.data()), index.data(), index.dtype(),
+                          index.numel(), rows, words, static_cast<float*>(into.data()),
                           current_stream(src.device()).native_handle());
+  if (!aligned(out)) out.copy_from(into);
 #else
   throw InternalError("unreachable: CUDA tensor in a build without CUDA");
 #endif

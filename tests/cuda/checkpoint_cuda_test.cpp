@@ -12,6 +12,7 @@
 
 #include "loom/checkpoint/distributed.hpp"
 #include "loom/comm/local.hpp"
+#include "loom/comm/nccl.hpp"
 #include "loom/models/gpt.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
 #include "loom/parallel/zero.hpp"
@@ -35,11 +36,17 @@ Run train(Device device, int first, int last, const fs::path& dir, int save_afte
   Run out;
   comm::run_local_ranks(comm::make_local_group(1), [&](comm::Communicator& world) {
     try {
+      // The local backend moves host tensors only: on the device the optimizer
+      // reduces through a one-rank NCCL communicator, and the checkpoint's
+      // barriers and messages (host tensors) go through `world`.
+      std::shared_ptr<comm::Communicator> on_device;
+      if (device.is_cuda())
+        on_device = comm::make_nccl_communicator(world.shared_from_this(), device);
       models::GPTConfig config = test::small_gpt();
       config.module.device = device;
       models::GPT model("", config);
-      parallel::ZeroOptimizer zero(model.parameters(), world, optim::AdamWOptions{.lr = 3e-3},
-                                   {.stage = 0});
+      parallel::ZeroOptimizer zero(model.parameters(), on_device ? *on_device : world,
+                                   optim::AdamWOptions{.lr = 3e-3}, {.stage = 0});
       if (!resume.empty()) checkpoint::load_checkpoint(resume, zero, 0);
       checkpoint::AsyncCheckpointer saver;
       nn::CrossEntropyLoss loss;

@@ -23,7 +23,8 @@
 //    throw without synchronising); check indices on the host where that matters.
 //  - CUDA copies rows as 32-bit words: f32, i32 and i64 rows always, 16-bit
 //    dtypes when a row has an even number of elements (an error names the rule
-//    otherwise). The host takes every dtype.
+//    otherwise; a view starting at an odd 16-bit element is gathered through
+//    word-aligned copies). The host takes every dtype.
 #pragma once
 
 #include "loom/core/tensor.hpp"

@@ -68,11 +68,15 @@ Tensor to_pinned_host(const Tensor& device_tensor, const Event& ready, bool copy
   return host;
 }
 
-void copy_to_device(const Tensor& host, const Tensor& device_tensor) {
+void copy_to_device(const Tensor& host, const Tensor& device_tensor, const Event& ready) {
   if (device_tensor.numel() == 0) return;
   const Stream& stream = comm_stream(device_tensor.device());
   DeviceGuard device(device_tensor.device());
   StreamGuard guard(stream);
+  // The tensor's memory may have been handed out again by the caching
+  // allocator while kernels queued on the compute stream still use it (NOTE
+  // [stream reuse]): the communication stream does not write it before them.
+  stream.wait(ready);
   device_tensor.copy_from(host);  // host -> device on `stream`, waited for
 }
 

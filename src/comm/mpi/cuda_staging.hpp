@@ -11,7 +11,9 @@ namespace loom::comm::mpi::cuda_staging {
 // contents once `ready` has passed (copied on the device's communication
 // stream, waited for). Buffers are reused from a cache.
 Tensor to_pinned_host(const Tensor& device_tensor, const Event& ready, bool copy_in);
-// Copies `host` into `device_tensor` on the communication stream and waits.
-void copy_to_device(const Tensor& host, const Tensor& device_tensor);
+// Copies `host` into `device_tensor` on the communication stream, once
+// `ready` (the compute stream's work queued before the operation, which may
+// still use the tensor's memory) has passed, and waits.
+void copy_to_device(const Tensor& host, const Tensor& device_tensor, const Event& ready);
 
 }  // namespace loom::comm::mpi::cuda_staging

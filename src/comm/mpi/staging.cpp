@@ -29,7 +29,7 @@ void StagedTensor::stage_in(bool copy_in) {
 void StagedTensor::stage_out() {
   if (!is_staged()) return;
 #if LOOM_HAS_CUDA
-  cuda_staging::copy_to_device(host_, tensor_);
+  cuda_staging::copy_to_device(host_, tensor_, *ready_);
 #endif
 }
 

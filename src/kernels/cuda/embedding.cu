@@ -66,6 +66,7 @@ void launch(const float* table, const void* ids, int64_t count, int64_t vocab, i
 template <typename Id>
 void launch_backward(const float* dy, const void* ids, int64_t count, int64_t vocab, int64_t dim,
                      float* dtable, cudaStream_t s) {
+  if (vocab == 0 || dim == 0) return;  // no rows to write (every id out of range)
   const auto owners = static_cast<unsigned>(std::min(vocab, kMaxOwnerBlocks));
   const auto threads = static_cast<unsigned>(std::min<int64_t>(dim, kBlock));
   backward_kernel<Id><<<owners, std::max(threads, 32u), 0, s>>>(dy, static_cast<const Id*>(ids),
