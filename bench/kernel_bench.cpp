@@ -330,9 +330,11 @@ void run_device(Bench& bench, Device device, bool quick) {
         const DType operands = v.operands;
         const loom::kernels::Conv2dParams params{
             .stride = c.stride, .padding = 1, .operands = operands};
-        const Tensor x = x32.to(v.activations), dx = Tensor::empty(x.shape(), v.activations);
-        const Tensor y = Tensor::empty(
-            loom::kernels::conv2d_output_shape(x.shape(), w.shape(), params), v.activations);
+        const Tensor x = x32.to(v.activations),
+                     dx = Tensor::empty(x.shape(), v.activations, device);
+        const Tensor y =
+            Tensor::empty(loom::kernels::conv2d_output_shape(x.shape(), w.shape(), params),
+                          v.activations, device);
         const Tensor dy = random_tensor(y.shape(), DType::f32, device, 6).to(v.activations);
         using loom::kernels::Conv2dPass;
         for (const auto& [pass, name, run] :

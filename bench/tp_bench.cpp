@@ -216,8 +216,11 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   }
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  // The core's peak, measured before any run while nothing else of ours runs.
-  const loom::trace::Roofline roofline = loom::trace::Roofline::measure_host();
+  // The core's peak, measured before any run while nothing else of ours runs;
+  // on a GPU its data-sheet fp32 peak.
+  const loom::trace::Roofline roofline =
+      w.device == "cuda" ? loom::trace::Roofline::for_device(loom::Device::cuda(0))
+                         : loom::trace::Roofline::measure_host();
   const double peak_gflops = roofline.peak_flops(loom::trace::Precision::fp32) / 1e9;
   const std::string cpu = loom::bench::cpu_model();
   std::printf(

@@ -27,8 +27,8 @@
 #     pipeline   pipeline_bench --drive --device cuda (two ranks on the GPU)
 #     tp         tp_bench --drive --device cuda (the wide GPT and issue 4's at
 #                tp 2 against one rank and the no-communication ceiling)
-#     compile    model_bench's torch.compile-under-autocast column (slow to
-#                compile, so after the rest)
+#     compile    model_bench's torch.compile-under-autocast column for GPT-2
+#                (slow to compile, so after the rest, and one model only)
 #     suite      the rest of the tree built, then every other test (ctest -LE
 #                cuda) on the machine's cores
 # --out     where the results go (default $OUT, else device-check-out/): at
@@ -106,7 +106,8 @@ wants() { case ",$steps," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 # --- Facts: what this machine is, before anything can fail.
 {
   echo "== facts ($(date -u +%FT%TZ))"
-  nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader 2>&1 || true
+  nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap,compute_mode --format=csv,noheader 2>&1 || true
+  echo "mpirun: $(command -v mpirun || echo none); nvcc: $(command -v nvcc || echo none)"
   nvcc --version 2>&1 | tail -1 || true
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1 || true
   grep -m1 'model name' /proc/cpuinfo || true
@@ -114,14 +115,21 @@ wants() { case ",$steps," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 } >>"$log" 2>&1
 
 # --- The environment: the bundle, cuDNN and NCCL from the wheels, the compiler.
-if ! command -v mpirun >/dev/null 2>&1; then
+# The bundle also carries the build's header libraries: use it when mpirun or
+# any of them is missing (an image may have some MPI without the rest).
+have_build_deps() {
+  command -v mpirun >/dev/null 2>&1 && [ -f /usr/include/eigen3/Eigen/Core ] &&
+    [ -f /usr/include/catch2/catch.hpp ] && [ -f /usr/include/nlohmann/json.hpp ] &&
+    [ -f /usr/include/CLI/CLI.hpp ]
+}
+if ! have_build_deps; then
   if [ -d .deps/debs ]; then
     [ -f .deps/env.sh ] || bash scripts/bundle-deps.sh --unpack .deps >>"$log" 2>&1 ||
       say "unpacking .deps/debs failed"
     # shellcheck disable=SC1091
     [ -f .deps/env.sh ] && . .deps/env.sh
   else
-    say "no mpirun and no .deps/debs: carry the bundle (bash scripts/bundle-deps.sh --download .deps here)"
+    say "build dependencies missing and no .deps/debs: carry the bundle (bash scripts/bundle-deps.sh --download .deps here)"
   fi
 fi
 wheels=$(python3 -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
@@ -139,6 +147,8 @@ arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | he
 case "$arch" in '' | *[!0-9]*) arch=90 ;; esac
 say "CUDNN_ROOT=${CUDNN_ROOT:-unset} NCCL_ROOT=${NCCL_ROOT:-unset} CUDA architecture $arch"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# A rank that hangs fails its step in a minute, not after the default ten.
+export LOOM_COMM_TIMEOUT=${LOOM_COMM_TIMEOUT:-60s}
 # The machine's own torch is the GPU peer (model_bench wants a path).
 python=$(command -v python3 || echo /usr/bin/python3)
 
@@ -160,16 +170,16 @@ if [ ! -x "$build/bench/model_bench" ]; then
   exit 1
 fi
 
-wants cuda && run cuda 30 240 ctest --test-dir "$build" -L cuda --output-on-failure --timeout 180
-wants model && run model 60 240 "$build/bench/model_bench" --device cuda --models gpt2,resnet50 \
+wants cuda && run cuda 30 240 ctest --test-dir "$build" -L cuda -j 4 --output-on-failure --timeout 180
+wants model && run model 120 240 "$build/bench/model_bench" --device cuda --models gpt2,resnet50 \
   --precision fp32,bf16 --peer-columns eager,bf16 --rounds 1 --steps 10 --warmup 3 \
   --python "$python" --json "$out/model.json"
 wants kernel && run kernel 30 90 "$build/bench/kernel_bench" --device cuda --quick --json "$out/kernel.json"
-wants pipeline && run pipeline 45 120 "$build/bench/pipeline_bench" --drive --device cuda \
+wants pipeline && run pipeline 90 120 "$build/bench/pipeline_bench" --drive --device cuda \
   --micro-batches 8 --rounds 1 --steps 4 --warmup 2 --json "$out/pipeline.json"
-wants tp && run tp 45 120 "$build/bench/tp_bench" --drive --device cuda --models wide,gpt \
+wants tp && run tp 90 120 "$build/bench/tp_bench" --drive --device cuda --models wide,gpt \
   --rounds 1 --steps 5 --warmup 2 --json "$out/tp.json"
-wants compile && run compile 120 240 "$build/bench/model_bench" --device cuda --models gpt2,resnet50 \
+wants compile && run compile 200 240 "$build/bench/model_bench" --device cuda --models gpt2 \
   --precision bf16 --peer-columns compile_bf16 --rounds 1 --steps 10 --warmup 3 \
   --python "$python" --json "$out/model-compile.json"
 if wants suite; then
