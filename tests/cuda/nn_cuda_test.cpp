@@ -24,6 +24,7 @@
 #include "loom/nn/sequential.hpp"
 #include "loom/optim/sgd.hpp"
 #include "support/compare.hpp"
+#include "support/small_gpt.hpp"
 
 using loom::Device;
 using loom::DType;
@@ -106,13 +107,7 @@ TEST_CASE("a GPT-style stack on CUDA matches the host", "[cuda][nn]") {
 // 1e-2 relative, every gradient to 5e-2 of its largest magnitude.
 TEST_CASE("a bf16 GPT on CUDA matches the host's bf16 GPT: bf16 logits, f32 gradients",
           "[cuda][nn]") {
-  loom::models::GPTConfig config;
-  config.vocab = 97;
-  config.layers = 2;
-  config.d_model = 32;
-  config.heads = 4;
-  config.seq_len = 16;
-  config.module.seed = 3;
+  loom::models::GPTConfig config = loom::test::small_gpt();
   config.module.precision = precision_from_string("bf16");
   loom::models::GPTConfig on_gpu = config;
   on_gpu.module.device = Device::cuda(0);
@@ -120,8 +115,8 @@ TEST_CASE("a bf16 GPT on CUDA matches the host's bf16 GPT: bf16 logits, f32 grad
   const int64_t batch = 3, seq = 16;
   std::vector<int32_t> ids(batch * seq), targets(batch * seq);
   for (size_t i = 0; i < ids.size(); ++i) {
-    ids[i] = int32_t((i * 37) % 97);
-    targets[i] = i % 7 == 0 ? -1 : int32_t((i * 53 + 1) % 97);
+    ids[i] = int32_t((i * 37) % config.vocab);
+    targets[i] = i % 7 == 0 ? -1 : int32_t((i * 53 + 1) % config.vocab);
   }
   const Tensor id_tensor = Tensor::from_vector(ids, {batch, seq});
   const Tensor target_tensor = Tensor::from_vector(targets, {batch, seq});
@@ -216,6 +211,29 @@ std::string compare_to_magnitude(const std::vector<float>& got, const std::vecto
   return loom::test::out_of_tolerance(got, want, relative * magnitude.hi + 1e-7);
 }
 
+// One SGD step of `host` and `gpu` from the same start: the loss to
+// `loss_epsilon` relative, every gradient and updated parameter to `relative`
+// of its largest magnitude.
+void check_one_step(ResNetRun& host, ResNetRun& gpu, double loss_epsilon, double relative) {
+  const float host_loss = host.forward_backward(0);
+  const float gpu_loss = gpu.forward_backward(0);
+  CHECK(gpu_loss == Approx(host_loss).epsilon(loss_epsilon));
+  const auto a = host.model->parameters(), b = gpu.model->parameters();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i]->name() << " gradient");
+    CHECK(compare_to_magnitude(b[i]->grad().to_vector<float>(), a[i]->grad().to_vector<float>(),
+                               relative) == "");
+  }
+  host.optimizer->step();
+  gpu.optimizer->step();
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i]->name() << " after the step");
+    CHECK(compare_to_magnitude(b[i]->value().to_vector<float>(), a[i]->value().to_vector<float>(),
+                               relative) == "");
+  }
+}
+
 }  // namespace
 
 // The ResNet example's path end to end: cuDNN convolutions, CUDA BatchNorm
@@ -230,23 +248,7 @@ std::string compare_to_magnitude(const std::vector<float>& got, const std::vecto
 TEST_CASE("a ResNet on CUDA trains like the host: one SGD step, BatchNorm statistics, eval",
           "[cuda][nn]") {
   ResNetRun host(Device::cpu()), gpu(Device::cuda(0));
-  const float host_loss = host.forward_backward(0);
-  const float gpu_loss = gpu.forward_backward(0);
-  CHECK(gpu_loss == Approx(host_loss).epsilon(1e-5));
-  const auto a = host.model->parameters(), b = gpu.model->parameters();
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    INFO(a[i]->name() << " gradient");
-    CHECK(compare_to_magnitude(b[i]->grad().to_vector<float>(), a[i]->grad().to_vector<float>(),
-                               1e-4) == "");
-  }
-  host.optimizer->step();
-  gpu.optimizer->step();
-  for (size_t i = 0; i < a.size(); ++i) {
-    INFO(a[i]->name() << " after the step");
-    CHECK(compare_to_magnitude(b[i]->value().to_vector<float>(), a[i]->value().to_vector<float>(),
-                               1e-4) == "");
-  }
+  check_one_step(host, gpu, 1e-5, 1e-4);
   CHECK(compare_to_magnitude(gpu.eval_logits(), host.eval_logits(), 1e-4) == "");
 }
 
@@ -258,23 +260,7 @@ TEST_CASE("a ResNet on CUDA trains like the host: one SGD step, BatchNorm statis
 // relative, gradients and updated parameters to 5e-2 of their largest magnitude.
 TEST_CASE("a bf16 ResNet on CUDA trains like the host's bf16 ResNet: one SGD step", "[cuda][nn]") {
   ResNetRun host(Device::cpu(), "bf16"), gpu(Device::cuda(0), "bf16");
-  const float host_loss = host.forward_backward(0);
-  const float gpu_loss = gpu.forward_backward(0);
-  CHECK(gpu_loss == Approx(host_loss).epsilon(1e-2));
-  const auto a = host.model->parameters(), b = gpu.model->parameters();
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    INFO(a[i]->name() << " gradient");
-    CHECK(compare_to_magnitude(b[i]->grad().to_vector<float>(), a[i]->grad().to_vector<float>(),
-                               5e-2) == "");
-  }
-  host.optimizer->step();
-  gpu.optimizer->step();
-  for (size_t i = 0; i < a.size(); ++i) {
-    INFO(a[i]->name() << " after the step");
-    CHECK(compare_to_magnitude(b[i]->value().to_vector<float>(), a[i]->value().to_vector<float>(),
-                               5e-2) == "");
-  }
+  check_one_step(host, gpu, 1e-2, 5e-2);
 }
 
 TEST_CASE("a ResNet's training steps on CUDA give the same bits on every run, fp32 and bf16",
