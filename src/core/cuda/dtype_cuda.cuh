@@ -63,6 +63,17 @@ void visit_device_dtype(DType dtype, F&& f) {
   }
 }
 
+// Calls f(TypeTag<__nv_bfloat16>{}) for bf16, else f(TypeTag<float>{}): the
+// kernels whose tensors are f32 or bf16 (widened as read, rounded once).
+template <typename F>
+void visit_f32_or_bf16(DType dtype, F&& f) {
+  if (dtype == DType::bf16) {
+    f(TypeTag<__nv_bfloat16>{});
+  } else {
+    f(TypeTag<float>{});
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ float to_float(T v) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>)

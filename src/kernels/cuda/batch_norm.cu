@@ -19,6 +19,7 @@ using detail::BatchNormShape;
 using loom::detail::cuda::from_float;
 using loom::detail::cuda::grid_for;
 using loom::detail::cuda::to_float;
+using loom::detail::cuda::visit_f32_or_bf16;
 
 constexpr int kBlock = 256;
 
@@ -146,22 +147,12 @@ __global__ void backward_input_kernel(BatchNormShape s, const T* dy, const T* __
   }
 }
 
-// Calls f(TypeTag<T>{}) for the activations' dtype: f32 or bf16.
-template <typename F>
-void visit_activation(DType dtype, F&& f) {
-  if (dtype == DType::bf16) {
-    f(TypeTag<__nv_bfloat16>{});
-  } else {
-    f(TypeTag<float>{});
-  }
-}
-
 }  // namespace
 
 void batch_norm_stats(const BatchNormShape& s, const void* x, DType dtype, float* sums,
                       const Stream& stream) {
   loom::detail::cuda::NvtxRange range("loom::batch_norm_stats");
-  visit_activation(dtype, [&](auto tag) {
+  visit_f32_or_bf16(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     stats_kernel<T><<<static_cast<unsigned>(s.channels), kBlock, 0, native(stream)>>>(
         s, static_cast<const T*>(x), sums);
@@ -188,7 +179,7 @@ void batch_norm_normalize(const BatchNormShape& s, const void* x, DType dtype, c
                           const float* invstd, const float* weight, const float* bias, void* y,
                           const Stream& stream) {
   loom::detail::cuda::NvtxRange range("loom::batch_norm_normalize");
-  visit_activation(dtype, [&](auto tag) {
+  visit_f32_or_bf16(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     normalize_kernel<T>
         <<<grid_for(s.n * s.channels * s.plane, kBlock), kBlock, 0, native(stream)>>>(
@@ -201,7 +192,7 @@ void batch_norm_backward_sums(const BatchNormShape& s, const void* dy, const voi
                               const float* mean, const float* invstd, float* grad_sums,
                               const Stream& stream) {
   loom::detail::cuda::NvtxRange range("loom::batch_norm_backward_sums");
-  visit_activation(dtype, [&](auto tag) {
+  visit_f32_or_bf16(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     backward_sums_kernel<T><<<static_cast<unsigned>(s.channels), kBlock, 0, native(stream)>>>(
         s, static_cast<const T*>(dy), static_cast<const T*>(x), mean, invstd, grad_sums);
@@ -214,7 +205,7 @@ void batch_norm_backward_input(const BatchNormShape& s, const void* dy, const vo
                                const float* grad_sums, int64_t count, bool batch_stats, void* dx,
                                const Stream& stream) {
   loom::detail::cuda::NvtxRange range("loom::batch_norm_backward_input");
-  visit_activation(dtype, [&](auto tag) {
+  visit_f32_or_bf16(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     backward_input_kernel<T>
         <<<grid_for(s.n * s.channels * s.plane, kBlock), kBlock, 0, native(stream)>>>(

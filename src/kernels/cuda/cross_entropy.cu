@@ -19,6 +19,7 @@ namespace {
 
 using loom::detail::cuda::from_float;
 using loom::detail::cuda::to_float;
+using loom::detail::cuda::visit_f32_or_bf16;
 
 constexpr int kBlock = 256;
 
@@ -187,21 +188,11 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// Calls f(TypeTag<L>{}) for the logits' dtype: f32 or bf16.
-template <typename F>
-void visit_logits(DType logits, F&& f) {
-  if (logits == DType::bf16) {
-    f(TypeTag<__nv_bfloat16>{});
-  } else {
-    f(TypeTag<float>{});
-  }
-}
-
 // Calls f(TypeTag<L>{}, TypeTag<Id>{}) for the logits' dtype (f32 or bf16)
 // and the targets' (i32 or i64).
 template <typename F>
 void visit_types(DType logits, DType targets, F&& f) {
-  visit_logits(logits, [&](auto logit_tag) {
+  visit_f32_or_bf16(logits, [&](auto logit_tag) {
     if (targets == DType::i32) {
       f(logit_tag, TypeTag<int32_t>{});
     } else {
@@ -241,7 +232,7 @@ void row_max(const void* logits, DType dtype, int64_t rows, int64_t stride, int6
              float* max, void* stream) {
   if (rows == 0) return;
   loom::detail::cuda::NvtxRange range("loom::cross_entropy_row_max");
-  visit_logits(dtype, [&](auto tag) {
+  visit_f32_or_bf16(dtype, [&](auto tag) {
     using L = typename decltype(tag)::type;
     piece_max_kernel<L>
         <<<static_cast<unsigned>(rows), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
@@ -254,7 +245,7 @@ void row_sum_exp(const void* logits, DType dtype, int64_t rows, int64_t stride, 
                  const float* shift, float* sums, void* stream) {
   if (rows == 0) return;
   loom::detail::cuda::NvtxRange range("loom::cross_entropy_row_sum_exp");
-  visit_logits(dtype, [&](auto tag) {
+  visit_f32_or_bf16(dtype, [&](auto tag) {
     using L = typename decltype(tag)::type;
     piece_sum_exp_kernel<L>
         <<<static_cast<unsigned>(rows), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
@@ -266,7 +257,7 @@ void row_sum_exp(const void* logits, DType dtype, int64_t rows, int64_t stride, 
 void row_pick(const void* logits, DType dtype, int64_t rows, int64_t stride, const int64_t* columns,
               float* out, void* stream) {
   if (rows == 0) return;
-  visit_logits(dtype, [&](auto tag) {
+  visit_f32_or_bf16(dtype, [&](auto tag) {
     using L = typename decltype(tag)::type;
     piece_pick_kernel<L><<<loom::detail::cuda::grid_for(rows, kBlock), kBlock, 0,
                            static_cast<cudaStream_t>(stream)>>>(static_cast<const L*>(logits), rows,
@@ -280,7 +271,7 @@ void row_gradient(const void* logits, DType dtype, int64_t rows, int64_t stride,
                   void* stream) {
   if (rows == 0) return;
   loom::detail::cuda::NvtxRange range("loom::cross_entropy_row_gradient");
-  visit_logits(dtype, [&](auto tag) {
+  visit_f32_or_bf16(dtype, [&](auto tag) {
     using L = typename decltype(tag)::type;
     piece_gradient_kernel<L>
         <<<static_cast<unsigned>(rows), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(

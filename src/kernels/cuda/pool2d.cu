@@ -18,6 +18,7 @@ using detail::Pool2dProblem;
 using loom::detail::cuda::from_float;
 using loom::detail::cuda::grid_for;
 using loom::detail::cuda::to_float;
+using loom::detail::cuda::visit_f32_or_bf16;
 
 constexpr int kBlock = 256;
 
@@ -138,22 +139,12 @@ __global__ void global_backward_kernel(int64_t planes, int64_t plane, const T* _
   }
 }
 
-// Calls f(TypeTag<T>{}) for the tensors' dtype: f32 or bf16.
-template <typename F>
-void visit_pool_dtype(DType dtype, F&& f) {
-  if (dtype == DType::bf16) {
-    f(TypeTag<__nv_bfloat16>{});
-  } else {
-    f(TypeTag<float>{});
-  }
-}
-
 }  // namespace
 
 void max_pool2d_forward(const Pool2dProblem& p, const void* x, DType dtype, void* y,
                         int32_t* argmax, const Stream& stream) {
   loom::detail::cuda::NvtxRange range("loom::max_pool2d_forward");
-  visit_pool_dtype(dtype, [&](auto tag) {
+  visit_f32_or_bf16(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     max_forward_kernel<T><<<grid_for(p.planes * p.oh * p.ow, kBlock), kBlock, 0, native(stream)>>>(
         p, static_cast<const T*>(x), static_cast<T*>(y), argmax);
@@ -164,7 +155,7 @@ void max_pool2d_forward(const Pool2dProblem& p, const void* x, DType dtype, void
 void max_pool2d_backward(const Pool2dProblem& p, const void* dy, DType dtype, const int32_t* argmax,
                          void* dx, const Stream& stream) {
   loom::detail::cuda::NvtxRange range("loom::max_pool2d_backward");
-  visit_pool_dtype(dtype, [&](auto tag) {
+  visit_f32_or_bf16(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     max_backward_kernel<T><<<grid_for(p.planes * p.h * p.w, kBlock), kBlock, 0, native(stream)>>>(
         p, static_cast<const T*>(dy), argmax, static_cast<T*>(dx));
@@ -175,7 +166,7 @@ void max_pool2d_backward(const Pool2dProblem& p, const void* dy, DType dtype, co
 void avg_pool2d_forward(const Pool2dProblem& p, const void* x, DType dtype, void* y,
                         const Stream& stream) {
   loom::detail::cuda::NvtxRange range("loom::avg_pool2d_forward");
-  visit_pool_dtype(dtype, [&](auto tag) {
+  visit_f32_or_bf16(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     avg_forward_kernel<T><<<grid_for(p.planes * p.oh * p.ow, kBlock), kBlock, 0, native(stream)>>>(
         p, static_cast<const T*>(x), static_cast<T*>(y));
@@ -186,7 +177,7 @@ void avg_pool2d_forward(const Pool2dProblem& p, const void* x, DType dtype, void
 void avg_pool2d_backward(const Pool2dProblem& p, const void* dy, DType dtype, void* dx,
                          const Stream& stream) {
   loom::detail::cuda::NvtxRange range("loom::avg_pool2d_backward");
-  visit_pool_dtype(dtype, [&](auto tag) {
+  visit_f32_or_bf16(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     avg_backward_kernel<T><<<grid_for(p.planes * p.h * p.w, kBlock), kBlock, 0, native(stream)>>>(
         p, static_cast<const T*>(dy), static_cast<T*>(dx));
@@ -196,7 +187,7 @@ void avg_pool2d_backward(const Pool2dProblem& p, const void* dy, DType dtype, vo
 
 void global_avg_pool_forward(int64_t planes, int64_t plane, const void* x, DType dtype, void* y,
                              const Stream& stream) {
-  visit_pool_dtype(dtype, [&](auto tag) {
+  visit_f32_or_bf16(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     global_forward_kernel<T><<<grid_for(planes, kBlock), kBlock, 0, native(stream)>>>(
         planes, plane, static_cast<const T*>(x), static_cast<T*>(y));
@@ -206,7 +197,7 @@ void global_avg_pool_forward(int64_t planes, int64_t plane, const void* x, DType
 
 void global_avg_pool_backward(int64_t planes, int64_t plane, const void* dy, DType dtype, void* dx,
                               const Stream& stream) {
-  visit_pool_dtype(dtype, [&](auto tag) {
+  visit_f32_or_bf16(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     global_backward_kernel<T><<<grid_for(planes * plane, kBlock), kBlock, 0, native(stream)>>>(
         planes, plane, static_cast<const T*>(dy), static_cast<T*>(dx));
