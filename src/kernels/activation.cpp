@@ -1,6 +1,8 @@
 // Activations: argument checks, then dispatch by device.
 #include "loom/kernels/activation.hpp"
 
+#include <string>
+
 #include "kernels/cpu/activation.hpp"
 #include "kernels/operand_checks.hpp"
 #include "kernels/tensor_checks.hpp"
@@ -47,11 +49,20 @@ double backward_flops(Activation f) {
 }  // namespace
 
 const char* activation_name(Activation f) {
-  return f == Activation::relu ? "relu" : "gelu";
+  switch (f) {
+    case Activation::relu:
+      return "relu";
+    case Activation::gelu:
+      return "gelu";
+    case Activation::gelu_tanh:
+      return "gelu_tanh";
+  }
+  return "?";
 }
 
 void activation_forward(Activation f, const Tensor& x, const Tensor& y) {
-  const char* op = f == Activation::relu ? "relu forward" : "gelu forward";
+  const std::string op_name = str_cat(activation_name(f), " forward");
+  const char* op = op_name.c_str();
   check_dtype(op, "y", y);
   check_pair(op, "x", x, "y", y);
   if (y.numel() == 0) return;
@@ -69,7 +80,8 @@ void activation_forward(Activation f, const Tensor& x, const Tensor& y) {
 }
 
 void activation_backward(Activation f, const Tensor& x, const Tensor& dy, const Tensor& dx) {
-  const char* op = f == Activation::relu ? "relu backward" : "gelu backward";
+  const std::string op_name = str_cat(activation_name(f), " backward");
+  const char* op = op_name.c_str();
   check_dtype(op, "dx", dx);
   check_pair(op, "dy", dy, "dx", dx);
   check_pair(op, "x", x, "dx", dx);

@@ -71,7 +71,7 @@ TEST_CASE("CUDA bias_add and bias_grad match the host", "[cuda][bias]") {
 }
 
 TEST_CASE("CUDA activations match the host", "[cuda][activation]") {
-  for (const Activation f : {Activation::relu, Activation::gelu}) {
+  for (const Activation f : {Activation::relu, Activation::gelu, Activation::gelu_tanh}) {
     const int64_t n = 100001;
     const Tensor x = loom::test::random_tensor({n}, DType::f32, 3, -6.0f, 6.0f);
     const Tensor dy = loom::test::random_tensor({n}, DType::f32, 4);

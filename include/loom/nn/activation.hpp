@@ -1,5 +1,5 @@
-// Point-wise activation modules: ReLU and GELU (exact erf form, PyTorch's
-// default). No parameters; forward keeps its input for backward, which
+// Point-wise activation modules: ReLU and GELU (the exact erf form, PyTorch's
+// default, or the tanh approximation). No parameters; forward keeps its input for backward, which
 // releases it (see kernels/activation.hpp for the functions and dtypes).
 #pragma once
 
@@ -31,7 +31,8 @@ class ReLU : public ActivationModule {
 
 class GELU : public ActivationModule {
  public:
-  explicit GELU(std::string name) : ActivationModule(std::move(name), kernels::Activation::gelu) {}
+  // approximation: kernels::Activation::gelu (exact) or gelu_tanh.
+  explicit GELU(std::string name, kernels::Activation approximation = kernels::Activation::gelu);
 };
 
 }  // namespace loom::nn

@@ -3,10 +3,10 @@
 // [gelu tables]): AVX-512 kernels where the build has them (gelu_avx512.hpp,
 // bf16 converted in registers in the same pass), otherwise the same
 // polynomials one value at a time, with the same fused multiply-adds and so
-// the same f32 bits. Each is one pass over memory; in-place calls are fine
-// because every element is read before it is written. f16 GELU, and bf16
-// without AVX-512, converts to f32 a chunk at a time, runs the f32 code and
-// rounds back; ReLU on 16-bit data selects bits in one pass.
+// the same f32 bits. The tanh approximation is gelu_tanh.hpp's. Each is one pass over memory;
+// in-place calls are fine because every element is read before it is written. f16 GELU, bf16 GELU
+// without AVX-512 and bf16 tanh GELU convert to f32 a chunk at a time, run the
+// f32 code and round back; ReLU on 16-bit data selects bits in one pass.
 #include "kernels/cpu/activation.hpp"
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include "kernels/cpu/float_io.hpp"
 #include "kernels/cpu/gelu_avx512.hpp"
 #include "kernels/cpu/gelu_table.hpp"
+#include "kernels/cpu/gelu_tanh.hpp"
 #include "loom/core/error.hpp"
 
 namespace loom::kernels::cpu {
@@ -62,7 +63,7 @@ void forward_16bit(Activation f, const T* x, T* y, int64_t n) {
     return;
   }
   if constexpr (std::is_same_v<T, bfloat16>) {
-    if (gelu_avx512_available()) return gelu_forward_avx512(x, y, n);
+    if (f == Activation::gelu && gelu_avx512_available()) return gelu_forward_avx512(x, y, n);
   }
   float xs[kChunk], ys[kChunk];
   for (int64_t begin = 0; begin < n; begin += kChunk) {
@@ -83,7 +84,9 @@ void backward_16bit(Activation f, const T* x, const T* dy, T* dx, int64_t n) {
     return;
   }
   if constexpr (std::is_same_v<T, bfloat16>) {
-    if (gelu_avx512_available()) return gelu_backward_avx512(x, dy, dx, n);
+    if (f == Activation::gelu && gelu_avx512_available()) {
+      return gelu_backward_avx512(x, dy, dx, n);
+    }
   }
   float xs[kChunk], dys[kChunk], dxs[kChunk];
   for (int64_t begin = 0; begin < n; begin += kChunk) {
@@ -137,6 +140,8 @@ void activation_forward(Activation f, const float* x, float* y, int64_t n) {
       return;
     case Activation::gelu:
       return gelu_forward(x, y, n);
+    case Activation::gelu_tanh:
+      return gelu_tanh_forward(x, y, n);
   }
 }
 
@@ -147,6 +152,8 @@ void activation_backward(Activation f, const float* x, const float* dy, float* d
       return;
     case Activation::gelu:
       return gelu_backward(x, dy, dx, n);
+    case Activation::gelu_tanh:
+      return gelu_tanh_backward(x, dy, dx, n);
   }
 }
 

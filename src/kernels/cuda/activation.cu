@@ -1,5 +1,6 @@
 // CUDA activations: grid-stride kernels templated on the element type and the
-// function, computing in f32 with the CUDA math library's erff and expf.
+// function, computing in f32 with the CUDA math library's erff and expf (the
+// tanh approximation as x sigmoid(2u), like the host).
 #include <cstdint>
 
 #include "core/cuda/check.hpp"
@@ -32,6 +33,24 @@ struct Gelu {
   }
 };
 
+// The tanh approximation as x sigmoid(2u) with e = e^(-2u), 1 - s as e s, and
+// the derivative 0 where e would overflow (kernels/cpu/gelu_tanh.cpp): one
+// exponential, as the host computes it.
+struct GeluTanh {
+  static constexpr float kA = 1.5957691216057308f;   // 2 sqrt(2 / pi)
+  static constexpr float kB = 0.07135481627159824f;  // 2 sqrt(2 / pi) 0.044715
+  static constexpr float kLargestExponent = 88.0f;
+  __device__ static float minus_2u(float x) { return -x * fmaf(kB, x * x, kA); }
+  __device__ static float forward(float x) { return x / (1.0f + expf(minus_2u(x))); }
+  __device__ static float derivative(float x) {
+    const float exponent = minus_2u(x);
+    if (exponent > kLargestExponent) return 0.0f;  // false for NaN, which goes on
+    const float e = expf(exponent);
+    const float s = 1.0f / (1.0f + e);
+    return fmaf(x * s * (e * s), fmaf(3.0f * kB, x * x, kA), s);
+  }
+};
+
 template <typename T, typename F>
 __global__ void forward_kernel(const T* x, T* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -56,10 +75,16 @@ template <typename T>
 void forward_typed(Activation f, const void* x, void* y, int64_t n, cudaStream_t s) {
   const auto* xt = static_cast<const T*>(x);
   auto* yt = static_cast<T*>(y);
-  if (f == Activation::relu) {
-    forward_kernel<T, Relu><<<grid_for(n, kBlock), kBlock, 0, s>>>(xt, yt, n);
-  } else {
-    forward_kernel<T, Gelu><<<grid_for(n, kBlock), kBlock, 0, s>>>(xt, yt, n);
+  switch (f) {
+    case Activation::relu:
+      forward_kernel<T, Relu><<<grid_for(n, kBlock), kBlock, 0, s>>>(xt, yt, n);
+      break;
+    case Activation::gelu:
+      forward_kernel<T, Gelu><<<grid_for(n, kBlock), kBlock, 0, s>>>(xt, yt, n);
+      break;
+    case Activation::gelu_tanh:
+      forward_kernel<T, GeluTanh><<<grid_for(n, kBlock), kBlock, 0, s>>>(xt, yt, n);
+      break;
   }
   LOOM_CUDA_CHECK_LAUNCH();
 }
@@ -70,10 +95,16 @@ void backward_typed(Activation f, const void* x, const void* dy, void* dx, int64
   const auto* xt = static_cast<const T*>(x);
   const auto* dyt = static_cast<const T*>(dy);
   auto* dxt = static_cast<T*>(dx);
-  if (f == Activation::relu) {
-    backward_kernel<T, Relu><<<grid_for(n, kBlock), kBlock, 0, s>>>(xt, dyt, dxt, n);
-  } else {
-    backward_kernel<T, Gelu><<<grid_for(n, kBlock), kBlock, 0, s>>>(xt, dyt, dxt, n);
+  switch (f) {
+    case Activation::relu:
+      backward_kernel<T, Relu><<<grid_for(n, kBlock), kBlock, 0, s>>>(xt, dyt, dxt, n);
+      break;
+    case Activation::gelu:
+      backward_kernel<T, Gelu><<<grid_for(n, kBlock), kBlock, 0, s>>>(xt, dyt, dxt, n);
+      break;
+    case Activation::gelu_tanh:
+      backward_kernel<T, GeluTanh><<<grid_for(n, kBlock), kBlock, 0, s>>>(xt, dyt, dxt, n);
+      break;
   }
   LOOM_CUDA_CHECK_LAUNCH();
 }
