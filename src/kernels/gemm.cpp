@@ -254,14 +254,31 @@ namespace {
 
 std::atomic<int64_t> fused_epilogues{0}, separate_epilogues{0};
 
+bool has_activation(const GemmOptions& o) {
+  return o.activation.has_value() || o.activation_grad.has_value();
+}
+
 // GemmOptions::bias and bias_grad: f32, shaped [n] and [m], on C's device; a
-// 2-D product with an f32 C; bias_grad needs trans_a.
+// 2-D product with an f32 C (a bias also with a 16-bit C under an activation);
+// bias_grad needs trans_a. The activation epilogues: NOTE [gemm activation
+// epilogues].
 void check_epilogues(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& o,
                      const GemmShape& s) {
-  if (!o.bias.defined() && !o.bias_grad.defined()) return;
-  LOOM_CHECK(a.dim() == 2 && b.dim() == 2 && c.dim() == 2 && c.dtype() == DType::f32,
-             "gemm: a bias or bias_grad epilogue needs a 2-D product with an f32 C; got ",
-             describe(a, b, c, o));
+  const bool activation = has_activation(o);
+  if (!o.bias.defined() && !o.bias_grad.defined() && !activation && !o.pre_activation.defined() &&
+      !o.pre_activation_bias_grad.defined()) {
+    return;
+  }
+  LOOM_CHECK(!o.pre_activation_bias_grad.defined() || o.activation_grad.has_value(),
+             "gemm: pre_activation_bias_grad is an epilogue of activation_grad (",
+             describe(a, b, c, o), ")");
+  LOOM_CHECK(activation || !o.pre_activation.defined(), "gemm: pre_activation ", o.pre_activation,
+             " is given without an activation or activation_grad epilogue (", describe(a, b, c, o),
+             ")");
+  LOOM_CHECK(a.dim() == 2 && b.dim() == 2 && c.dim() == 2 &&
+                 (c.dtype() == DType::f32 || activation),
+             "gemm: a bias or bias_grad epilogue needs a 2-D product with an f32 C, an activation ",
+             "epilogue a 2-D product; got ", describe(a, b, c, o));
   LOOM_CHECK(!o.bias.defined() || !o.bias_grad.defined(),
              "gemm: bias (a forward's) and bias_grad (a weight gradient's) are epilogues of "
              "different products; give one of them (",
@@ -281,6 +298,27 @@ void check_epilogues(const Tensor& a, const Tensor& b, const Tensor& c, const Ge
                "gemm: bias_grad ", o.bias_grad, " must be f32 [", s.m, "] on ", c.device(),
                ", apart from A and C (", describe(a, b, c, o), ")");
   }
+  if (!activation) return;
+  LOOM_CHECK(!(o.activation && o.activation_grad) && !(o.activation_grad && o.bias.defined()) &&
+                 !(o.activation && o.bias_grad.defined()),
+             "gemm: activation (with bias: a forward's), activation_grad (an input gradient's) and "
+             "bias_grad (a weight gradient's) are epilogues of different products (",
+             describe(a, b, c, o), ")");
+  LOOM_CHECK(o.beta == 0.0f, "gemm: an activation epilogue needs beta 0; got beta ", o.beta, " (",
+             describe(a, b, c, o), ")");
+  const Tensor& pre = o.pre_activation;
+  LOOM_CHECK(pre.defined() && pre.shape() == c.shape() && pre.dtype() == c.dtype() &&
+                 pre.device() == c.device() && !detail::overlaps(pre, a) &&
+                 !detail::overlaps(pre, b) && !detail::overlaps(pre, c),
+             "gemm: pre_activation ", pre, " must be C's shape, dtype and device, apart from A, B ",
+             "and C (", describe(a, b, c, o), ")");
+  if (o.pre_activation_bias_grad.defined()) {
+    const Tensor& db = o.pre_activation_bias_grad;
+    LOOM_CHECK(db.dtype() == DType::f32 && db.shape() == Shape{s.n} && db.device() == c.device() &&
+                   !detail::overlaps(db, c) && !detail::overlaps(db, pre),
+               "gemm: pre_activation_bias_grad ", db, " must be f32 [", s.n, "] on ", c.device(),
+               ", apart from C and pre_activation (", describe(a, b, c, o), ")");
+  }
 }
 
 // The epilogues as passes after the product (NOTE [gemm epilogues]).
@@ -295,27 +333,8 @@ void separate_epilogues_pass(const Tensor& a, const Tensor& c, const GemmOptions
   }
 }
 
-}  // namespace
-
-GemmEpilogueCounts gemm_epilogue_counts() {
-  return {fused_epilogues.load(), separate_epilogues.load()};
-}
-
-void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& options) {
-  const GemmShape s = check_gemm(a, b, c, options);
-  check_epilogues(a, b, c, options, s);
-  const Device device = c.device();
-  if (s.batch == 0) return;
-  if (s.k == 0 || s.m == 0 || s.n == 0) {  // op(A) @ op(B) is all zeros, or C is empty
-    if (c.numel() > 0 && options.beta == 0.0f) {
-      c.zero();
-    } else if (c.numel() > 0 && options.beta != 1.0f) {
-      scale(c, options.beta, c);
-    }
-    separate_epilogues_pass(a, c, options);
-    return;
-  }
-
+detail::GemmProblem problem_of(const Tensor& a, const Tensor& b, const Tensor& c,
+                               const GemmOptions& options, const GemmShape& s) {
   detail::GemmProblem p;
   p.dtype = a.dtype();
   p.c_dtype = c.dtype();
@@ -340,7 +359,100 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& 
     p.m *= p.batch;
     p.batch = 1;
   }
+  return p;
+}
 
+// The activation epilogues as passes around a plain product (NOTE [gemm
+// activation epilogues]): the bits of a Linear then an activation module.
+void activation_passes(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& o) {
+  GemmOptions product = o;
+  product.activation.reset();
+  product.activation_grad.reset();
+  product.pre_activation = Tensor();
+  product.pre_activation_bias_grad = Tensor();
+  if (o.activation) {
+    // The sum in f32: in pre_activation itself when that is f32, else rounded into it once.
+    const bool f32 = o.pre_activation.dtype() == DType::f32;
+    const Tensor sum = f32 ? o.pre_activation : Tensor::empty(c.shape(), DType::f32, c.device());
+    gemm(a, b, sum, product);
+    if (!f32) o.pre_activation.copy_from(sum);
+    activation_forward(*o.activation, o.pre_activation, c);
+    ++separate_epilogues;
+    return;
+  }
+  gemm(a, b, c, product);
+  activation_backward(*o.activation_grad, o.pre_activation, c, c);
+  ++separate_epilogues;
+  if (o.pre_activation_bias_grad.defined()) {
+    bias_grad(c, o.pre_activation_bias_grad, false);
+    ++separate_epilogues;
+  }
+}
+
+// The activation epilogues in one cuBLASLt matmul, where they are the tanh
+// GELU's on CUDA and cuBLASLt offers them (a derivative's column sums, if not
+// offered with it, then take a pass of their own); false, having run nothing,
+// elsewhere.
+bool gemm_with_activation_epilogue(const Tensor& a, const Tensor& b, const Tensor& c,
+                                   const GemmOptions& o, const GemmShape& s) {
+  const Activation f = o.activation ? *o.activation : *o.activation_grad;
+  if (c.device().is_cpu() || f != Activation::gelu_tanh || s.m == 0 || s.n == 0 || s.k == 0) {
+    return false;
+  }
+#if LOOM_HAS_CUDA
+  DeviceGuard guard(c.device());
+  const Stream stream = current_stream(c.device());
+  detail::GemmProblem p = problem_of(a, b, c, o, s);
+  p.bias = o.bias.defined() ? o.bias.data<float>() : nullptr;
+  p.gelu_tanh = o.activation.has_value();
+  p.gelu_tanh_grad = o.activation_grad.has_value();
+  p.pre_activation = o.pre_activation.data();
+  p.pre_activation_bias_grad =
+      o.pre_activation_bias_grad.defined() ? o.pre_activation_bias_grad.data<float>() : nullptr;
+  if (cuda::gemm_with_epilogue(p, stream)) {
+    fused_epilogues += 1 + (p.bias != nullptr) + (p.pre_activation_bias_grad != nullptr);
+    return true;
+  }
+  if (p.pre_activation_bias_grad == nullptr) return false;
+  p.pre_activation_bias_grad = nullptr;  // the derivative alone, then the sums
+  if (!cuda::gemm_with_epilogue(p, stream)) return false;
+  ++fused_epilogues;
+  bias_grad(c, o.pre_activation_bias_grad, false);
+  ++separate_epilogues;
+  return true;
+#else
+  (void)a;
+  (void)b;
+  throw InternalError("unreachable: CUDA tensor in a build without CUDA");
+#endif
+}
+
+}  // namespace
+
+GemmEpilogueCounts gemm_epilogue_counts() {
+  return {fused_epilogues.load(), separate_epilogues.load()};
+}
+
+void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& options) {
+  const GemmShape s = check_gemm(a, b, c, options);
+  check_epilogues(a, b, c, options, s);
+  const Device device = c.device();
+  if (s.batch == 0) return;
+  if (has_activation(options)) {
+    if (!gemm_with_activation_epilogue(a, b, c, options, s)) activation_passes(a, b, c, options);
+    return;
+  }
+  if (s.k == 0 || s.m == 0 || s.n == 0) {  // op(A) @ op(B) is all zeros, or C is empty
+    if (c.numel() > 0 && options.beta == 0.0f) {
+      c.zero();
+    } else if (c.numel() > 0 && options.beta != 1.0f) {
+      scale(c, options.beta, c);
+    }
+    separate_epilogues_pass(a, c, options);
+    return;
+  }
+
+  detail::GemmProblem p = problem_of(a, b, c, options, s);
   if (device.is_cpu()) {
     if (!(options.b_fixed_in_scope && PackedWeightScope::Cache::run(p, b))) cpu::gemm(p);
     separate_epilogues_pass(a, c, options);

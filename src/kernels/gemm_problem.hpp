@@ -29,6 +29,13 @@ struct GemmProblem {
   const float* bias = nullptr;
   float* bias_grad = nullptr;
   bool bias_grad_accumulate = false;
+  // Activation epilogues (GemmOptions::activation / activation_grad with the
+  // tanh GELU; batch 1, beta 0): pre_activation [m, n] of c_dtype, and the
+  // derivative's column sums pre_activation_bias_grad [n].
+  bool gelu_tanh = false;       // C = gelu(s), pre_activation = s (with bias, if any)
+  bool gelu_tanh_grad = false;  // C = product * gelu'(pre_activation)
+  void* pre_activation = nullptr;
+  float* pre_activation_bias_grad = nullptr;
 };
 
 }  // namespace loom::kernels::detail

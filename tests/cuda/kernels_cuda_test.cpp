@@ -233,6 +233,107 @@ TEST_CASE("cuBLASLt bias and bias-gradient epilogues run fused and match the hos
   }
 }
 
+// NOTE [gemm activation epilogues]: a GPT MLP's c_fc with its tanh GELU
+// (GELU_AUX_BIAS: the activation and the pre-activation written by the
+// product) and c_proj's input gradient times GELU's derivative with c_fc's
+// bias gradient (DGELU_BGRAD), against the host's passes. cuBLASLt's GELU is
+// the tanh approximation: were it another, the activations would differ by up
+// to 5e-4 and this would fail. The epilogues without a bias or the sums must
+// run fused for bf16 (the mixed-precision MLP's); with them, and for f32,
+// the count only says which way ran.
+TEST_CASE("cuBLASLt tanh-GELU epilogues run fused and match the host", "[cuda][gemm]") {
+  namespace k = loom::kernels;
+  using loom::kernels::Activation;
+  struct Types {
+    DType operands, c;
+  };
+  uint32_t seed = 950;
+  for (const Types t : {Types{DType::f32, DType::f32}, Types{DType::bf16, DType::f32},
+                        Types{DType::bf16, DType::bf16}}) {
+    for (const int64_t scale : {1, 8}) {
+      const int64_t rows = 32 * scale, d = 96 * scale, hidden = 4 * d;
+      INFO("operands " << t.operands << ", C " << t.c << ", rows " << rows << ", d " << d);
+      const Tensor x = loom::test::random_tensor({rows, d}, t.operands, ++seed);
+      const Tensor w1 = loom::test::random_tensor({hidden, d}, t.operands, ++seed);
+      const Tensor bias = loom::test::random_tensor({hidden}, DType::f32, ++seed);
+      const Tensor dz = loom::test::random_tensor({rows, d}, t.operands, ++seed);
+      const Tensor w2 = loom::test::random_tensor({d, hidden}, t.operands, ++seed);
+      // f32: the accumulation bound of k products in [-1, 1] (GELU's slope is
+      // at most 1.13); 16-bit C: a few of its roundings of values up to ~sqrt(k).
+      const bool narrow = t.c != DType::f32;
+      const auto atol = [&](int64_t k) {
+        return narrow ? 0.1 : 1.2 * (2.0 * static_cast<double>(k + 4) * 0x1p-23 * k) + 1e-5;
+      };
+      const double rtol = narrow ? 0x1p-6 : 4e-6;
+
+      const k::GemmEpilogueCounts start = k::gemm_epilogue_counts();
+      for (const bool with_bias : {false, true}) {
+        INFO("bias " << with_bias);
+        const Tensor b = with_bias ? bias : Tensor();
+        const Tensor y = Tensor::empty({rows, hidden}, t.c), pre = y.clone();
+        k::gemm(x, w1, y,
+                {.trans_b = true,
+                 .bias = b,
+                 .activation = Activation::gelu_tanh,
+                 .pre_activation = pre});
+        const Tensor y_gpu = Tensor::empty({rows, hidden}, t.c, kGpu), pre_gpu = y_gpu.clone();
+        const k::GemmEpilogueCounts before = k::gemm_epilogue_counts();
+        k::gemm(x.to(kGpu), w1.to(kGpu), y_gpu,
+                {.trans_b = true,
+                 .bias = with_bias ? bias.to(kGpu) : Tensor(),
+                 .activation = Activation::gelu_tanh,
+                 .pre_activation = pre_gpu});
+        const k::GemmEpilogueCounts after = k::gemm_epilogue_counts();
+        UNSCOPED_INFO(t.operands << "/" << t.c << " rows " << rows << " forward, bias " << with_bias
+                                 << ": " << after.fused - before.fused << " fused");
+        if (narrow && !with_bias) CHECK(after.fused == before.fused + 1);
+        CHECK(loom::test::out_of_tolerance(pre_gpu.to_vector<float>(), pre.to_vector<float>(),
+                                           atol(d), rtol) == "");
+        CHECK(loom::test::out_of_tolerance(y_gpu.to_vector<float>(), y.to_vector<float>(), atol(d),
+                                           rtol) == "");
+
+        // c_proj's input gradient dz w2 times gelu'(pre), from the same pre on
+        // both sides, and its column sums (c_fc's bias gradient).
+        const Tensor dh = Tensor::empty({rows, hidden}, t.c), db = Tensor::empty({hidden});
+        k::gemm(dz, w2, dh,
+                {.activation_grad = Activation::gelu_tanh,
+                 .pre_activation = pre,
+                 .pre_activation_bias_grad = with_bias ? db : Tensor()});
+        const Tensor dh_gpu = Tensor::empty({rows, hidden}, t.c, kGpu);
+        const Tensor db_gpu = Tensor::empty({hidden}, DType::f32, kGpu);
+        const k::GemmEpilogueCounts before_grad = k::gemm_epilogue_counts();
+        k::gemm(dz.to(kGpu), w2.to(kGpu), dh_gpu,
+                {.activation_grad = Activation::gelu_tanh,
+                 .pre_activation = pre.to(kGpu),
+                 .pre_activation_bias_grad = with_bias ? db_gpu : Tensor()});
+        const k::GemmEpilogueCounts after_grad = k::gemm_epilogue_counts();
+        UNSCOPED_INFO(t.operands << "/" << t.c << " rows " << rows << " derivative, sums "
+                                 << with_bias << ": " << after_grad.fused - before_grad.fused
+                                 << " fused");
+        if (narrow) CHECK(after_grad.fused >= before_grad.fused + 1);
+        const std::vector<float> got_dh = dh_gpu.to_vector<float>();
+        CHECK(loom::test::out_of_tolerance(got_dh, dh.to_vector<float>(), atol(hidden), rtol) ==
+              "");
+        if (with_bias) {
+          // The sums of what the device wrote, within their own rounding.
+          std::vector<double> sums(static_cast<size_t>(hidden), 0.0);
+          double largest = 0.0;
+          for (int64_t i = 0; i < rows * hidden; ++i) {
+            sums[static_cast<size_t>(i % hidden)] += got_dh[static_cast<size_t>(i)];
+            largest =
+                std::max(largest, std::fabs(static_cast<double>(got_dh[static_cast<size_t>(i)])));
+          }
+          const double sum_tol = static_cast<double>(rows) * largest * (narrow ? 0x1p-8 : 0x1p-22);
+          CHECK(loom::test::out_of_tolerance(db_gpu.to_vector<float>(), sums, sum_tol) == "");
+        }
+      }
+      // Each side counts one per activation, derivative, bias and sums, whichever way it ran.
+      const k::GemmEpilogueCounts end = k::gemm_epilogue_counts();
+      CHECK(end.fused + end.separate == start.fused + start.separate + 2 * (1 + 1 + 2 + 2));
+    }
+  }
+}
+
 TEST_CASE("cuBLAS gemm: TF32, beta == 0 with NaN in C, empty sizes, determinism, errors") {
   const Tensor a = loom::test::random_tensor({100, 300}, DType::f32, 1);
   const Tensor b = loom::test::random_tensor({300, 70}, DType::f32, 2);

@@ -258,6 +258,100 @@ TEST_CASE("gemm epilogues refuse what they cannot take, naming it", "[kernels][g
       Contains("give one of them"));
 }
 
+// NOTE [gemm activation epilogues]: on the host, a Linear with its activation
+// fused gives the bits of the product, the bias, the pre-activation rounded
+// once and the activation module; the derivative epilogue those of the
+// product then the activation's backward and the column sums.
+TEST_CASE("gemm's activation epilogues equal the product, bias and activation passes",
+          "[kernels][gemm]") {
+  using loom::kernels::Activation;
+  using loom::test::random_tensor;
+  namespace k = loom::kernels;
+  struct Types {
+    DType operands, c;
+  };
+  for (const Activation f : {Activation::gelu, Activation::gelu_tanh, Activation::relu}) {
+    for (const Types t : {Types{DType::f32, DType::f32}, Types{DType::bf16, DType::f32},
+                          Types{DType::bf16, DType::bf16}}) {
+      INFO(k::activation_name(f) << ", operands " << t.operands << ", C " << t.c);
+      const Tensor x = random_tensor({37, 24}, t.operands, 1),
+                   w = random_tensor({40, 24}, t.operands, 2);
+      const Tensor bias = random_tensor({40}, DType::f32, 3);
+      const k::GemmEpilogueCounts before = k::gemm_epilogue_counts();
+      // Forward: pre = round(x w^T + bias), y = f(pre).
+      const Tensor y = Tensor::empty({37, 40}, t.c), pre = Tensor::empty({37, 40}, t.c);
+      gemm(x, w, y, {.trans_b = true, .bias = bias, .activation = f, .pre_activation = pre});
+      const Tensor sum = Tensor::empty({37, 40});
+      gemm(x, w, sum, {.trans_b = true, .bias = bias});
+      const Tensor want_pre = sum.to(t.c), want_y = Tensor::empty({37, 40}, t.c);
+      k::activation_forward(f, want_pre, want_y);
+      CHECK(pre.to_vector<float>() == want_pre.to_vector<float>());
+      CHECK(y.to_vector<float>() == want_y.to_vector<float>());
+      // Without a bias.
+      gemm(x, w, y, {.trans_b = true, .activation = f, .pre_activation = pre});
+      gemm(x, w, sum, {.trans_b = true});
+      k::activation_forward(f, sum.to(t.c), want_y);
+      CHECK(y.to_vector<float>() == want_y.to_vector<float>());
+
+      // The next layer's input gradient dz [37, 24] @ v [24, 40], times f'(pre),
+      // and its column sums: what the Linear that computed pre needs.
+      const Tensor dz = random_tensor({37, 24}, t.operands, 4);
+      const Tensor v = random_tensor({24, 40}, t.operands, 5);
+      const Tensor dh = Tensor::empty({37, 40}, t.c), db = random_tensor({40}, DType::f32, 6);
+      gemm(dz, v, dh,
+           {.activation_grad = f, .pre_activation = pre, .pre_activation_bias_grad = db});
+      const Tensor want_dh = Tensor::empty({37, 40}, t.c), want_db = Tensor::empty({40});
+      gemm(dz, v, want_dh);
+      k::activation_backward(f, pre, want_dh, want_dh);
+      k::bias_grad(want_dh, want_db, false);
+      CHECK(dh.to_vector<float>() == want_dh.to_vector<float>());
+      CHECK(db.to_vector<float>() == want_db.to_vector<float>());
+      const k::GemmEpilogueCounts after = k::gemm_epilogue_counts();
+      CHECK(after.fused == before.fused);  // the host runs them as passes
+      // activation + bias, the reference's bias, activation, derivative + sums.
+      CHECK(after.separate == before.separate + 6);
+    }
+  }
+}
+
+TEST_CASE("gemm's activation epilogues refuse what they cannot take, naming it",
+          "[kernels][gemm]") {
+  using loom::kernels::Activation;
+  const Tensor x = Tensor::zeros({4, 3}), w = Tensor::zeros({5, 3}), y = Tensor::empty({4, 5});
+  const Tensor pre = Tensor::empty({4, 5});
+  CHECK_THROWS_WITH(gemm(x, w, y, {.trans_b = true, .activation = Activation::gelu}),
+                    Contains("pre_activation") && Contains("must be C's shape, dtype and device"));
+  CHECK_THROWS_WITH(gemm(x, w, y,
+                         {.trans_b = true,
+                          .activation = Activation::gelu,
+                          .pre_activation = Tensor::empty({4, 5}, DType::bf16)}),
+                    Contains("must be C's shape, dtype and device"));
+  CHECK_THROWS_WITH(
+      gemm(x, w, y,
+           {.trans_b = true, .beta = 1.0f, .activation = Activation::gelu, .pre_activation = pre}),
+      Contains("needs beta 0"));
+  CHECK_THROWS_WITH(gemm(x, w, y, {.trans_b = true, .pre_activation = pre}),
+                    Contains("without an activation or activation_grad epilogue"));
+  CHECK_THROWS_WITH(gemm(x, w, y,
+                         {.trans_b = true,
+                          .bias = Tensor::zeros({5}),
+                          .activation_grad = Activation::gelu,
+                          .pre_activation = pre}),
+                    Contains("epilogues of different products"));
+  CHECK_THROWS_WITH(
+      gemm(x, w, y, {.trans_b = true, .pre_activation_bias_grad = Tensor::zeros({5})}),
+      Contains("pre_activation_bias_grad is an epilogue of activation_grad"));
+  CHECK_THROWS_WITH(gemm(x, w, y,
+                         {.trans_b = true,
+                          .activation_grad = Activation::gelu,
+                          .pre_activation = pre,
+                          .pre_activation_bias_grad = Tensor::zeros({4})}),
+                    Contains("pre_activation_bias_grad") && Contains("must be f32 [5]"));
+  CHECK_THROWS_WITH(
+      gemm(x, w, y, {.trans_b = true, .activation = Activation::gelu, .pre_activation = y}),
+      Contains("apart from A, B and C"));
+}
+
 TEST_CASE("gemm_cost counts 2mnk flops and each operand's bytes once") {
   const Tensor a = Tensor::empty({4, 8, 16}), b = Tensor::empty({16, 32});
   const Tensor c = Tensor::empty({4, 8, 32});

@@ -30,6 +30,7 @@
 #include <optional>
 
 #include "loom/core/tensor.hpp"
+#include "loom/kernels/activation.hpp"
 #include "loom/kernels/cost.hpp"
 
 namespace loom::kernels {
@@ -57,7 +58,40 @@ struct GemmOptions {
   Tensor bias = {};
   Tensor bias_grad = {};
   bool bias_grad_accumulate = false;
+  // Activation epilogues of a 2-D product with beta 0 (NOTE [gemm
+  // activation epilogues]); pre_activation is [m, n], of C's dtype, on C's
+  // device, apart from A, B and C:
+  //   activation:      s = alpha op(A) op(B) (+ bias), summed in f32;
+  //                    pre_activation = s and C = f(s), each rounded once to
+  //                    its dtype (bias may then come with a bf16 or f16 C);
+  //                    a Linear layer with its activation fused.
+  //   activation_grad: C = alpha op(A) op(B) * f'(pre_activation): the input
+  //                    gradient of a product whose input was f(pre_activation)
+  //                    (the layer after that Linear); with
+  //                    pre_activation_bias_grad, f32 [n], also the column sums
+  //                    of that C, the bias gradient of the layer that computed
+  //                    pre_activation (overwritten).
+  std::optional<Activation> activation = std::nullopt;
+  std::optional<Activation> activation_grad = std::nullopt;
+  Tensor pre_activation = {};
+  Tensor pre_activation_bias_grad = {};
 };
+
+// NOTE [gemm activation epilogues]: on CUDA, for the tanh GELU (the one
+// cuBLASLt computes), one cuBLASLt matmul where it offers the epilogue:
+// CUBLASLT_EPILOGUE_GELU_AUX_BIAS (or _GELU_AUX) writes C and the
+// pre-activation together, _DGELU_BGRAD (or _DGELU, the column sums then a
+// pass of their own) multiplies by the derivative and sums the columns as
+// the product is written, so neither the [m, n] pre-activation nor the
+// gradient is read again. Elsewhere (the exact GELU, ReLU, the host, shapes
+// or dtypes cuBLASLt refuses, n not a multiple of 8) the same results come
+// from passes after the product, which on the host give exactly the bits of
+// a Linear followed by an activation module: the pre-activation rounded
+// once from the f32 sum, f applied to that rounded value and rounded again,
+// f' likewise to the product rounded into C. cuBLASLt applies f to the
+// unrounded sum and f' to the unrounded product: for a 16-bit C, the two
+// ways differ within a rounding of the dtype; for f32, within f32 rounding.
+// gemm_epilogue_counts() counts these epilogues too.
 
 // NOTE [gemm epilogues]: on CUDA a GemmOptions::bias or bias_grad is fused
 // into the product where cuBLASLt offers it (CUBLASLT_EPILOGUE_BIAS, _BGRADB:

@@ -1,6 +1,7 @@
 // CUDA GEMM: one cublasGemmStridedBatchedEx call per gemm(); a 2-D product
-// with a bias or bias-gradient epilogue is one cublasLtMatmul where cuBLASLt
-// offers it (NOTE [gemm epilogues] in loom/kernels/gemm.hpp).
+// with a bias, bias-gradient or tanh-GELU epilogue is one cublasLtMatmul where
+// cuBLASLt offers it (NOTE [gemm epilogues], NOTE [gemm activation epilogues]
+// in loom/kernels/gemm.hpp).
 //
 // cuBLAS is column-major. A row-major [r, c] matrix is the column-major
 // [c, r] matrix of its transpose, so the row-major C = op(A) op(B) is the
@@ -104,27 +105,38 @@ void set_preference(cublasLtMatmulPreference_t preference,
 }  // namespace
 
 bool gemm_with_epilogue(const detail::GemmProblem& p, const Stream& stream) {
+  const bool activation = p.gelu_tanh || p.gelu_tanh_grad;
   LOOM_ASSERT(
-      p.batch == 1 && p.c_dtype == DType::f32 && (p.bias != nullptr) != (p.bias_grad != nullptr),
-      "gemm_with_epilogue: one epilogue of a 2-D product with an f32 C");
+      p.batch == 1 &&
+          (activation ? p.beta == 0.0f && p.pre_activation != nullptr &&
+                            !(p.gelu_tanh && p.gelu_tanh_grad) && p.bias_grad == nullptr
+                      : p.c_dtype == DType::f32 && (p.bias != nullptr) != (p.bias_grad != nullptr)),
+      "gemm_with_epilogue: a bias, a bias gradient or an activation epilogue of a 2-D product");
   // cuBLASLt writes a bias gradient; one that accumulates takes the separate
   // pass, and so does one under an alpha other than 1 (the contract sums A as
-  // it is; whether BGRADB scales by alpha is not documented).
+  // it is; whether BGRADB scales by alpha is not documented). Likewise the
+  // activation epilogues, whose alpha's place in them is not documented either.
   if (p.bias_grad != nullptr && (p.bias_grad_accumulate || p.alpha != 1.0f)) return false;
+  if (activation && p.alpha != 1.0f) return false;
   // PyTorch keeps degenerate and huge sizes off cuBLASLt's bias epilogues
   // (wrong results were reported for them); so do we.
   constexpr int64_t kLargest = int64_t{65535} * 32;
   for (const int64_t size : {p.m, p.n, p.k}) {
     if (size <= 1 || size >= kLargest) return false;
   }
+  // The pre-activation (cuBLASLt's auxiliary matrix) has D's layout, whose
+  // leading dimension n it wants a multiple of 8, and an aligned start.
+  if (activation && (p.n % 8 != 0 || alignment_of(p.pre_activation) < 16)) return false;
   loom::detail::cuda::NvtxRange range("loom::gemm_epilogue");
   // As in gemm(): the column-major D = C^T [n, m] = op(B)^T [n, k] op(A)^T [k, m].
   // The first operand is B, stored [k, n] (ld n) or, transposed, [n, k] (ld k),
   // that is column-major [n, k] or [k, n]; the second is A, column-major [k, m]
   // (ld k) or, transposed, [m, k] (ld m). The bias runs along D's n rows (a
   // Linear's output features); BGRADB sums the second operand over k, one
-  // value per column of D: sum_k A[k, i] for trans_a.
-  const cudaDataType_t type = cuda_type(p.dtype);
+  // value per column of D: sum_k A[k, i] for trans_a. The pre-activation is
+  // column-major [n, m] with ld n like D, and DGELU_BGRAD's sums run along D's
+  // rows: one per feature j, sum_i C[i, j].
+  const cudaDataType_t type = cuda_type(p.dtype), c_type = cuda_type(p.c_dtype);
   const uint64_t m = static_cast<uint64_t>(p.m), n = static_cast<uint64_t>(p.n),
                  k = static_cast<uint64_t>(p.k);
   LtMatmul mm;
@@ -135,17 +147,34 @@ bool gemm_with_epilogue(const detail::GemmProblem& p, const Stream& stream) {
   const cublasOperation_t op_second = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_attribute(mm.op, CUBLASLT_MATMUL_DESC_TRANSA, op_first);
   set_attribute(mm.op, CUBLASLT_MATMUL_DESC_TRANSB, op_second);
-  const cublasLtEpilogue_t epilogue =
-      p.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  if (p.gelu_tanh) {
+    epilogue = p.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    bias = p.bias;
+  } else if (p.gelu_tanh_grad) {
+    epilogue = p.pre_activation_bias_grad != nullptr ? CUBLASLT_EPILOGUE_DGELU_BGRAD
+                                                     : CUBLASLT_EPILOGUE_DGELU;
+    bias = p.pre_activation_bias_grad;
+  } else {
+    epilogue = p.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
+    bias = p.bias != nullptr ? static_cast<const void*>(p.bias) : p.bias_grad;
+  }
   set_attribute(mm.op, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
-  const void* bias = p.bias != nullptr ? static_cast<const void*>(p.bias) : p.bias_grad;
-  set_attribute(mm.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  set_attribute(mm.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
+  if (bias != nullptr) {
+    set_attribute(mm.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+    set_attribute(mm.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
+  }
+  if (activation) {
+    // Of D's type, which is the pre-activation's (the default auxiliary type).
+    set_attribute(mm.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.pre_activation);
+    set_attribute(mm.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(n));
+  }
   LOOM_CUBLAS_CHECK(p.trans_b ? cublasLtMatrixLayoutCreate(&mm.first, type, k, n, k)
                               : cublasLtMatrixLayoutCreate(&mm.first, type, n, k, n));
   LOOM_CUBLAS_CHECK(p.trans_a ? cublasLtMatrixLayoutCreate(&mm.second, type, m, k, m)
                               : cublasLtMatrixLayoutCreate(&mm.second, type, k, m, k));
-  LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&mm.out, CUDA_R_32F, n, m, n));
+  LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&mm.out, c_type, n, m, n));
 
   size_t workspace_bytes = 0;
   void* workspace = cublas_workspace(stream, &workspace_bytes);

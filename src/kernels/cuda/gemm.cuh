@@ -11,9 +11,11 @@ namespace loom::kernels::cuda {
 // the problem's epilogues.
 void gemm(const detail::GemmProblem& problem, const Stream& stream);
 
-// Queues `problem` with its epilogues (bias or bias_grad; batch 1, f32 C)
-// fused into one cuBLASLt matmul and returns true, or returns false having
-// queued nothing where cuBLASLt does not offer it (NOTE [gemm epilogues]).
+// Queues `problem` with its epilogues (bias or bias_grad with an f32 C; or
+// the tanh GELU's activation epilogues, with a bias or the derivative's
+// column sums; batch 1) fused into one cuBLASLt matmul and returns true, or
+// returns false having queued nothing where cuBLASLt does not offer it (NOTE
+// [gemm epilogues], NOTE [gemm activation epilogues]).
 bool gemm_with_epilogue(const detail::GemmProblem& problem, const Stream& stream);
 
 }  // namespace loom::kernels::cuda
