@@ -20,12 +20,16 @@ endfunction()
 
 # Tensor parallelism under mpirun reproduces one rank on the same global
 # batch: every logged loss and gradient norm, and the validation loss, to
-# the last printed digit (tests/support/compare_train_runs.py).
+# the last printed digit (tests/support/compare_train_runs.py). With the tanh
+# GELU too, also under zb-h1's split backward (c_fc's GELU and its derivative
+# fused into the products either side: NOTE [fused activation]).
 loom_train_gpt_compare(tp ${CMAKE_CURRENT_BINARY_DIR}/tensor_parallel/python_stdlib_tp.tokens
   COMMON --layers 2 --d-model 64 --heads 4 --seq 32 --batch 4 --steps 8 --log-every 1
          --eval-every 0 --eval-batches 2
   CASES "2||--tp 2" "4||--tp 4" "4||--tp 4 --sequence-parallel"
-        "4||--tp 2 --sequence-parallel --zero-stage 1" "4||--tp 2 --zero-stage 3")
+        "4||--tp 2 --sequence-parallel --zero-stage 1" "4||--tp 2 --zero-stage 3"
+        "2|--gelu tanh|--tp 2 --sequence-parallel"
+        "2|--gelu tanh|--pp 2 --schedule zb-h1 --micro-batches 2")
 
 # A layout the model cannot take is refused before any communication, naming
 # the numbers and the rule.
@@ -122,6 +126,7 @@ loom_train_gpt_compare(precision ${CMAKE_CURRENT_BINARY_DIR}/precision/python_st
          --eval-batches 2 --precision bf16
   CASES "2|--layers 2|--zero-stage 1" "2|--layers 2|--zero-stage 3" "2|--layers 2|--tp 2"
         "2|--layers 2|--tp 2 --sequence-parallel"
+        "2|--layers 2 --gelu tanh|--pp 2 --schedule zb-h1 --micro-batches 2"
         "4|--layers 4|--tp 2 --pp 2 --schedule 1f1b --micro-batches 2")
 # ResNet-18 on the digits (train_resnet's defaults, 8 epochs) in bf16: the
 # test accuracy within 1 point of fp32's (bf16 convolutions and classifier).

@@ -38,7 +38,7 @@ The configurations are fixed by issue 4:
 and by the mixed-precision issue for GPUs (model_bench --device cuda):
   gpt2:     the gpt at GPT-2 124M's size: 12 layers, d_model 768, 12 heads,
             seq 1024, vocab 50304 (GPT-2's 50257 padded to a multiple of
-            128, as llm.c), batch 8; the attention is written out as in the
+            128, as llm.c), GPT-2's tanh GELU, batch 8; the attention is written out as in the
             gpt (scores materialised, as Loom's), not fused;
   resnet50: ResNet-50 v1.5 (torchvision's layout: stride on the 3x3
             convolution), ImageNet stem, 224x224, 1000 classes, batch 32.
@@ -63,9 +63,10 @@ import torch.nn.functional as F  # noqa: E402
 
 
 class Block(nn.Module):
-    def __init__(self, d, heads):
+    def __init__(self, d, heads, gelu):
         super().__init__()
         self.heads = heads
+        self.gelu = gelu  # F.gelu's approximate: "none" (exact) or "tanh"
         self.ln1 = nn.LayerNorm(d)
         self.qkv = nn.Linear(d, 3 * d)
         self.proj = nn.Linear(d, d)
@@ -85,15 +86,15 @@ class Block(nn.Module):
         y = F.softmax(s, dim=-1) @ v
         y = y.transpose(1, 2).contiguous().view(b, t, d)
         x = x + self.proj(y)
-        return x + self.fc_proj(F.gelu(self.fc(self.ln2(x))))
+        return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate=self.gelu))
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab, layers, d, heads, seq):
+    def __init__(self, vocab, layers, d, heads, seq, gelu="none"):
         super().__init__()
         self.wte = nn.Embedding(vocab, d)
         self.wpe = nn.Embedding(seq, d)
-        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(d, heads, gelu) for _ in range(layers))
         self.ln_f = nn.LayerNorm(d)
         for module in self.modules():  # GPT-2 initialisation, as Loom's GPT
             if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -197,6 +198,8 @@ class ResNet50(nn.Module):
 VOCAB, SEQ, BATCH_GPT, BATCH_RESNET, CLASSES = 8192, 128, 8, 32, 10
 # name: (vocab, layers, d_model, heads, seq) of the GPTs; the batches in rows.
 GPT_SHAPES = {"gpt": (VOCAB, 4, 256, 4, SEQ), "gpt2": (50304, 12, 768, 12, 1024)}
+# F.gelu's approximate per GPT: GPT-2's own tanh GELU for gpt2, as Loom's GPTConfig::gpt2_124m.
+GPT_GELU = {"gpt": "none", "gpt2": "tanh"}
 BATCHES = {"gpt": BATCH_GPT, "gpt2": 8, "resnet": BATCH_RESNET, "resnet50": 32}
 MODELS = ("gpt", "resnet", "gpt2", "resnet50")
 
@@ -208,7 +211,7 @@ def is_gpt(name):
 def build_model(name):
     if is_gpt(name):
         vocab, layers, d, heads, seq = GPT_SHAPES[name]
-        return GPT(vocab=vocab, layers=layers, d=d, heads=heads, seq=seq)
+        return GPT(vocab=vocab, layers=layers, d=d, heads=heads, seq=seq, gelu=GPT_GELU[name])
     if name == "resnet50":
         return ResNet50(1000)
     return ResNet18Cifar(CLASSES)

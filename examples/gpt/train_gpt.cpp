@@ -89,6 +89,7 @@ int run(const Flags& f) {
   config.seq_len = f.seq;
   config.checkpoint_blocks = f.checkpoints(groups.coord.pp);
   config.checkpoint_attention = f.checkpoint_attention;
+  config.gelu = f.gelu == "tanh" ? kernels::Activation::gelu_tanh : kernels::Activation::gelu;
   config.module = {.device = device,
                    .dtype = DType::f32,
                    .seed = f.seed,
@@ -206,11 +207,12 @@ int run(const Flags& f) {
   auto say = [lead](const char* format, auto... args) {
     if (lead) std::printf(format, args...);
   };
-  say("GPT: %lld layers, d_model %lld, %lld heads, seq %lld, vocab %lld, %.2fM parameters; matrix "
-      "products in %s\n",
+  say("GPT: %lld layers, d_model %lld, %lld heads, seq %lld, vocab %lld, %.2fM parameters, %s "
+      "GELU; matrix products in %s\n",
       static_cast<long long>(config.layers), static_cast<long long>(config.d_model),
       static_cast<long long>(config.heads), static_cast<long long>(config.seq_len),
-      static_cast<long long>(config.vocab), config.parameter_count() / 1e6, f.precision.c_str());
+      static_cast<long long>(config.vocab), config.parameter_count() / 1e6, f.gelu.c_str(),
+      f.precision.c_str());
   say("data: %s, %lld tokens (byte-level), train %lld, unigram baseline %.3f nats\n",
       f.token_file.c_str(), static_cast<long long>(file->size()),
       static_cast<long long>(train_tokens.size()), unigram);

@@ -152,6 +152,11 @@ void add_flags(CLI::App& app, Flags& f) {
                  "and on the host the logits in bf16 under bf16; fp16 with dynamic loss scaling: "
                  "docs/nn.md)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--gelu", f.gelu,
+                 "the MLP's GELU: exact (erf, PyTorch's default) or tanh (the approximation "
+                 "GPT-2 and llm.c use; on CUDA fused into c_fc's product and c_proj's input "
+                 "gradient by cuBLASLt, docs/nn.md)")
+      ->check(CLI::IsMember({"exact", "tanh"}));
   app.add_option("--grad-reduce", f.grad_reduce,
                  "the dtype gradients are averaged over dp in: fp32, or bf16 (half the bytes, "
                  "about 2^-7 relative error per element; at every --zero-stage)")

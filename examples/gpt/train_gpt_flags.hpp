@@ -56,6 +56,7 @@ struct Flags {
                                                  stage) != checkpoint_stages.end();
   }
   std::string precision = "fp32";    // nn/precision.hpp
+  std::string gelu = "exact";        // GPTConfig::gelu: exact (erf) or tanh
   std::string grad_reduce = "fp32";  // the dtype gradients travel in over dp
 };
 

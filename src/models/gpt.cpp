@@ -63,16 +63,35 @@ std::unique_ptr<nn::Module> attention_branch(const std::string& block, const GPT
   return std::make_unique<nn::Residual>(block + ".attn_residual", std::move(branch));
 }
 
-// x + c_proj(gelu(c_fc(ln_2(x)))), with optional dropout on the branch.
+// The Linear that computes a factory's layer: the layer itself, or its only
+// child (a tensor-parallel layer's local Linear); null for anything else.
+nn::Linear* product_linear(nn::Module& layer) {
+  if (auto* linear = dynamic_cast<nn::Linear*>(&layer)) return linear;
+  const std::vector<nn::Module*> children = layer.children();
+  return children.size() == 1 ? dynamic_cast<nn::Linear*>(children[0]) : nullptr;
+}
+
+// x + c_proj(gelu(c_fc(ln_2(x)))), with optional dropout on the branch. The
+// GELU is c_fc's epilogue and its derivative c_proj's input gradient's (NOTE
+// [fused activation] in loom/nn/linear.hpp); a factory's c_fc that is not a
+// Linear taking the activation gets a GELU module after it instead.
 std::unique_ptr<nn::Module> mlp_branch(const std::string& block, const GPTConfig& c,
                                        const GPTLayerFactory& layers) {
   auto branch = std::make_unique<nn::Sequential>(block + ".mlp");
   branch->emplace<nn::LayerNorm>(block + ".ln_2", c.d_model, kLayerNormEps, c.module);
-  branch->add(layers.linear(Role::mlp_fc, block + ".mlp.c_fc", c.d_model, 4 * c.d_model,
-                            handing_linear(c)));
-  branch->emplace<nn::GELU>(block + ".mlp.gelu");
-  branch->add(layers.linear(Role::mlp_proj, block + ".mlp.c_proj", 4 * c.d_model, c.d_model,
-                            block_linear(c)));
+  nn::LinearOptions fc_options = handing_linear(c);
+  fc_options.activation = c.gelu;
+  std::unique_ptr<nn::Module> fc =
+      layers.linear(Role::mlp_fc, block + ".mlp.c_fc", c.d_model, 4 * c.d_model, fc_options);
+  std::unique_ptr<nn::Module> proj = layers.linear(Role::mlp_proj, block + ".mlp.c_proj",
+                                                   4 * c.d_model, c.d_model, block_linear(c));
+  nn::Linear* fc_linear = product_linear(*fc);
+  nn::Linear* proj_linear = product_linear(*proj);
+  const bool fused = fc_linear != nullptr && fc_linear->activation() == c.gelu;
+  if (fused && proj_linear != nullptr) proj_linear->fuse_input_activation(*fc_linear);
+  branch->add(std::move(fc));
+  if (!fused) branch->emplace<nn::GELU>(block + ".mlp.gelu", c.gelu);
+  branch->add(std::move(proj));
   if (auto drop = dropout_or_null(layers, block + ".mlp.dropout", c.dropout)) {
     branch->add(std::move(drop));
   }
@@ -90,6 +109,7 @@ GPTConfig GPTConfig::gpt2_124m() {
   c.d_model = 768;
   c.heads = 12;
   c.seq_len = 1024;
+  c.gelu = kernels::Activation::gelu_tanh;
   return c;
 }
 
@@ -106,6 +126,9 @@ void GPTConfig::validate() const {
   LOOM_CHECK(!(checkpoint_blocks && checkpoint_attention),
              "GPT checkpoint_attention recomputes the attention alone, checkpoint_blocks the "
              "whole block (attention included): set one of them");
+  LOOM_CHECK(gelu == kernels::Activation::gelu || gelu == kernels::Activation::gelu_tanh,
+             "GPT gelu is ", kernels::activation_name(gelu),
+             "; it must be gelu (exact) or gelu_tanh (the tanh approximation)");
 }
 
 int64_t GPTConfig::parameter_count() const {

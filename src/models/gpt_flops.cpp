@@ -7,7 +7,9 @@ namespace loom::models {
 // Each term is an op's cost function evaluated by hand for the shapes the
 // GPT gives it (the test compares the sums with what the ops count):
 //   Linear(in, out) on n rows: forward GEMM 2 n in out + bias n out; input
-//     gradient 2 n in out; weight gradient 2 n in out + bias gradient n out
+//     gradient 2 n in out; weight gradient 2 n in out + bias gradient n out,
+//     except c_fc's, which c_proj's input gradient sums (NOTE [fused
+//     activation] in loom/nn/linear.hpp), with GELU's derivative
 //   LayerNorm on n x d: forward 8 n d, input gradient 9 n d, weight 4 n d
 //   GELU on e elements: 5 e forward, 10 e backward; add, dropout: e each
 //   attention: 2 (forward) or 4 (backward) GEMMs of 2 hd flops per unmasked
@@ -42,11 +44,11 @@ GPTFlops gpt_flops(const GPTConfig& config, int64_t rows, int64_t tokens) {
   // ln_1 8, biases 3 + 1, ln_2 8, bias 4, GELU 5 x 4, bias 1, two residual adds.
   out.block.forward =
       gemm + attention_forward + (8 + 4 + 8 + 4 + 20 + 1 + 2) * nd + dropouts * 2.0 * nd;
-  // GELU 10 x 4, ln_2 9, ln_1 9, two residual adds.
+  // GELU 10 x 4 and c_fc's bias gradient 4, ln_2 9, ln_1 9, two residual adds.
   out.block.backward_input =
-      gemm + attention_backward + (40 + 9 + 9 + 2) * nd + dropouts * 2.0 * nd;
-  // Bias gradients 9, LayerNorm weights 4 + 4.
-  out.block.backward_weight = gemm + (9 + 8) * nd;
+      gemm + attention_backward + (40 + 4 + 9 + 9 + 2) * nd + dropouts * 2.0 * nd;
+  // The other bias gradients 3 + 1 + 1, LayerNorm weights 4 + 4.
+  out.block.backward_weight = gemm + (5 + 8) * nd;
   if (config.checkpoint_blocks) out.block.backward_input += out.block.forward;
   if (config.checkpoint_attention) out.block.backward_input += attention_forward;
 

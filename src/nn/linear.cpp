@@ -5,6 +5,7 @@
 
 #include "loom/core/random.hpp"
 #include "loom/kernels/bias.hpp"
+#include "loom/kernels/elementwise.hpp"
 #include "loom/kernels/gemm.hpp"
 #include "loom/trace/op_scope.hpp"
 
@@ -18,7 +19,16 @@ struct Linear::State : SavedState {
       dy;  // the output gradient viewed as [rows, out] (in the matmul dtype), for backward_weight
   Tensor dy_bias;  // the output gradient as it came, for the bias, when dy was rounded
   Shape x_shape;
-  DType x_dtype = DType::f32;  // dx's
+  DType x_dtype = DType::f32;    // dx's
+  const void* x_data = nullptr;  // the input as it came (NOTE [fused activation])
+  // With an activation: f's input [rows, out] in y's dtype, until
+  // backward_input, and the output's data.
+  Tensor pre_activation;
+  const void* y_data = nullptr;
+  // Set by the next layer (NOTE [fused activation]): the output gradient it
+  // already multiplied by f'(pre_activation), and that gradient's column sums.
+  Tensor delivered_dy;
+  Tensor delivered_bias_grad;
 };
 
 namespace {
@@ -42,7 +52,8 @@ Linear::Linear(std::string name, int64_t in_features, int64_t out_features, Line
       out_features_(out_features),
       matmul_(options.module.precision.reduced() ? options.module.precision.matmul
                                                  : options.module.dtype),
-      output_(options.output_in_matmul_dtype ? matmul_ : options.module.dtype) {
+      output_(options.output_in_matmul_dtype ? matmul_ : options.module.dtype),
+      activation_(options.activation) {
   LOOM_CHECK(in_features >= 1 && out_features >= 1, "linear '", this->name(), "': in_features ",
              in_features, " and out_features ", out_features, " must be at least 1");
   LOOM_CHECK(options.init_std >= 0.0f, "linear '", this->name(), "': init_std ", options.init_std,
@@ -99,60 +110,130 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
   const int64_t rows = x.numel() / in_features_;
   Shape y_shape = x.shape();
   y_shape.back() = out_features_;
-  // A reduced output is summed (bias included) in f32 and rounded once.
-  Tensor y = Tensor::empty(y_shape, w.dtype(), w.device());
-  const Tensor y2 = y.view({rows, out_features_});
   State& state = tape.emplace<State>(*this);
-  {
-    // Under a reduced precision the operands are rounded once here and kept
-    // for backward (NOTE in nn/precision.hpp); the product accumulates in f32.
-    // The weight (or its rounded copy, kept by an open scope) may be packed
-    // once per step (NOTE [packed weight reuse] in loom/kernels/gemm.hpp).
-    state.x = matmul_operand(x.view({rows, in_features_}), matmul_);
-    state.w_fixed = true;
-    if (w.dtype() == matmul_) {
-      state.w = w;
-    } else if (std::optional<Tensor> kept = kernels::PackedWeightScope::rounded(w, matmul_)) {
-      state.w = *kept;
-    } else {
-      state.w = w.to(matmul_);
-      state.w_fixed = false;
-    }
-    // An f32 output's bias is the product's epilogue (fused on CUDA: NOTE
-    // [gemm epilogues]); a 16-bit layer's is added after it.
-    const bool bias_epilogue = bias_ && epilogue_dtypes(y2, bias_->value());
-    const kernels::GemmOptions options{.trans_a = false,
-                                       .trans_b = true,
-                                       .b_fixed_in_scope = state.w_fixed,
-                                       .bias = bias_epilogue ? bias_->value() : Tensor()};
-    kernels::OpCost cost = kernels::gemm_cost(state.x, state.w, y2, options);
-    if (bias_) cost += kernels::bias_add_cost(y2);
-    trace::OpScope scope("linear.forward", cost, w.device(), name());
-    kernels::gemm(state.x, state.w, y2, options);
-    if (bias_ && !bias_epilogue) kernels::bias_add(y2, bias_->value());
+  // Under a reduced precision the operands are rounded once here and kept
+  // for backward (NOTE in nn/precision.hpp); the product accumulates in f32.
+  // The weight (or its rounded copy, kept by an open scope) may be packed
+  // once per step (NOTE [packed weight reuse] in loom/kernels/gemm.hpp).
+  state.x = matmul_operand(x.view({rows, in_features_}), matmul_);
+  state.w_fixed = true;
+  if (w.dtype() == matmul_) {
+    state.w = w;
+  } else if (std::optional<Tensor> kept = kernels::PackedWeightScope::rounded(w, matmul_)) {
+    state.w = *kept;
+  } else {
+    state.w = w.to(matmul_);
+    state.w_fixed = false;
   }
   state.x_shape = x.shape();
   state.x_dtype = x.dtype();
-  return output_ == y.dtype() ? y : y.to(output_);
+  state.x_data = x.data();
+  // An f32 bias is the product's epilogue (fused on CUDA: NOTE [gemm
+  // epilogues]), with the activation too where there is one; a 16-bit bias is
+  // added after the product.
+  const bool bias_epilogue = bias_ && bias_->value().dtype() == DType::f32;
+  kernels::GemmOptions options{.trans_a = false,
+                               .trans_b = true,
+                               .b_fixed_in_scope = state.w_fixed,
+                               .bias = bias_epilogue ? bias_->value() : Tensor()};
+  if (activation_ && (bias_epilogue || !bias_)) {
+    // y = f(x w^T + b) and the pre-activation, both in the output dtype.
+    const Tensor y = Tensor::empty(y_shape, output_, w.device());
+    state.pre_activation = Tensor::empty({rows, out_features_}, output_, w.device());
+    options.activation = activation_;
+    options.pre_activation = state.pre_activation;
+    const Tensor y2 = y.view({rows, out_features_});
+    kernels::OpCost cost = kernels::gemm_cost(state.x, state.w, y2, options);
+    if (bias_) cost += kernels::bias_add_cost(y2);
+    cost += kernels::activation_forward_cost(*activation_, y2);
+    trace::OpScope scope("linear.forward", cost, w.device(), name());
+    kernels::gemm(state.x, state.w, y2, options);
+    state.y_data = y.data();
+    return y;
+  }
+  // A reduced output is summed (bias included) in f32 and rounded once.
+  Tensor y = Tensor::empty(y_shape, w.dtype(), w.device());
+  const Tensor y2 = y.view({rows, out_features_});
+  if (!epilogue_dtypes(y2, bias_ ? bias_->value() : y2)) options.bias = Tensor();
+  {
+    kernels::OpCost cost = kernels::gemm_cost(state.x, state.w, y2, options);
+    if (bias_) cost += kernels::bias_add_cost(y2);
+    if (activation_) cost += kernels::activation_forward_cost(*activation_, y2);
+    trace::OpScope scope("linear.forward", cost, w.device(), name());
+    kernels::gemm(state.x, state.w, y2, options);
+    if (bias_ && !options.bias.defined()) kernels::bias_add(y2, bias_->value());
+    if (output_ != y.dtype()) y = y.to(output_);
+    if (activation_) {  // after a 16-bit bias: the activation as a pass of its own
+      state.pre_activation = y.view({rows, out_features_});
+      y = Tensor::empty(y_shape, output_, w.device());
+      kernels::activation_forward(*activation_, state.pre_activation, y);
+    }
+  }
+  state.y_data = y.data();
+  return y;
 }
 
-Tensor Linear::backward_input(const Tensor& dy, Tape& tape) {
+void Linear::fuse_input_activation(Linear& producer) {
+  LOOM_CHECK(&producer != this && producer.activation_.has_value(), "linear '", name(),
+             "': fuse_input_activation needs a Linear with an activation before it; '",
+             producer.name(), "' has none");
+  LOOM_CHECK(producer.out_features_ == in_features_, "linear '", name(), "': its ", in_features_,
+             " input features are not the ", producer.out_features_, " outputs of '",
+             producer.name(), "'");
+  input_producer_ = &producer;
+}
+
+Tensor Linear::backward_input(const Tensor& dy_in, Tape& tape) {
   State& state = tape.get<State>(*this);
   const Tensor& w = weight_->value();
   Shape y_shape = state.x_shape;
   y_shape.back() = out_features_;
-  LOOM_CHECK(dy.defined() && dy.shape() == y_shape && dy.dtype() == output_, "linear '", name(),
-             "': output gradient ", dy, " must have the output's shape ", shape_str(y_shape),
-             " and dtype ", output_);
+  LOOM_CHECK(dy_in.defined() && dy_in.shape() == y_shape && dy_in.dtype() == output_, "linear '",
+             name(), "': output gradient ", dy_in, " must have the output's shape ",
+             shape_str(y_shape), " and dtype ", output_);
   const int64_t rows = state.x.size(0);
+  Tensor dy = dy_in;
+  if (activation_ && !(state.delivered_dy.defined() && dy_in.data() == state.delivered_dy.data())) {
+    // The gradient of the pre-activation, unless the next layer delivered it.
+    dy = Tensor::empty(y_shape, output_, w.device());
+    trace::OpScope scope("linear.activation_backward",
+                         kernels::activation_backward_cost(*activation_, state.pre_activation),
+                         w.device(), name());
+    kernels::activation_backward(*activation_, state.pre_activation,
+                                 dy_in.view(state.pre_activation.shape()),
+                                 dy.view(state.pre_activation.shape()));
+    state.delivered_bias_grad = Tensor();
+  }
+  state.pre_activation = Tensor();
+  state.delivered_dy = Tensor();
   Tensor dx = Tensor::empty(state.x_shape, state.x_dtype, w.device());
   const Tensor dx2 = dx.view({rows, in_features_});
+  state.dy = matmul_operand(dy.view({rows, out_features_}), matmul_);
+  if (bias_ && state.dy.dtype() != dy.dtype()) state.dy_bias = dy.view({rows, out_features_});
+  kernels::GemmOptions options{.b_fixed_in_scope = state.w_fixed};
+  kernels::OpCost cost = kernels::gemm_cost(state.dy, state.w, dx2);
+  // NOTE [fused activation]: f' of the layer before, applied in this product.
+  State* producer = input_producer_ != nullptr && tape.has(*input_producer_)
+                        ? &tape.get<State>(*input_producer_)
+                        : nullptr;
+  if (producer != nullptr && producer->pre_activation.defined() &&
+      producer->y_data == state.x_data && producer->pre_activation.dtype() == dx.dtype() &&
+      producer->pre_activation.numel() == dx.numel()) {
+    options.activation_grad = input_producer_->activation_;
+    options.pre_activation = producer->pre_activation;
+    cost += kernels::activation_backward_cost(*options.activation_grad, dx2);
+    Parameter* producer_bias = input_producer_->bias_.get();
+    if (producer_bias != nullptr && producer_bias->dtype() == DType::f32) {
+      options.pre_activation_bias_grad =
+          Tensor::empty({input_producer_->out_features_}, DType::f32, w.device());
+      cost += kernels::bias_grad_cost(dx2, false);
+    }
+    producer->delivered_dy = dx;
+    producer->delivered_bias_grad = options.pre_activation_bias_grad;
+  }
   {
-    state.dy = matmul_operand(dy.view({rows, out_features_}), matmul_);
-    if (bias_ && state.dy.dtype() != dy.dtype()) state.dy_bias = dy.view({rows, out_features_});
-    trace::OpScope scope("linear.backward_input", kernels::gemm_cost(state.dy, state.w, dx2),
-                         w.device(), name());
-    kernels::gemm(state.dy, state.w, dx2, {.b_fixed_in_scope = state.w_fixed});
+    trace::OpScope scope("linear.backward_input", cost, w.device(), name());
+    kernels::gemm(state.dy, state.w, dx2, options);
   }
   state.w = Tensor();  // not needed by backward_weight
   return dx;
@@ -175,8 +256,11 @@ void Linear::backward_weight(Tape& tape) {
     bool bias_epilogue = false;
     if (bias_) {
       db = bias_->begin_grad_write();
-      cost += kernels::bias_grad_cost(bias_dy, db->accumulate);
-      bias_epilogue = !state.dy_bias.defined() && epilogue_dtypes(dw.grad, db->grad);
+      cost += state.delivered_bias_grad.defined()
+                  ? kernels::OpCost{db->accumulate ? static_cast<double>(out_features_) : 0.0, 0.0}
+                  : kernels::bias_grad_cost(bias_dy, db->accumulate);
+      bias_epilogue = !state.dy_bias.defined() && !state.delivered_bias_grad.defined() &&
+                      epilogue_dtypes(dw.grad, db->grad);
       if (bias_epilogue) {
         options.bias_grad = db->grad;
         options.bias_grad_accumulate = db->accumulate;
@@ -184,7 +268,16 @@ void Linear::backward_weight(Tape& tape) {
     }
     trace::OpScope scope("linear.backward_weight", cost, dw.grad.device(), name());
     kernels::gemm(state.dy, state.x, dw.grad, options);
-    if (db && !bias_epilogue) kernels::bias_grad(bias_dy, db->grad, db->accumulate);
+    if (db && state.delivered_bias_grad.defined()) {
+      // Summed by the next layer's product (NOTE [fused activation]).
+      if (db->accumulate) {
+        kernels::add(db->grad, state.delivered_bias_grad, db->grad);
+      } else {
+        db->grad.copy_from(state.delivered_bias_grad);
+      }
+    } else if (db && !bias_epilogue) {
+      kernels::bias_grad(bias_dy, db->grad, db->accumulate);
+    }
     weight_->end_grad_write(tape);
     if (bias_) bias_->end_grad_write(tape);
   }

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "loom/core/allocator.hpp"
 #include "loom/models/gpt.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
+#include "loom/nn/linear.hpp"
 #include "loom/nn/precision.hpp"
 
 using loom::Tensor;
@@ -63,7 +65,12 @@ TEST_CASE("GPT: parameter names follow GPT-2's, the head is tied to wte", "[mode
 }
 
 TEST_CASE("GPT: finite-difference gradients of a tiny model", "[models][gpt]") {
-  GPT gpt("", tiny_config());
+  // Either GELU, each fused into c_fc's product and c_proj's input gradient.
+  const auto gelu = GENERATE(loom::kernels::Activation::gelu, loom::kernels::Activation::gelu_tanh);
+  INFO(loom::kernels::activation_name(gelu));
+  GPTConfig config = tiny_config();
+  config.gelu = gelu;
+  GPT gpt("", config);
   loom::nn::testing::GradCheckOptions options;
   options.check_input = false;
   options.samples = 12;
@@ -98,6 +105,29 @@ TEST_CASE("GPT: split backward equals backward, every gradient is ready once", "
     CHECK(pa[i]->grad().to_vector<float>() == pb[i]->grad().to_vector<float>());
     CHECK(ready[pa[i]->name()] == 1);
   }
+}
+
+TEST_CASE("GPT: the MLP's GELU is c_fc's epilogue, and the GELU must be one", "[models][gpt]") {
+  GPTConfig c = tiny_config();
+  c.gelu = loom::kernels::Activation::gelu_tanh;
+  GPT gpt("", c);
+  // No activation module between c_fc and c_proj: c_fc applies it.
+  std::vector<std::string> modules;
+  std::vector<loom::nn::Module*> stack{&gpt};
+  while (!stack.empty()) {
+    loom::nn::Module* m = stack.back();
+    stack.pop_back();
+    modules.push_back(m->name());
+    if (auto* linear = dynamic_cast<loom::nn::Linear*>(m); linear && m->name() == "h.0.mlp.c_fc") {
+      CHECK(linear->activation() == loom::kernels::Activation::gelu_tanh);
+    }
+    for (loom::nn::Module* child : m->children()) stack.push_back(child);
+  }
+  CHECK(std::count(modules.begin(), modules.end(), "h.0.mlp.c_fc") == 1);
+  CHECK(std::count(modules.begin(), modules.end(), "h.0.mlp.gelu") == 0);
+  c.gelu = loom::kernels::Activation::relu;
+  CHECK_THROWS_WITH(c.validate(), Catch::Matchers::Contains("GPT gelu is relu; it must be gelu "
+                                                            "(exact) or gelu_tanh"));
 }
 
 TEST_CASE("GPT: checkpointed blocks give the same gradients", "[models][gpt]") {

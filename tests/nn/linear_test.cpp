@@ -8,8 +8,10 @@
 
 #include "gradcheck.hpp"
 #include "loom/kernels/gemm.hpp"
+#include "loom/nn/activation.hpp"
 #include "loom/nn/embedding.hpp"
 #include "loom/nn/linear.hpp"
+#include "loom/nn/sequential.hpp"
 #include "loom/trace/op_scope.hpp"
 #include "module_checks.hpp"
 
@@ -33,6 +35,127 @@ TEST_CASE("Linear passes the gradient check", "[nn][linear]") {
 TEST_CASE("Linear split backward equals backward", "[nn][linear]") {
   Linear linear("fc", 7, 3);
   testing::check_split_backward(linear, random_input({2, 5, 7}, 2), {2, 5, 3});
+}
+
+TEST_CASE("Linear with a fused activation passes the gradient check", "[nn][linear]") {
+  for (const auto f : {loom::kernels::Activation::gelu, loom::kernels::Activation::gelu_tanh}) {
+    Linear linear("fc", 6, 5, LinearOptions{.activation = f});
+    INFO(loom::kernels::activation_name(f));
+    testing::check_module_gradients(linear, random_input({2, 3, 6}, 1));
+    testing::check_split_backward(linear, random_input({4, 6}, 2), {4, 5});
+  }
+}
+
+namespace {
+
+// c_fc -> f -> c_proj, as GPT's MLP: `fused` puts f in c_fc's epilogue and
+// its derivative in c_proj's (NOTE [fused activation]), else an activation
+// module sits between two plain Linears; same names, so the same weights.
+std::unique_ptr<Sequential> make_mlp(bool fused, loom::kernels::Activation f,
+                                     const Precision& precision) {
+  auto mlp = std::make_unique<Sequential>("mlp");
+  const ModuleOptions module{.precision = precision};
+  const bool hand_on = precision.reduced();
+  auto& fc =
+      mlp->emplace<Linear>("mlp.c_fc", 8, 32,
+                           LinearOptions{.module = module,
+                                         .output_in_matmul_dtype = hand_on,
+                                         .activation = fused ? std::optional(f) : std::nullopt});
+  if (!fused) mlp->emplace<GELU>("mlp.gelu", f);
+  auto& proj = mlp->emplace<Linear>("mlp.c_proj", 32, 8, LinearOptions{.module = module});
+  if (fused) proj.fuse_input_activation(fc);
+  return mlp;
+}
+
+}  // namespace
+
+// NOTE [fused activation]: on the host the fused MLP runs the same passes as
+// Linear, GELU, Linear (the epilogues as passes, kernels/gemm.hpp), so every
+// output, input gradient and parameter gradient is equal bit for bit: fp32
+// and bf16, either GELU, split or whole backward, accumulating over two
+// micro-batches. The derivative runs as c_proj's epilogue (the gemm counts
+// its pass and the column sums), and not where c_proj's input is not c_fc's
+// output as it was.
+TEST_CASE("a Linear with its activation fused equals Linear, GELU, Linear bit for bit",
+          "[nn][linear]") {
+  using loom::kernels::Activation;
+  for (const Activation f : {Activation::gelu, Activation::gelu_tanh}) {
+    for (const char* p : {"fp32", "bf16"}) {
+      for (const bool split : {false, true}) {
+        INFO(loom::kernels::activation_name(f) << " " << p << " split " << split);
+        const Precision precision = precision_from_string(p);
+        const auto fused = make_mlp(true, f, precision);
+        const auto apart = make_mlp(false, f, precision);
+        auto run = [&](Sequential& mlp) {
+          mlp.zero_grad();
+          std::vector<std::vector<float>> out;
+          for (const uint32_t seed : {1u, 2u}) {  // two micro-batches: the second accumulates
+            Tape tape;
+            const Tensor y = mlp.forward(random_input({3, 5, 8}, seed), tape);
+            out.push_back(y.to_vector<float>());
+            const Tensor dy = random_input({3, 5, 8}, seed + 10);
+            const Tensor dx = split ? mlp.backward_input(dy, tape) : mlp.backward(dy, tape);
+            if (split) mlp.backward_weight(tape);
+            CHECK(tape.empty());
+            out.push_back(dx.to_vector<float>());
+          }
+          for (Parameter* param : mlp.parameters()) out.push_back(param->grad().to_vector<float>());
+          return out;
+        };
+        const loom::kernels::GemmEpilogueCounts before = loom::kernels::gemm_epilogue_counts();
+        const auto got = run(*fused);
+        const loom::kernels::GemmEpilogueCounts after = loom::kernels::gemm_epilogue_counts();
+        const auto want = run(*apart);
+        REQUIRE(got.size() == want.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+          INFO("result " << i);
+          CHECK(got[i] == want[i]);
+        }
+        // Per micro-batch: c_fc's activation and bias (forward), c_proj's bias
+        // (forward, f32 output), the derivative and its sums (c_proj's input
+        // gradient), c_proj's bias gradient (beside its weight gradient; under
+        // bf16 a pass of its own, from the unrounded output gradient).
+        const int per_micro_batch = precision.reduced() ? 2 + 1 + 2 + 0 : 2 + 1 + 2 + 1;
+        CHECK(after.separate - before.separate == 2 * per_micro_batch);
+      }
+    }
+  }
+}
+
+TEST_CASE("c_proj leaves the derivative to c_fc where its input is not c_fc's output",
+          "[nn][linear]") {
+  using loom::kernels::Activation;
+  Linear fc("c_fc", 8, 32, LinearOptions{.activation = Activation::gelu});
+  Linear proj("c_proj", 32, 8);
+  proj.fuse_input_activation(fc);
+  Linear fc2("c_fc", 8, 32, LinearOptions{.activation = Activation::gelu});
+  Linear proj2("c_proj", 32, 8);
+  const Tensor x = random_input({6, 8}, 3), dy = random_input({6, 8}, 4);
+  Tape tape, tape2;
+  // A copy between them (what any layer in between would make).
+  const Tensor h = fc.forward(x, tape).clone();
+  proj.forward(h, tape);
+  const loom::kernels::GemmEpilogueCounts before = loom::kernels::gemm_epilogue_counts();
+  const Tensor dh = proj.backward_input(dy, tape);
+  CHECK(loom::kernels::gemm_epilogue_counts().separate == before.separate);  // no derivative
+  const Tensor dx = fc.backward_input(dh, tape);
+  proj.backward_weight(tape);
+  fc.backward_weight(tape);
+  // Unlinked layers: the same numbers.
+  proj2.forward(fc2.forward(x, tape2), tape2);
+  const Tensor dx2 = fc2.backward_input(proj2.backward_input(dy, tape2), tape2);
+  proj2.backward_weight(tape2);
+  fc2.backward_weight(tape2);
+  CHECK(dx.to_vector<float>() == dx2.to_vector<float>());
+  CHECK(fc.weight().grad().to_vector<float>() == fc2.weight().grad().to_vector<float>());
+  CHECK(fc.bias()->grad().to_vector<float>() == fc2.bias()->grad().to_vector<float>());
+
+  CHECK_THROWS_WITH(
+      fc.fuse_input_activation(proj),
+      Contains("needs a Linear with an activation before it") && Contains("'c_proj' has none"));
+  Linear narrow("narrow", 16, 8);
+  CHECK_THROWS_WITH(narrow.fuse_input_activation(fc),
+                    Contains("16 input features are not the 32 outputs of 'c_fc'"));
 }
 
 TEST_CASE("Linear initialisation depends on seed and name only", "[nn][linear]") {

@@ -6,7 +6,9 @@
 // Each block is pre-LayerNorm:
 //   x = x + attn.c_proj(attn(attn.c_attn(ln_1(x))))
 //   x = x + mlp.c_proj(gelu(mlp.c_fc(ln_2(x))))       (hidden = 4 x d_model)
-// GELU is the exact erf form. Parameter names follow GPT-2's ("h.3.attn.c_attn.weight").
+// GELU is the exact erf form or the tanh approximation (GPTConfig::gelu), c_fc's
+// epilogue (NOTE [fused activation] in nn/linear.hpp). Parameter names follow
+// GPT-2's ("h.3.attn.c_attn.weight").
 // Initialisation: GPT-2's, normal(0, 0.02) for every Linear and Embedding
 // weight, zero biases, LayerNorm 1/0, each keyed by (seed, parameter name).
 // Dropout (config.dropout > 0) follows the embedding sum and each residual

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "loom/kernels/activation.hpp"
 #include "loom/nn/module.hpp"
 
 namespace loom::models {
@@ -20,12 +21,17 @@ struct GPTConfig {
   // probabilities are recomputed in backward instead of kept from forward.
   // Not with checkpoint_blocks, which recomputes the whole block.
   bool checkpoint_attention = false;
+  // The MLP's GELU: the exact erf form (PyTorch's default, nanoGPT's) or the
+  // tanh approximation (GPT-2's own, llm.c's; the one cuBLASLt fuses into
+  // c_fc's product and c_proj's input gradient on CUDA).
+  kernels::Activation gelu = kernels::Activation::gelu;
   nn::ModuleOptions module = {};
 
-  // GPT-2 small: vocab 50257, 12 layers, d_model 768, 12 heads, seq 1024 (124M parameters).
+  // GPT-2 small: vocab 50257, 12 layers, d_model 768, 12 heads, seq 1024 (124M
+  // parameters), the tanh GELU.
   static GPTConfig gpt2_124m();
   // Throws loom::Error naming the value and the rule (positive sizes, heads divide d_model,
-  // dropout in [0, 1)).
+  // dropout in [0, 1), gelu one of the two GELUs).
   void validate() const;
   // Parameters: (V + T) d + L (12 d^2 + 13 d) + 2 d.
   int64_t parameter_count() const;

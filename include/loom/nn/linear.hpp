@@ -24,12 +24,21 @@
 // reduced dtype (then dx goes back in it), and
 // LinearOptions::output_in_matmul_dtype asks for y in it: y = round(x W^T + b) from the f32 sum,
 // and dy comes in it.
+//
+// With LinearOptions::activation, y = f(x weight^T + bias) in one product
+// with an epilogue (kernels::GemmOptions::activation); backward_input
+// multiplies dy by f'(pre-activation) first, unless the layer after it already
+// did (fuse_input_activation). The pre-activation is rounded to y's dtype once
+// and f applied to it: the bits of this Linear without the activation followed
+// by an activation module (on the host; cuBLASLt's fused epilogues round once).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "loom/kernels/activation.hpp"
 #include "loom/nn/module.hpp"
 
 namespace loom::nn {
@@ -45,6 +54,10 @@ struct LinearOptions {
   // y (and dy) in the matmul dtype of module.precision when that is reduced
   // (Precision::activations), instead of the weight's dtype.
   bool output_in_matmul_dtype = false;
+  // y = f(x weight^T + bias): the activation applied in the product's
+  // epilogue, its input (the pre-activation) kept for backward (NOTE [fused
+  // activation]). A GPT MLP's c_fc with its GELU.
+  std::optional<kernels::Activation> activation = std::nullopt;
 };
 
 class Linear : public Module {
@@ -58,6 +71,21 @@ class Linear : public Module {
   Tensor forward(const Tensor& x, Tape& tape) override;
   Tensor backward_input(const Tensor& dy, Tape& tape) override;
   void backward_weight(Tape& tape) override;
+
+  // NOTE [fused activation] This layer's input is `producer`'s output, f(h)
+  // of a Linear with an activation, passed on unchanged. Then this layer's
+  // input gradient comes out already multiplied by f'(h), with its column
+  // sums (producer's bias gradient), from one product with the activation
+  // derivative's epilogue (cuBLASLt's DGELU_BGRAD for the tanh GELU on CUDA;
+  // the same passes as before elsewhere: kernels/gemm.hpp), and producer's
+  // backward_input takes it as it is. Which way a micro-batch goes is decided
+  // per tape: only where producer's forward ran on the same tape and its
+  // output is this layer's input (else, e.g. under activation checkpointing
+  // of this layer alone, each layer does its own part). The bits are those
+  // of the two layers run apart. Throws naming the layers when producer has no
+  // activation or its outputs are not this layer's inputs.
+  void fuse_input_activation(Linear& producer);
+
   // Its weight gradient needs only the saved input and the output gradient.
   bool backward_weight_reads_parameters() override { return false; }
   void collect_parameters(std::vector<Parameter*>& out) override;
@@ -68,6 +96,7 @@ class Linear : public Module {
   Parameter* bias() { return bias_.get(); }  // null without a bias
   bool ties_weight() const { return owned_weight_ == nullptr; }
   DType matmul_dtype() const { return matmul_; }  // the operands' dtype in the products
+  std::optional<kernels::Activation> activation() const { return activation_; }
 
  private:
   struct State;
@@ -77,6 +106,8 @@ class Linear : public Module {
   DType matmul_ = DType::f32;
   DType output_ = DType::f32;  // y's and dy's dtype
   std::unique_ptr<Parameter> bias_;
+  std::optional<kernels::Activation> activation_;
+  Linear* input_producer_ = nullptr;  // fuse_input_activation()
 };
 
 }  // namespace loom::nn
