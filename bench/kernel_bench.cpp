@@ -304,6 +304,67 @@ void run_device(Bench& bench, Device device, bool quick) {
     }
   }
 
+  // The same c_fc with its tanh GELU (NOTE [gemm activation epilogues]): the
+  // forward writing the activation and the pre-activation, and c_proj's input
+  // gradient (3072 <- 768) times GELU's derivative with c_fc's bias gradient,
+  // each one cuBLASLt matmul on CUDA where offered, against the product and
+  // the passes (the host runs both the same way). C in the operands' dtype, as
+  // GPT's bf16 MLP hands bf16 activations on.
+  {
+    using loom::kernels::Activation;
+    const int64_t rows = device.is_cuda() ? 8192 : (quick ? 256 : 1024), d = 768, hidden = 3072;
+    for (const DType operands : {DType::f32, DType::bf16}) {
+      const Tensor x = random_tensor({rows, d}, operands, device, 30);
+      const Tensor w1 = random_tensor({hidden, d}, operands, device, 31);
+      const Tensor w2 = random_tensor({d, hidden}, operands, device, 32);
+      const Tensor dz = random_tensor({rows, d}, operands, device, 33);
+      const Tensor bias = random_tensor({hidden}, DType::f32, device, 34);
+      const Tensor y = Tensor::empty({rows, hidden}, operands, device);
+      const Tensor pre = Tensor::empty({rows, hidden}, operands, device);
+      const Tensor sum = Tensor::empty({rows, hidden}, DType::f32, device);
+      const Tensor db = Tensor::empty({hidden}, DType::f32, device);
+      const std::string dtype = operands == DType::f32 ? "f32" : "bf16";
+
+      Result fwd(device, "linear+gelu fwd", rows, operands);
+      fwd.shape = dims({rows, hidden, d}) + " NT";
+      fwd.dtype = dtype;
+      const loom::kernels::GemmOptions with_gelu{.trans_b = true,
+                                                 .bias = bias,
+                                                 .activation = Activation::gelu_tanh,
+                                                 .pre_activation = pre};
+      fwd.cost = loom::kernels::gemm_cost(x, w1, y, with_gelu);
+      fwd.cost += loom::kernels::bias_add_cost(y);
+      fwd.cost += loom::kernels::activation_forward_cost(Activation::gelu_tanh, y);
+      fwd.seconds = bench.time(device, [&] { loom::kernels::gemm(x, w1, y, with_gelu); });
+      fwd.peer = "gemm, bias, round, gelu_tanh";
+      fwd.peer_seconds = bench.time(device, [&] {
+        loom::kernels::gemm(x, w1, sum, {.trans_b = true});
+        loom::kernels::bias_add(sum, bias);
+        pre.copy_from(sum);
+        loom::kernels::activation_forward(Activation::gelu_tanh, pre, y);
+      });
+      bench.results.push_back(fwd);
+
+      Result dx(device, "linear dx+dgelu", rows, operands);
+      dx.shape = dims({rows, hidden, d}) + " NN";
+      dx.dtype = dtype;
+      const loom::kernels::GemmOptions with_dgelu{.activation_grad = Activation::gelu_tanh,
+                                                  .pre_activation = pre,
+                                                  .pre_activation_bias_grad = db};
+      dx.cost = loom::kernels::gemm_cost(dz, w2, y, with_dgelu);
+      dx.cost += loom::kernels::activation_backward_cost(Activation::gelu_tanh, y);
+      dx.cost += loom::kernels::bias_grad_cost(y, false);
+      dx.seconds = bench.time(device, [&] { loom::kernels::gemm(dz, w2, y, with_dgelu); });
+      dx.peer = "gemm, gelu_tanh backward, bias_grad";
+      dx.peer_seconds = bench.time(device, [&] {
+        loom::kernels::gemm(dz, w2, y);
+        loom::kernels::activation_backward(Activation::gelu_tanh, pre, y, y);
+        loom::kernels::bias_grad(y, db, false);
+      });
+      bench.results.push_back(dx);
+    }
+  }
+
   // Convolutions at ResNet-18's CIFAR layers (batch 32; --quick: 4), each pass in
   // f32, on bf16-rounded operands of f32 tensors ("bf16->f32"), and on bf16
   // activations in and out ("bf16": what nn::Conv2d runs under bf16 precision;
@@ -430,7 +491,7 @@ void run_device(Bench& bench, Device device, bool quick) {
                    dy = random_tensor({n / 256, 256}, dtype, device, 5);
       const Tensor y = Tensor::empty(x.shape(), dtype, device);
       using loom::kernels::Activation;
-      for (const Activation f : {Activation::gelu, Activation::relu}) {
+      for (const Activation f : {Activation::gelu, Activation::gelu_tanh, Activation::relu}) {
         const std::string name = loom::kernels::activation_name(f);
         Result fwd(device, name + " fwd", n, dtype);
         fwd.cost = loom::kernels::activation_forward_cost(f, x);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../kernels/kernel_test_util.hpp"
+#include "loom/kernels/gemm.hpp"
 #include "loom/models/gpt.hpp"
 #include "loom/models/resnet.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
@@ -104,47 +105,61 @@ TEST_CASE("a GPT-style stack on CUDA matches the host", "[cuda][nn]") {
 // attention activations, bf16 logits read by the CUDA cross-entropy kernel
 // and their gradient rounded once. The host rounds its own f32 sums, in
 // another order, so a value may land one bf16 step (2^-8) apart: the loss to
-// 1e-2 relative, every gradient to 5e-2 of its largest magnitude.
+// 1e-2 relative, every gradient to 5e-2 of its largest magnitude. With the
+// tanh GELU, c_fc's GELU and c_proj's derivative of it are cuBLASLt epilogues
+// (NOTE [fused activation]), which apply the GELU to the unrounded sums:
+// within the same tolerance, and at least some of them must run fused.
 TEST_CASE("a bf16 GPT on CUDA matches the host's bf16 GPT: bf16 logits, f32 gradients",
           "[cuda][nn]") {
-  loom::models::GPTConfig config = loom::test::small_gpt();
-  config.module.precision = precision_from_string("bf16");
-  loom::models::GPTConfig on_gpu = config;
-  on_gpu.module.device = Device::cuda(0);
-  loom::models::GPT host("", config), gpu("", on_gpu);
-  const int64_t batch = 3, seq = 16;
-  std::vector<int32_t> ids(batch * seq), targets(batch * seq);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    ids[i] = int32_t((i * 37) % config.vocab);
-    targets[i] = i % 7 == 0 ? -1 : int32_t((i * 53 + 1) % config.vocab);
-  }
-  const Tensor id_tensor = Tensor::from_vector(ids, {batch, seq});
-  const Tensor target_tensor = Tensor::from_vector(targets, {batch, seq});
-  const auto step = [&](loom::models::GPT& gpt, Device d) {
-    Tape tape, loss_tape;
-    CrossEntropyLoss loss("loss");
-    const Tensor logits = gpt.forward(id_tensor.to(d), tape);
-    REQUIRE(logits.dtype() == DType::bf16);
-    const float value = loss.forward(logits, target_tensor.to(d), loss_tape).item<float>();
-    const Tensor dlogits = loss.backward(loss_tape);
-    REQUIRE(dlogits.dtype() == DType::bf16);
-    gpt.zero_grad();
-    gpt.backward(dlogits, tape);
-    return value;
-  };
-  const float host_loss = step(host, Device::cpu());
-  const float gpu_loss = step(gpu, Device::cuda(0));
-  CHECK(gpu_loss == Approx(host_loss).epsilon(1e-2));
-  const auto a = host.parameters(), b = gpu.parameters();
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    INFO(a[i]->name());
-    REQUIRE(b[i]->grad().dtype() == DType::f32);
-    const std::vector<float> want = a[i]->grad().to_vector<float>();
-    loom::test::ValueRange magnitude;
-    for (const float v : want) magnitude.add(std::abs(v));
-    CHECK(loom::test::out_of_tolerance(b[i]->grad().to_vector<float>(), want,
-                                       5e-2 * magnitude.hi + 1e-7) == "");
+  int64_t fused_exact = 0;
+  for (const auto gelu : {loom::kernels::Activation::gelu, loom::kernels::Activation::gelu_tanh}) {
+    INFO(loom::kernels::activation_name(gelu));
+    loom::models::GPTConfig config = loom::test::small_gpt();
+    config.gelu = gelu;
+    config.module.precision = precision_from_string("bf16");
+    loom::models::GPTConfig on_gpu = config;
+    on_gpu.module.device = Device::cuda(0);
+    loom::models::GPT host("", config), gpu("", on_gpu);
+    const int64_t batch = 3, seq = 16;
+    std::vector<int32_t> ids(batch * seq), targets(batch * seq);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ids[i] = int32_t((i * 37) % config.vocab);
+      targets[i] = i % 7 == 0 ? -1 : int32_t((i * 53 + 1) % config.vocab);
+    }
+    const Tensor id_tensor = Tensor::from_vector(ids, {batch, seq});
+    const Tensor target_tensor = Tensor::from_vector(targets, {batch, seq});
+    const auto step = [&](loom::models::GPT& gpt, Device d) {
+      Tape tape, loss_tape;
+      CrossEntropyLoss loss("loss");
+      const Tensor logits = gpt.forward(id_tensor.to(d), tape);
+      REQUIRE(logits.dtype() == DType::bf16);
+      const float value = loss.forward(logits, target_tensor.to(d), loss_tape).item<float>();
+      const Tensor dlogits = loss.backward(loss_tape);
+      REQUIRE(dlogits.dtype() == DType::bf16);
+      gpt.zero_grad();
+      gpt.backward(dlogits, tape);
+      return value;
+    };
+    const float host_loss = step(host, Device::cpu());
+    const loom::kernels::GemmEpilogueCounts before = loom::kernels::gemm_epilogue_counts();
+    const float gpu_loss = step(gpu, Device::cuda(0));
+    const int64_t fused = loom::kernels::gemm_epilogue_counts().fused - before.fused;
+    UNSCOPED_INFO(loom::kernels::activation_name(gelu) << ": " << fused << " epilogues fused");
+    // The tanh GELU adds its own (at least the derivative's, DGELU, per block).
+    if (gelu == loom::kernels::Activation::gelu) fused_exact = fused;
+    if (gelu == loom::kernels::Activation::gelu_tanh) CHECK(fused >= fused_exact + config.layers);
+    CHECK(gpu_loss == Approx(host_loss).epsilon(1e-2));
+    const auto a = host.parameters(), b = gpu.parameters();
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      INFO(a[i]->name());
+      REQUIRE(b[i]->grad().dtype() == DType::f32);
+      const std::vector<float> want = a[i]->grad().to_vector<float>();
+      loom::test::ValueRange magnitude;
+      for (const float v : want) magnitude.add(std::abs(v));
+      CHECK(loom::test::out_of_tolerance(b[i]->grad().to_vector<float>(), want,
+                                         5e-2 * magnitude.hi + 1e-7) == "");
+    }
   }
 }
 
