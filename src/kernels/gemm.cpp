@@ -275,10 +275,10 @@ void check_epilogues(const Tensor& a, const Tensor& b, const Tensor& c, const Ge
   LOOM_CHECK(activation || !o.pre_activation.defined(), "gemm: pre_activation ", o.pre_activation,
              " is given without an activation or activation_grad epilogue (", describe(a, b, c, o),
              ")");
-  LOOM_CHECK(a.dim() == 2 && b.dim() == 2 && c.dim() == 2 &&
-                 (c.dtype() == DType::f32 || activation),
-             "gemm: a bias or bias_grad epilogue needs a 2-D product with an f32 C, an activation ",
-             "epilogue a 2-D product; got ", describe(a, b, c, o));
+  LOOM_CHECK(
+      a.dim() == 2 && b.dim() == 2 && c.dim() == 2 && (c.dtype() == DType::f32 || activation),
+      "gemm: a bias or bias_grad epilogue needs a 2-D product with an f32 C, an activation ",
+      "epilogue a 2-D product; got ", describe(a, b, c, o));
   LOOM_CHECK(!o.bias.defined() || !o.bias_grad.defined(),
              "gemm: bias (a forward's) and bias_grad (a weight gradient's) are epilogues of "
              "different products; give one of them (",
@@ -300,7 +300,7 @@ void check_epilogues(const Tensor& a, const Tensor& b, const Tensor& c, const Ge
   }
   if (!activation) return;
   LOOM_CHECK(!(o.activation && o.activation_grad) && !(o.activation_grad && o.bias.defined()) &&
-                 !(o.activation && o.bias_grad.defined()),
+                 !o.bias_grad.defined(),
              "gemm: activation (with bias: a forward's), activation_grad (an input gradient's) and "
              "bias_grad (a weight gradient's) are epilogues of different products (",
              describe(a, b, c, o), ")");

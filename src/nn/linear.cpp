@@ -1,6 +1,7 @@
 #include "loom/nn/linear.hpp"
 
 #include <cmath>
+#include <memory>
 #include <optional>
 
 #include "loom/core/random.hpp"
@@ -11,6 +12,27 @@
 
 namespace loom::nn {
 
+namespace {
+
+// Which tensor a handle was, without keeping its memory alive: the storage
+// (weakly) and the offset. Two identities are the same tensor's only while
+// that storage lives, so an address reused after a free never matches.
+class TensorIdentity {
+ public:
+  TensorIdentity() = default;
+  explicit TensorIdentity(const Tensor& t) : storage_(t.storage()), offset_(t.storage_offset()) {}
+  bool same_as(const TensorIdentity& other) const {
+    const std::shared_ptr<Storage> mine = storage_.lock();
+    return mine != nullptr && mine == other.storage_.lock() && offset_ == other.offset_;
+  }
+
+ private:
+  std::weak_ptr<Storage> storage_;
+  size_t offset_ = 0;
+};
+
+}  // namespace
+
 struct Linear::State : SavedState {
   Tensor x;              // the input viewed as [rows, in] (in the matmul dtype)
   Tensor w;              // the weight in the matmul dtype, when that is not the weight's own
@@ -19,12 +41,12 @@ struct Linear::State : SavedState {
       dy;  // the output gradient viewed as [rows, out] (in the matmul dtype), for backward_weight
   Tensor dy_bias;  // the output gradient as it came, for the bias, when dy was rounded
   Shape x_shape;
-  DType x_dtype = DType::f32;    // dx's
-  const void* x_data = nullptr;  // the input as it came (NOTE [fused activation])
+  DType x_dtype = DType::f32;  // dx's
+  TensorIdentity x_in;         // the input as it came (NOTE [fused activation])
   // With an activation: f's input [rows, out] in y's dtype, until
   // backward_input, and the output's data.
   Tensor pre_activation;
-  const void* y_data = nullptr;
+  TensorIdentity y_out;
   // Set by the next layer (NOTE [fused activation]): the output gradient it
   // already multiplied by f'(pre_activation), and that gradient's column sums.
   Tensor delivered_dy;
@@ -127,7 +149,7 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
   }
   state.x_shape = x.shape();
   state.x_dtype = x.dtype();
-  state.x_data = x.data();
+  state.x_in = TensorIdentity(x);
   // An f32 bias is the product's epilogue (fused on CUDA: NOTE [gemm
   // epilogues]), with the activation too where there is one; a 16-bit bias is
   // added after the product.
@@ -148,7 +170,7 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
     cost += kernels::activation_forward_cost(*activation_, y2);
     trace::OpScope scope("linear.forward", cost, w.device(), name());
     kernels::gemm(state.x, state.w, y2, options);
-    state.y_data = y.data();
+    state.y_out = TensorIdentity(y);
     return y;
   }
   // A reduced output is summed (bias included) in f32 and rounded once.
@@ -169,7 +191,7 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
       kernels::activation_forward(*activation_, state.pre_activation, y);
     }
   }
-  state.y_data = y.data();
+  state.y_out = TensorIdentity(y);
   return y;
 }
 
@@ -193,7 +215,15 @@ Tensor Linear::backward_input(const Tensor& dy_in, Tape& tape) {
              shape_str(y_shape), " and dtype ", output_);
   const int64_t rows = state.x.size(0);
   Tensor dy = dy_in;
-  if (activation_ && !(state.delivered_dy.defined() && dy_in.data() == state.delivered_dy.data())) {
+  const bool delivered = state.delivered_dy.defined();
+  LOOM_CHECK(!delivered || (dy_in.shares_storage(state.delivered_dy) &&
+                            dy_in.storage_offset() == state.delivered_dy.storage_offset()),
+             "linear '", name(),
+             "': the layer after it (fuse_input_activation) already multiplied ",
+             "its input gradient by the activation's derivative, but another tensor came back as ",
+             "this layer's output gradient ", dy_in,
+             ": nothing may change the gradient between two fused layers");
+  if (activation_ && !delivered) {
     // The gradient of the pre-activation, unless the next layer delivered it.
     dy = Tensor::empty(y_shape, output_, w.device());
     trace::OpScope scope("linear.activation_backward",
@@ -217,7 +247,7 @@ Tensor Linear::backward_input(const Tensor& dy_in, Tape& tape) {
                         ? &tape.get<State>(*input_producer_)
                         : nullptr;
   if (producer != nullptr && producer->pre_activation.defined() &&
-      producer->y_data == state.x_data && producer->pre_activation.dtype() == dx.dtype() &&
+      producer->y_out.same_as(state.x_in) && producer->pre_activation.dtype() == dx.dtype() &&
       producer->pre_activation.numel() == dx.numel()) {
     options.activation_grad = input_producer_->activation_;
     options.pre_activation = producer->pre_activation;

@@ -338,6 +338,13 @@ TEST_CASE("gemm's activation epilogues refuse what they cannot take, naming it",
                           .activation_grad = Activation::gelu,
                           .pre_activation = pre}),
                     Contains("epilogues of different products"));
+  CHECK_THROWS_WITH(gemm(x.view({3, 4}), w, Tensor::empty({4, 5}),
+                         {.trans_a = true,
+                          .trans_b = true,
+                          .bias_grad = Tensor::zeros({4}),
+                          .activation_grad = Activation::gelu,
+                          .pre_activation = pre}),
+                    Contains("epilogues of different products"));
   CHECK_THROWS_WITH(
       gemm(x, w, y, {.trans_b = true, .pre_activation_bias_grad = Tensor::zeros({5})}),
       Contains("pre_activation_bias_grad is an epilogue of activation_grad"));

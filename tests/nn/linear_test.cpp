@@ -150,6 +150,15 @@ TEST_CASE("c_proj leaves the derivative to c_fc where its input is not c_fc's ou
   CHECK(fc.weight().grad().to_vector<float>() == fc2.weight().grad().to_vector<float>());
   CHECK(fc.bias()->grad().to_vector<float>() == fc2.bias()->grad().to_vector<float>());
 
+  // Fused, then something hands another tensor back: refused, not f' twice.
+  Tape tape3;
+  proj.forward(fc.forward(x, tape3), tape3);
+  const Tensor delivered = proj.backward_input(dy, tape3);
+  CHECK_THROWS_WITH(fc.backward_input(delivered.clone(), tape3),
+                    Contains("already multiplied its input gradient by the activation's "
+                             "derivative") &&
+                        Contains("nothing may change the gradient between two fused layers"));
+
   CHECK_THROWS_WITH(
       fc.fuse_input_activation(proj),
       Contains("needs a Linear with an activation before it") && Contains("'c_proj' has none"));

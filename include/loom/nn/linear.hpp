@@ -80,9 +80,14 @@ class Linear : public Module {
   // the same passes as before elsewhere: kernels/gemm.hpp), and producer's
   // backward_input takes it as it is. Which way a micro-batch goes is decided
   // per tape: only where producer's forward ran on the same tape and its
-  // output is this layer's input (else, e.g. under activation checkpointing
-  // of this layer alone, each layer does its own part). The bits are those
-  // of the two layers run apart. Throws naming the layers when producer has no
+  // output is this layer's input, the same tensor (else, e.g. under
+  // activation checkpointing of this layer alone, each layer does its own
+  // part). The bits are those of the two layers run apart. The caller
+  // promises that nothing between them changes the gradient either (a layer
+  // whose forward is the identity and whose backward is not, such as tensor
+  // parallelism's conjugate operator, must not sit between them); producer's
+  // backward_input refuses an output gradient that is another tensor than
+  // the one delivered. Throws naming the layers when producer has no
   // activation or its outputs are not this layer's inputs.
   void fuse_input_activation(Linear& producer);
 
