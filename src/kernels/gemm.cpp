@@ -403,7 +403,7 @@ bool gemm_with_activation_epilogue(const Tensor& a, const Tensor& b, const Tenso
   DeviceGuard guard(c.device());
   const Stream stream = current_stream(c.device());
   detail::GemmProblem p = problem_of(a, b, c, o, s);
-  p.bias = o.bias.defined() ? o.bias.data<float>() : nullptr;
+  p.bias = o.bias.defined() ? o.bias.data() : nullptr;
   p.gelu_tanh = o.activation.has_value();
   p.gelu_tanh_grad = o.activation_grad.has_value();
   p.pre_activation = o.pre_activation.data();
@@ -412,6 +412,20 @@ bool gemm_with_activation_epilogue(const Tensor& a, const Tensor& b, const Tenso
   if (cuda::gemm_with_epilogue(p, stream)) {
     fused_epilogues += 1 + (p.bias != nullptr) + (p.pre_activation_bias_grad != nullptr);
     return true;
+  }
+  if (p.gelu_tanh && p.bias != nullptr && c.dtype() != DType::f32) {
+    // cuBLASLt documents a bias of D's dtype beside a 16-bit D: the f32 bias
+    // rounded to it (as PyTorch's autocast rounds it), 2^-9 of |bias| apart.
+    // The copy may be freed once queued: the allocator orders its reuse on
+    // the stream.
+    const Tensor rounded = o.bias.to(c.dtype());
+    p.bias = rounded.data();
+    p.bias_dtype = c.dtype();
+    if (cuda::gemm_with_epilogue(p, stream)) {
+      fused_epilogues += 2;
+      return true;
+    }
+    return false;
   }
   if (p.pre_activation_bias_grad == nullptr) return false;
   p.pre_activation_bias_grad = nullptr;  // the derivative alone, then the sums
@@ -462,7 +476,7 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& 
   DeviceGuard guard(device);
   const Stream stream = current_stream(device);
   if (options.bias.defined() || options.bias_grad.defined()) {
-    p.bias = options.bias.defined() ? options.bias.data<float>() : nullptr;
+    p.bias = options.bias.defined() ? options.bias.data() : nullptr;
     p.bias_grad = options.bias_grad.defined() ? options.bias_grad.data<float>() : nullptr;
     p.bias_grad_accumulate = options.bias_grad_accumulate;
     if (cuda::gemm_with_epilogue(p, stream)) {

@@ -26,7 +26,8 @@ struct GemmProblem {
   float alpha = 1.0f, beta = 0.0f;
   bool allow_tf32 = false;
   // Epilogues (GemmOptions::bias, bias_grad; batch 1, f32 C): bias [n], bias_grad [m].
-  const float* bias = nullptr;
+  const void* bias = nullptr;
+  DType bias_dtype = DType::f32;  // f32, or (a tanh GELU's forward) C's 16-bit dtype
   float* bias_grad = nullptr;
   bool bias_grad_accumulate = false;
   // Activation epilogues (GemmOptions::activation / activation_grad with the

@@ -83,7 +83,9 @@ struct GemmOptions {
 // pre-activation together, _DGELU_BGRAD (or _DGELU, the column sums then a
 // pass of their own) multiplies by the derivative and sums the columns as
 // the product is written, so neither the [m, n] pre-activation nor the
-// gradient is read again. Elsewhere (the exact GELU, ReLU, the host, shapes
+// gradient is read again. Beside a 16-bit C, where cuBLASLt refuses an f32
+// bias, the bias is rounded to C's dtype for the fused forward (as PyTorch's
+// autocast rounds it: 2^-9 of |bias| apart, below C's own rounding). Elsewhere (the exact GELU, ReLU, the host, shapes
 // or dtypes cuBLASLt refuses, n not a multiple of 8) the same results come
 // from passes after the product, which on the host give exactly the bits of
 // a Linear followed by an activation module: the pre-activation rounded

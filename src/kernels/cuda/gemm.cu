@@ -158,12 +158,14 @@ bool gemm_with_epilogue(const detail::GemmProblem& p, const Stream& stream) {
     bias = p.pre_activation_bias_grad;
   } else {
     epilogue = p.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
-    bias = p.bias != nullptr ? static_cast<const void*>(p.bias) : p.bias_grad;
+    bias = p.bias != nullptr ? p.bias : p.bias_grad;
   }
   set_attribute(mm.op, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
   if (bias != nullptr) {
     set_attribute(mm.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-    set_attribute(mm.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
+    const DType bias_dtype = bias == p.bias ? p.bias_dtype : DType::f32;  // gradients: f32
+    set_attribute(mm.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                  static_cast<int32_t>(cuda_type(bias_dtype)));
   }
   if (activation) {
     // Of D's type, which is the pre-activation's (the default auxiliary type).
