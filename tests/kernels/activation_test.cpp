@@ -269,7 +269,7 @@ TEST_CASE("bf16 and f16 activations on the host are the f32 ones on the same val
           "[kernels][activation]") {
   // 5000 elements: more than one of the kernel's 2048-element chunks.
   for (const DType dtype : {DType::bf16, DType::f16}) {
-    for (const Activation f : {Activation::relu, Activation::gelu, Activation::gelu_tanh}) {
+    for (const Activation f : {Activation::relu, Activation::gelu}) {
       INFO(loom::dtype_name(dtype) << " " << k::activation_name(f));
       const Tensor x = loom::test::random_tensor({5000}, DType::f32, 31, -4, 4).to(dtype);
       const Tensor dy = loom::test::random_tensor({5000}, DType::f32, 32).to(dtype);

@@ -3,11 +3,10 @@
 // [gelu tables]): AVX-512 kernels where the build has them (gelu_avx512.hpp,
 // bf16 converted in registers in the same pass), otherwise the same
 // polynomials one value at a time, with the same fused multiply-adds and so
-// the same f32 bits. The tanh approximation is gelu_tanh.hpp's (bf16 in
-// registers too). Each is one pass over memory; in-place calls are fine
-// because every element is read before it is written. f16 GELU, and bf16
-// GELU without AVX-512, convert to f32 a chunk at a time, run the f32 code and
-// round back; ReLU on 16-bit data selects bits in one pass.
+// the same f32 bits. The tanh approximation is gelu_tanh.hpp's. Each is one pass over memory;
+// in-place calls are fine because every element is read before it is written. f16 GELU, bf16 GELU
+// without AVX-512 and bf16 tanh GELU convert to f32 a chunk at a time, run the
+// f32 code and round back; ReLU on 16-bit data selects bits in one pass.
 #include "kernels/cpu/activation.hpp"
 
 #include <algorithm>
@@ -65,9 +64,6 @@ void forward_16bit(Activation f, const T* x, T* y, int64_t n) {
   }
   if constexpr (std::is_same_v<T, bfloat16>) {
     if (f == Activation::gelu && gelu_avx512_available()) return gelu_forward_avx512(x, y, n);
-    if (f == Activation::gelu_tanh && gelu_tanh_bf16_available()) {
-      return gelu_tanh_forward(x, y, n);
-    }
   }
   float xs[kChunk], ys[kChunk];
   for (int64_t begin = 0; begin < n; begin += kChunk) {
@@ -90,9 +86,6 @@ void backward_16bit(Activation f, const T* x, const T* dy, T* dx, int64_t n) {
   if constexpr (std::is_same_v<T, bfloat16>) {
     if (f == Activation::gelu && gelu_avx512_available()) {
       return gelu_backward_avx512(x, dy, dx, n);
-    }
-    if (f == Activation::gelu_tanh && gelu_tanh_bf16_available()) {
-      return gelu_tanh_backward(x, dy, dx, n);
     }
   }
   float xs[kChunk], dys[kChunk], dxs[kChunk];

@@ -2,9 +2,6 @@
 
 #include <cmath>
 
-#include "loom/core/error.hpp"
-
-#include "kernels/cpu/bf16_lanes.hpp"
 #include "kernels/cpu/exp_avx512.hpp"
 
 namespace loom::kernels::cpu {
@@ -40,39 +37,22 @@ __m512 minus_2u16(__m512 x) {
   return _mm512_sub_ps(_mm512_setzero_ps(), two_u);
 }
 
-// e and s = 1 / (1 + e) for 16 lanes, s 0 where e would overflow (the
-// exponent above 88; NaN goes on, unordered). The reciprocal is vrcp14ps and
-// one Newton step (about 2^-28 relative, then rounded), not vdivps, which
-// costs more than the rest on Zen 4.
-struct Sigmoid16 {
-  __m512 e, s;
-  __mmask16 finite;
-};
-
-Sigmoid16 sigmoid_2u16(__m512 x) {
-  const __m512 exponent = minus_2u16(x);
-  const __m512 largest = _mm512_set1_ps(kLargestExponent);
-  Sigmoid16 out;
-  out.finite = _mm512_cmp_ps_mask(exponent, largest, _CMP_NGT_UQ);
-  out.e = exp16(_mm512_min_ps(exponent, largest));
+__m512 sigmoid_of(__m512 e) {
   const __m512 one = _mm512_set1_ps(1.0f);
-  const __m512 d = _mm512_add_ps(one, out.e);
-  __m512 r = _mm512_rcp14_ps(d);
-  r = _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, one), r);
-  out.s = _mm512_maskz_mov_ps(out.finite, r);
-  return out;
-}
-
-__m512 forward16(__m512 x) {
-  return _mm512_mul_ps(x, sigmoid_2u16(x).s);  // -0 far below zero
+  return _mm512_div_ps(one, _mm512_add_ps(one, e));
 }
 
 __m512 derivative16(__m512 x) {
-  const Sigmoid16 g = sigmoid_2u16(x);
+  const __m512 exponent = minus_2u16(x);
+  // Lanes not above the largest exponent, NaN included (unordered: true).
+  const __mmask16 finite =
+      _mm512_cmp_ps_mask(exponent, _mm512_set1_ps(kLargestExponent), _CMP_NGT_UQ);
+  const __m512 e = exp16(_mm512_min_ps(exponent, _mm512_set1_ps(kLargestExponent)));
+  const __m512 s = sigmoid_of(e);
   const __m512 two_u_prime =
       _mm512_fmadd_ps(_mm512_set1_ps(3.0f * kB), _mm512_mul_ps(x, x), _mm512_set1_ps(kA));
-  const __m512 slope = _mm512_mul_ps(_mm512_mul_ps(x, g.s), _mm512_mul_ps(g.e, g.s));
-  return _mm512_maskz_fmadd_ps(g.finite, slope, two_u_prime, g.s);
+  const __m512 slope = _mm512_mul_ps(_mm512_mul_ps(x, s), _mm512_mul_ps(e, s));
+  return _mm512_maskz_fmadd_ps(finite, slope, two_u_prime, s);
 }
 
 __mmask16 lanes(int64_t left) {
@@ -88,7 +68,7 @@ void gelu_tanh_forward(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = lanes(n - i);
     const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-    _mm512_mask_storeu_ps(y + i, m, forward16(v));
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(v, sigmoid_of(exp16(minus_2u16(v)))));
   }
 #else
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(minus_2u(x[i])));
@@ -107,37 +87,5 @@ void gelu_tanh_backward(const float* x, const float* dy, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * derivative(x[i]);
 #endif
 }
-
-bool gelu_tanh_bf16_available() {
-#if defined(LOOM_EXP16) && defined(LOOM_BF16_LANES)
-  return true;
-#else
-  return false;
-#endif
-}
-
-#if defined(LOOM_EXP16) && defined(LOOM_BF16_LANES)
-void gelu_tanh_forward(const bfloat16* x, bfloat16* y, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = lanes(n - i);
-    bf16_lanes::store16(y + i, forward16(bf16_lanes::load16(x + i, m)), m);
-  }
-}
-
-void gelu_tanh_backward(const bfloat16* x, const bfloat16* dy, bfloat16* dx, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = lanes(n - i);
-    const __m512 g = bf16_lanes::load16(dy + i, m);
-    bf16_lanes::store16(dx + i, _mm512_mul_ps(g, derivative16(bf16_lanes::load16(x + i, m))), m);
-  }
-}
-#else
-void gelu_tanh_forward(const bfloat16*, bfloat16*, int64_t) {
-  LOOM_ASSERT(false, "the bf16 tanh GELU in registers needs an AVX-512 build");
-}
-void gelu_tanh_backward(const bfloat16*, const bfloat16*, bfloat16*, int64_t) {
-  LOOM_ASSERT(false, "the bf16 tanh GELU in registers needs an AVX-512 build");
-}
-#endif
 
 }  // namespace loom::kernels::cpu

@@ -7,27 +7,17 @@
 // (1 + tanh(u)) / 2 is sigmoid(2u), which takes one exponential and no tanh;
 // 1 - s is computed as e s with e = e^(-2u), not as 1 - s, which cancels
 // where s is near 1.
-// AVX-512 registers with exp16 (exp_avx512.hpp) and a reciprocal estimate
-// refined by a Newton step where the build has them, else one value at a time
-// with std::exp and a division: the two agree to a few ulp, not bit for bit. In place is fine
-// (every element is read before it is written).
+// AVX-512 registers with exp16 (exp_avx512.hpp) where the build has it, else
+// one value at a time with std::exp: the two agree to a few ulp, not bit for
+// bit. In place is fine (every element is read before it is written).
 #pragma once
 
 #include <cstdint>
-
-#include "loom/core/half.hpp"
 
 namespace loom::kernels::cpu {
 
 void gelu_tanh_forward(const float* x, float* y, int64_t n);
 // dx = dy * f'(x).
 void gelu_tanh_backward(const float* x, const float* dy, float* dx, int64_t n);
-
-// Whether the bf16 functions below exist in this build (AVX-512): bf16
-// widened and rounded in registers in the same pass (bf16_lanes.hpp), the f32
-// kernel's values rounded once.
-bool gelu_tanh_bf16_available();
-void gelu_tanh_forward(const bfloat16* x, bfloat16* y, int64_t n);
-void gelu_tanh_backward(const bfloat16* x, const bfloat16* dy, bfloat16* dx, int64_t n);
 
 }  // namespace loom::kernels::cpu
