@@ -11,6 +11,7 @@
 #include "loom/nn/activation.hpp"
 #include "loom/nn/embedding.hpp"
 #include "loom/nn/linear.hpp"
+#include "loom/nn/mlp.hpp"
 #include "loom/nn/sequential.hpp"
 #include "loom/trace/op_scope.hpp"
 #include "module_checks.hpp"
@@ -120,6 +121,19 @@ TEST_CASE("a Linear with its activation fused equals Linear, GELU, Linear bit fo
       }
     }
   }
+}
+
+TEST_CASE("nn::MLP fuses its GELU, either form, and passes the gradient check", "[nn][linear]") {
+  for (const auto f : {loom::kernels::Activation::gelu, loom::kernels::Activation::gelu_tanh}) {
+    INFO(loom::kernels::activation_name(f));
+    MLP mlp("mlp", 6, 12, {}, f);
+    CHECK(mlp.children().size() == 2);  // fc1 (with the GELU) and fc2
+    CHECK(mlp.fc1().activation() == f);
+    testing::check_module_gradients(mlp, random_input({2, 3, 6}, 5));
+    testing::check_split_backward(mlp, random_input({4, 6}, 6), {4, 6});
+  }
+  CHECK_THROWS_WITH(MLP("mlp", 6, 12, {}, loom::kernels::Activation::relu),
+                    Contains("gelu is relu; it must be gelu (exact) or gelu_tanh"));
 }
 
 TEST_CASE("c_proj leaves the derivative to c_fc where its input is not c_fc's output",
