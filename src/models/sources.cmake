@@ -2,5 +2,6 @@
 target_sources(loom PRIVATE
   models/gpt.cpp
   models/gpt_flops.cpp
+  models/gpt_memory.cpp
   models/resnet.cpp
 )
