@@ -76,6 +76,7 @@
 #include "loom/parallel/grad_reducer.hpp"
 #include "loom/parallel/layout.hpp"
 #include "loom/parallel/mean_over.hpp"
+#include "loom/parallel/planner.hpp"
 #include "loom/parallel/reduction.hpp"
 #include "loom/parallel/sharded_module.hpp"
 #include "loom/parallel/sync_batch_norm.hpp"

@@ -7,6 +7,7 @@ target_sources(loom PRIVATE
   parallel/grad_reducer.cpp
   parallel/layout.cpp
   parallel/mean_over.cpp
+  parallel/planner.cpp
   parallel/pipeline/executor.cpp
   parallel/pipeline/forward_pass.cpp
   parallel/pipeline/generators.cpp

@@ -1,0 +1,285 @@
+// The layout planner (parallel/planner.hpp): its parameter counts against the
+// chunks build_gpt_chunks really builds under tp and pp, its ZeRO bytes
+// against ZeroOptimizer's layout, its refusals, and the step model's terms
+// where they can be worked out by hand.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "loom/comm/local.hpp"
+#include "loom/core/error.hpp"
+#include "loom/models/gpt_flops.hpp"
+#include "loom/optim/adamw.hpp"
+#include "loom/parallel/pipeline/gpt_chunks.hpp"
+#include "loom/parallel/pipeline/simulate.hpp"
+#include "loom/parallel/planner.hpp"
+#include "loom/parallel/tensor_parallel_gpt.hpp"
+#include "loom/parallel/zero.hpp"
+
+using namespace loom;
+namespace pl = loom::parallel::pipeline;
+namespace planner = loom::parallel::planner;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Small, with a vocabulary tp = 2 does not divide (padded to 102 rows).
+models::GPTConfig small_config() {
+  models::GPTConfig c;
+  c.vocab = 101;
+  c.layers = 4;
+  c.d_model = 32;
+  c.heads = 4;
+  c.seq_len = 16;
+  return c;
+}
+
+std::vector<int64_t> sorted(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+// A cluster where the arithmetic is easy: 1 TFLOP/s sustained, 1 GB/s.
+planner::Cluster simple_cluster(int nodes, int per_node) {
+  planner::Cluster c;
+  c.name = "test";
+  c.nodes = nodes;
+  c.devices_per_node = per_node;
+  c.memory_bytes = 1e12;
+  c.peak_flops = 2e12;
+  c.efficiency = 0.5;
+  c.intra_node_bandwidth = 1e9;
+  c.inter_node_bandwidth = 1e8;
+  c.latency = 0;
+  c.memory_bandwidth = 1e10;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("planner: each rank's parameters are those build_gpt_chunks builds", "[planner]") {
+  const models::GPTConfig config = small_config();
+  struct Case {
+    int tp, pp;
+    pl::ScheduleKind kind;
+  };
+  for (const Case k :
+       {Case{1, 1, pl::ScheduleKind::one_f_one_b}, Case{2, 1, pl::ScheduleKind::one_f_one_b},
+        Case{1, 2, pl::ScheduleKind::one_f_one_b}, Case{2, 2, pl::ScheduleKind::one_f_one_b},
+        Case{2, 2, pl::ScheduleKind::zb_v}, Case{1, 2, pl::ScheduleKind::interleaved_1f1b}}) {
+    const planner::Layout layout{
+        .tp = k.tp, .pp = k.pp, .schedule = k.kind, .micro_batches = 2 * k.pp};
+    INFO(layout.str());
+    const std::vector<std::vector<int64_t>> want = planner::rank_parameter_numels(config, layout);
+    REQUIRE(want.size() == static_cast<size_t>(k.pp));
+    const pl::Schedule schedule =
+        pl::make_schedule(k.kind, {.pp = k.pp, .micro_batches = 2 * k.pp});
+    // got[tp rank][pp rank]: the element counts of the parameters built there.
+    std::vector<std::vector<std::vector<int64_t>>> got(static_cast<size_t>(k.tp));
+    comm::run_local_ranks(comm::make_local_group(k.tp), [&](comm::Communicator& c) {
+      parallel::TensorParallelGPTLayers tp_layers(c.shared_from_this());
+      const models::GPTLayerFactory& layers =
+          k.tp > 1 ? static_cast<const models::GPTLayerFactory&>(tp_layers)
+                   : models::default_gpt_layers();
+      for (int r = 0; r < k.pp; ++r) {
+        pl::GPTChunks chunks = pl::build_gpt_chunks(config, schedule, r, {}, layers);
+        std::vector<int64_t> numels;
+        for (const nn::Parameter* p : chunks.parameters()) numels.push_back(p->numel());
+        got[static_cast<size_t>(c.rank())].push_back(numels);
+      }
+    });
+    for (int t = 0; t < k.tp; ++t) {
+      for (int r = 0; r < k.pp; ++r) {
+        INFO("tp rank " << t << ", pp rank " << r);
+        CHECK(sorted(got[static_cast<size_t>(t)][static_cast<size_t>(r)]) ==
+              sorted(want[static_cast<size_t>(r)]));
+      }
+    }
+    // With one tp rank and one stage, that is the whole model.
+    if (k.tp == 1 && k.pp == 1) {
+      CHECK(std::accumulate(want[0].begin(), want[0].end(), int64_t{0}) ==
+            config.parameter_count());
+    }
+  }
+}
+
+TEST_CASE("planner: ZeRO bytes are ZeroOptimizer's shard and AdamW's state", "[planner]") {
+  const models::GPTConfig config = small_config();
+  for (const int dp : {2, 3}) {
+    for (const int stage : {0, 1, 2, 3}) {
+      for (const int pp_rank : {0, 1}) {
+        INFO("dp " << dp << ", stage " << stage << ", pp rank " << pp_rank << " of 2");
+        const planner::Layout layout{.dp = dp, .pp = 2, .zero_stage = stage, .micro_batches = 2};
+        const std::vector<int64_t> numels =
+            planner::rank_parameter_numels(config, layout)[static_cast<size_t>(pp_rank)];
+        const planner::StateBytes want = planner::zero_state_bytes(numels, dp, stage);
+        const pl::Schedule schedule = pl::schedule_1f1b(2, 2);
+        std::vector<int64_t> shard(static_cast<size_t>(dp));
+        std::vector<double> optimizer(static_cast<size_t>(dp)), params(shard.size());
+        comm::run_local_ranks(comm::make_local_group(dp), [&](comm::Communicator& c) {
+          pl::GPTChunks chunks = pl::build_gpt_chunks(config, schedule, pp_rank);
+          std::vector<parallel::ShardedModule*> units;
+          if (stage == 3) units = chunks.shard_parameters();
+          auto one = comm::make_local_group(1, str_cat("embedding", c.rank()));
+          parallel::ZeroOptimizer zero(
+              chunks.parameters(), c, optim::AdamWOptions{},
+              {.stage = stage, .modules = units, .groups = {.embedding = one[0].get()}});
+          const auto r = static_cast<size_t>(c.rank());
+          shard[r] = zero.shard_numel();
+          optimizer[r] = static_cast<double>(zero.optimizer().state_bytes());
+          params[r] = static_cast<double>(zero.memory().param_bytes);
+        });
+        // Every parameter starts on 64 bytes, and the planner counts that
+        // layout exactly: the shard, the padded buffer the parameters view at
+        // stages 1 and 2, the shard at 3. AdamW keeps moments for the
+        // parameters' elements only, the planner for the padding too: within
+        // 2 x 64 bytes per parameter.
+        const double slack = 2.0 * 64.0 * static_cast<double>(numels.size());
+        const double whole = 4.0 * std::accumulate(numels.begin(), numels.end(), 0.0);
+        for (int r = 0; r < dp; ++r) {
+          const auto i = static_cast<size_t>(r);
+          if (stage > 0) CHECK(4.0 * static_cast<double>(shard[i]) == want.optimizer / 2.0);
+          CHECK(optimizer[i] <= want.optimizer);
+          CHECK(optimizer[i] >= want.optimizer - slack);
+          CHECK(params[i] == want.parameters);
+        }
+        if (stage == 0) CHECK(want.gradients == whole);
+        if (stage == 1) CHECK(want.gradients == want.parameters);
+        if (stage >= 2) CHECK(want.gradients == want.optimizer / 2.0);
+        if (stage == 0) CHECK(want.optimizer == 2.0 * whole);
+      }
+    }
+  }
+}
+
+TEST_CASE("planner: one rank's step is its counted FLOPs at the sustained rate", "[planner]") {
+  planner::Workload work{.model = small_config(), .batch = 8};
+  const planner::Cluster cluster = simple_cluster(1, 1);
+  const planner::Estimate e = planner::estimate(work, cluster, {});
+  REQUIRE(e.fits());
+  const models::GPTFlops f = models::gpt_flops(work.model, 8, work.model.seq_len);
+  const double flops = f.embeddings.total() +
+                       static_cast<double>(work.model.layers) * f.block.total() + f.head.total();
+  const double rate = cluster.peak_flops * cluster.efficiency;
+  CHECK(e.compute == Approx(flops / rate));
+  CHECK(e.pipeline_step == Approx(flops / rate));
+  CHECK(e.bubble_fraction == 0);
+  CHECK(e.tp_communication == 0);
+  CHECK(e.dp_exposed == 0);
+  const double params = static_cast<double>(work.model.parameter_count());
+  CHECK(e.optimizer == Approx(28.0 * params / cluster.memory_bandwidth));
+  CHECK(e.step == Approx(e.pipeline_step + e.optimizer));
+  CHECK(e.model_flops == Approx(flops));
+  CHECK(e.mfu == Approx(flops / (cluster.peak_flops * e.step)));
+  CHECK(e.parameter_bytes == 4.0 * params);
+  CHECK(e.optimizer_bytes == 8.0 * params);
+  // Micro-batches one after another: the same compute (the FLOPs are linear
+  // in the rows), a quarter of the activations.
+  const planner::Estimate four = planner::estimate(work, cluster, {.micro_batches = 4});
+  CHECK(four.compute == Approx(e.compute));
+  CHECK(four.activation_bytes == Approx(e.activation_bytes / 4));
+}
+
+TEST_CASE("planner: communication terms by hand", "[planner]") {
+  planner::Workload work{.model = small_config(), .batch = 8};
+  const int64_t d = work.model.d_model, seq = work.model.seq_len;
+  // tp 2 in one node: per block two all-reduces forward and two backward of
+  // the micro-batch's f32 activations (8 rows here), ring bytes 2(n-1)/n S,
+  // plus the embedding's one; at 1 GB/s.
+  {
+    const planner::Estimate e = planner::estimate(work, simple_cluster(1, 2), {.tp = 2});
+    REQUIRE(e.fits());
+    const double s = 8.0 * static_cast<double>(seq * d) * 4.0;
+    const double collectives = 4.0 * static_cast<double>(work.model.layers) + 1.0;
+    CHECK(e.tp_communication == Approx(collectives * s / 1e9));
+    CHECK(e.tp_wire_bytes == Approx(collectives * s));
+    // Under sequence parallelism the same bytes.
+    const planner::Estimate sp =
+        planner::estimate(work, simple_cluster(1, 2), {.tp = 2, .sequence_parallel = true});
+    CHECK(sp.tp_communication == Approx(e.tp_communication));
+    CHECK(sp.activation_bytes < e.activation_bytes);
+  }
+  // dp 2: a gradient all-reduce of the whole model (2 (n-1)/n = 1 x bytes)
+  // at 1 GB/s, hidden behind backward except what exceeds it.
+  {
+    planner::Cluster slow = simple_cluster(1, 2);
+    const planner::Estimate e = planner::estimate(work, slow, {.dp = 2});
+    REQUIRE(e.fits());
+    const double grads = 4.0 * static_cast<double>(work.model.parameter_count());
+    CHECK(e.dp_wire_bytes == Approx(grads));
+    // Across nodes at a tenth of the bandwidth, more is exposed.
+    const planner::Estimate far = planner::estimate(work, simple_cluster(2, 1), {.dp = 2});
+    CHECK(far.dp_exposed > e.dp_exposed);
+    CHECK(far.dp_exposed >= grads / 1e8 - e.compute);
+    // ZeRO-1 adds the parameter all-gather after the step, exposed.
+    const planner::Estimate z1 = planner::estimate(work, slow, {.dp = 2, .zero_stage = 1});
+    CHECK(z1.dp_exposed == Approx(e.dp_exposed + grads / 2 / 1e9));
+    CHECK(z1.optimizer_bytes < e.optimizer_bytes);
+  }
+  // pp 2: the simulator's step on the same schedule, its bubble above zero.
+  {
+    const planner::Estimate e =
+        planner::estimate(work, simple_cluster(1, 2), {.pp = 2, .micro_batches = 4});
+    REQUIRE(e.fits());
+    CHECK(e.bubble_fraction > 0.1);
+    CHECK(e.pipeline_step > e.compute);
+    CHECK(e.pp_wire_bytes == Approx(2.0 * 8.0 * static_cast<double>(seq * d) * 4.0));
+    const planner::Estimate zb =
+        planner::estimate(work, simple_cluster(1, 2),
+                          {.pp = 2, .schedule = pl::ScheduleKind::zb_h1, .micro_batches = 4});
+    CHECK(zb.bubble_fraction < e.bubble_fraction);
+  }
+}
+
+TEST_CASE("planner: layouts that cannot run are refused naming the rule", "[planner]") {
+  planner::Workload work{.model = small_config(), .batch = 8};
+  auto why = [&](const planner::Cluster& c, const planner::Layout& l) {
+    return planner::estimate(work, c, l).refused;
+  };
+  CHECK_THAT(why(simple_cluster(1, 3), {.tp = 3}), Contains("tp 3 does not divide the 4 heads"));
+  CHECK_THAT(why(simple_cluster(2, 2), {.tp = 4}),
+             Contains("tp 4 does not divide the 2 devices of a node"));
+  CHECK_THAT(why(simple_cluster(1, 2), {.dp = 2, .sequence_parallel = true}),
+             Contains("sequence parallelism needs tp > 1"));
+  CHECK_THAT(why(simple_cluster(1, 2), {.dp = 1}), Contains("1 ranks, the cluster has 2"));
+  CHECK_THAT(why(simple_cluster(1, 1), {.micro_batches = 3}),
+             Contains("3 micro-batches do not divide the 8 sequences per replica"));
+  CHECK_THAT(why(simple_cluster(1, 8), {.pp = 8, .micro_batches = 8}),
+             Contains("layers"));  // 4 blocks cannot fill 8 stages
+  planner::Cluster tiny = simple_cluster(1, 1);
+  tiny.memory_bytes = 1e5;
+  CHECK_THAT(why(tiny, {}), Contains("GiB per device, 0.0 GiB available"));
+  planner::Cluster bad = simple_cluster(1, 1);
+  bad.efficiency = 1.5;
+  CHECK_THROWS_WITH(planner::estimate(work, bad, {}), Contains("efficiency 1.5 must be in (0, 1]"));
+}
+
+TEST_CASE("planner: the plan ranks fitting layouts by step time", "[planner]") {
+  // GPT-2 124M, batch 64 on 8 devices of 80 GB at 1 TB/s: data parallelism
+  // communicates least and fits, so it comes first; with 6 GB per device the
+  // replicated optimizer state no longer fits and ZeRO or model parallelism wins.
+  planner::Workload work{.model = models::GPTConfig::gpt2_124m(), .batch = 64};
+  planner::Cluster c = simple_cluster(1, 8);
+  c.peak_flops = 400e12;
+  c.intra_node_bandwidth = 200e9;
+  c.memory_bytes = 72e9;
+  c.memory_bandwidth = 2e12;
+  const std::vector<planner::Estimate> ranked = planner::plan(work, c);
+  REQUIRE(!ranked.empty());
+  REQUIRE(ranked.front().fits());
+  for (size_t i = 1; i < ranked.size(); ++i) {
+    if (!ranked[i].fits()) break;
+    CHECK(ranked[i - 1].step <= ranked[i].step);
+  }
+  CHECK(ranked.front().layout.dp == 8);
+  CHECK(!ranked.back().fits());
+  c.memory_bytes = 2.5e9;
+  const std::vector<planner::Estimate> tight = planner::plan(work, c);
+  REQUIRE(tight.front().fits());
+  const planner::Layout& l = tight.front().layout;
+  INFO(l.str());
+  CHECK((l.zero_stage > 0 || l.tp > 1 || l.pp > 1));
+  CHECK(tight.front().total_bytes <= 2.5e9);
+}
