@@ -281,7 +281,10 @@ int main(int argc, char** argv) {
     std::vector<planner::Estimate> ranked;
     if (evaluate) {
       only.schedule = pl::schedule_kind_from_string(schedule);
-      only.dp = cluster.world() / std::max(1, only.tp * only.pp);
+      LOOM_CHECK(only.tp >= 1 && only.pp >= 1 && cluster.world() % (only.tp * only.pp) == 0,
+                 "--tp ", only.tp, " x --pp ", only.pp, " does not divide the cluster's ",
+                 cluster.world(), " ranks (dp is what is left)");
+      only.dp = cluster.world() / (only.tp * only.pp);
       ranked.push_back(planner::estimate(work, cluster, only));
     } else {
       ranked = planner::plan(work, cluster);
@@ -296,6 +299,11 @@ int main(int argc, char** argv) {
       print_row(++shown, e);
     }
     if (fitting == 0) std::printf("  (no layout fits)\n");
+    const size_t pick = planner::recommended(ranked);
+    if (pick < ranked.size() && pick >= static_cast<size_t>(shown)) {
+      std::printf("   ...\n");
+      print_row(static_cast<int>(pick) + 1, ranked[pick]);
+    }
     std::printf(
         "\nGiB: the largest rank's total = state (parameters, gradients, optimizer) + act (the "
         "schedule's peak of kept activations) + trans (transients); tp ms: tp collectives in the "
@@ -311,12 +319,11 @@ int main(int argc, char** argv) {
         std::printf("  %s: %s\n", e.layout.str().c_str(), e.refused.c_str());
       }
     }
-    const size_t pick = planner::recommended(ranked);
     if (pick < ranked.size()) {
       const planner::Estimate& best = ranked[pick];
       std::printf(
           "\n%s: #%zu, %s (%.1f ms per step predicted; the simplest within 2%% of the "
-          "fastest)\n  %s -np %d train_gpt %s\n",
+          "fastest)\n  %s %d train_gpt %s\n",
           evaluate ? "evaluated" : "recommended", pick + 1, best.layout.str().c_str(),
           best.step * 1e3, cluster.nodes > 1 ? "srun -n" : "mpirun -np", cluster.world(),
           model_flags(work, best.layout).c_str());
