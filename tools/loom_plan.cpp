@@ -139,6 +139,7 @@ nlohmann::json to_json(const planner::Estimate& e) {
           {"schedule", l.pp > 1 ? pl::to_string(l.schedule) : ""},
           {"micro_batches", l.micro_batches},
           {"activation_checkpointing", l.activation_checkpointing},
+          {"checkpoint_attention", l.checkpoint_attention},
           {"refused", e.refused},
           {"parameter_bytes", e.parameter_bytes},
           {"gradient_bytes", e.gradient_bytes},
@@ -238,8 +239,10 @@ int main(int argc, char** argv) {
   auto* zero_opt = app.add_option("--zero-stage", only.zero_stage);
   auto* sp_opt = app.add_flag("--sequence-parallel", only.sequence_parallel);
   auto* ckpt_opt = app.add_flag("--activation-checkpointing", only.activation_checkpointing);
+  auto* attn_opt = app.add_flag("--checkpoint-attention", only.checkpoint_attention);
   CLI11_PARSE(app, argc, argv);
-  for (CLI::Option* o : {tp_opt, pp_opt, sched_opt, mb_opt, vs_opt, zero_opt, sp_opt, ckpt_opt}) {
+  for (CLI::Option* o :
+       {tp_opt, pp_opt, sched_opt, mb_opt, vs_opt, zero_opt, sp_opt, ckpt_opt, attn_opt}) {
     evaluate = evaluate || o->count() > 0;
   }
   try {

@@ -118,13 +118,16 @@ std::vector<int64_t> block_numels(int64_t d, int tp) {
           d};  // mlp.c_proj (rows), bias replicated
 }
 
+// The layout's recompute replaces the workload's.
 models::GPTConfig layout_config(const Workload& work, const Layout& layout) {
   models::GPTConfig config = work.model;
-  if (layout.activation_checkpointing) {
-    config.checkpoint_blocks = true;
-    config.checkpoint_attention = false;
-  }
+  config.checkpoint_blocks = layout.activation_checkpointing;
+  config.checkpoint_attention = layout.checkpoint_attention;
   return config;
+}
+
+int recompute_level(const Layout& l) {
+  return l.activation_checkpointing ? 2 : (l.checkpoint_attention ? 1 : 0);
 }
 
 pipeline::Schedule layout_schedule(const Layout& layout) {
@@ -183,7 +186,8 @@ std::string Layout::str() const {
     if (virtual_stages > 0) s += str_cat(" v ", virtual_stages);
   }
   if (micro_batches > 1 || pp > 1) s += str_cat(", M ", micro_batches);
-  if (activation_checkpointing) s += ", checkpointed";
+  if (activation_checkpointing) s += ", blocks recomputed";
+  if (checkpoint_attention) s += ", attention recomputed";
   return s;
 }
 
@@ -199,6 +203,7 @@ std::string Layout::flags() const {
   if (micro_batches > 1 || pp > 1) add(str_cat("--micro-batches ", micro_batches));
   if (zero_stage > 0) add(str_cat("--zero-stage ", zero_stage));
   if (activation_checkpointing) add("--activation-checkpointing");
+  if (checkpoint_attention) add("--checkpoint-attention");
   return s;
 }
 
@@ -296,6 +301,11 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
     return refuse(layout.tp == 1 ? std::string("sequence parallelism needs tp > 1")
                                  : str_cat("tp ", layout.tp, " does not divide the sequence ", seq,
                                            " (sequence parallelism)"));
+  }
+  if (layout.activation_checkpointing && layout.checkpoint_attention) {
+    return refuse(
+        "the attention's recompute is part of the blocks' (--checkpoint-attention is not with "
+        "--activation-checkpointing)");
   }
   if (layout.zero_stage < 0 || layout.zero_stage > 3) {
     return refuse(str_cat("ZeRO stage ", layout.zero_stage, " is not 0 to 3"));
@@ -546,14 +556,15 @@ std::vector<Estimate> plan(const Workload& work, const Cluster& cluster,
       for (const bool sp : {false, true}) {
         if (sp && tp == 1) continue;
         for (int stage = 0; stage <= (dp > 1 ? 3 : 0); ++stage) {
-          for (const bool checkpointed : {false, true}) {
-            if (checkpointed && !options.activation_checkpointing) continue;
+          for (const int recompute : {0, 1, 2}) {  // none, the attention, whole blocks
+            if (recompute > 0 && !options.recompute) continue;
             Layout base{.dp = dp,
                         .tp = tp,
                         .pp = pp,
                         .sequence_parallel = sp,
                         .zero_stage = stage,
-                        .activation_checkpointing = checkpointed};
+                        .activation_checkpointing = recompute == 2,
+                        .checkpoint_attention = recompute == 1};
             std::vector<Layout> layouts;
             if (pp == 1) {
               for (int m = 1; m <= options.max_micro_batches && (rows == 0 || m <= rows); m *= 2) {
@@ -612,7 +623,7 @@ size_t recommended(const std::vector<Estimate>& ranked, double tolerance) {
   auto simpler = [](const Estimate& a, const Estimate& b) {
     const Layout &x = a.layout, &y = b.layout;
     const auto key = [](const Layout& l) {
-      return std::tuple(l.pp, l.tp, l.activation_checkpointing, l.zero_stage, l.micro_batches,
+      return std::tuple(l.pp, l.tp, recompute_level(l), l.zero_stage, l.micro_batches,
                         l.sequence_parallel);
     };
     if (key(x) != key(y)) return key(x) < key(y);

@@ -233,6 +233,28 @@ TEST_CASE("planner: communication terms by hand", "[planner]") {
   }
 }
 
+TEST_CASE("planner: recompute trades activations for compute", "[planner]") {
+  planner::Workload work{.model = small_config(), .batch = 8};
+  const planner::Cluster c = simple_cluster(1, 1);
+  const planner::Estimate plain = planner::estimate(work, c, {});
+  const planner::Estimate attention = planner::estimate(work, c, {.checkpoint_attention = true});
+  const planner::Estimate blocks = planner::estimate(work, c, {.activation_checkpointing = true});
+  REQUIRE((plain.fits() && attention.fits() && blocks.fits()));
+  // Selective recompute drops each block's probabilities [rows, heads, T, T]
+  // (f32 here) and recomputes the attention core.
+  const double probabilities = 8.0 * 4 * 16 * 16 * 4 * static_cast<double>(work.model.layers);
+  CHECK(plain.activation_bytes - attention.activation_bytes == Approx(probabilities));
+  CHECK(attention.compute > plain.compute);
+  CHECK(blocks.activation_bytes < attention.activation_bytes);
+  CHECK(blocks.compute > attention.compute);
+  CHECK(blocks.transient_bytes > 0);               // the block being recomputed
+  CHECK(plain.model_flops == blocks.model_flops);  // MFU counts the model, not the recompute
+  CHECK_THAT(
+      planner::estimate(work, c, {.activation_checkpointing = true, .checkpoint_attention = true})
+          .refused,
+      Contains("--checkpoint-attention is not with --activation-checkpointing"));
+}
+
 TEST_CASE("planner: layouts that cannot run are refused naming the rule", "[planner]") {
   planner::Workload work{.model = small_config(), .batch = 8};
   auto why = [&](const planner::Cluster& c, const planner::Layout& l) {

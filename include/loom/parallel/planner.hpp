@@ -78,9 +78,12 @@ struct Layout {
   bool sequence_parallel = false;
   int zero_stage = 0;
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;
-  int micro_batches = 1;   // per replica per step (gradient accumulation at pp 1)
-  int virtual_stages = 0;  // 0: the schedule's own
-  bool activation_checkpointing = false;
+  int micro_batches = 1;                  // per replica per step (gradient accumulation at pp 1)
+  int virtual_stages = 0;                 // 0: the schedule's own
+  bool activation_checkpointing = false;  // whole blocks recomputed (train_gpt's flag)
+  // Selective recompute: only each block's attention core (--checkpoint-attention);
+  // not with activation_checkpointing.
+  bool checkpoint_attention = false;
 
   int world() const { return dp * tp * pp; }
   // "dp 2 x tp 2 x pp 2, SP, ZeRO-1, 1f1b, M 8, checkpointed"
@@ -129,8 +132,8 @@ struct PlanOptions {
   std::vector<pipeline::ScheduleKind> schedules = {
       pipeline::ScheduleKind::one_f_one_b, pipeline::ScheduleKind::interleaved_1f1b,
       pipeline::ScheduleKind::zb_h1, pipeline::ScheduleKind::zb_v, pipeline::ScheduleKind::gpipe};
-  int max_micro_batches = 64;            // per replica
-  bool activation_checkpointing = true;  // also consider checkpointed layouts
+  int max_micro_batches = 64;  // per replica
+  bool recompute = true;       // also consider recomputing the attention, or whole blocks
 };
 
 // Every layout of cluster.world() ranks: tp dividing the heads and the ranks
@@ -144,8 +147,8 @@ std::vector<Estimate> plan(const Workload& work, const Cluster& cluster,
 
 // The layout to run: among the fitting layouts whose predicted step is within
 // `tolerance` of the fastest, the simplest (NOTE [planner recommendation]):
-// fewest pipeline stages, then fewest tp ranks, no activation checkpointing
-// before checkpointing, the lowest ZeRO stage, the fewest micro-batches, SP
+// fewest pipeline stages, then fewest tp ranks, the least recompute (none,
+// the attention, whole blocks), the lowest ZeRO stage, the fewest micro-batches, SP
 // off before on, then the faster. `ranked` as plan() returns it; returns its
 // index, or ranked.size() when nothing fits.
 size_t recommended(const std::vector<Estimate>& ranked, double tolerance = 0.02);
