@@ -183,3 +183,25 @@ loom_train_gpt_refuses(pipeline
     "2|--pp 2 --layers 4 --batch 4 --checkpoint-stages 1,1|--checkpoint-stages names stage 1 twice"
     "1|--layers 2 --batch 4 --checkpoint-attention --activation-checkpointing|--checkpoint-attention recomputes the attention alone. --activation-checkpointing recomputes whole blocks"
     "2|--pp 2 --layers 4 --batch 4 --checkpoint-stages 0 --activation-checkpointing|--checkpoint-stages recomputes some stages, --activation-checkpointing every stage: give one of them")
+
+# The layout planner's prediction in train_gpt's log (docs/planner.md):
+# predicted at start, the measured median against it at the end; none, with
+# the reason, for a cut the planner does not model.
+set(LOOM_PLANNER_TOKENS ${CMAKE_CURRENT_BINARY_DIR}/tensor_parallel/python_stdlib_tp.tokens)
+foreach(case "prediction|--micro-batches 2|planner: predicted step [0-9.]+ ms [(]compute .*planner: measured step [0-9.]+ ms [(]median of 2[)] = [0-9.]+x the predicted"
+             "no_prediction|--stage-layers 1,1|planner: no prediction for --stage-layers")
+  string(REPLACE "|" ";" parts "${case}")
+  list(GET parts 0 name)
+  list(GET parts 1 flags)
+  list(GET parts 2 expected)
+  separate_arguments(flags)
+  add_test(NAME examples.gpt_planner_${name}
+           COMMAND ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe $<TARGET_FILE:train_gpt>
+                   --layers 2 --d-model 64 --heads 4 --seq 32 --batch 4 --steps 4 --log-every 1
+                   --eval-every 0 --eval-batches 2 --pp 2 ${flags}
+                   --token-file ${LOOM_PLANNER_TOKENS})
+  set_tests_properties(examples.gpt_planner_${name} PROPERTIES TIMEOUT 120 PROCESSORS 2
+                       LABELS "planner;examples;mpi" ENVIRONMENT "${LOOM_MPI_TEST_ENV}"
+                       RESOURCE_LOCK ${LOOM_PLANNER_TOKENS}
+                       PASS_REGULAR_EXPRESSION "${expected}")
+endforeach()

@@ -50,6 +50,7 @@
 #include "loom/parallel/pipeline/simulate.hpp"
 #include "loom/trace/chrome_trace.hpp"
 #include "loom/trace/profiler.hpp"
+#include "predicted_step.hpp"
 #include "step_traffic.hpp"
 #include "train_gpt_flags.hpp"
 
@@ -294,6 +295,16 @@ int run(const Flags& f) {
                                     .recompute = f.checkpoints(groups.coord.pp),
                                     .bf16_gradients = f.grad_reduce == "bf16"}));
   }
+  // The planner's step for this layout, against the measured one at the end.
+  const std::optional<examples::StepPrediction> prediction = examples::predict_step(
+      launch, f, config, dp.size(), device, meter.roofline(),
+      f.precision == "bf16" ? trace::Precision::bf16 : trace::Precision::fp32);
+  if (prediction) {
+    say("%s", examples::describe_prediction(*prediction).c_str());
+  } else {
+    say("planner: no prediction for %s\n", examples::unpredicted(f)->c_str());
+  }
+  std::vector<double> step_seconds;
   if (f.profile) {
     trace::Profiler::instance().enable();
   }
@@ -401,6 +412,7 @@ int run(const Flags& f) {
     }
     meter.end(tokens_per_step);
     train_seconds += meter.seconds();
+    step_seconds.push_back(meter.seconds());
 
     if (step % f.log_every == 0 || step + 1 == f.steps) {
       const double global_loss = parallel::mean_over(dp, loss);
@@ -456,6 +468,7 @@ int run(const Flags& f) {
       "%.3f\n",
       static_cast<long long>(step), train_seconds, tokens_per_step * step / train_seconds,
       world.size(), last_val, unigram);
+  if (prediction) say("%s", examples::compare_prediction(*prediction, step_seconds).c_str());
   if (zero.reducer() != nullptr && dp.size() > 1) {
     const double hidden = comm_seconds > 0 ? 1.0 - exposed_seconds / comm_seconds : 1.0;
     say("overlap: gradient all-reduce %.1f ms per step, %.1f ms exposed after backward; %.0f%% of "
