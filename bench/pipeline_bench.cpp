@@ -35,9 +35,21 @@
 //                      the rank's bytes at rest (activations, their gradients
 //                      and the message buffers), highest rank
 //   activation_bound_bytes  the schedule's bound (chunk activations in
-//                      flight) x the bytes one micro-batch's forward leaves
-//                      allocated on the rank's largest chunk (its tape and its
-//                      output; on the last chunk the logits), highest rank
+//                      flight) x the bytes one micro-batch holds in flight on
+//                      the rank's largest chunk (what its forward leaves: the
+//                      tape and the output, on the last chunk the logits'
+//                      gradient, which the executor keeps instead of the
+//                      logits; or, if more, what its B leaves for its W), plus the
+//                      most one pass of the rank's chunks allocates beyond
+//                      what it keeps (its temporaries, the incoming and the
+//                      outgoing gradient), both measured in isolation after
+//                      a warm-up, plus the message buffers: the receives
+//                      posted ahead (--receives-ahead) and one more stage
+//                      message; highest rank. (Until 2026-11-28 the last
+//                      chunk counted its logits with their gradient and the
+//                      warm-up's one-off allocations, a chunk after the first
+//                      not the received activation its tape keeps, and
+//                      neither a pass's working memory nor the messages.)
 //   efficiency         T_single / (pp x step_ms)
 //   ceiling            T_single / T_two, the two non-communicating ranks
 //
@@ -386,7 +398,9 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
                   rank.at("step_s").get<double>();
           peak_bytes = std::max(peak_bytes, rank.at("peak_step_bytes").get<double>());
           bound_bytes = std::max(
-              bound_bytes, ran.activation_bound * rank.at("chunk_activation_bytes").get<double>());
+              bound_bytes, ran.activation_bound * rank.at("chunk_activation_bytes").get<double>() +
+                               rank.at("chunk_working_bytes").get<double>() +
+                               (w.receives_ahead + 1) * rank.at("message_bytes").get<double>());
         }
         bubble.push_back(wait / s.pp);
         for (const auto& v : r.at("cpu_share")) cpu = std::max(cpu, v.get<double>());
@@ -501,7 +515,8 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
       "above 2pp, planned with those durations). peak "
       "act: a step's highest allocation on the compute device over the bytes at rest, highest "
       "rank; bound: the "
-      "schedule's chunk activations x one micro-batch's forward bytes on the largest chunk\n");
+      "schedule's chunk activations x one micro-batch's bytes in flight on the largest chunk, "
+      "plus one pass's working memory and the message buffers\n");
   auto has = [&](const std::string& name) { return measured.count({name, 8}) > 0; };
   if (has("zb-h1") && has("1f1b")) {
     const double zb = measured.at({"zb-h1", 8}), base = measured.at({"1f1b", 8});

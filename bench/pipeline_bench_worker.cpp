@@ -66,7 +66,13 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 // Isolated durations of one chunk (NOTE [measured bubble]).
 struct ChunkTiming {
   double forward = 0, backward_input = 0, backward_weight = 0;
+  // What a micro-batch holds in flight: the most of what its forward leaves
+  // allocated until its backward (the tape, with the received activation it
+  // keeps, and the output; on the last chunk the logits' gradient, as the
+  // executor keeps it) and what its B leaves for its W; and the most a pass allocates beyond that
+  // (its temporaries, the incoming gradient, the input gradient it makes).
   int64_t activation_bytes = 0;
+  int64_t working_bytes = 0;
 };
 
 // F, B and W of each of this rank's chunks (by virtual stage) on one
@@ -86,42 +92,65 @@ std::vector<ChunkTiming> time_chunks(const loom::models::GPTConfig& config,
     if (place.rank != rank) continue;
     loom::nn::Module& chunk = *copies.parts[static_cast<size_t>(place.virtual_stage)];
     const bool last = c == schedule.chunks() - 1;
-    const Tensor input = c == 0 ? ids
-                                : Tensor::full({rows, config.seq_len, config.d_model}, 0.01,
-                                               loom::DType::f32, device);
     std::vector<double> f, b, w;
-    int64_t bytes = 0;
-    for (int rep = 0; rep < 4; ++rep) {  // the first is a warm-up
+    int64_t bytes = 0, working = 0;
+    // The first is a warm-up: it also allocates the gradients and the
+    // embeddings' position ids, which stay, so its bytes are not counted.
+    for (int rep = 0; rep < 4; ++rep) {
       loom::nn::CrossEntropyLoss loss;
-      loom::nn::Tape tape, loss_tape;
+      loom::nn::Tape tape;
       settle(device);
-      const auto before = static_cast<int64_t>(memory.stats().allocated_bytes);
+      auto allocated = [&] { return static_cast<int64_t>(memory.stats().allocated_bytes); };
+      auto peak = [&] { return static_cast<int64_t>(memory.stats().peak_allocated_bytes); };
+      const int64_t before = allocated();
+      memory.reset_peak_stats();
       auto t0 = clock::now();
+      // A chunk after the first computes on a received activation, made here
+      // so that what its tape keeps of it is counted.
+      Tensor input = c == 0 ? ids
+                            : Tensor::full({rows, config.seq_len, config.d_model}, 0.01,
+                                           loom::DType::f32, device);
       Tensor y = chunk.forward(input, tape);
+      input = Tensor();
       Tensor dy;
       if (last) {
+        // The executor runs the loss's backward at once and keeps the
+        // logits' gradient, not the logits or the loss's tape.
+        loom::nn::Tape loss_tape;
         loss.forward(y, targets, loss_tape);
         dy = loss.backward(loss_tape);
+        y = Tensor();
       }
       settle(device);
       const double forward = seconds_since(t0);
-      bytes = std::max(bytes, static_cast<int64_t>(memory.stats().allocated_bytes) - before);
+      const int64_t kept = allocated() - before;
+      int64_t most = peak() - before;
       if (!last) dy = Tensor::full(y.shape(), 1e-3, loom::DType::f32, device);
       settle(device);
+      memory.reset_peak_stats();
       t0 = clock::now();
       chunk.backward_input(dy, tape);
       settle(device);
       const double backward_input = seconds_since(t0);
+      // What the micro-batch holds between its B and its W (zero-bubble
+      // schedules keep it there): the tape's rest and the output gradients
+      // the weight gradients need.
+      dy = Tensor();
+      const int64_t pending = allocated() - before;
       t0 = clock::now();
       chunk.backward_weight(tape);
       settle(device);
       const double backward_weight = seconds_since(t0);
+      most = std::max(most, peak() - before);
       if (rep == 0) continue;
+      bytes = std::max({bytes, kept, pending});
+      working = std::max(working, most - std::max(kept, pending));
       f.push_back(forward);
       b.push_back(backward_input);
       w.push_back(backward_weight);
     }
-    out[static_cast<size_t>(place.virtual_stage)] = {median(f), median(b), median(w), bytes};
+    out[static_cast<size_t>(place.virtual_stage)] = {median(f), median(b), median(w), bytes,
+                                                     working};
   }
   return out;
 }
@@ -197,6 +226,8 @@ enum Field {
   kOptimizer,
   kPeakBytes,
   kChunkBytes,
+  kWorkingBytes,
+  kMessageBytes,
   kPeakTapes,
   kFields
 };
@@ -277,8 +308,11 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
   const double seconds = seconds_since(start);
   share.stop();
   for (int k = kStepSeconds; k <= kOptimizer; ++k) mine[static_cast<size_t>(k)] /= f.steps;
+  // A stage message: one micro-batch's f32 activations or their gradient.
+  mine[kMessageBytes] = static_cast<double>(rows * config.seq_len * config.d_model) * 4.0;
   for (const ChunkTiming& t : isolated) {
     mine[kChunkBytes] = std::max(mine[kChunkBytes], static_cast<double>(t.activation_bytes));
+    mine[kWorkingBytes] = std::max(mine[kWorkingBytes], static_cast<double>(t.working_bytes));
     mine.insert(mine.end(), {t.forward, t.backward_input, t.backward_weight});
   }
   for (const double v : in_step) mine.push_back(v / f.steps);
@@ -309,6 +343,8 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
                      {"optimizer_s", r[kOptimizer]},
                      {"peak_step_bytes", r[kPeakBytes]},
                      {"chunk_activation_bytes", r[kChunkBytes]},
+                     {"chunk_working_bytes", r[kWorkingBytes]},
+                     {"message_bytes", r[kMessageBytes]},
                      {"peak_tapes", r[kPeakTapes]},
                      {"isolated_chunks", chunk_times},
                      {"step_chunks", step_chunks}});
