@@ -39,14 +39,20 @@ namespace loom::parallel::planner {
 // Activations: what one micro-batch's forward keeps until its backward on
 // one chunk (models/gpt_memory.hpp: embeddings, blocks, head; the head
 // keeping the logits' gradient, as the executor runs the loss's backward at
-// once), times the
+// once; a chunk after the first also keeps the activation it received),
+// times the
 // chunk activations the schedule holds at its peak on the rank
 // (pipeline::peak_in_flight), taking the rank's largest chunk, as
 // pipeline_bench's bound does. Without a pipeline one micro-batch is alive
 // at a time. Transients: under activation checkpointing the backward of a
 // block recomputes and holds that block's full activations once; under a
 // reduced precision the weights' bf16/f16 copies, made once per step
-// (kernels::PackedWeightScope, which the executor and train_gpt open).
+// (kernels::PackedWeightScope, which the executor and train_gpt open); under
+// a pipeline the message buffers (the receives posted ahead and one send).
+// Not counted: a pass's working memory beyond what it keeps, and what a
+// micro-batch keeps between its B and its W under the zero-bubble schedules
+// beyond what its forward left (pipeline_bench measures both: docs/
+// pipeline.md, "The activation bound without the overcount").
 //
 // Compute: each chunk's forward, input-gradient and weight-gradient FLOPs
 // for one micro-batch as the ops count them (models/gpt_flops.hpp, the
@@ -353,8 +359,15 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
   // convention] in models/gpt_memory.hpp): the loss's backward runs at once
   // (dlogits kept instead of the logits and the loss's state), and the
   // weights' low-precision copies are made once per step (a transient).
+  // A stage message: one micro-batch's f32 activations (a token slice under SP).
+  const double message =
+      static_cast<double>(micro_rows * seq * d) * kF32 / (layout.sequence_parallel ? layout.tp : 1);
   auto chunk_bytes = [&](int c) {
-    return (c == 0 ? kept.embeddings : 0.0) +
+    // A chunk after the first keeps the activation it received (the first
+    // block's LayerNorm saves its input); on one rank that is the previous
+    // chunk's output, counted there.
+    const bool received = c > 0 && schedule->rank_of(c - 1) != schedule->rank_of(c);
+    return (received ? message : 0.0) + (c == 0 ? kept.embeddings : 0.0) +
            static_cast<double>(layers[static_cast<size_t>(c)]) *
                (kept.block - kept.block_weight_copies) +
            (c == chunks - 1 ? kept.head - kept.loss_state - kept.head_weight_copies : 0.0);
@@ -382,7 +395,9 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
     }
     const double activations =
         (layout.pp > 1 ? in_flight[static_cast<size_t>(r)] : 1) * largest_chunk;
-    double transient = recomputed_block + weight_copies;
+    // The receives the executor keeps posted ahead (ExecutorOptions::
+    // receives_ahead, 2) and a message being sent.
+    double transient = recomputed_block + weight_copies + (layout.pp > 1 ? 3.0 * message : 0.0);
     if (stage >= 2) {
       transient += std::min(2.0 * kBucketCap, sum(numels[static_cast<size_t>(r)]) * kF32);
     }
