@@ -115,6 +115,7 @@ planner::Cluster cluster_preset(const std::string& name, int nodes, bool bf16) {
     c.inter_node_bandwidth = 1.1e9;
     c.latency = 50e-6;
     c.memory_bandwidth = r.bandwidth / c.devices_per_node;
+    c.packs_weights = true;
   } else {
     throw loom::Error(str_cat("--cluster ", name, ": the presets are h100-sxm, a100-sxm and host"));
   }

@@ -49,6 +49,7 @@ inline parallel::planner::Cluster this_cluster(const Context& launch, Device dev
   c.efficiency = device.is_cpu() ? 0.8 : 0.5;
   c.intra_node_bandwidth = c.inter_node_bandwidth = std::max(bus_bandwidth, 1.0);
   c.latency = device.is_cpu() ? 50e-6 : 20e-6;
+  c.packs_weights = device.is_cpu();
   // The host's memory bandwidth is shared by the ranks on it.
   c.memory_bandwidth =
       std::max(roofline.bandwidth, 1.0) / (device.is_cpu() ? c.devices_per_node : 1);
@@ -106,7 +107,8 @@ inline std::string describe_prediction(const StepPrediction& p) {
 
 // "planner: measured ..." against the prediction, from the steps' seconds
 // (the first two, warm-up, left out when there are more).
-inline std::string compare_prediction(const StepPrediction& p, std::vector<double> seconds) {
+inline std::string compare_prediction(const StepPrediction& p, std::vector<double> seconds,
+                                      double peak_bytes) {
   if (!p.estimate.fits() || seconds.empty()) return "";
   const size_t skip = seconds.size() > 2 ? 2 : 0;
   std::vector<double> timed(seconds.begin() + static_cast<long>(skip), seconds.end());
@@ -120,10 +122,14 @@ inline std::string compare_prediction(const StepPrediction& p, std::vector<doubl
                : ": slower than the layout should be; look for other processes on the cores or "
                  "GPUs, ranks sharing a device, or a slow link (docs/planner.md)";
   }
-  char text[384];
-  std::snprintf(text, sizeof(text),
-                "planner: measured step %.1f ms (median of %zu) = %.2fx the predicted %.1f ms%s\n",
-                median * 1e3, timed.size(), ratio, p.estimate.step * 1e3, hint.c_str());
+  char text[512];
+  std::snprintf(
+      text, sizeof(text),
+      "planner: measured step %.1f ms (median of %zu) = %.2fx the predicted %.1f ms%s; "
+      "the steps' peak allocation %.3f GiB on rank 0 against the largest rank's predicted "
+      "%.3f GiB\n",
+      median * 1e3, timed.size(), ratio, p.estimate.step * 1e3, hint.c_str(),
+      peak_bytes / 1073741824.0, p.estimate.total_bytes / 1073741824.0);
   return text;
 }
 

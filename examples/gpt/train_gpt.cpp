@@ -305,6 +305,10 @@ int run(const Flags& f) {
     say("planner: no prediction for %s\n", examples::unpredicted(f)->c_str());
   }
   std::vector<double> step_seconds;
+  // The highest allocation of the training steps (evaluation's left out: it
+  // resets the peak after it runs).
+  Allocator& memory = allocator_for(device);
+  double step_peak_bytes = 0;
   if (f.profile) {
     trace::Profiler::instance().enable();
   }
@@ -413,6 +417,8 @@ int run(const Flags& f) {
     meter.end(tokens_per_step);
     train_seconds += meter.seconds();
     step_seconds.push_back(meter.seconds());
+    step_peak_bytes =
+        std::max(step_peak_bytes, static_cast<double>(memory.stats().peak_allocated_bytes));
 
     if (step % f.log_every == 0 || step + 1 == f.steps) {
       const double global_loss = parallel::mean_over(dp, loss);
@@ -455,6 +461,7 @@ int run(const Flags& f) {
                                          f.eval_batches, device, *groups.pp, dp)
                      : evaluate(*model, loss_fn, file, loader_options, f.eval_batches, device, dp);
       zero.release_parameters();
+      memory.reset_peak_stats();
       say("step %5lld  validation loss %.4f nats (%.3f bits/byte; unigram baseline %.3f)\n",
           static_cast<long long>(step), last_val, last_val / std::log(2.0), unigram);
     }
@@ -468,7 +475,9 @@ int run(const Flags& f) {
       "%.3f\n",
       static_cast<long long>(step), train_seconds, tokens_per_step * step / train_seconds,
       world.size(), last_val, unigram);
-  if (prediction) say("%s", examples::compare_prediction(*prediction, step_seconds).c_str());
+  if (prediction) {
+    say("%s", examples::compare_prediction(*prediction, step_seconds, step_peak_bytes).c_str());
+  }
   if (zero.reducer() != nullptr && dp.size() > 1) {
     const double hidden = comm_seconds > 0 ? 1.0 - exposed_seconds / comm_seconds : 1.0;
     say("overlap: gradient all-reduce %.1f ms per step, %.1f ms exposed after backward; %.0f%% of "

@@ -47,8 +47,10 @@ namespace loom::parallel::planner {
 // at a time. Transients: under activation checkpointing the backward of a
 // block recomputes and holds that block's full activations once; under a
 // reduced precision the weights' bf16/f16 copies, made once per step
-// (kernels::PackedWeightScope, which the executor and train_gpt open); under
-// a pipeline the message buffers (the receives posted ahead and one send).
+// (kernels::PackedWeightScope, which the executor and train_gpt open); on a
+// cluster that packs weights (the host), every weight matrix packed for the
+// step (not at ZeRO stage 3); under a pipeline the message buffers (the
+// receives posted ahead and one send).
 // Not counted: a pass's working memory beyond what it keeps, and what a
 // micro-batch keeps between its B and its W under the zero-bubble schedules
 // beyond what its forward left (pipeline_bench measures both: docs/
@@ -398,6 +400,20 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
     // The receives the executor keeps posted ahead (ExecutorOptions::
     // receives_ahead, 2) and a message being sent.
     double transient = recomputed_block + weight_copies + (layout.pp > 1 ? 3.0 * message : 0.0);
+    if (cluster.packs_weights && stage != 3) {
+      // Every weight matrix of the rank's chunks, packed in the matmul dtype:
+      // the blocks' four, and the head's projection (the token table).
+      double matrices = 0;
+      for (int c = 0; c < chunks; ++c) {
+        if (schedule->rank_of(c) != r) continue;
+        matrices += static_cast<double>(layers[static_cast<size_t>(c)]) * 12.0 *
+                        static_cast<double>(d * d / layout.tp) +
+                    (c == chunks - 1 ? table_bytes / kF32 : 0.0);
+      }
+      transient += matrices * static_cast<double>(dtype_size(config.module.precision.reduced()
+                                                                 ? config.module.precision.matmul
+                                                                 : DType::f32));
+    }
     if (stage >= 2) {
       transient += std::min(2.0 * kBucketCap, sum(numels[static_cast<size_t>(r)]) * kF32);
     }

@@ -60,6 +60,10 @@ struct Cluster {
   double inter_node_bandwidth = 0;
   double latency = 10e-6;       // per collective and per message, seconds
   double memory_bandwidth = 0;  // device memory, bytes/s (the optimizer step)
+  // The host's GEMMs keep each weight packed for a step (kernels::
+  // PackedWeightScope, opened by the pipeline executor and train_gpt except
+  // at ZeRO stage 3): a transient as large as the rank's weight matrices.
+  bool packs_weights = false;
 
   int world() const { return nodes * devices_per_node; }
   // Throws naming the field when a size or rate is not positive, or the
