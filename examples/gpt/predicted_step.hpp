@@ -75,8 +75,9 @@ inline std::optional<StepPrediction> predict_step(const Context& launch, const g
                          .virtual_stages = f.pipe.pp > 1 ? f.pipe.virtual_stages : 0,
                          .activation_checkpointing = f.activation_checkpointing,
                          .checkpoint_attention = f.checkpoint_attention};
-  if (f.pipe.pp > 1)
+  if (f.pipe.pp > 1) {
     layout.schedule = parallel::pipeline::schedule_kind_from_string(f.pipe.schedule);
+  }
   planner::Workload work{
       .model = config, .batch = f.batch * dp, .bf16_gradients = f.grad_reduce == "bf16"};
   StepPrediction p;
