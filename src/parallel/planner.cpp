@@ -1,7 +1,6 @@
 #include "loom/parallel/planner.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <tuple>
@@ -145,7 +144,7 @@ pipeline::Schedule layout_schedule(const Layout& layout) {
 }
 
 // Blocks of each chunk, in dataflow order (one chunk at pp 1).
-std::vector<int64_t> chunk_layers(const models::GPTConfig& config, const Layout& layout,
+std::vector<int64_t> chunk_layers(const models::GPTConfig& config,
                                   const std::optional<pipeline::Schedule>& schedule) {
   if (!schedule) return {config.layers};
   return pipeline::gpt_chunk_layers(config, *schedule);
@@ -220,7 +219,7 @@ std::vector<std::vector<int64_t>> rank_parameter_numels(const models::GPTConfig&
   config.validate();
   std::optional<pipeline::Schedule> schedule;
   if (layout.pp > 1) schedule = layout_schedule(layout);
-  const std::vector<int64_t> layers = chunk_layers(config, layout, schedule);
+  const std::vector<int64_t> layers = chunk_layers(config, schedule);
   const int chunks = static_cast<int>(layers.size());
   auto rank_of = [&](int chunk) { return schedule ? schedule->rank_of(chunk) : 0; };
   const int64_t d = config.d_model;
@@ -339,8 +338,7 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
       schedule = pipeline::make_schedule(pipeline::ScheduleKind::one_f_one_b,
                                          {.pp = 1, .micro_batches = layout.micro_batches});
     }
-    layers = layout.pp > 1 ? pipeline::gpt_chunk_layers(config, *schedule)
-                           : std::vector<int64_t>{config.layers};
+    layers = chunk_layers(config, layout.pp > 1 ? schedule : std::nullopt);
     numels = rank_parameter_numels(config, layout);
   } catch (const Error& error) {
     return refuse(error.what());
