@@ -34,9 +34,11 @@ class TensorIdentity {
 }  // namespace
 
 struct Linear::State : SavedState {
-  Tensor x;              // the input viewed as [rows, in] (in the matmul dtype)
-  Tensor w;              // the weight in the matmul dtype, when that is not the weight's own
-  bool w_fixed = false;  // w is the weight or a copy an open PackedWeightScope keeps
+  Tensor x;  // the input viewed as [rows, in] (in the matmul dtype)
+  // The weight's copy in the matmul dtype, when that is not the weight's own;
+  // else undefined: backward reads the weight again (NOTE [weight not kept]).
+  Tensor w;
+  bool w_fixed = false;  // the operand is the weight or a copy an open PackedWeightScope keeps
   Tensor
       dy;  // the output gradient viewed as [rows, out] (in the matmul dtype), for backward_weight
   Tensor dy_bias;  // the output gradient as it came, for the bias, when dy was rounded
@@ -138,14 +140,22 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
   // The weight (or its rounded copy, kept by an open scope) may be packed
   // once per step (NOTE [packed weight reuse] in loom/kernels/gemm.hpp).
   state.x = matmul_operand(x.view({rows, in_features_}), matmul_);
+  // NOTE [weight not kept] A weight in the matmul dtype is not kept by the
+  // tape: backward_input reads the parameter again. Under ZeRO stage 3 the
+  // parameter's gathered value is released after the forward and gathered
+  // again around the backward; a reference in the tape would keep every
+  // unit's gathered copy alive from its forward to its backward, all of the
+  // model's parameters at the end of the forward.
   state.w_fixed = true;
-  if (w.dtype() == matmul_) {
-    state.w = w;
-  } else if (std::optional<Tensor> kept = kernels::PackedWeightScope::rounded(w, matmul_)) {
-    state.w = *kept;
-  } else {
-    state.w = w.to(matmul_);
-    state.w_fixed = false;
+  Tensor w_op = w;
+  if (w.dtype() != matmul_) {
+    if (std::optional<Tensor> kept = kernels::PackedWeightScope::rounded(w, matmul_)) {
+      w_op = *kept;
+    } else {
+      w_op = w.to(matmul_);
+      state.w_fixed = false;
+    }
+    state.w = w_op;
   }
   state.x_shape = x.shape();
   state.x_dtype = x.dtype();
@@ -165,11 +175,11 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
     options.activation = activation_;
     options.pre_activation = state.pre_activation;
     const Tensor y2 = y.view({rows, out_features_});
-    kernels::OpCost cost = kernels::gemm_cost(state.x, state.w, y2, options);
+    kernels::OpCost cost = kernels::gemm_cost(state.x, w_op, y2, options);
     if (bias_) cost += kernels::bias_add_cost(y2);
     cost += kernels::activation_forward_cost(*activation_, y2);
     trace::OpScope scope("linear.forward", cost, w.device(), name());
-    kernels::gemm(state.x, state.w, y2, options);
+    kernels::gemm(state.x, w_op, y2, options);
     state.y_out = TensorIdentity(y);
     return y;
   }
@@ -178,11 +188,11 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
   const Tensor y2 = y.view({rows, out_features_});
   if (y2.dtype() != DType::f32) options.bias = Tensor();  // the epilogue needs an f32 output
   {
-    kernels::OpCost cost = kernels::gemm_cost(state.x, state.w, y2, options);
+    kernels::OpCost cost = kernels::gemm_cost(state.x, w_op, y2, options);
     if (bias_) cost += kernels::bias_add_cost(y2);
     if (activation_) cost += kernels::activation_forward_cost(*activation_, y2);
     trace::OpScope scope("linear.forward", cost, w.device(), name());
-    kernels::gemm(state.x, state.w, y2, options);
+    kernels::gemm(state.x, w_op, y2, options);
     if (bias_ && !options.bias.defined()) kernels::bias_add(y2, bias_->value());
     if (output_ != y.dtype()) y = y.to(output_);
     if (activation_) {  // after a 16-bit bias: the activation as a pass of its own
@@ -241,7 +251,8 @@ Tensor Linear::backward_input(const Tensor& dy_in, Tape& tape) {
   state.dy = matmul_operand(dy.view({rows, out_features_}), matmul_);
   if (bias_ && state.dy.dtype() != dy.dtype()) state.dy_bias = dy.view({rows, out_features_});
   kernels::GemmOptions options{.b_fixed_in_scope = state.w_fixed};
-  kernels::OpCost cost = kernels::gemm_cost(state.dy, state.w, dx2);
+  const Tensor w_op = state.w.defined() ? state.w : w;  // NOTE [weight not kept]
+  kernels::OpCost cost = kernels::gemm_cost(state.dy, w_op, dx2);
   // NOTE [fused activation]: f' of the layer before, applied in this product.
   State* producer = input_producer_ != nullptr && tape.has(*input_producer_)
                         ? &tape.get<State>(*input_producer_)
@@ -263,7 +274,7 @@ Tensor Linear::backward_input(const Tensor& dy_in, Tape& tape) {
   }
   {
     trace::OpScope scope("linear.backward_input", cost, w.device(), name());
-    kernels::gemm(state.dy, state.w, dx2, options);
+    kernels::gemm(state.dy, w_op, dx2, options);
   }
   state.w = Tensor();  // not needed by backward_weight
   return dx;

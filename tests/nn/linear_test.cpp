@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gradcheck.hpp"
+#include "loom/core/allocator.hpp"
 #include "loom/kernels/gemm.hpp"
 #include "loom/nn/activation.hpp"
 #include "loom/nn/embedding.hpp"
@@ -31,6 +32,35 @@ TEST_CASE("Linear passes the gradient check", "[nn][linear]") {
       testing::check_module_gradients(linear, random_input(shape, 1));
     }
   }
+}
+
+TEST_CASE(
+    "Linear's tape does not keep its f32 weight: released between forward and backward, "
+    "it is freed, and backward reads the value bound again",
+    "[nn][linear]") {
+  // As ZeRO stage 3 does: the gathered value is released after the forward
+  // and gathered again (another buffer) for the backward (NOTE [weight not kept]).
+  Linear plain("fc", 64, 48, LinearOptions{.bias = false});
+  Linear sharded("fc", 64, 48, LinearOptions{.bias = false});
+  const Tensor x = random_input({5, 64}, 3), dy = random_input({5, 48}, 4);
+  Tape tape_plain, tape;
+  const Tensor y_plain = plain.forward(x, tape_plain);
+  const Tensor dx_plain = plain.backward_input(dy, tape_plain);
+  plain.backward_weight(tape_plain);
+
+  const Tensor gathered = plain.weight().value().clone();
+  sharded.weight().bind_value(gathered.clone());
+  const Tensor y = sharded.forward(x, tape);
+  loom::Allocator& memory = loom::allocator_for(loom::Device::cpu());
+  const size_t before = memory.stats().allocated_bytes;
+  sharded.weight().release_value();
+  CHECK(before - memory.stats().allocated_bytes >= static_cast<size_t>(64 * 48 * 4));
+  sharded.weight().bind_value(gathered.clone());
+  const Tensor dx = sharded.backward_input(dy, tape);
+  sharded.backward_weight(tape);
+  CHECK(y.to_vector<float>() == y_plain.to_vector<float>());
+  CHECK(dx.to_vector<float>() == dx_plain.to_vector<float>());
+  CHECK(sharded.weight().grad().to_vector<float>() == plain.weight().grad().to_vector<float>());
 }
 
 TEST_CASE("Linear split backward equals backward", "[nn][linear]") {
