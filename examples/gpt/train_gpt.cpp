@@ -305,9 +305,11 @@ int run(const Flags& f) {
     say("planner: no prediction for %s\n", examples::unpredicted(f)->c_str());
   }
   std::vector<double> step_seconds;
-  // The highest allocation of the training steps (evaluation's left out: it
-  // resets the peak after it runs).
+  // The highest allocation of the training steps: from here (building the
+  // model and sharding it may have held more), evaluation's left out (the
+  // peak is reset after it runs).
   Allocator& memory = allocator_for(device);
+  memory.reset_peak_stats();
   double step_peak_bytes = 0;
   if (f.profile) {
     trace::Profiler::instance().enable();
