@@ -229,6 +229,10 @@ int main(int argc, char** argv) {
   app.add_option("--inter-node-gbps", inter_gbps, "across nodes, GB/s")->check(CLI::PositiveNumber);
   app.add_option("--latency-us", latency_us, "per collective and message")
       ->check(CLI::NonNegativeNumber);
+  double bucket_cap_mib = 25;
+  app.add_option("--bucket-cap-mib", bucket_cap_mib,
+                 "ZeRO 2/3 gradient buckets, at most two in flight (train_gpt's default 25)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--top", top, "layouts printed (default 10)")->check(CLI::PositiveNumber);
   app.add_option("--json", json_path, "every layout, fitting or refused, as JSON");
   auto* tp_opt = app.add_option("--tp", only.tp, "evaluate this layout only (with --pp, ...)");
@@ -256,6 +260,7 @@ int main(int argc, char** argv) {
     if (vocab) work.model.vocab = vocab;
     work.model.module.precision = loom::nn::precision_from_string(precision);
     work.batch = batch;
+    work.bucket_cap_bytes = bucket_cap_mib * 1048576.0;
     work.model.validate();
     planner::Cluster cluster = cluster_preset(cluster_name, nodes, precision == "bf16");
     if (devices_per_node) cluster.devices_per_node = devices_per_node;

@@ -78,8 +78,10 @@ inline std::optional<StepPrediction> predict_step(const Context& launch, const g
   if (f.pipe.pp > 1) {
     layout.schedule = parallel::pipeline::schedule_kind_from_string(f.pipe.schedule);
   }
-  planner::Workload work{
-      .model = config, .batch = f.batch * dp, .bf16_gradients = f.grad_reduce == "bf16"};
+  planner::Workload work{.model = config,
+                         .batch = f.batch * dp,
+                         .bf16_gradients = f.grad_reduce == "bf16",
+                         .bucket_cap_bytes = f.bucket_cap_mib * 1048576.0};
   StepPrediction p;
   p.estimate =
       planner::estimate(work, this_cluster(launch, device, roofline, precision, bandwidth), layout);

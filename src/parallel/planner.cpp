@@ -30,10 +30,12 @@ namespace loom::parallel::planner {
 // each starting on a 64-byte boundary, and cut into dp shards of a multiple
 // of 64 bytes (the parameters, and at stage 1 the gradients, view that
 // padded buffer); AdamW keeps two f32 moments per element it steps (the
-// shard from stage 1; the planner counts its padding too). Stage 2 keeps the gradient shard at rest
-// (plus at most two buckets of ZeroOptions::bucket_cap_bytes in flight, a transient), stage 3 the
-// parameter shard (plus the unit gathered around a forward or backward and the next one prefetched,
-// a transient).
+// shard from stage 1; the planner counts its padding too). Stage 2 keeps the
+// gradient shard at rest (plus at most two buckets of
+// Workload::bucket_cap_bytes in flight, a transient), stage 3 the parameter
+// shard (plus, a transient, what its prefetch budget allows gathered at once:
+// the two largest units, for the GPT the outer unit with the token table,
+// gathered through the whole pass, and a block).
 //
 // Activations: what one micro-batch's forward keeps until its backward on
 // one chunk (models/gpt_memory.hpp: embeddings, blocks, head; the head
@@ -95,7 +97,6 @@ namespace {
 
 constexpr double kF32 = 4.0;
 constexpr int64_t kAlignElements = 16;           // 64 bytes of f32
-constexpr double kBucketCap = 4.0 * 1048576.0;   // ZeroOptions::bucket_cap_bytes
 constexpr double kLastBucket = 1.0 * 1048576.0;  // ZeroOptions::first_bucket_bytes
 constexpr double kAdamWBytesPerElement = 28.0;
 
@@ -281,6 +282,8 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
   cluster.validate();
   work.model.validate();
   LOOM_CHECK(work.batch >= 1, "planner: batch ", work.batch, " must be at least 1");
+  LOOM_CHECK(work.bucket_cap_bytes > 0, "planner: bucket cap ", work.bucket_cap_bytes,
+             " bytes must be positive");
   Estimate e;
   e.layout = layout;
   const models::GPTConfig config = layout_config(work, layout);
@@ -413,7 +416,8 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
                                                                  : DType::f32));
     }
     if (stage >= 2) {
-      transient += std::min(2.0 * kBucketCap, sum(numels[static_cast<size_t>(r)]) * kF32);
+      transient +=
+          std::min(2.0 * work.bucket_cap_bytes, sum(numels[static_cast<size_t>(r)]) * kF32);
     }
     if (stage == 3) {
       // The unit gathered and the next one prefetched: two blocks, or the

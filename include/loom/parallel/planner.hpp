@@ -75,6 +75,9 @@ struct Workload {
   models::GPTConfig model;      // model.module.precision: the matmul precision
   int64_t batch = 8;            // sequences per step, over all replicas
   bool bf16_gradients = false;  // dp reduces gradients in bf16 (train_gpt --grad-reduce bf16)
+  // ZeRO stages 2 and 3 hold at most two gradient buckets of this size in
+  // flight (ZeroOptions::bucket_cap_bytes; train_gpt's --bucket-cap-mib, 25).
+  double bucket_cap_bytes = 25.0 * 1048576.0;
 };
 
 struct Layout {
