@@ -215,30 +215,43 @@ std::string Layout::flags() const {
   return s;
 }
 
-std::vector<std::vector<int64_t>> rank_parameter_numels(const models::GPTConfig& config,
-                                                        const Layout& layout) {
-  config.validate();
-  std::optional<pipeline::Schedule> schedule;
-  if (layout.pp > 1) schedule = layout_schedule(layout);
-  const std::vector<int64_t> layers = chunk_layers(config, schedule);
+namespace {
+
+// rank_parameter_numels for a schedule (its placement) and cut already made.
+std::vector<std::vector<int64_t>> numels_per_rank(const models::GPTConfig& config, int tp,
+                                                  const pipeline::Schedule& schedule,
+                                                  const std::vector<int64_t>& layers) {
   const int chunks = static_cast<int>(layers.size());
-  auto rank_of = [&](int chunk) { return schedule ? schedule->rank_of(chunk) : 0; };
   const int64_t d = config.d_model;
-  const int64_t table = padded_vocab(config.vocab, layout.tp) / layout.tp * d;
-  std::vector<std::vector<int64_t>> out(static_cast<size_t>(layout.pp));
+  const int64_t table = padded_vocab(config.vocab, tp) / tp * d;
+  const std::vector<int64_t> block = block_numels(d, tp);
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(schedule.pp));
   for (int c = 0; c < chunks; ++c) {
-    std::vector<int64_t>& mine = out[static_cast<size_t>(rank_of(c))];
+    std::vector<int64_t>& mine = out[static_cast<size_t>(schedule.rank_of(c))];
     if (c == 0) mine.insert(mine.end(), {table, config.seq_len * d});  // wte, wpe
     for (int64_t b = 0; b < layers[static_cast<size_t>(c)]; ++b) {
-      const std::vector<int64_t> block = block_numels(d, layout.tp);
       mine.insert(mine.end(), block.begin(), block.end());
     }
     if (c == chunks - 1) {
-      mine.insert(mine.end(), {d, d});                      // ln_f
-      if (rank_of(c) != rank_of(0)) mine.push_back(table);  // the tied table's copy
+      mine.insert(mine.end(), {d, d});                                        // ln_f
+      if (schedule.rank_of(c) != schedule.rank_of(0)) mine.push_back(table);  // the tied copy
     }
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> rank_parameter_numels(const models::GPTConfig& config,
+                                                        const Layout& layout) {
+  config.validate();
+  const pipeline::Schedule schedule =
+      layout.pp > 1 ? layout_schedule(layout)
+                    : pipeline::make_schedule(pipeline::ScheduleKind::one_f_one_b,
+                                              {.pp = 1, .micro_batches = 1});
+  const std::vector<int64_t> layers =
+      chunk_layers(config, layout.pp > 1 ? std::optional(schedule) : std::nullopt);
+  return numels_per_rank(config, layout.tp, schedule, layers);
 }
 
 StateBytes zero_state_bytes(const std::vector<int64_t>& numels, int dp, int stage) {
@@ -342,7 +355,7 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
                                          {.pp = 1, .micro_batches = layout.micro_batches});
     }
     layers = chunk_layers(config, layout.pp > 1 ? schedule : std::nullopt);
-    numels = rank_parameter_numels(config, layout);
+    numels = numels_per_rank(config, layout.tp, *schedule, layers);
   } catch (const Error& error) {
     return refuse(error.what());
   }
