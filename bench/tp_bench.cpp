@@ -67,12 +67,17 @@
 //                              forward after the row-parallel layers, 2 in
 //                              backward after the column-parallel ones); with
 //                              SP: 4 all-gathers and 4 reduce-scatters of N
-//                              (one of each per all-reduce: the same bus bytes)
+//                              (one of each per all-reduce: the same bus
+//                              bytes), and 2 all-gathers of N more in
+//                              backward, c_attn's and c_fc's inputs gathered
+//                              again (Megatron-LM keeps 1/tp of them too: NOTE
+//                              [sequence-parallel input kept as a slice])
 //   embedding and head         the vocab-parallel embedding's partial sum (an
 //                              all-reduce of N; SP: reduce-scatter forward,
 //                              all-gather backward) and the head tied to it,
 //                              column-parallel (backward all-reduce of N; SP:
-//                              all-gather forward, reduce-scatter backward)
+//                              all-gather forward, reduce-scatter backward,
+//                              and its input gathered again)
 //   loss                       VocabParallelCrossEntropy: the row maximum
 //                              (b s elements) and, in one message, the sum of
 //                              exponentials and the target logit (2 b s)
@@ -103,6 +108,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -386,6 +392,21 @@ int run_driver(const WorkerFlags& w, const DriverFlags& f) {
                        " tp 2 + SP: LayerNorm-region activation bytes per rank " +
                        std::to_string(split) + " = 1/2 of one rank's " + std::to_string(one));
     all_pass = all_pass && halved;
+    // And every activation: the column-parallel layers keep only this rank's
+    // tokens of their inputs (NOTE [sequence-parallel input kept as a slice]);
+    // what remains above one half is the vocabulary-parallel loss's and
+    // embedding's few bytes per token (0.5% allowed: 0.2% on the tiny GPT).
+    const int64_t all_one = highest(runs.at("tp1").last.at("activation_bytes"));
+    const int64_t all_split = highest(runs.at("tp2_sp").last.at("activation_bytes"));
+    const bool all_halved =
+        std::abs(2.0 * static_cast<double>(all_split) - static_cast<double>(all_one)) <=
+        5e-3 * static_cast<double>(all_one);
+    verdicts.push_back(verdict(all_halved) + "  " + model +
+                       " tp 2 + SP: all activation bytes per rank " + std::to_string(all_split) +
+                       " = " +
+                       cell(static_cast<double>(all_split) / static_cast<double>(all_one), 4) +
+                       " of one rank's " + std::to_string(all_one) + " (1/2 within 0.5%)");
+    all_pass = all_pass && all_halved;
   }
   table.print();
   std::printf("%s\n", loom::bench::pingpong_text(pingpongs).c_str());

@@ -102,9 +102,11 @@ inline ExpectedComm expected_comm(const BenchGPT& b, int tp, bool sp) {
   const int64_t act = b.batch * c.seq_len * c.d_model * kF32;
   const int64_t rows = b.batch * c.seq_len * kF32;
   if (sp) {
-    e.layers.add(1, act, half, 4 * c.layers);
+    // Megatron-LM's: 4 all-gathers and 4 reduce-scatters per layer, then the
+    // inputs of c_attn and c_fc (and the head's) gathered again in backward.
+    e.layers.add(1, act, half, 6 * c.layers);
     e.layers.add(2, act, half, 4 * c.layers);
-    e.ends.add(1, act, half, 2);
+    e.ends.add(1, act, half, 3);
     e.ends.add(2, act, half, 2);
     const int64_t h = c.d_model * kF32;
     e.grad_sums.add(0, h, ar, 6 * c.layers);  // ln_1, ln_2 (weight, bias), two c_proj biases

@@ -17,6 +17,7 @@ struct GptStepShape {
   int64_t batch = 0, seq = 0, d_model = 0;  // sequences per replica per step
   int64_t blocks = 0;                       // transformer blocks on this rank
   bool first_stage = true;                  // holds the (vocabulary-parallel) embedding
+  bool last_stage = true;                   // holds the head
   int micro_batches = 1;                    // under --pp
   int virtual_stages = 0;                   // chunks per rank; 0 without a pipeline
   bool sequence_parallel = false;
@@ -43,6 +44,7 @@ inline std::vector<GroupTraffic> gpt_step_traffic(const parallel::ParallelGroups
                                            .d_model = s.d_model,
                                            .blocks = s.blocks,
                                            .first_stage = s.first_stage,
+                                           .last_stage = s.last_stage,
                                            .micro_batches = s.micro_batches,
                                            .virtual_stages = s.virtual_stages,
                                            .sequence_parallel = s.sequence_parallel,

@@ -282,18 +282,20 @@ int run(const Flags& f) {
       }
     }
     examples::print_expected_comm(
-        world,
-        examples::gpt_step_traffic(groups, zero,
-                                   {.batch = f.batch,
-                                    .seq = f.seq,
-                                    .d_model = config.d_model,
-                                    .blocks = blocks,
-                                    .first_stage = groups.coord.pp == 0,
-                                    .micro_batches = f.pipe.micro_batch_count(),
-                                    .virtual_stages = pipeline ? pipeline->virtual_stages : 0,
-                                    .sequence_parallel = f.sequence_parallel,
-                                    .recompute = f.checkpoints(groups.coord.pp),
-                                    .bf16_gradients = f.grad_reduce == "bf16"}));
+        world, examples::gpt_step_traffic(
+                   groups, zero,
+                   {.batch = f.batch,
+                    .seq = f.seq,
+                    .d_model = config.d_model,
+                    .blocks = blocks,
+                    .first_stage = groups.coord.pp == 0,
+                    .last_stage =
+                        !pipeline || pipeline->rank_of(pipeline->chunks() - 1) == groups.coord.pp,
+                    .micro_batches = f.pipe.micro_batch_count(),
+                    .virtual_stages = pipeline ? pipeline->virtual_stages : 0,
+                    .sequence_parallel = f.sequence_parallel,
+                    .recompute = f.checkpoints(groups.coord.pp),
+                    .bf16_gradients = f.grad_reduce == "bf16"}));
   }
   // The planner's step for this layout, against the measured one at the end.
   const std::optional<examples::StepPrediction> prediction = examples::predict_step(

@@ -30,7 +30,8 @@ double bytes_of(DType dtype) {
 //   nn::Dropout, the residual adds, nn::Embedding (beyond the ids)  nothing;
 //                      each replaces its input by a fresh output
 //   tensor parallel    column-parallel Linears see every token (under SP their
-//                      input is gathered and that gathered copy is kept),
+//                      input is gathered, and only this rank's tokens of it
+//                      kept: the input itself, or its rounded slice),
 //                      row-parallel ones reduce (SP: reduce-scatter) their output;
 //                      LayerNorm, dropout and the residual stream hold this
 //                      rank's tokens under SP
@@ -79,12 +80,12 @@ GPTActivationBytes gpt_activation_bytes(const GPTConfig& config, int64_t rows, i
     out.block = local * d * stream;  // the output; the Checkpoint keeps only the input besides
   } else {
     out.block = 2 * local * f32           // ln_1 mean and rstd
-                + n * d * matmul          // c_attn's input (ln_1's output; SP: gathered)
+                + local * d * matmul      // c_attn's input (ln_1's output; SP: this rank's)
                 + 3 * n * width * handed  // attention q, k, v (or, checkpointed, c_attn's output)
                 + n * width * matmul      // c_proj's input (the attention's output)
                 + local * d * stream      // the attention residual's sum (ln_2's input)
                 + 2 * local * f32         // ln_2 mean and rstd
-                + n * d * matmul          // c_fc's input (ln_2's output; SP: gathered)
+                + local * d * matmul      // c_fc's input (ln_2's output; SP: this rank's)
                 + n * 4 * width * handed  // c_fc's pre-activation
                 + n * 4 * width * matmul  // c_proj's input (the GELU's output)
                 + local * d * stream;     // the output: the MLP residual's sum
@@ -101,7 +102,7 @@ GPTActivationBytes gpt_activation_bytes(const GPTConfig& config, int64_t rows, i
   // the target's column [n] i64 and lse [n] f32 (its count is a double).
   out.loss_state = tp > 1 ? n * (i64 + f32) : n * f32 + f32;
   out.head = 2 * local * f32           // ln_f mean and rstd
-             + n * d * matmul          // the projection's input (ln_f's output; SP: gathered)
+             + local * d * matmul      // the projection's input (ln_f's output; SP: this rank's)
              + n * vocab * logits      // the output: the logits (this rank's columns)
              + out.head_weight_copies  // the projection's weight, rounded
              + out.loss_state;

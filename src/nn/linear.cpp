@@ -3,6 +3,7 @@
 #include <cmath>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "loom/core/random.hpp"
 #include "loom/kernels/bias.hpp"
@@ -35,6 +36,7 @@ class TensorIdentity {
 
 struct Linear::State : SavedState {
   Tensor x;  // the input viewed as [rows, in] (in the matmul dtype)
+  int64_t rows = 0;
   // The weight's copy in the matmul dtype, when that is not the weight's own;
   // else undefined: backward reads the weight again (NOTE [weight not kept]).
   Tensor w;
@@ -140,6 +142,7 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
   // The weight (or its rounded copy, kept by an open scope) may be packed
   // once per step (NOTE [packed weight reuse] in loom/kernels/gemm.hpp).
   state.x = matmul_operand(x.view({rows, in_features_}), matmul_);
+  state.rows = rows;
   // NOTE [weight not kept] A weight in the matmul dtype is not kept by the
   // tape: backward_input reads the parameter again. Under ZeRO stage 3 the
   // parameter's gathered value is released after the forward and gathered
@@ -223,7 +226,7 @@ Tensor Linear::backward_input(const Tensor& dy_in, Tape& tape) {
   LOOM_CHECK(dy_in.defined() && dy_in.shape() == y_shape && dy_in.dtype() == output_, "linear '",
              name(), "': output gradient ", dy_in, " must have the output's shape ",
              shape_str(y_shape), " and dtype ", output_);
-  const int64_t rows = state.x.size(0);
+  const int64_t rows = state.rows;
   Tensor dy = dy_in;
   const bool delivered = state.delivered_dy.defined();
   LOOM_CHECK(!delivered || (dy_in.shares_storage(state.delivered_dy) &&
@@ -280,10 +283,31 @@ Tensor Linear::backward_input(const Tensor& dy_in, Tape& tape) {
   return dx;
 }
 
+Tensor Linear::take_saved_input(Tape& tape) {
+  State& state = tape.get<State>(*this);
+  LOOM_CHECK(state.x.defined(), "linear '", name(),
+             "': take_saved_input: the saved input was already taken");
+  return std::exchange(state.x, Tensor());
+}
+
+void Linear::give_back_saved_input(Tape& tape, const Tensor& x) {
+  State& state = tape.get<State>(*this);
+  LOOM_CHECK(!state.x.defined(), "linear '", name(),
+             "': give_back_saved_input: the saved input was not taken");
+  const Shape shape{state.rows, in_features_};
+  LOOM_CHECK(x.defined() && x.shape() == shape && x.dtype() == matmul_, "linear '", name(),
+             "': give_back_saved_input: ", x, " is not the [", state.rows, ", ", in_features_, "] ",
+             matmul_, " input that was taken");
+  state.x = x;
+}
+
 void Linear::backward_weight(Tape& tape) {
   State& state = tape.get<State>(*this);
   LOOM_CHECK(state.dy.defined(), "linear '", name(),
              "': backward_weight needs backward_input first (no output gradient saved)");
+  LOOM_CHECK(state.x.defined(), "linear '", name(),
+             "': backward_weight needs the saved input, which take_saved_input handed out and "
+             "give_back_saved_input has not returned");
   {
     const Parameter::GradWrite dw = weight_->begin_grad_write();
     kernels::GemmOptions options{

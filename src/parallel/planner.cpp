@@ -281,8 +281,16 @@ StepTraffic gpt_step_traffic(const TrafficShape& s) {
   const double grad_passes = (stage <= 1 ? 2.0 : 1.0) * (s.bf16_gradients ? 0.5 : 1.0);
   const double param_passes =
       stage == 0 ? 0.0 : (stage < 3 ? 1.0 : 2.0 * (s.virtual_stages > 0 ? s.micro_batches : 1));
+  // tp, in all-reduces of the activations (an all-gather or a reduce-scatter
+  // is half of one): 4 per block, 2 more for a recomputed forward, the
+  // embedding's sum, the head's input gradient; under SP, the column-parallel layers' inputs
+  // gathered again in backward (2 per block, 1 for the head: NOTE [sequence-parallel input kept as
+  // a slice] in src/parallel/tensor_parallel.cpp).
+  const auto blocks = static_cast<double>(s.blocks);
   const double tp_collectives =
-      4.0 * static_cast<double>(s.blocks) * (s.recompute ? 1.5 : 1.0) + (s.first_stage ? 1.0 : 0.0);
+      4.0 * blocks * (s.recompute ? 1.5 : 1.0) + (s.first_stage ? 1.0 : 0.0) +
+      (s.last_stage ? 1.0 : 0.0) +
+      (s.sequence_parallel ? 0.5 * (2.0 * blocks + (s.last_stage ? 1.0 : 0.0)) : 0.0);
   const double pp_messages = 2.0 * s.virtual_stages;
   StepTraffic t;
   t.dp = (grad_passes + param_passes) * (n_dp - 1) / n_dp * s.parameter_bytes;
@@ -477,9 +485,19 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
     const double w = pass(&models::PassFlops::backward_weight);
     double tp_f = 0, tp_b = 0;
     if (layout.tp > 1) {
+      // Forward: two sums per block, the embedding's, the loss's three small
+      // ones. Backward: two per block (four with the recomputed forward), the
+      // head's input gradient. Under SP each sum is an all-gather and a
+      // reduce-scatter, the same bytes, and the column-parallel layers gather
+      // their inputs again (two per block, the head's), beside the input
+      // gradient's products: only what outlasts them counts.
       tp_f =
           (2.0 * blocks + (first ? 1.0 : 0.0)) * all_reduce + (last ? 3.0 * cluster.latency : 0.0);
-      tp_b = 2.0 * blocks * all_reduce * (config.checkpoint_blocks ? 2.0 : 1.0);
+      tp_b =
+          (2.0 * blocks * (config.checkpoint_blocks ? 2.0 : 1.0) + (last ? 1.0 : 0.0)) * all_reduce;
+      if (layout.sequence_parallel) {
+        tp_b += std::max(0.0, 0.5 * (2.0 * blocks + (last ? 1.0 : 0.0)) * all_reduce - b);
+      }
     }
     costs.forward[static_cast<size_t>(c)] = f + tp_f;
     costs.backward_input[static_cast<size_t>(c)] = b + tp_b;
@@ -539,6 +557,7 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
                           .d_model = d,
                           .blocks = rank_blocks[static_cast<size_t>(r)],
                           .first_stage = schedule->rank_of(0) == r,
+                          .last_stage = schedule->rank_of(schedule->chunks() - 1) == r,
                           .micro_batches = layout.micro_batches,
                           .virtual_stages = layout.pp > 1 ? schedule->virtual_stages : 0,
                           .sequence_parallel = layout.sequence_parallel,

@@ -128,17 +128,56 @@ ColumnParallelLinear::ColumnParallelLinear(std::string name, nn::Parameter& weig
       sequence_parallel_(sequence_parallel),
       local_(name, weight, precision, output_in_matmul_dtype) {}
 
+// NOTE [sequence-parallel input kept as a slice] Under SP the layer's
+// product needs every token, but its weight gradient is the only later use of
+// them: the tape keeps this rank's tokens (1/tp of the gathered input, in the
+// matmul dtype), and backward_input gathers them again, started before the
+// input gradient's product so that the two overlap (Korthikanti et al. 2022,
+// as Megatron-LM does it). It costs one all-gather of the input per layer per
+// backward. Under split backward the gathered input then waits for
+// backward_weight, as the whole input did before.
+struct ColumnParallelLinear::State : nn::SavedState {
+  Tensor tokens;  // [rows / tp, in], this rank's slice of the product's input
+};
+
 Tensor ColumnParallelLinear::forward(const Tensor& x, nn::Tape& tape) {
   // The conjugate operator: identity forward (SP: the tokens gathered).
-  return local_.forward(sequence_parallel_ ? gather_tokens(*tp_, x, name()) : x, tape);
+  if (!sequence_parallel_) return local_.forward(x, tape);
+  Tensor y = local_.forward(gather_tokens(*tp_, x, name()), tape);
+  const Tensor full = local_.take_saved_input(tape);  // [rows, in] in the matmul dtype
+  const int64_t rows = full.size(0) / tp_->size(), in = full.size(1);
+  Tensor tokens;
+  if (x.dtype() == full.dtype()) {
+    tokens = x.view({rows, in});  // what came in: the same values, no copy
+  } else {
+    tokens = Tensor::empty({rows, in}, full.dtype(), full.device());
+    tokens.copy_from(full.flat_view(tp_->rank() * rows * in, {rows, in}));
+  }
+  tape.emplace<State>(*this).tokens = std::move(tokens);
+  return y;
 }
 
 Tensor ColumnParallelLinear::backward_input(const Tensor& dy, nn::Tape& tape) {
+  if (!sequence_parallel_) {
+    Tensor dx = local_.backward_input(dy, tape);
+    // Each rank's outputs saw all of x: sum the input gradient.
+    sum_over(*tp_, dx, name());
+    return dx;
+  }
+  // NOTE [sequence-parallel input kept as a slice]: the input gathered again
+  // while the input gradient's product runs.
+  Tensor tokens = std::move(tape.get<State>(*this).tokens);
+  tape.release(*this);
+  const Tensor full = Tensor::empty({tokens.size(0) * tp_->size(), tokens.size(1)}, tokens.dtype(),
+                                    tokens.device());
+  const int64_t start = trace::now_ns();
+  const comm::Work gather = tp_->all_gather(tokens, full);
   Tensor dx = local_.backward_input(dy, tape);
-  // Each rank's outputs saw all of x: sum the input gradient (SP: and keep this rank's tokens).
-  if (sequence_parallel_) return scatter_tokens(*tp_, dx, name());
-  sum_over(*tp_, dx, name());
-  return dx;
+  gather.wait();
+  record_comm("all_gather (input again)", name(), start, full.nbytes());
+  local_.give_back_saved_input(tape, full);
+  // Each rank's outputs saw all of x: sum the input gradient, keeping this rank's tokens.
+  return scatter_tokens(*tp_, dx, name());
 }
 
 void ColumnParallelLinear::backward_weight(nn::Tape& tape) {

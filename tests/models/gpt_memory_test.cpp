@@ -270,9 +270,12 @@ TEST_CASE("GPT activation bytes: what sequence parallelism splits, and what it d
   // probabilities, c_proj's input, c_fc's pre-activation and GELU output); the
   // residual stream, the LayerNorm statistics and the split Linears' inputs do not.
   CHECK(one.block - tp2.block == 4 * (3 * n * d + 4 * n * n + n * d + 8 * n * d) / 2);
-  // SP halves the residual stream and the statistics, but every rank keeps
-  // c_attn's and c_fc's gathered inputs whole.
-  CHECK(tp2.block - sp2.block == 4 * (2 * n * d / 2 + 4 * n / 2));
+  // SP halves the residual stream and the statistics, and c_attn's and c_fc's
+  // inputs, which keep only this rank's tokens (NOTE [sequence-parallel input
+  // kept as a slice]): every byte a block keeps is split, Korthikanti et al.'s
+  // 34 s b h / t.
+  CHECK(tp2.block - sp2.block == 4 * (4 * n * d / 2 + 4 * n / 2));
+  CHECK(sp2.block == one.block / 2);
   CHECK(sp2.embeddings == n / 2 * d * 4 + n * 4);
 }
 

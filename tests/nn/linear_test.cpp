@@ -302,3 +302,35 @@ TEST_CASE("Linear names shape and dtype errors", "[nn][linear]") {
   CHECK_THROWS_WITH(linear.backward(Tensor::zeros({2, 4}), tape), Contains("[2, 3]"));
   CHECK_THROWS_WITH(Linear("fc", 0, 3), Contains("at least 1"));
 }
+
+TEST_CASE("Linear hands its saved input over and takes it back", "[nn][linear]") {
+  // NOTE [saved input handed over]: backward_input works without it, and
+  // backward_weight with what comes back equals the untouched layer's.
+  Linear linear("fc", 4, 3);
+  const Tensor x = random_input({2, 5, 4}, 7), dy = random_input({2, 5, 3}, 8);
+  auto weight_grad = [&](bool hand_over) {
+    linear.zero_grad();
+    Tape tape;
+    linear.forward(x, tape);
+    Tensor saved;
+    if (hand_over) {
+      saved = linear.take_saved_input(tape);
+      CHECK(saved.shape() == Shape{10, 4});
+      CHECK_THROWS_WITH(linear.take_saved_input(tape), Contains("already taken"));
+    }
+    const std::vector<float> dx = linear.backward_input(dy, tape).to_vector<float>();
+    if (hand_over) {
+      CHECK_THROWS_WITH(linear.backward_weight(tape),
+                        Contains("'fc'") && Contains("give_back_saved_input"));
+      CHECK_THROWS_WITH(linear.give_back_saved_input(tape, Tensor::zeros({5, 4})),
+                        Contains("[5, 4]") && Contains("[10, 4]"));
+      linear.give_back_saved_input(tape, saved.clone());
+      CHECK_THROWS_WITH(linear.give_back_saved_input(tape, saved), Contains("was not taken"));
+    }
+    linear.backward_weight(tape);
+    std::vector<float> out = linear.weight().grad().to_vector<float>();
+    out.insert(out.end(), dx.begin(), dx.end());
+    return out;
+  };
+  CHECK(weight_grad(true) == weight_grad(false));
+}

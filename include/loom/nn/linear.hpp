@@ -91,6 +91,16 @@ class Linear : public Module {
   // activation or its outputs are not this layer's inputs.
   void fuse_input_activation(Linear& producer);
 
+  // NOTE [saved input handed over] The input this layer saved for
+  // backward_weight ([rows, in] in the matmul dtype), handed to the caller,
+  // who keeps something smaller in its place -- a sequence-parallel layer
+  // keeps its 1/tp of the tokens -- and gives the whole input back before
+  // backward_weight. backward_input does not need it. Throws naming the layer
+  // when there is none (no forward on this tape, or already taken), or when
+  // what comes back is not the shape and dtype that was taken.
+  Tensor take_saved_input(Tape& tape);
+  void give_back_saved_input(Tape& tape, const Tensor& x);
+
   // Its weight gradient needs only the saved input and the output gradient.
   bool backward_weight_reads_parameters() override { return false; }
   void collect_parameters(std::vector<Parameter*>& out) override;

@@ -186,6 +186,7 @@ struct TrafficShape {
   int64_t batch = 0, seq = 0, d_model = 0;  // sequences per replica per step
   int64_t blocks = 0;                       // transformer blocks on this rank
   bool first_stage = true;                  // holds the (vocabulary-parallel) embedding
+  bool last_stage = true;                   // holds the head (column-parallel, tied)
   int micro_batches = 1;                    // under a pipeline
   int virtual_stages = 0;                   // chunks per rank; 0 without a pipeline
   bool sequence_parallel = false;

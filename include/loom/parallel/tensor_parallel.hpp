@@ -73,7 +73,9 @@ class ColumnParallelLinear : public nn::Module {
   // [B, T / tp, in]) -> [..., out / tp] (SP: all tokens, [B, T, out / tp]).
   Tensor forward(const Tensor& x, nn::Tape& tape) override;
   // dy [..., out / tp] -> dx [..., in], summed over the tp group (SP:
-  // reduce-scattered to this rank's tokens).
+  // reduce-scattered to this rank's tokens; the tape kept only this rank's
+  // tokens of the input, gathered again here for backward_weight: NOTE
+  // [sequence-parallel input kept as a slice]).
   Tensor backward_input(const Tensor& dy, nn::Tape& tape) override;
   void backward_weight(nn::Tape& tape) override;
   void collect_parameters(std::vector<nn::Parameter*>& out) override;
@@ -82,6 +84,7 @@ class ColumnParallelLinear : public nn::Module {
   nn::Linear& local() { return local_; }
 
  private:
+  struct State;
   std::shared_ptr<comm::Communicator> tp_;
   bool sequence_parallel_;
   nn::Linear local_;
