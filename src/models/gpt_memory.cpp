@@ -20,9 +20,9 @@ double bytes_of(DType dtype) {
 //   nn::Linear         its input in the matmul dtype: the tensor itself when it
 //                      has that dtype, else a rounded copy (the original then
 //                      freed: nothing else keeps a LayerNorm's, the attention's
-//                      or c_fc's output), its weight rounded to the matmul dtype
-//                      when that differs, and with its activation (c_fc) the
-//                      pre-activation in its output's dtype
+//                      or c_fc's output), and with its activation (c_fc) the
+//                      pre-activation in its output's dtype; not its weight,
+//                      nor the weight's rounded copy (NOTE [weight not kept])
 //   CausalSelfAttention q, k, v head-major and the probabilities, in its
 //                      input's dtype; under checkpoint_attention the
 //                      nn::Checkpoint keeps its input, q | k | v as c_attn wrote
@@ -92,19 +92,18 @@ GPTActivationBytes gpt_activation_bytes(const GPTConfig& config, int64_t rows, i
     // The probabilities [rows, heads, tokens, tokens], unless recomputed.
     if (!config.checkpoint_attention)
       out.block += static_cast<double>(rows) * heads * t * t * handed;
-    // c_attn 3d x d, c_proj d x d, c_fc 4d x d, c_proj d x 4d: 12 d^2 / tp.
-    out.block_weight_copies = 12 * d * width * weight_copy;
-    out.block += out.block_weight_copies;
   }
+  // Held by an open weight scope, not by the tape: c_attn 3d x d, c_proj
+  // d x d, c_fc 4d x d, c_proj d x 4d: 12 d^2 / tp.
+  out.block_weight_copies = 12 * d * width * weight_copy;
 
   out.head_weight_copies = vocab * d * weight_copy;  // the token table (this rank's rows)
   // nn::CrossEntropyLoss: lse [n] and the count [1], f32; VocabParallelCrossEntropy:
   // the target's column [n] i64 and lse [n] f32 (its count is a double).
   out.loss_state = tp > 1 ? n * (i64 + f32) : n * f32 + f32;
-  out.head = 2 * local * f32           // ln_f mean and rstd
-             + local * d * matmul      // the projection's input (ln_f's output; SP: this rank's)
-             + n * vocab * logits      // the output: the logits (this rank's columns)
-             + out.head_weight_copies  // the projection's weight, rounded
+  out.head = 2 * local * f32       // ln_f mean and rstd
+             + local * d * matmul  // the projection's input (ln_f's output; SP: this rank's)
+             + n * vocab * logits  // the output: the logits (this rank's columns)
              + out.loss_state;
   return out;
 }

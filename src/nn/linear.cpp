@@ -37,10 +37,6 @@ class TensorIdentity {
 struct Linear::State : SavedState {
   Tensor x;  // the input viewed as [rows, in] (in the matmul dtype)
   int64_t rows = 0;
-  // The weight's copy in the matmul dtype, when that is not the weight's own;
-  // else undefined: backward reads the weight again (NOTE [weight not kept]).
-  Tensor w;
-  bool w_fixed = false;  // the operand is the weight or a copy an open PackedWeightScope keeps
   Tensor
       dy;  // the output gradient viewed as [rows, out] (in the matmul dtype), for backward_weight
   Tensor dy_bias;  // the output gradient as it came, for the bias, when dy was rounded
@@ -62,6 +58,23 @@ namespace {
 // `t` in the matmul dtype: itself when it already is, else rounded once.
 Tensor matmul_operand(const Tensor& t, DType matmul) {
   return t.dtype() == matmul ? t : t.to(matmul);
+}
+
+// The weight as the products take it (NOTE [weight not kept]): itself in the
+// matmul dtype; else its rounded copy, the one an open PackedWeightScope keeps
+// for the step or, without one, a copy of its own for this product. `fixed`:
+// GEMMs may keep its packing for the scope (kernels::GemmOptions::
+// b_fixed_in_scope), never for a copy that is freed after the product.
+struct WeightOperand {
+  Tensor tensor;
+  bool fixed = true;
+};
+WeightOperand weight_operand(const Tensor& w, DType matmul) {
+  if (w.dtype() == matmul) return {w, true};
+  if (std::optional<Tensor> kept = kernels::PackedWeightScope::rounded(w, matmul)) {
+    return {*kept, true};
+  }
+  return {w.to(matmul), false};
 }
 
 // Whether a product into `c` can take `bias` (or its gradient) as its
@@ -143,23 +156,16 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
   // once per step (NOTE [packed weight reuse] in loom/kernels/gemm.hpp).
   state.x = matmul_operand(x.view({rows, in_features_}), matmul_);
   state.rows = rows;
-  // NOTE [weight not kept] A weight in the matmul dtype is not kept by the
-  // tape: backward_input reads the parameter again. Under ZeRO stage 3 the
+  // NOTE [weight not kept] The tape keeps neither the weight nor its rounded
+  // copy: backward_input reads the parameter again (and rounds it again, or
+  // takes the copy an open PackedWeightScope keeps). Under ZeRO stage 3 the
   // parameter's gathered value is released after the forward and gathered
   // again around the backward; a reference in the tape would keep every
   // unit's gathered copy alive from its forward to its backward, all of the
-  // model's parameters at the end of the forward.
-  state.w_fixed = true;
-  Tensor w_op = w;
-  if (w.dtype() != matmul_) {
-    if (std::optional<Tensor> kept = kernels::PackedWeightScope::rounded(w, matmul_)) {
-      w_op = *kept;
-    } else {
-      w_op = w.to(matmul_);
-      state.w_fixed = false;
-    }
-    state.w = w_op;
-  }
+  // model's parameters at the end of the forward. A rounded copy kept there
+  // would do the same in the matmul dtype, per micro-batch in flight (where
+  // no scope is open: ZeRO stage 3, a library user's loop).
+  const WeightOperand w_op = weight_operand(w, matmul_);
   state.x_shape = x.shape();
   state.x_dtype = x.dtype();
   state.x_in = TensorIdentity(x);
@@ -169,7 +175,7 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
   const bool bias_epilogue = bias_ && bias_->value().dtype() == DType::f32;
   kernels::GemmOptions options{.trans_a = false,
                                .trans_b = true,
-                               .b_fixed_in_scope = state.w_fixed,
+                               .b_fixed_in_scope = w_op.fixed,
                                .bias = bias_epilogue ? bias_->value() : Tensor()};
   if (activation_ && (bias_epilogue || !bias_)) {
     // y = f(x w^T + b) and the pre-activation, both in the output dtype.
@@ -178,11 +184,11 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
     options.activation = activation_;
     options.pre_activation = state.pre_activation;
     const Tensor y2 = y.view({rows, out_features_});
-    kernels::OpCost cost = kernels::gemm_cost(state.x, w_op, y2, options);
+    kernels::OpCost cost = kernels::gemm_cost(state.x, w_op.tensor, y2, options);
     if (bias_) cost += kernels::bias_add_cost(y2);
     cost += kernels::activation_forward_cost(*activation_, y2);
     trace::OpScope scope("linear.forward", cost, w.device(), name());
-    kernels::gemm(state.x, w_op, y2, options);
+    kernels::gemm(state.x, w_op.tensor, y2, options);
     state.y_out = TensorIdentity(y);
     return y;
   }
@@ -191,11 +197,11 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
   const Tensor y2 = y.view({rows, out_features_});
   if (y2.dtype() != DType::f32) options.bias = Tensor();  // the epilogue needs an f32 output
   {
-    kernels::OpCost cost = kernels::gemm_cost(state.x, w_op, y2, options);
+    kernels::OpCost cost = kernels::gemm_cost(state.x, w_op.tensor, y2, options);
     if (bias_) cost += kernels::bias_add_cost(y2);
     if (activation_) cost += kernels::activation_forward_cost(*activation_, y2);
     trace::OpScope scope("linear.forward", cost, w.device(), name());
-    kernels::gemm(state.x, w_op, y2, options);
+    kernels::gemm(state.x, w_op.tensor, y2, options);
     if (bias_ && !options.bias.defined()) kernels::bias_add(y2, bias_->value());
     if (output_ != y.dtype()) y = y.to(output_);
     if (activation_) {  // after a 16-bit bias: the activation as a pass of its own
@@ -253,9 +259,9 @@ Tensor Linear::backward_input(const Tensor& dy_in, Tape& tape) {
   const Tensor dx2 = dx.view({rows, in_features_});
   state.dy = matmul_operand(dy.view({rows, out_features_}), matmul_);
   if (bias_ && state.dy.dtype() != dy.dtype()) state.dy_bias = dy.view({rows, out_features_});
-  kernels::GemmOptions options{.b_fixed_in_scope = state.w_fixed};
-  const Tensor w_op = state.w.defined() ? state.w : w;  // NOTE [weight not kept]
-  kernels::OpCost cost = kernels::gemm_cost(state.dy, w_op, dx2);
+  const WeightOperand w_op = weight_operand(w, matmul_);  // NOTE [weight not kept]
+  kernels::GemmOptions options{.b_fixed_in_scope = w_op.fixed};
+  kernels::OpCost cost = kernels::gemm_cost(state.dy, w_op.tensor, dx2);
   // NOTE [fused activation]: f' of the layer before, applied in this product.
   State* producer = input_producer_ != nullptr && tape.has(*input_producer_)
                         ? &tape.get<State>(*input_producer_)
@@ -277,9 +283,8 @@ Tensor Linear::backward_input(const Tensor& dy_in, Tape& tape) {
   }
   {
     trace::OpScope scope("linear.backward_input", cost, w.device(), name());
-    kernels::gemm(state.dy, w_op, dx2, options);
+    kernels::gemm(state.dy, w_op.tensor, dx2, options);
   }
-  state.w = Tensor();  // not needed by backward_weight
   return dx;
 }
 

@@ -382,7 +382,9 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
   // As the pipeline executor and train_gpt keep them (NOTE [activation bytes
   // convention] in models/gpt_memory.hpp): the loss's backward runs at once
   // (dlogits kept instead of the logits and the loss's state), and the
-  // weights' low-precision copies are made once per step (a transient).
+  // weights' low-precision copies are made once per step by the weight scope
+  // (a transient; at ZeRO stage 3, which opens none, one product's copy at a
+  // time).
   // A stage message: one micro-batch's f32 activations (a token slice under SP).
   const double message =
       static_cast<double>(micro_rows * seq * d) * kF32 / (layout.sequence_parallel ? layout.tp : 1);
@@ -392,13 +394,16 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
     // chunk's output, counted there.
     const bool received = c > 0 && schedule->rank_of(c - 1) != schedule->rank_of(c);
     return (received ? message : 0.0) + (c == 0 ? kept.embeddings : 0.0) +
-           static_cast<double>(layers[static_cast<size_t>(c)]) *
-               (kept.block - kept.block_weight_copies) +
-           (c == chunks - 1 ? kept.head - kept.loss_state - kept.head_weight_copies : 0.0);
+           static_cast<double>(layers[static_cast<size_t>(c)]) * kept.block +
+           (c == chunks - 1 ? kept.head - kept.loss_state : 0.0);
   };
+  const int stage = layout.dp > 1 ? layout.zero_stage : 0;
   auto chunk_weight_copies = [&](int c) {
-    return static_cast<double>(layers[static_cast<size_t>(c)]) * kept.block_weight_copies +
-           (c == chunks - 1 ? kept.head_weight_copies : 0.0);
+    const auto blocks = static_cast<double>(layers[static_cast<size_t>(c)]);
+    const double head = c == chunks - 1 ? kept.head_weight_copies : 0.0;
+    // c_fc's and the MLP's c_proj are the largest, 4 d^2 / tp of the 12.
+    if (stage == 3) return std::max(head, blocks > 0 ? kept.block_weight_copies / 3.0 : 0.0);
+    return blocks * kept.block_weight_copies + head;
   };
   const std::vector<int> in_flight = pipeline::peak_in_flight(*schedule);
   const int64_t block_numel = [&] {
@@ -408,14 +413,14 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
   }();
   const double table_bytes =
       static_cast<double>(padded_vocab(config.vocab, layout.tp) / layout.tp * d) * kF32;
-  const int stage = layout.dp > 1 ? layout.zero_stage : 0;
   for (int r = 0; r < layout.pp; ++r) {
     const StateBytes state = zero_state_bytes(numels[static_cast<size_t>(r)], layout.dp, stage);
     double largest_chunk = 0, weight_copies = 0;
     for (int c = 0; c < chunks; ++c) {
       if (schedule->rank_of(c) != r) continue;
       largest_chunk = std::max(largest_chunk, chunk_bytes(c));
-      weight_copies += chunk_weight_copies(c);
+      weight_copies = stage == 3 ? std::max(weight_copies, chunk_weight_copies(c))
+                                 : weight_copies + chunk_weight_copies(c);
     }
     const double activations =
         (layout.pp > 1 ? in_flight[static_cast<size_t>(r)] : 1) * largest_chunk;

@@ -66,14 +66,16 @@ std::string check_stats(const std::vector<RankRun>& ranks, int micro_batches, in
         why += str_cat("rank ", r, ": ", s.peak_tapes, " tapes alive at once, bound ",
                        ranks[r].activation_bound, "\n");
       }
-      // NOTE [packed weight reuse]: each Linear's weight (under bf16 first
-      // rounded once) is packed once per step for its forward and once for its
-      // input gradient, then reused by the other micro-batches; not at ZeRO
-      // stage 3.
+      // NOTE [packed weight reuse]: each Linear's weight is packed once per
+      // step for its forward and once for its input gradient, then reused by
+      // the other micro-batches; under bf16 first rounded once, the copy
+      // served to both products of every micro-batch (NOTE [weight not
+      // kept]); not at ZeRO stage 3.
       const kernels::PackedWeightScope::Stats& packing = s.packed_weights;
       const bool packs = kernels::cpu::packed_gemm_available() && zero_stage < 3;
       if (packs ? packing.packed + packing.rounded == 0 ||
-                      packing.hits != (micro_batches - 1) * (packing.packed + packing.rounded)
+                      packing.hits != (micro_batches - 1) * packing.packed +
+                                          (2 * micro_batches - 1) * packing.rounded
                 : packing.packed != 0 || packing.hits != 0) {
         why += str_cat("rank ", r, ": ", packing.packed, " weights packed, reused ", packing.hits,
                        " times over ", micro_batches, " micro-batches at ZeRO stage ", zero_stage,

@@ -18,11 +18,13 @@
 // instead of the logits and the loss's state: head - loss_state there.
 //
 // Weight copies: under a reduced precision every block Linear and the head's
-// projection round their weight to the matmul dtype in forward and keep the
-// copy until backward_input. block and head include those copies; while a
-// kernels::PackedWeightScope is open (the pipeline executor, train_gpt) the
-// scope holds one copy per step, made by the step's first micro-batch, and a
-// forward keeps none: subtract block_weight_copies and head_weight_copies.
+// projection multiply by their weight rounded to the matmul dtype. The tape
+// keeps no copy (NOTE [weight not kept] in src/nn/linear.cpp): while a
+// kernels::PackedWeightScope is open (the pipeline executor, train_gpt below
+// ZeRO stage 3) the scope holds one per weight for the step,
+// block_weight_copies per block and head_weight_copies for the head, made by
+// the step's first micro-batch; without one each product rounds its own and
+// frees it. block and head do not include them.
 //
 // Exact on the host: tests/models/gpt_memory_test.cpp checks every figure
 // against the host allocator's requested bytes (the tensors' sizes) over each
@@ -45,8 +47,8 @@ struct GPTActivationBytes {
   double embeddings = 0;  // what the embeddings' forward (wte + wpe lookup, sum, dropout) keeps
   double block = 0;       // one transformer block (every block keeps the same)
   double head = 0;  // ln_f, the vocabulary projection and the logits (incl. what the loss keeps)
-  // Of block and head: the Linear weights rounded to the matmul dtype (zero
-  // without a reduced precision or under checkpoint_blocks for a block).
+  // Not in block and head: the Linear weights rounded to the matmul dtype, as
+  // an open weight scope holds them (zero without a reduced precision).
   double block_weight_copies = 0;
   double head_weight_copies = 0;
   // Of head: the loss's saved state (its per-row log-sum-exp and count, or
