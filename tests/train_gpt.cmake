@@ -40,7 +40,8 @@ loom_train_gpt_refuses(tp
     "1|--sequence-parallel --seq 16|--sequence-parallel splits the tensor-parallel group's tokens. it needs --tp 2 or more"
     "3|--tp 2 --seq 16|--tp 2 does not divide the world of 3 ranks"
     "3|--tp 3 --heads 4 --seq 16|--tp 3 does not divide --heads 4"
-    "2|--tp 2 --heads 2 --seq 15 --sequence-parallel|--tp 2 does not divide --seq 15")
+    "2|--tp 2 --heads 2 --seq 15 --sequence-parallel|--tp 2 does not divide --seq 15"
+    "2|--dropout 1 --seq 16|--dropout 1 must lie in .0, 1.")
 
 # Distributed checkpoints through train_gpt: saved as tp 2 x dp 2 with ZeRO-1,
 # resumed bit for bit on the same layout after the newest checkpoint lost its
@@ -101,6 +102,21 @@ loom_train_gpt_compare(dp ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.
         "2|--layers 2|--micro-batches 2 --zero-stage 3"
         "2|--layers 2|--zero-stage 3 --activation-checkpointing"
         "2|--layers 2|--micro-batches 2 --zero-stage 3 --checkpoint-attention")
+
+# Dropout under any layout drops what one rank drops on the whole batch: each
+# mask is drawn by its element's place in the step's global batch (NOTE
+# [dropout by global position] in include/loom/nn/dropout.hpp), so dp 2,
+# gradient accumulation, tp 2 with SP x dp 2, pp 2 under zb-v (4 micro-batches
+# against one rank's one) and dp x tp x pp reproduce one rank to the printed
+# digit.
+loom_train_gpt_compare(tp ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.tokens
+  NAME_PREFIX _dropout
+  COMMON --d-model 64 --heads 4 --seq 32 --batch 4 --steps 6 --log-every 1 --eval-every 0
+         --eval-batches 2 --dropout 0.1
+  CASES "2|--layers 2|--zero-stage 1" "1|--layers 2|--micro-batches 4"
+        "4|--layers 2|--tp 2 --sequence-parallel"
+        "2|--layers 4|--pp 2 --schedule zb-v --micro-batches 4"
+        "8|--layers 4|--tp 2 --sequence-parallel --pp 2 --schedule 1f1b --micro-batches 2 --zero-stage 1")
 
 # Mixed precision: a bf16 (and an fp16, loss-scaled) GPT's validation loss
 # after 300 steps within 0.01 nats of the fp32 run's; bf16 under dp with ZeRO,

@@ -91,6 +91,7 @@ int run(const Flags& f) {
   config.checkpoint_blocks = f.checkpoints(groups.coord.pp);
   config.checkpoint_attention = f.checkpoint_attention;
   config.gelu = f.gelu == "tanh" ? kernels::Activation::gelu_tanh : kernels::Activation::gelu;
+  config.dropout = static_cast<float>(f.dropout);
   config.module = {.device = device,
                    .dtype = DType::f32,
                    .seed = f.seed,
@@ -336,7 +337,13 @@ int run(const Flags& f) {
     data::TokenBatch batch = loader.next();
     trace::StepScope profiled_step;
     meter.begin();
+    // Dropout's masks: one seed for the step, each micro-batch's rows placed
+    // in the global batch (NOTE [dropout by global position] in
+    // nn/dropout.hpp; this replica's rows come after the lower replicas').
     const uint64_t step_seed = f.seed * 1000003 + static_cast<uint64_t>(step);
+    auto first_row = [&](int m) {
+      return dp.rank() * f.batch + m * (f.batch / f.pipe.micro_batch_count());
+    };
     auto say_skipped = [&](double scale_used) {
       say("step %5lld  skipped: the gradients overflowed at loss scale %g (now %g; %lld skipped "
           "so far)\n",
@@ -359,7 +366,9 @@ int run(const Flags& f) {
                 loss_fn.forward(logits, targets[static_cast<size_t>(m)], loss_tape).item<float>();
             return pl::LossOutput{value, loss_fn.backward(loss_tape, dloss)};
           },
-          [&](int m) { return step_seed * 131 + static_cast<uint64_t>(m); });
+          [&](int m) {
+            return pl::MicroBatchRandom{.seed = step_seed, .first_row = first_row(m)};
+          });
       loss = pipeline_stats.loss;
       norm = pipeline_stats.grad_norm;
       if (scaler && !pipeline_stats.stepped) say_skipped(pipeline_stats.loss_scale);
@@ -369,8 +378,8 @@ int run(const Flags& f) {
       }
     } else {
       // --micro-batches M: gradient accumulation, the micro-batches one after
-      // another, each loss gradient scaled by 1 / M, with the pipeline's
-      // per-micro-batch seeds; only the last backward launches the reduction
+      // another, each loss gradient scaled by 1 / M, each micro-batch's rows
+      // placed as the pipeline places them; only the last backward launches the reduction
       // over dp. The weights are packed (and rounded) once for all M (NOTE
       // [packed weight reuse] in loom/kernels/gemm.hpp), not at ZeRO stage 3.
       const int m_count = f.pipe.micro_batch_count();
@@ -383,7 +392,8 @@ int run(const Flags& f) {
       }
       for (int m = 0; m < m_count; ++m) {
         nn::Tape tape, loss_tape;
-        tape.set_random_seed(m_count == 1 ? step_seed : step_seed * 131 + static_cast<uint64_t>(m));
+        tape.set_random_seed(step_seed);
+        tape.set_first_row(first_row(m));
         const Tensor logits = model->forward(inputs[static_cast<size_t>(m)], tape);
         loss += loss_fn.forward(logits, targets[static_cast<size_t>(m)], loss_tape).item<float>() /
                 m_count;

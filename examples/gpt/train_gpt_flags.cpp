@@ -62,6 +62,7 @@ void check_pipeline(const Flags& f) {
 }  // namespace
 
 void check_layout(const Flags& f, int world) {
+  LOOM_CHECK(f.dropout >= 0.0 && f.dropout < 1.0, "--dropout ", f.dropout, " must lie in [0, 1)");
   LOOM_CHECK(!f.sequence_parallel || f.tp > 1,
              "--sequence-parallel splits the tensor-parallel group's tokens; it needs --tp 2 or "
              "more (got --tp ",
@@ -152,6 +153,11 @@ void add_flags(CLI::App& app, Flags& f) {
                  "and on the host the logits in bf16 under bf16; fp16 with dynamic loss scaling: "
                  "docs/nn.md)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--dropout", f.dropout,
+                 "dropout probability on the embeddings and each block's two residual branches "
+                 "(GPT-2's); the masks are drawn by each element's place in the step's global "
+                 "batch, so any layout drops what one rank drops (docs/nn.md); below 1")
+      ->check(flags::between(0, 1));
   app.add_option("--gelu", f.gelu,
                  "the MLP's GELU: exact (erf, PyTorch's default) or tanh (the approximation "
                  "GPT-2 and llm.c use; on CUDA fused into c_fc's product and c_proj's input "

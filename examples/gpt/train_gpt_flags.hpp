@@ -57,6 +57,7 @@ struct Flags {
   }
   std::string precision = "fp32";    // nn/precision.hpp
   std::string gelu = "exact";        // GPTConfig::gelu: exact (erf) or tanh
+  double dropout = 0.0;              // GPTConfig::dropout
   std::string grad_reduce = "fp32";  // the dtype gradients travel in over dp
 };
 

@@ -5,6 +5,7 @@ namespace loom::nn {
 struct Checkpoint::State : SavedState {
   Tensor x;
   uint64_t seed = 0;
+  int64_t first_row = 0;
   Tape inner;  // the recomputed forward's state, between backward_input and backward_weight
   bool recomputed = false;
 };
@@ -19,12 +20,14 @@ Tensor Checkpoint::forward(const Tensor& x, Tape& tape) {
   {
     Tape scratch;
     scratch.set_random_seed(tape.random_seed());
+    scratch.set_first_row(tape.first_row());
     scratch.set_micro_batch(tape.micro_batch());
     y = inner_->forward(x, scratch);
   }  // everything inner saved is freed here
   State& state = tape.emplace<State>(*this);
   state.x = x;
   state.seed = tape.random_seed();
+  state.first_row = tape.first_row();
   return y;
 }
 
@@ -33,6 +36,7 @@ Checkpoint::State& Checkpoint::recompute(Tape& tape) {
   LOOM_CHECK(!state.recomputed, "checkpoint '", name(),
              "': backward_input already ran for this tape");
   state.inner.set_random_seed(state.seed);
+  state.inner.set_first_row(state.first_row);
   state.inner.set_micro_batch(tape.micro_batch());
   inner_->forward(state.x, state.inner);
   state.recomputed = true;

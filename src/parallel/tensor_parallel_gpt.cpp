@@ -63,7 +63,8 @@ std::unique_ptr<nn::Module> TensorParallelGPTLayers::attention(const std::string
 std::unique_ptr<nn::Module> TensorParallelGPTLayers::dropout(const std::string& name,
                                                              float p) const {
   // Under SP this rank holds slice `rank` of the tokens (NOTE [token slices]).
-  return std::make_unique<nn::Dropout>(name, p, options_.sequence_parallel ? tp_->rank() : 0);
+  if (!options_.sequence_parallel) return std::make_unique<nn::Dropout>(name, p);
+  return std::make_unique<nn::Dropout>(name, p, tp_->rank(), tp_->size());
 }
 
 std::unique_ptr<models::GPTEnd> TensorParallelGPTLayers::embeddings(

@@ -29,6 +29,7 @@ StepResult TrainStep::run(const Tensor& inputs, const Tensor& targets, int64_t s
   }
   nn::Tape tape, loss_tape;
   tape.set_random_seed(seed * 1000003 + static_cast<uint64_t>(step));
+  tape.set_first_row(first_row);
   const Tensor logits = model.forward(inputs, tape);
   StepResult result;
   result.loss = loss.forward(logits, targets, loss_tape).item<float>();

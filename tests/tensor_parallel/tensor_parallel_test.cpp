@@ -200,9 +200,8 @@ struct LayoutOptions {
   int tp = 1;
   bool sequence_parallel = false;
   int stage = 0;  // ZeRO stage over dp
-  // Dropout needs dp = 1: masks are keyed by the element's index in this
-  // rank's batch, so data-parallel ranks draw other masks than one rank on the
-  // global batch.
+  // Masks drawn by each element's place in the global batch (NOTE [dropout
+  // by global position]): the tape's first row is this replica's.
   float dropout = 0.0f;
 };
 
@@ -250,6 +249,7 @@ LayoutRun train_layout(comm::Communicator& world, const LayoutOptions& o, int st
     }
     nn::Tape tape, loss_tape;
     tape.set_random_seed(100 + s);
+    tape.set_first_row(groups.dp->rank() * batch);
     const Tensor logits = model.forward(Tensor::from_vector(ids, {batch, seq}), tape);
     const Tensor target = Tensor::from_vector(targets, {batch, seq});
     Tensor value = tp > 1 ? tp_loss.forward(logits, target, loss_tape)
@@ -322,21 +322,24 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "tp 2 x dp 2 with ZeRO stages 0-3, sequence parallelism and clipping trains like one "
-    "rank",
+    "tp 2 x dp 2 with ZeRO stages 0-3, sequence parallelism, dropout and clipping trains like "
+    "one rank",
     "[tp]") {
   const int steps = 4;
   for (const int stage : {0, 1, 2, 3}) {
+    // Dropout at stages 1 and 3: each replica's masks are its rows' of the
+    // single rank's.
+    const float dropout = stage % 2 == 1 ? 0.1f : 0.0f;
     LayoutRun want;
     comm::run_local_ranks(comm::make_local_group(1), [&](comm::Communicator& c) {
-      want = train_layout(c, {.stage = stage}, steps);
+      want = train_layout(c, {.stage = stage, .dropout = dropout}, steps);
     });
     for (const bool sp : {false, true}) {
-      INFO("ZeRO stage " << stage << ", sequence parallel " << sp);
+      INFO("ZeRO stage " << stage << ", sequence parallel " << sp << ", dropout " << dropout);
       std::vector<LayoutRun> ranks(4);
       comm::run_local_ranks(comm::make_local_group(4), [&](comm::Communicator& c) {
-        ranks[static_cast<size_t>(c.rank())] =
-            train_layout(c, {.tp = 2, .sequence_parallel = sp, .stage = stage}, steps);
+        ranks[static_cast<size_t>(c.rank())] = train_layout(
+            c, {.tp = 2, .sequence_parallel = sp, .stage = stage, .dropout = dropout}, steps);
       });
       check_losses(want, ranks, steps);
       // The tp pair of each data-parallel replica holds the whole model; both replicas agree.

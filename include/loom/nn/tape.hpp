@@ -83,6 +83,14 @@ class Tape {
   // copies the seed into a fresh tape, draws the same mask.
   void set_random_seed(uint64_t seed) { random_seed_ = seed; }
   uint64_t random_seed() const { return random_seed_; }
+  // Where this micro-batch's first row (sequence, image) sits in the step's
+  // global batch: this data-parallel rank's first row plus the micro-batch's
+  // within the rank's. Dropout draws row r's mask as row first_row + r of the
+  // global batch under one seed for the step (NOTE [dropout by global
+  // position] in nn/dropout.hpp), so any split of the batch over ranks and
+  // micro-batches drops what one rank drops on the whole batch.
+  void set_first_row(int64_t row) { first_row_ = row; }
+  int64_t first_row() const { return first_row_; }
 
   // See the file comment. Ids start at 1; 0 means "no micro-batch" (a
   // gradient written outside any tape).
@@ -105,6 +113,7 @@ class Tape {
 
   std::unordered_map<const void*, std::unique_ptr<SavedState>> states_;
   uint64_t random_seed_ = 0;
+  int64_t first_row_ = 0;
   uint64_t micro_batch_ = 0;
 };
 

@@ -15,6 +15,7 @@
 //   zero.zero_grad();                                  // or optimizer->zero_grad()
 //   nn::Tape tape, loss_tape;
 //   tape.set_random_seed(seed * 1000003 + step);       // Dropout's masks (the GPT example's rule)
+//   tape.set_first_row(first_row);                     // ... at this rank's rows of the batch
 //   Tensor logits = model.forward(inputs, tape);
 //   double loss_value = loss.forward(logits, targets, loss_tape).item<float>();
 //   model.backward(loss.backward(loss_tape), tape);
@@ -66,6 +67,9 @@ struct TrainStep {
   double clip_norm = 0.0;                          // > 0: clip the gradients' global norm to this
   std::function<double(int64_t step)> lr_at = {};  // empty: keep the optimizer's rate
   uint64_t seed = 0;                               // the forward tape's random seed (above)
+  // This rank's first row in the step's global batch (its data-parallel rank
+  // times its rows), where Dropout places its masks (nn::Tape::first_row).
+  int64_t first_row = 0;
 
   StepResult run(const Tensor& inputs, const Tensor& targets, int64_t step);
 };

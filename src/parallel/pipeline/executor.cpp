@@ -307,7 +307,11 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
         std::unique_ptr<nn::Tape>& tape = tape_of(a.micro_batch, a.chunk);
         tape = std::make_unique<nn::Tape>();
         tape->set_micro_batch(ids[static_cast<size_t>(a.micro_batch)].micro_batch());
-        if (seed) tape->set_random_seed(seed(a.micro_batch));
+        if (seed) {
+          const MicroBatchRandom random = seed(a.micro_batch);
+          tape->set_random_seed(random.seed);
+          tape->set_first_row(random.first_row);
+        }
         stats.peak_tapes = std::max(stats.peak_tapes, ++live_tapes);
         Tensor y = module_of(a.chunk).forward(x, *tape);
         if (a.chunk == last_chunk) {

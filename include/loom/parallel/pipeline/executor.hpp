@@ -118,9 +118,16 @@ struct LossOutput {
 // f32: scaling bf16 or f16 logits' gradients afterwards rounds them twice.
 using LossFunction = std::function<LossOutput(const Tensor& logits, int micro_batch, float dloss)>;
 
-// The random seed of micro-batch m's tapes (dropout), as a single-rank run
-// would give the micro-batch. Without one, every tape's seed is 0.
-using SeedProvider = std::function<uint64_t(int micro_batch)>;
+// Where micro-batch m's tapes draw their random numbers (dropout): the
+// step's seed, and the micro-batch's first row in the step's global batch
+// (nn::Tape::first_row, NOTE [dropout by global position] in nn/dropout.hpp),
+// so that the masks are those of a single-rank run on the whole batch.
+// Without a provider every tape's seed and first row are 0.
+struct MicroBatchRandom {
+  uint64_t seed = 0;
+  int64_t first_row = 0;
+};
+using SeedProvider = std::function<MicroBatchRandom(int micro_batch)>;
 
 struct ExecutorOptions {
   // Receives kept posted ahead of the one being waited for (at least 1).
