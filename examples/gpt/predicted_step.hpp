@@ -129,8 +129,8 @@ inline std::string compare_prediction(const StepPrediction& p, std::vector<doubl
   std::snprintf(
       text, sizeof(text),
       "planner: measured step %.1f ms (median of %zu) = %.2fx the predicted %.1f ms%s; "
-      "the steps' peak allocation %.3f GiB on rank 0 against the largest rank's predicted "
-      "%.3f GiB\n",
+      "the steps' peak memory %.3f GiB on rank 0 (the allocator's, with the symmetric buckets and "
+      "packed weights outside it) against the largest rank's predicted %.3f GiB\n",
       median * 1e3, timed.size(), ratio, p.estimate.step * 1e3, hint.c_str(),
       peak_bytes / 1073741824.0, p.estimate.total_bytes / 1073741824.0);
   return text;

@@ -431,8 +431,10 @@ int run(const Flags& f) {
     meter.end(tokens_per_step);
     train_seconds += meter.seconds();
     step_seconds.push_back(meter.seconds());
+    // Symmetric gradient buckets and packed weights included (NOTE [memory
+    // outside the allocator]): the planner counts them too.
     step_peak_bytes =
-        std::max(step_peak_bytes, static_cast<double>(memory.stats().peak_allocated_bytes));
+        std::max(step_peak_bytes, static_cast<double>(memory.stats().peak_total_bytes));
 
     if (step % f.log_every == 0 || step + 1 == f.steps) {
       const double global_loss = parallel::mean_over(dp, loss);

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/allocator_stats.hpp"
 #include "core/env.hpp"
 #include "loom/config.hpp"
 #include "loom/core/error.hpp"
@@ -75,6 +76,7 @@ class HostAllocator final : public Allocator {
     stats_.allocated_bytes += rounded;
     stats_.requested_bytes += bytes;
     stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    detail::note_total_peak(stats_);
     ++stats_.num_allocs;
     return ptr;
   }
@@ -110,6 +112,12 @@ class HostAllocator final : public Allocator {
     std::lock_guard lock(mutex_);
     stats_.peak_allocated_bytes = stats_.allocated_bytes;
     stats_.peak_reserved_bytes = stats_.reserved_bytes;
+    stats_.peak_total_bytes = stats_.allocated_bytes + stats_.external_bytes;
+  }
+
+  void add_external(int64_t bytes) override {
+    std::lock_guard lock(mutex_);
+    detail::add_external_bytes(stats_, bytes, Device::cpu());
   }
 
   void empty_cache() override {
@@ -143,10 +151,15 @@ class HostAllocator final : public Allocator {
 }  // namespace
 
 std::ostream& operator<<(std::ostream& out, const AllocatorStats& s) {
-  return out << "allocated " << s.allocated_bytes << " B, reserved " << s.reserved_bytes
-             << " B, peak allocated " << s.peak_allocated_bytes << " B, peak reserved "
-             << s.peak_reserved_bytes << " B, " << s.num_allocs << " allocs / "
-             << s.num_system_allocs << " system allocs";
+  out << "allocated " << s.allocated_bytes << " B, reserved " << s.reserved_bytes
+      << " B, peak allocated " << s.peak_allocated_bytes << " B, peak reserved "
+      << s.peak_reserved_bytes << " B, " << s.num_allocs << " allocs / " << s.num_system_allocs
+      << " system allocs";
+  if (s.external_bytes > 0 || s.peak_total_bytes > s.peak_allocated_bytes) {
+    out << ", outside the allocator " << s.external_bytes << " B (peak with it "
+        << s.peak_total_bytes << " B)";
+  }
+  return out;
 }
 
 Allocator& allocator_for(Device device) {

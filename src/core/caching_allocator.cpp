@@ -7,6 +7,7 @@
 #include <limits>
 #include <utility>
 
+#include "core/allocator_stats.hpp"
 #include "loom/core/error.hpp"
 
 namespace loom::detail {
@@ -168,6 +169,7 @@ void* CachingAllocator::allocate(size_t bytes, void* stream) {
   stats_.allocated_bytes += block->size;
   stats_.requested_bytes += bytes;
   stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  note_total_peak(stats_);
   ++stats_.num_allocs;
   return block->ptr;
 }
@@ -358,6 +360,12 @@ void CachingAllocator::reset_peak_stats() {
   std::lock_guard lock(mutex_);
   stats_.peak_allocated_bytes = stats_.allocated_bytes;
   stats_.peak_reserved_bytes = stats_.reserved_bytes;
+  stats_.peak_total_bytes = stats_.allocated_bytes + stats_.external_bytes;
+}
+
+void CachingAllocator::add_external(int64_t bytes) {
+  std::lock_guard lock(mutex_);
+  add_external_bytes(stats_, bytes, device());
 }
 
 }  // namespace loom::detail

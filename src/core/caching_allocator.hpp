@@ -73,6 +73,7 @@ class CachingAllocator final : public Allocator {
   void record_stream(void* ptr, const Stream& stream) override;
   AllocatorStats stats() const override;
   void reset_peak_stats() override;
+  void add_external(int64_t bytes) override;
   void empty_cache() override;
 
   // The same with the stream given by its native handle.

@@ -16,6 +16,7 @@
 #include "kernels/packed_weight_store.hpp"
 #include "kernels/tensor_checks.hpp"
 #include "loom/config.hpp"
+#include "loom/core/allocator.hpp"
 #include "loom/core/stream.hpp"
 #include "loom/kernels/bias.hpp"
 #include "loom/kernels/elementwise.hpp"
@@ -125,6 +126,7 @@ struct PackedWeightScope::Cache final : cpu::WeightPacks {
     if (found == cache->entries.end()) {
       const int64_t bytes = f32 ? cpu::PackedGemmB::bytes_for(p) : cpu::Bf16PackedB::bytes_for(p);
       if (!cache->reserve(bytes)) return false;
+      cache->hold_outside_allocator(bytes);
       Entry entry{.b = b, .f32 = nullptr, .bf16 = nullptr};
       if (f32) {
         entry.f32 = std::make_unique<cpu::PackedGemmB>(p);
@@ -156,6 +158,16 @@ struct PackedWeightScope::Cache final : cpu::WeightPacks {
     return true;
   }
 
+  // Packings are raw aligned buffers, not the allocator's: declared to it
+  // while the scope keeps them (NOTE [memory outside the allocator]).
+  void hold_outside_allocator(int64_t bytes) {
+    allocator_for(Device::cpu()).add_external(bytes);
+    external_bytes += bytes;
+  }
+  ~Cache() override {
+    if (external_bytes > 0) allocator_for(Device::cpu()).add_external(-external_bytes);
+  }
+
   static Cache*& innermost() {
     thread_local Cache* cache = nullptr;
     return cache;
@@ -171,6 +183,7 @@ struct PackedWeightScope::Cache final : cpu::WeightPacks {
       return found->second.get();
     }
     if (!reserve(floats * static_cast<int64_t>(sizeof(float)))) return nullptr;
+    hold_outside_allocator(floats * static_cast<int64_t>(sizeof(float)));
     std::unique_ptr<float[], AlignedDelete> pack(static_cast<float*>(
         ::operator new[](static_cast<size_t>(floats) * sizeof(float), std::align_val_t{64})));
     fill(pack.get());
@@ -203,6 +216,7 @@ struct PackedWeightScope::Cache final : cpu::WeightPacks {
   // Rounded copies (rounded()), by the weight's data and the dtype.
   std::unordered_map<Key, std::pair<Tensor, Tensor>, KeyHash> copies;
   Cache* enclosing = nullptr;
+  int64_t external_bytes = 0;  // of stats.bytes, the packings (rounded copies are tensors)
 };
 
 std::optional<Tensor> PackedWeightScope::rounded(const Tensor& weight, DType dtype) {

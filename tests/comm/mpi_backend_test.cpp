@@ -17,11 +17,14 @@
 
 #include "collective_checks.hpp"
 #include "comm/mpi/collective_ops.hpp"
+#include "loom/core/allocator.hpp"
 #include "mpi_test_support.hpp"
 #include "support/eventually.hpp"
 #include "support/skip.hpp"
 
 using Catch::Matchers::Contains;
+using loom::allocator_for;
+using loom::Device;
 using loom::DType;
 using loom::Tensor;
 using namespace loom::comm;
@@ -179,10 +182,15 @@ TEST_CASE("mpi: symmetric tensors are reduced in place, and ranks that disagree 
   const char* setting = std::getenv("LOOM_SHM_ALLREDUCE");
   const bool shared = setting == nullptr || std::string(setting) != "off";
   const int before = symmetric_mappings();
+  const size_t external_before = allocator_for(Device::cpu()).stats().external_bytes;
   {
     const Tensor buffer = world().allocate_symmetric({3 << 18}, DType::f32);  // 3 MiB
     // Every rank maps every rank's region, or (LOOM_SHM_ALLREDUCE=off) none.
     CHECK(symmetric_mappings() - before == (shared ? n : 0));
+    // Its own region is memory outside the allocator (NOTE [memory outside the
+    // allocator]); ordinary memory is the allocator's own.
+    CHECK(allocator_for(Device::cpu()).stats().external_bytes - external_before ==
+          (shared ? size_t{3} << 20 : 0));
     CHECK(buffer.to_vector<float>()[12345] == 0.0f);  // zero-filled
     for (const DType dtype : {DType::f32, DType::bf16, DType::i64}) {
       const Tensor t = world().allocate_symmetric({1000}, dtype);
@@ -238,6 +246,7 @@ TEST_CASE("mpi: symmetric tensors are reduced in place, and ranks that disagree 
   // Unmapped with the last tensor viewing it (the progress thread lets go of
   // an operation's tensors just after completing its Work, so this waits for it).
   CHECK(loom::test::eventually([&] { return symmetric_mappings() == before; }));
+  CHECK(allocator_for(Device::cpu()).stats().external_bytes == external_before);
 }
 
 TEST_CASE("mpi: waiting threads drive small operations, and what nobody waits on completes") {

@@ -19,6 +19,7 @@
 namespace {
 
 using Catch::Matchers::Contains;
+using loom::AllocatorStats;
 using loom::detail::CachingAllocator;
 using loom::testing::FakeBackend;
 using loom::testing::FakeDevice;
@@ -555,4 +556,26 @@ TEST_CASE("caching allocator: destroying it returns the cached segments") {
   CHECK(device->live_bytes == 0);
   CHECK(device->frees == 3);
   CHECK(device->events_destroyed == 1);
+}
+
+TEST_CASE("caching allocator: memory held outside it counts in the total and its peak") {
+  // NOTE [memory outside the allocator]: external bytes add to the live total;
+  // peak_total_bytes is the most of allocated + external at any moment.
+  TestAllocator t;
+  CachingAllocator& a = t.allocator;
+  void* x = a.allocate(4 * MiB, stream(1));
+  a.add_external(int64_t{3} * MiB);
+  AllocatorStats s = a.stats();
+  CHECK(s.external_bytes == 3 * MiB);
+  CHECK(s.peak_total_bytes == s.allocated_bytes + 3 * MiB);
+  CHECK(s.peak_allocated_bytes == s.allocated_bytes);  // the allocator's own figure is unchanged
+  a.deallocate(x);
+  a.add_external(-int64_t{1} * MiB);
+  s = a.stats();
+  CHECK(s.external_bytes == 2 * MiB);
+  CHECK(s.peak_total_bytes >= 7 * MiB);
+  a.reset_peak_stats();
+  CHECK(a.stats().peak_total_bytes == a.stats().allocated_bytes + 2 * MiB);
+  a.add_external(-int64_t{2} * MiB);
+  CHECK(a.stats().external_bytes == 0);
 }

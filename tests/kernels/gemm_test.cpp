@@ -13,6 +13,7 @@
 #include "kernel_test_util.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/packed_gemm.hpp"
+#include "loom/core/allocator.hpp"
 #include "loom/kernels/bias.hpp"
 #include "loom/kernels/elementwise.hpp"
 #include "loom/kernels/gemm.hpp"
@@ -436,18 +437,28 @@ TEST_CASE("a PackedWeightScope keeps within its budget, ends with its scope, and
     REQUIRE(too_small.stats().over_budget == 2);
   }
   std::vector<float> before;
+  // The packings are held outside the allocator and declared to it while a
+  // scope keeps them (NOTE [memory outside the allocator]).
+  loom::Allocator& host = loom::allocator_for(loom::Device::cpu());
+  const size_t external = host.stats().external_bytes;
   {
     PackedWeightScope outer(int64_t{1} << 20);
     before = product();
+    const auto packed = static_cast<size_t>(outer.stats().bytes);
+    REQUIRE(host.stats().external_bytes == external + packed);
+    REQUIRE(host.stats().peak_total_bytes >= host.stats().allocated_bytes + external + packed);
     {
       PackedWeightScope inner(int64_t{1} << 20);
       REQUIRE(product() == before);
       REQUIRE(inner.stats().packed == 1);
+      REQUIRE(host.stats().external_bytes == external + 2 * packed);
     }
+    REQUIRE(host.stats().external_bytes == external + packed);
     REQUIRE(product() == before);
     REQUIRE(outer.stats().packed == 1);
     REQUIRE(outer.stats().hits == 1);
   }
+  REQUIRE(host.stats().external_bytes == external);
   // The scope has ended: a changed B is packed afresh.
   loom::kernels::scale(b, 2.0f, b);
   const std::vector<float> after = product();

@@ -29,6 +29,15 @@ struct AllocatorStats {
   uint64_t num_system_allocs = 0;  // aligned_alloc / cudaMalloc calls
   uint64_t num_system_frees = 0;
   uint64_t num_oom_retries = 0;  // times the cache was flushed to satisfy a request
+  // NOTE [memory outside the allocator] What Loom holds on this device that
+  // did not come from allocate(): on the host, a rank's own region of the
+  // communicator's symmetric memory (gradient buckets mapped for the
+  // shared-memory collectives) and the weights a PackedWeightScope keeps
+  // packed for the step. Declared by its owner through add_external();
+  // peak_total_bytes is the highest allocated_bytes + external_bytes, the
+  // figure to set against a memory budget.
+  size_t external_bytes = 0;
+  size_t peak_total_bytes = 0;  // since construction or reset_peak_stats()
 };
 
 std::ostream& operator<<(std::ostream& out, const AllocatorStats& stats);
@@ -48,6 +57,9 @@ class Allocator {
   virtual void record_stream(void* ptr, const Stream& stream) {}
   virtual AllocatorStats stats() const = 0;
   virtual void reset_peak_stats() = 0;
+  // `bytes` more (or, negative, fewer) held outside allocate() (NOTE [memory
+  // outside the allocator]); an owner takes back exactly what it declared.
+  virtual void add_external(int64_t bytes) = 0;
   // Gives cached, unused memory back to the system / device.
   virtual void empty_cache() {}
 };

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "loom/core/allocator.hpp"
 #include "loom/core/logging.hpp"
 
 namespace loom::comm::mpi {
@@ -148,11 +149,17 @@ Tensor allocate_symmetric(Communicator& comm, const std::shared_ptr<SymmetricReg
 
   char* own = maps->views[static_cast<size_t>(rank)];
   registry->add(rank, SymmetricRegistry::Region{.id = id, .bytes = bytes, .bases = maps->views});
-  return Tensor::from_blob(own, shape, dtype, Device::cpu(),
-                           [registry, own, maps = std::shared_ptr<Mappings>(std::move(maps))] {
-                             registry->remove(own);
-                             maps->unmap();
-                           });
+  // This rank's region is its memory, outside the host allocator (NOTE
+  // [memory outside the allocator]); its peers' views are theirs.
+  const auto own_bytes = static_cast<int64_t>(maps->bytes);
+  allocator_for(Device::cpu()).add_external(own_bytes);
+  return Tensor::from_blob(
+      own, shape, dtype, Device::cpu(),
+      [registry, own, own_bytes, maps = std::shared_ptr<Mappings>(std::move(maps))] {
+        registry->remove(own);
+        maps->unmap();
+        allocator_for(Device::cpu()).add_external(-own_bytes);
+      });
 }
 
 }  // namespace loom::comm::mpi
