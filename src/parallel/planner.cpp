@@ -427,9 +427,14 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
     // The receives the executor keeps posted ahead (ExecutorOptions::
     // receives_ahead, 2) and a message being sent.
     double transient = recomputed_block + weight_copies + (layout.pp > 1 ? 3.0 * message : 0.0);
-    if (cluster.packs_weights && stage != 3) {
-      // Every weight matrix of the rank's chunks, packed in the matmul dtype:
-      // the blocks' four, and the head's projection (the token table).
+    // A weight scope is open (train_gpt: over several micro-batches; the
+    // pipeline executor: always) below stage 3.
+    const bool scoped = layout.pp > 1 || layout.micro_batches > 1;
+    if (cluster.packs_weights && scoped && stage != 3) {
+      // Every weight matrix of the rank's chunks, packed in the matmul dtype
+      // twice, as the forward's transposed operand and as the input
+      // gradient's: the blocks' four, and the head's projection (the token
+      // table).
       double matrices = 0;
       for (int c = 0; c < chunks; ++c) {
         if (schedule->rank_of(c) != r) continue;
@@ -437,9 +442,10 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
                         static_cast<double>(d * d / layout.tp) +
                     (c == chunks - 1 ? table_bytes / kF32 : 0.0);
       }
-      transient += matrices * static_cast<double>(dtype_size(config.module.precision.reduced()
-                                                                 ? config.module.precision.matmul
-                                                                 : DType::f32));
+      transient +=
+          2.0 * matrices *
+          static_cast<double>(dtype_size(
+              config.module.precision.reduced() ? config.module.precision.matmul : DType::f32));
     }
     if (stage >= 2) {
       transient +=

@@ -267,19 +267,26 @@ TEST_CASE("planner: recompute trades activations for compute", "[planner]") {
 TEST_CASE("planner: a host's weights packed for the step are a transient", "[planner]") {
   planner::Workload work{.model = small_config(), .batch = 8};
   planner::Cluster host = simple_cluster(1, 2);
-  const planner::Estimate plain = planner::estimate(work, host, {.dp = 2});
+  const planner::Layout accumulating{.dp = 2, .micro_batches = 2};
+  const planner::Estimate plain = planner::estimate(work, host, accumulating);
   host.packs_weights = true;
-  const planner::Estimate packed = planner::estimate(work, host, {.dp = 2});
-  // Four matrices per block (12 d^2) and the head's token table, in f32.
+  const planner::Estimate packed = planner::estimate(work, host, accumulating);
+  // Four matrices per block (12 d^2) and the head's token table, in f32,
+  // each packed twice: the forward's transposed operand, the input gradient's.
   const double d = static_cast<double>(work.model.d_model);
   const double matrices = 12.0 * d * d * static_cast<double>(work.model.layers) +
                           static_cast<double>(work.model.vocab) * d;
-  CHECK(packed.transient_bytes - plain.transient_bytes == Approx(4.0 * matrices));
-  // Not at ZeRO stage 3, which gathers its weights per unit instead.
-  const planner::Estimate z3 = planner::estimate(work, host, {.dp = 2, .zero_stage = 3});
+  CHECK(packed.transient_bytes - plain.transient_bytes == Approx(2.0 * 4.0 * matrices));
+  // Only where a scope is open: not for one micro-batch without a pipeline,
+  // nor at ZeRO stage 3, which gathers its weights per unit instead.
+  const planner::Estimate one = planner::estimate(work, host, {.dp = 2});
+  const planner::Estimate z3 =
+      planner::estimate(work, host, {.dp = 2, .zero_stage = 3, .micro_batches = 2});
   host.packs_weights = false;
+  CHECK(one.transient_bytes == planner::estimate(work, host, {.dp = 2}).transient_bytes);
   CHECK(z3.transient_bytes ==
-        planner::estimate(work, host, {.dp = 2, .zero_stage = 3}).transient_bytes);
+        planner::estimate(work, host, {.dp = 2, .zero_stage = 3, .micro_batches = 2})
+            .transient_bytes);
 }
 
 TEST_CASE("planner: layouts that cannot run are refused naming the rule", "[planner]") {

@@ -61,8 +61,10 @@ struct Cluster {
   double latency = 10e-6;       // per collective and per message, seconds
   double memory_bandwidth = 0;  // device memory, bytes/s (the optimizer step)
   // The host's GEMMs keep each weight packed for a step (kernels::
-  // PackedWeightScope, opened by the pipeline executor and train_gpt except
-  // at ZeRO stage 3): a transient as large as the rank's weight matrices.
+  // PackedWeightScope, opened by the pipeline executor, and by train_gpt over
+  // several micro-batches, except at ZeRO stage 3): a transient twice as
+  // large as the rank's weight matrices (the forward's and the input
+  // gradient's operand).
   bool packs_weights = false;
 
   int world() const { return nodes * devices_per_node; }
