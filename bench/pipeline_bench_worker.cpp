@@ -263,10 +263,11 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
       pl::split_micro_batches(random_ids(config, 2).to(config.module.device), f.micro_batches);
   loom::nn::CrossEntropyLoss cross_entropy;
   auto input = [&](int m) { return inputs[static_cast<size_t>(m)]; };
-  auto loss = [&](const Tensor& logits, int m, float dloss) {
+  auto loss = [&](Tensor logits, int m, float dloss) {
     loom::nn::Tape tape;
     const double value =
         cross_entropy.forward(logits, targets[static_cast<size_t>(m)], tape).item<float>();
+    logits = Tensor();  // dlogits over them (NOTE [loss gradient in place])
     return pl::LossOutput{value, cross_entropy.backward(tape, dloss)};
   };
   for (int s = 0; s < f.warmup; ++s) executor.step(input, loss);

@@ -360,10 +360,11 @@ int run(const Flags& f) {
       zero.optimizer().set_lr(schedule.lr_at(step));
       pipeline_stats = executor->step(
           [&](int m) { return inputs[static_cast<size_t>(m)]; },
-          [&](const Tensor& logits, int m, float dloss) {
+          [&](Tensor logits, int m, float dloss) {
             nn::Tape loss_tape;
             const double value =
                 loss_fn.forward(logits, targets[static_cast<size_t>(m)], loss_tape).item<float>();
+            logits = Tensor();  // the loss's backward writes dlogits over them
             return pl::LossOutput{value, loss_fn.backward(loss_tape, dloss)};
           },
           [&](int m) {
@@ -394,9 +395,10 @@ int run(const Flags& f) {
         nn::Tape tape, loss_tape;
         tape.set_random_seed(step_seed);
         tape.set_first_row(first_row(m));
-        const Tensor logits = model->forward(inputs[static_cast<size_t>(m)], tape);
+        Tensor logits = model->forward(inputs[static_cast<size_t>(m)], tape);
         loss += loss_fn.forward(logits, targets[static_cast<size_t>(m)], loss_tape).item<float>() /
                 m_count;
+        logits = Tensor();  // the loss's backward writes dlogits over them
         // The loss gradient times 1/M and fp16's scale S, applied while it is
         // still f32 (one rounding to bf16 or f16 logits' dtype).
         const double dloss = (scaler ? scaler->scale() : 1.0) / m_count;

@@ -385,10 +385,11 @@ int run(const Flags& f) {
     } else if (executor) {
       const pl::StepStats stats = executor->step(
           [&](int m) { return images[static_cast<size_t>(m)]; },
-          [&](const Tensor& logits, int m, float dloss) {
+          [&](Tensor logits, int m, float dloss) {
             nn::Tape loss_tape;
             const double value =
                 loss_fn.forward(logits, labels[static_cast<size_t>(m)], loss_tape).item<float>();
+            logits = Tensor();  // dlogits over them (NOTE [loss gradient in place])
             return pl::LossOutput{value, loss_fn.backward(loss_tape, dloss)};
           });
       loss = stats.loss;

@@ -42,9 +42,17 @@ Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& targets, Ta
 }
 
 Tensor CrossEntropyLoss::backward(Tape& tape, float dloss) {
-  const State state = tape.get<State>(this, name_);
+  State state = std::move(tape.get<State>(this, name_));
   tape.release(this);
-  Tensor dlogits = Tensor::empty(state.logits_shape, state.logits.dtype(), state.logits.device());
+  // NOTE [loss gradient in place] Where the tape held the only handle on the
+  // logits (the caller let go of its own after forward), the gradient
+  // overwrites them, row by row after reading it: the step then holds one
+  // [rows, V] tensor at its peak instead of two, the largest of a GPT with a
+  // large vocabulary (llm.c's fused classifier does the same).
+  Tensor dlogits = state.logits.sole_handle() ? state.logits.view(state.logits_shape)
+                                              : Tensor::empty(state.logits_shape,
+                                                              state.logits.dtype(),
+                                                              state.logits.device());
   trace::OpScope scope("cross_entropy.backward", kernels::cross_entropy_backward_cost(state.logits),
                        dlogits.device(), name());
   kernels::cross_entropy_backward(state.logits, state.targets, state.lse, state.count, dloss,

@@ -267,14 +267,18 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& ta
 }
 
 Tensor VocabParallelCrossEntropy::backward(nn::Tape& tape, float dloss) {
-  const State state = tape.get<State>(this, name_);
+  State state = std::move(tape.get<State>(this, name_));
   tape.release(this);
   const Device device = state.logits.device();
   const DType dtype = state.logits.dtype();
   if (state.count == 0) return Tensor::zeros(state.logits_shape, dtype, device);
   // The softmax on the valid columns minus the target's one-hot, zeros on the
-  // padding columns and on ignored rows; in f32, rounded once for bf16 logits.
-  const Tensor dlogits = Tensor::empty(state.logits_shape, dtype, device);
+  // padding columns and on ignored rows; in f32, rounded once for bf16 logits;
+  // over the logits where the tape held the only handle on them (NOTE [loss
+  // gradient in place] in src/nn/cross_entropy_loss.cpp).
+  const Tensor dlogits = state.logits.sole_handle()
+                             ? state.logits.view(state.logits_shape)
+                             : Tensor::empty(state.logits_shape, dtype, device);
   const float scale = static_cast<float>(dloss / state.count);
   trace::OpScope scope("cross_entropy.backward", kernels::cross_entropy_backward_cost(state.logits),
                        device, name_);

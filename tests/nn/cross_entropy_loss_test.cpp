@@ -81,3 +81,24 @@ TEST_CASE("CrossEntropyLoss names shape and target errors", "[nn][cross_entropy]
   Tape fresh;
   CHECK_THROWS_WITH(loss_fn.backward(fresh), Contains("lm_loss"));
 }
+
+TEST_CASE("CrossEntropyLoss writes dlogits over logits nobody else holds", "[nn][cross_entropy]") {
+  // NOTE [loss gradient in place]: the same values either way; over the
+  // logits' memory only when the caller let go of its handle after forward.
+  const int64_t classes = 7;
+  const Tensor t = Tensor::from_vector(std::vector<int64_t>{3, -1, 6, 0}, {4});
+  CrossEntropyLoss loss_fn;
+  const Tensor kept = random_input({4, classes}, 2, -3.0f, 3.0f);
+  Tape tape;
+  loss_fn.forward(kept, t, tape);
+  const Tensor apart = loss_fn.backward(tape, 0.5f);
+  CHECK(!apart.shares_storage(kept));  // the caller still holds the logits
+
+  Tensor handed = kept.clone();
+  const void* memory = handed.data();
+  loss_fn.forward(handed, t, tape);
+  handed = Tensor();
+  const Tensor over = loss_fn.backward(tape, 0.5f);
+  CHECK(over.data() == memory);
+  CHECK(over.to_vector<float>() == apart.to_vector<float>());
+}

@@ -85,10 +85,11 @@ RankRun run_pipeline_rank(const PipelineRun& run, comm::Communicator& world) {
     const std::vector<Tensor> targets = pl::split_micro_batches(
         tokens(step, first, rows, 1, config).to(run.device), run.micro_batches);
     auto input = [&](int m) { return inputs[static_cast<size_t>(m)]; };
-    auto loss = [&](const Tensor& logits, int m, float dloss) {
+    auto loss = [&](Tensor logits, int m, float dloss) {
       nn::Tape tape;
       const double value =
           cross_entropy.forward(logits, targets[static_cast<size_t>(m)], tape).item<float>();
+      logits = Tensor();  // dlogits over them (NOTE [loss gradient in place])
       return pl::LossOutput{value, cross_entropy.backward(tape, dloss)};
     };
     mine.stats.push_back(executor.step(input, loss));

@@ -84,6 +84,9 @@ class Tensor {
   size_t storage_offset() const { return offset_; }
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   bool shares_storage(const Tensor& other) const { return defined() && storage_ == other.storage_; }
+  // No other handle (tensor or view) shares this one's storage: what is
+  // written into it can be seen nowhere else.
+  bool sole_handle() const { return defined() && storage_.use_count() == 1; }
 
   // ---- views: share the storage -------------------------------------------------------------
   // Same elements, new shape (one dimension may be -1 and is inferred).

@@ -8,7 +8,9 @@
 // ignore_index (-1 by default) are left out of the mean and get a zero
 // gradient. loss is a scalar (shape {}) f32 tensor on the logits' device.
 // forward keeps the logits, targets and one logsumexp per row in tape (not the
-// probabilities); backward releases them. Not a Module (it takes two inputs
+// probabilities); backward releases them. When the tape holds the only handle
+// on the logits (drop yours after forward), backward writes dlogits over them
+// instead of allocating a second [rows, V] tensor. Not a Module (it takes two inputs
 // and has no input gradient to pass on besides dlogits).
 #pragma once
 

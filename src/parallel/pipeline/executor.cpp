@@ -317,12 +317,15 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
         if (a.chunk == last_chunk) {
           // The mean over micro-batches, times the loss scale (fp16).
           const double dloss = stats.loss_scale / micro_batches;
-          LossOutput out = loss_fn(y, a.micro_batch, static_cast<float>(dloss));
-          LOOM_CHECK(out.dlogits.defined() && out.dlogits.shape() == y.shape() &&
-                         out.dlogits.dtype() == y.dtype(),
+          const Shape shape = y.shape();
+          const DType dtype = y.dtype();
+          LossOutput out = loss_fn(std::move(y), a.micro_batch, static_cast<float>(dloss));
+          LOOM_CHECK(out.dlogits.defined() && out.dlogits.shape() == shape &&
+                         out.dlogits.dtype() == dtype,
                      "pipeline executor: the loss of micro-batch ", a.micro_batch,
                      " returned dlogits ", out.dlogits.defined() ? out.dlogits.str() : "undefined",
-                     " for logits ", y.str(), "; it must have the logits' shape and dtype");
+                     " for logits ", shape_str(shape), " ", dtype,
+                     "; it must have the logits' shape and dtype");
           loss_sum += out.loss;
           put_value(MessageKind::gradient, a.micro_batch, last_chunk + 1, std::move(out.dlogits));
         } else {

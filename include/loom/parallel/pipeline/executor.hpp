@@ -116,7 +116,11 @@ struct LossOutput {
 // micro-batches, times fp16's loss scale. Apply it inside the loss's backward
 // (`CrossEntropyLoss::backward(tape, dloss)`), where the gradient is still
 // f32: scaling bf16 or f16 logits' gradients afterwards rounds them twice.
-using LossFunction = std::function<LossOutput(const Tensor& logits, int micro_batch, float dloss)>;
+// The logits are handed over (the executor keeps no handle on them): a loss
+// function that drops its own after the loss's forward lets the backward
+// write dlogits over them (NOTE [loss gradient in place] in
+// src/nn/cross_entropy_loss.cpp).
+using LossFunction = std::function<LossOutput(Tensor logits, int micro_batch, float dloss)>;
 
 // Where micro-batch m's tapes draw their random numbers (dropout): the
 // step's seed, and the micro-batch's first row in the step's global batch
