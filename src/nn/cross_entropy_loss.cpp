@@ -49,10 +49,10 @@ Tensor CrossEntropyLoss::backward(Tape& tape, float dloss) {
   // overwrites them, row by row after reading it: the step then holds one
   // [rows, V] tensor at its peak instead of two, the largest of a GPT with a
   // large vocabulary (llm.c's fused classifier does the same).
-  Tensor dlogits = state.logits.sole_handle() ? state.logits.view(state.logits_shape)
-                                              : Tensor::empty(state.logits_shape,
-                                                              state.logits.dtype(),
-                                                              state.logits.device());
+  Tensor dlogits =
+      state.logits.sole_handle()
+          ? state.logits.view(state.logits_shape)
+          : Tensor::empty(state.logits_shape, state.logits.dtype(), state.logits.device());
   trace::OpScope scope("cross_entropy.backward", kernels::cross_entropy_backward_cost(state.logits),
                        dlogits.device(), name());
   kernels::cross_entropy_backward(state.logits, state.targets, state.lse, state.count, dloss,

@@ -320,12 +320,11 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
           const Shape shape = y.shape();
           const DType dtype = y.dtype();
           LossOutput out = loss_fn(std::move(y), a.micro_batch, static_cast<float>(dloss));
-          LOOM_CHECK(out.dlogits.defined() && out.dlogits.shape() == shape &&
-                         out.dlogits.dtype() == dtype,
-                     "pipeline executor: the loss of micro-batch ", a.micro_batch,
-                     " returned dlogits ", out.dlogits.defined() ? out.dlogits.str() : "undefined",
-                     " for logits ", shape_str(shape), " ", dtype,
-                     "; it must have the logits' shape and dtype");
+          LOOM_CHECK(
+              out.dlogits.defined() && out.dlogits.shape() == shape && out.dlogits.dtype() == dtype,
+              "pipeline executor: the loss of micro-batch ", a.micro_batch, " returned dlogits ",
+              out.dlogits.defined() ? out.dlogits.str() : "undefined", " for logits ",
+              shape_str(shape), " ", dtype, "; it must have the logits' shape and dtype");
           loss_sum += out.loss;
           put_value(MessageKind::gradient, a.micro_batch, last_chunk + 1, std::move(out.dlogits));
         } else {
