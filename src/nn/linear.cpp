@@ -192,8 +192,12 @@ Tensor Linear::forward(const Tensor& x, Tape& tape) {
     state.y_out = TensorIdentity(y);
     return y;
   }
-  // A reduced output is summed (bias included) in f32 and rounded once.
-  Tensor y = Tensor::empty(y_shape, w.dtype(), w.device());
+  // A reduced output is summed (bias included) in f32 and rounded once;
+  // without a bias the product rounds it itself (a 16-bit C: the same bits),
+  // so the f32 sum is never held whole: the GPT head's bf16 logits would
+  // otherwise pass through an f32 copy twice their size.
+  const bool direct = !bias_ && output_ == matmul_ && output_ != w.dtype();
+  Tensor y = Tensor::empty(y_shape, direct ? output_ : w.dtype(), w.device());
   const Tensor y2 = y.view({rows, out_features_});
   if (y2.dtype() != DType::f32) options.bias = Tensor();  // the epilogue needs an f32 output
   {

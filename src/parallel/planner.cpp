@@ -383,8 +383,8 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
   // convention] in models/gpt_memory.hpp): the loss's backward runs at once
   // (dlogits kept instead of the logits and the loss's state), and the
   // weights' low-precision copies are made once per step by the weight scope
-  // (a transient; at ZeRO stage 3, which opens none, one product's copy at a
-  // time).
+  // where one is open (a transient; without one, as at ZeRO stage 3, one
+  // product's copy at a time).
   // A stage message: one micro-batch's f32 activations (a token slice under SP).
   const double message =
       static_cast<double>(micro_rows * seq * d) * kF32 / (layout.sequence_parallel ? layout.tp : 1);
@@ -398,11 +398,14 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
            (c == chunks - 1 ? kept.head - kept.loss_state : 0.0);
   };
   const int stage = layout.dp > 1 ? layout.zero_stage : 0;
+  // A weight scope is open (train_gpt: over several micro-batches; the
+  // pipeline executor: always) below stage 3.
+  const bool scoped = (layout.pp > 1 || layout.micro_batches > 1) && stage != 3;
   auto chunk_weight_copies = [&](int c) {
     const auto blocks = static_cast<double>(layers[static_cast<size_t>(c)]);
     const double head = c == chunks - 1 ? kept.head_weight_copies : 0.0;
     // c_fc's and the MLP's c_proj are the largest, 4 d^2 / tp of the 12.
-    if (stage == 3) return std::max(head, blocks > 0 ? kept.block_weight_copies / 3.0 : 0.0);
+    if (!scoped) return std::max(head, blocks > 0 ? kept.block_weight_copies / 3.0 : 0.0);
     return blocks * kept.block_weight_copies + head;
   };
   const std::vector<int> in_flight = pipeline::peak_in_flight(*schedule);
@@ -419,18 +422,15 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
     for (int c = 0; c < chunks; ++c) {
       if (schedule->rank_of(c) != r) continue;
       largest_chunk = std::max(largest_chunk, chunk_bytes(c));
-      weight_copies = stage == 3 ? std::max(weight_copies, chunk_weight_copies(c))
-                                 : weight_copies + chunk_weight_copies(c);
+      weight_copies = scoped ? weight_copies + chunk_weight_copies(c)
+                             : std::max(weight_copies, chunk_weight_copies(c));
     }
     const double activations =
         (layout.pp > 1 ? in_flight[static_cast<size_t>(r)] : 1) * largest_chunk;
     // The receives the executor keeps posted ahead (ExecutorOptions::
     // receives_ahead, 2) and a message being sent.
     double transient = recomputed_block + weight_copies + (layout.pp > 1 ? 3.0 * message : 0.0);
-    // A weight scope is open (train_gpt: over several micro-batches; the
-    // pipeline executor: always) below stage 3.
-    const bool scoped = layout.pp > 1 || layout.micro_batches > 1;
-    if (cluster.packs_weights && scoped && stage != 3) {
+    if (cluster.packs_weights && scoped) {
       // Every weight matrix of the rank's chunks, packed in the matmul dtype
       // twice, as the forward's transposed operand and as the input
       // gradient's: the blocks' four, and the head's projection (the token

@@ -516,3 +516,24 @@ TEST_CASE("a PackedWeightScope keeps a weight rounded to bf16 and its bf16 packi
   REQUIRE_FALSE(PackedWeightScope::rounded(w, DType::bf16).has_value());
   REQUIRE(tiny.stats().over_budget == 1);
 }
+
+TEST_CASE("a 16-bit C is the f32 product rounded once", "[kernels][gemm]") {
+  // What lets a reduced-precision Linear without a bias write its output
+  // straight in the matmul dtype (the GPT head's bf16 logits), never holding
+  // the f32 product: the same bits as the f32 C rounded, over one and several
+  // k blocks, either transpose of B.
+  using loom::test::random_tensor;
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    for (const int64_t k : {24, 300, 700}) {
+      for (const bool trans_b : {false, true}) {
+        INFO(dtype << ", k " << k << ", trans_b " << trans_b);
+        const Tensor a = random_tensor({37, k}, dtype, 1);
+        const Tensor b = random_tensor(trans_b ? Shape{50, k} : Shape{k, 50}, dtype, 2);
+        const Tensor wide = Tensor::empty({37, 50}), narrow = Tensor::empty({37, 50}, dtype);
+        gemm(a, b, wide, {.trans_b = trans_b});
+        gemm(a, b, narrow, {.trans_b = trans_b});
+        CHECK(narrow.to_vector<float>() == wide.to(dtype).to_vector<float>());
+      }
+    }
+  }
+}
