@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
-#include <tuple>
 
 #include "loom/core/error.hpp"
 #include "loom/models/gpt_flops.hpp"
@@ -46,12 +45,15 @@ namespace loom::parallel::planner {
 // (pipeline::peak_in_flight), taking the rank's largest chunk, as
 // pipeline_bench's bound does. Without a pipeline one micro-batch is alive
 // at a time. Transients: under activation checkpointing the backward of a
-// block recomputes and holds that block's full activations once; under a
-// reduced precision the weights' bf16/f16 copies, made once per step
-// (kernels::PackedWeightScope, which the executor and train_gpt open); on a
-// cluster that packs weights (the host), every weight matrix packed for the
-// step (not at ZeRO stage 3); under a pipeline the message buffers (the
-// receives posted ahead and one send).
+// block recomputes and holds that block's full activations once; where a
+// weight scope is open (kernels::PackedWeightScope: the executor always,
+// train_gpt over several micro-batches; never at ZeRO stage 3), under a
+// reduced precision the weights' bf16/f16 copies, made once per step, and on
+// a cluster that packs weights (the host) every weight matrix packed twice
+// (the forward's and the input gradient's operand); without a scope, one
+// product's rounded copy; under a pipeline the message buffers (the receives
+// posted ahead and one send). Checked against train_gpt's measured peak,
+// which includes the memory outside the allocator (docs/planner.md).
 // Not counted: a pass's working memory beyond what it keeps, and what a
 // micro-batch keeps between its B and its W under the zero-bubble schedules
 // beyond what its forward left (pipeline_bench measures both: docs/
@@ -64,9 +66,13 @@ namespace loom::parallel::planner {
 // not overlapped: per block two all-reduces of the micro-batch's f32
 // activations in forward and two in backward (the same bytes as the
 // reduce-scatter and all-gather pairs of sequence parallelism; two more in
-// backward under recompute), one for the vocabulary-parallel embedding, and
-// the vocabulary-parallel loss's three small ones (latency only), each at
-// the tp group's bus bandwidth plus the latency.
+// backward under recompute), one for the vocabulary-parallel embedding, one
+// for the head's input gradient, and the vocabulary-parallel loss's three
+// small ones (latency only), each at the tp group's bus bandwidth plus the
+// latency. Under sequence parallelism the column-parallel layers (two per
+// block, the head) gather their inputs again in backward, half an
+// all-reduce's bytes each, beside the input gradient's products: only what
+// outlasts those products counts.
 //
 // Pipeline: pipeline::simulate on the schedule make_schedule returns (the
 // one train_gpt runs, at unit cost for zb-v) with those per-chunk durations
@@ -132,10 +138,6 @@ models::GPTConfig layout_config(const Workload& work, const Layout& layout) {
   config.checkpoint_blocks = layout.activation_checkpointing;
   config.checkpoint_attention = layout.checkpoint_attention;
   return config;
-}
-
-int recompute_level(const Layout& l) {
-  return l.activation_checkpointing ? 2 : (l.checkpoint_attention ? 1 : 0);
 }
 
 pipeline::Schedule layout_schedule(const Layout& layout) {
@@ -613,104 +615,6 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
                           " available"));
   }
   return e;
-}
-
-std::vector<Estimate> plan(const Workload& work, const Cluster& cluster,
-                           const PlanOptions& options) {
-  cluster.validate();
-  work.model.validate();
-  LOOM_CHECK(options.max_micro_batches >= 1, "planner: max micro-batches ",
-             options.max_micro_batches, " must be at least 1");
-  const int world = cluster.world();
-  std::vector<Estimate> out;
-  for (int tp = 1; tp <= world; ++tp) {
-    if (world % tp != 0) continue;
-    for (int pp = 1; pp <= world / tp; ++pp) {
-      if ((world / tp) % pp != 0) continue;
-      const int dp = world / tp / pp;
-      const int64_t rows = work.batch % dp == 0 ? work.batch / dp : 0;
-      for (const bool sp : {false, true}) {
-        if (sp && tp == 1) continue;
-        for (int stage = 0; stage <= (dp > 1 ? 3 : 0); ++stage) {
-          for (const int recompute : {0, 1, 2}) {  // none, the attention, whole blocks
-            if (recompute > 0 && !options.recompute) continue;
-            Layout base{.dp = dp,
-                        .tp = tp,
-                        .pp = pp,
-                        .sequence_parallel = sp,
-                        .zero_stage = stage,
-                        .activation_checkpointing = recompute == 2,
-                        .checkpoint_attention = recompute == 1};
-            std::vector<Layout> layouts;
-            if (pp == 1) {
-              for (int m = 1; m <= options.max_micro_batches && (rows == 0 || m <= rows); m *= 2) {
-                Layout l = base;
-                l.micro_batches = m;
-                layouts.push_back(l);
-                if (rows == 0) break;
-              }
-            } else {
-              for (const pipeline::ScheduleKind kind : options.schedules) {
-                for (int m = pp; m <= options.max_micro_batches && (rows == 0 || m <= rows);
-                     m *= 2) {
-                  Layout l = base;
-                  l.schedule = kind;
-                  l.micro_batches = m;
-                  layouts.push_back(l);
-                  if (rows == 0) break;
-                }
-              }
-            }
-            for (const Layout& l : layouts) out.push_back(estimate(work, cluster, l));
-          }
-        }
-      }
-    }
-  }
-  std::stable_sort(out.begin(), out.end(), [](const Estimate& a, const Estimate& b) {
-    if (a.fits() != b.fits()) return a.fits();
-    if (a.fits()) {
-      if (a.step != b.step) return a.step < b.step;
-      return a.total_bytes < b.total_bytes;
-    }
-    // Refused: memory refusals (they have figures) by their need, the rule
-    // refusals after them.
-    const bool am = a.total_bytes > 0, bm = b.total_bytes > 0;
-    if (am != bm) return am;
-    return a.total_bytes < b.total_bytes;
-  });
-  return out;
-}
-
-// NOTE [planner recommendation] The step model leaves out what makes a more
-// elaborate layout slower than predicted: a micro-batch's smaller products
-// run below the sustained rate, ZeRO-3 re-gathers parameters in every pass,
-// a pipeline's messages and tp's collectives have costs beyond bytes over
-// bandwidth. So when layouts predict within a few percent of each other the
-// difference is not worth their risk, and the simplest of them is
-// recommended; the table still lists every fitting layout by predicted step.
-size_t recommended(const std::vector<Estimate>& ranked, double tolerance) {
-  LOOM_CHECK(tolerance >= 0, "planner: tolerance ", tolerance, " must not be negative");
-  size_t best = ranked.size();
-  double fastest = 0;
-  for (const Estimate& e : ranked) {
-    if (e.fits() && (fastest == 0 || e.step < fastest)) fastest = e.step;
-  }
-  auto simpler = [](const Estimate& a, const Estimate& b) {
-    const Layout &x = a.layout, &y = b.layout;
-    const auto key = [](const Layout& l) {
-      return std::tuple(l.pp, l.tp, recompute_level(l), l.zero_stage, l.micro_batches,
-                        l.sequence_parallel);
-    };
-    if (key(x) != key(y)) return key(x) < key(y);
-    return a.step < b.step;
-  };
-  for (size_t i = 0; i < ranked.size(); ++i) {
-    const Estimate& e = ranked[i];
-    if (!e.fits() || e.step > fastest * (1 + tolerance)) continue;
-    if (best == ranked.size() || simpler(e, ranked[best])) best = i;
-  }
-  return best;
 }
 
 }  // namespace loom::parallel::planner

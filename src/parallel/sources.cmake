@@ -8,6 +8,7 @@ target_sources(loom PRIVATE
   parallel/layout.cpp
   parallel/mean_over.cpp
   parallel/planner.cpp
+  parallel/planner_search.cpp
   parallel/pipeline/executor.cpp
   parallel/pipeline/forward_pass.cpp
   parallel/pipeline/generators.cpp
