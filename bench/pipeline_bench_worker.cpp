@@ -115,11 +115,12 @@ std::vector<ChunkTiming> time_chunks(const loom::models::GPTConfig& config,
       Tensor dy;
       if (last) {
         // The executor runs the loss's backward at once and keeps the
-        // logits' gradient, not the logits or the loss's tape.
+        // logits' gradient, written over the logits (NOTE [loss gradient in
+        // place]), not the loss's tape.
         loom::nn::Tape loss_tape;
         loss.forward(y, targets, loss_tape);
-        dy = loss.backward(loss_tape);
         y = Tensor();
+        dy = loss.backward(loss_tape);
       }
       settle(device);
       const double forward = seconds_since(t0);

@@ -125,8 +125,7 @@ struct PackedWeightScope::Cache final : cpu::WeightPacks {
     auto found = cache->entries.find(key);
     if (found == cache->entries.end()) {
       const int64_t bytes = f32 ? cpu::PackedGemmB::bytes_for(p) : cpu::Bf16PackedB::bytes_for(p);
-      if (!cache->reserve(bytes)) return false;
-      cache->hold_outside_allocator(bytes);
+      if (!cache->reserve_packing(bytes)) return false;
       Entry entry{.b = b, .f32 = nullptr, .bf16 = nullptr};
       if (f32) {
         entry.f32 = std::make_unique<cpu::PackedGemmB>(p);
@@ -158,11 +157,14 @@ struct PackedWeightScope::Cache final : cpu::WeightPacks {
     return true;
   }
 
-  // Packings are raw aligned buffers, not the allocator's: declared to it
-  // while the scope keeps them (NOTE [memory outside the allocator]).
-  void hold_outside_allocator(int64_t bytes) {
+  // reserve() for a packing: packings are raw aligned buffers, not the
+  // allocator's, so they are declared to it while the scope keeps them (NOTE
+  // [memory outside the allocator]).
+  bool reserve_packing(int64_t bytes) {
+    if (!reserve(bytes)) return false;
     allocator_for(Device::cpu()).add_external(bytes);
     external_bytes += bytes;
+    return true;
   }
   ~Cache() override {
     if (external_bytes > 0) allocator_for(Device::cpu()).add_external(-external_bytes);
@@ -182,8 +184,7 @@ struct PackedWeightScope::Cache final : cpu::WeightPacks {
       ++stats.hits;
       return found->second.get();
     }
-    if (!reserve(floats * static_cast<int64_t>(sizeof(float)))) return nullptr;
-    hold_outside_allocator(floats * static_cast<int64_t>(sizeof(float)));
+    if (!reserve_packing(floats * static_cast<int64_t>(sizeof(float)))) return nullptr;
     std::unique_ptr<float[], AlignedDelete> pack(static_cast<float*>(
         ::operator new[](static_cast<size_t>(floats) * sizeof(float), std::align_val_t{64})));
     fill(pack.get());
