@@ -40,6 +40,7 @@ struct Layout {
   int stage = 0;
   bool sequence_parallel = false;
   int64_t d_model = 32;
+  kernels::Activation gelu = kernels::Activation::gelu;
 };
 
 struct Segment {
@@ -55,7 +56,8 @@ struct Segment {
 std::vector<double> train(comm::Communicator& world, const Layout& l, const Segment& seg,
                           std::string* error = nullptr) {
   try {
-    const models::GPTConfig config = small_gpt(l.d_model);
+    models::GPTConfig config = small_gpt(l.d_model);
+    config.gelu = l.gelu;
     const parallel::ParallelGroups groups = parallel::make_parallel_groups(
         world.shared_from_this(), parallel::ParallelLayout(world.size(), l.tp, 1));
     parallel::TensorParallelGPTLayers tp_layers(groups.tp,
@@ -273,13 +275,47 @@ TEST_CASE(
 }
 
 // Hidden: run by checkpoint.loom_ckpt_tool (tests/checkpoint/check_ckpt_tool.py),
-// which writes a checkpoint here and looks at it with the loom-ckpt tool.
+// which writes a checkpoint here and looks at it with the loom-ckpt tool, and
+// by checkpoint.gpt2_reference (tests/checkpoint/check_gpt2_reference.py),
+// which runs GPT-2 as Hugging Face defines it on the consolidated parameters
+// and compares with the logits one Loom rank computes from the checkpoint,
+// written into the folder above it. GPT-2's GELU is the tanh one.
 TEST_CASE("write a tp 2 x dp 2 ZeRO-2 checkpoint into $LOOM_CKPT_FIXTURE_DIR", "[.ckpt_tool]") {
   const char* dir = std::getenv("LOOM_CKPT_FIXTURE_DIR");
   REQUIRE(dir != nullptr);
   fs::remove_all(dir);
-  run(4, {.tp = 2, .stage = 2}, {.first = 0, .last = 2, .save_dir = dir, .save_after = 1});
-  CHECK(checkpoint::latest_checkpoint(dir));
+  const auto gelu = kernels::Activation::gelu_tanh;
+  run(4, {.tp = 2, .stage = 2, .gelu = gelu},
+      {.first = 0, .last = 2, .save_dir = dir, .save_after = 1});
+  const auto step_dir = checkpoint::latest_checkpoint(dir);
+  REQUIRE(step_dir);
+
+  // One rank loads the checkpoint and computes the logits of two sequences.
+  std::string error;
+  comm::run_local_ranks(comm::make_local_group(1), [&](comm::Communicator& world) {
+    try {
+      models::GPTConfig config = small_gpt();
+      config.gelu = gelu;
+      models::GPT gpt("", config, models::default_gpt_layers());
+      parallel::ZeroOptimizer zero(gpt.parameters(), world, optim::AdamWOptions{});
+      checkpoint::load_checkpoint(*step_dir, zero, 0);
+      const int64_t batch = 2, seq = config.seq_len;
+      std::vector<int32_t> ids(static_cast<size_t>(batch * seq));
+      for (size_t i = 0; i < ids.size(); ++i) {
+        ids[i] = static_cast<int32_t>((i * 29 + 3) % static_cast<size_t>(config.vocab));
+      }
+      const Tensor input = Tensor::from_vector(ids, {batch, seq});
+      nn::Tape tape;
+      const Tensor logits = gpt.forward(input, tape);
+      checkpoint::save_safetensors(fs::path(dir).parent_path() / "reference_logits.safetensors",
+                                   {{.name = "ids", .tensor = input, .shard = {}},
+                                    {.name = "logits", .tensor = logits, .shard = {}}},
+                                   {{"heads", std::to_string(config.heads)}});
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  CHECK(error == "");
 }
 
 namespace {

@@ -20,21 +20,8 @@ import os
 import subprocess
 import sys
 
-SKIP = 77
-
-
-def reexec_with_test_venv(why):
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    venv = os.environ.get("LOOM_TEST_VENV") or os.path.join(root, ".test-venv")
-    python = os.path.join(venv, "bin", "python")
-    # (A venv's python is a link to the base interpreter: compare by a marker, not by path.)
-    if os.path.exists(python) and not os.environ.get("LOOM_INTEROP_IN_VENV"):
-        os.environ["LOOM_INTEROP_IN_VENV"] = "1"
-        os.execv(python, [python, *sys.argv])
-    print(f"SKIPPED: {why}; run `bash scripts/setup.sh` (it installs tests/requirements.txt "
-          f"into {venv})")
-    sys.exit(SKIP)
-
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from test_venv import reexec_with_test_venv  # noqa: E402
 
 try:
     import numpy as np
