@@ -147,6 +147,9 @@ arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | he
 case "$arch" in '' | *[!0-9]*) arch=90 ;; esac
 say "CUDNN_ROOT=${CUDNN_ROOT:-unset} NCCL_ROOT=${NCCL_ROOT:-unset} CUDA architecture $arch"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# A GPU that nvidia-smi lists but the tests cannot use (a driver older than the
+# CUDA runtime, say) fails the CUDA tests instead of skipping them.
+nvidia-smi -L 2>/dev/null | grep -q '^GPU' && export LOOM_REQUIRE_CUDA=1
 # A rank that hangs fails its step in a minute, not after the default ten.
 export LOOM_COMM_TIMEOUT=${LOOM_COMM_TIMEOUT:-60s}
 # The machine's own torch is the GPU peer (model_bench wants a path).

@@ -489,7 +489,7 @@ TEST_CASE("mpi: a receive that times out names the peer and aborts the group on 
 
 // Run as its own ctest entry (mpi.cuda_staging_np2), which skips without a GPU.
 TEST_CASE("mpi: CUDA tensors are staged through host memory", "[cuda]") {
-  if (loom::cuda_device_count() == 0) LOOM_SKIP(loom::cuda_unavailable_reason());
+  LOOM_SKIP_WITHOUT_CUDA();
   const loom::Device device = loom::device_for_local_rank(mpi_test_context().local_rank());
   const int r = world().rank(), n = world().size();
   const Tensor t = Tensor::full({1000}, r + 1.0, DType::f32, device);

@@ -99,7 +99,7 @@ TEST_CASE("pipeline executor mpi: pp 2 x dp 2 with ZeRO stages 1 and 2 equals on
 // 1e-4 |one rank| after 3 SGD steps.
 TEST_CASE("pipeline executor mpi: 1f1b and zb-v at pp 2 on CUDA equal one rank on the host",
           "[cuda]") {
-  if (cuda_device_count() == 0) LOOM_SKIP(cuda_unavailable_reason());
+  LOOM_SKIP_WITHOUT_CUDA();
   comm::Communicator& world = *mpi_test_context().world();
   if (world.size() != 2) {
     SUCCEED("pp 2 on CUDA needs 2 ranks; this run has " << world.size());

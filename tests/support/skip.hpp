@@ -11,8 +11,11 @@
 #pragma once
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <sstream>
 #include <string>
+
+#include "loom/core/device.hpp"
 
 namespace loom::test {
 
@@ -20,6 +23,15 @@ inline constexpr int kSkipExitCode = 77;
 
 // Marks the running test case as skipped (support/session.cpp).
 void record_skip(const std::string& reason);
+
+// LOOM_REQUIRE_CUDA=1 (scripts/device-check.sh sets it on a machine whose
+// nvidia-smi lists a GPU): a CUDA test that finds no usable device fails
+// instead of skipping, so that a driver too old for the CUDA runtime, say,
+// does not pass for "skipped" in a GPU session.
+inline bool cuda_required() {
+  const char* value = std::getenv("LOOM_REQUIRE_CUDA");
+  return value != nullptr && *value != '\0' && std::string(value) != "0";
+}
 
 }  // namespace loom::test
 
@@ -30,4 +42,17 @@ void record_skip(const std::string& reason);
     ::loom::test::record_skip(loom_skip_reason_.str()); \
     SUCCEED("skipped: " << loom_skip_reason_.str());    \
     return;                                             \
+  } while (false)
+
+// Skips the running test case when no CUDA device is usable (fails instead
+// under LOOM_REQUIRE_CUDA).
+#define LOOM_SKIP_WITHOUT_CUDA()                                        \
+  do {                                                                  \
+    if (::loom::cuda_device_count() == 0) {                             \
+      if (::loom::test::cuda_required()) {                              \
+        FAIL("LOOM_REQUIRE_CUDA is set, but no CUDA device is usable: " \
+             << ::loom::cuda_unavailable_reason());                     \
+      }                                                                 \
+      LOOM_SKIP(::loom::cuda_unavailable_reason());                     \
+    }                                                                   \
   } while (false)
