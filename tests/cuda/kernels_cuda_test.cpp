@@ -212,13 +212,17 @@ TEST_CASE("cuBLASLt bias and bias-gradient epilogues run fused and match the hos
                                          bound(d.rows), 0) == "");
       CHECK(loom::test::out_of_tolerance(db_gpu.to_vector<float>(), db.to_vector<float>(),
                                          bound(d.rows), 0) == "");
-      // bf16 operands (the mixed-precision Linear's) must run fused; whether
-      // cuBLASLt offers the epilogues for full-FP32 products is not documented,
-      // so f32 may take either way (the count says which it took).
+      // bf16 operands (the mixed-precision Linear's) must run fused where
+      // every leading dimension is a multiple of 8 elements (16 bytes), as a
+      // model's are; whether cuBLASLt offers the epilogues for full-FP32
+      // products, or for bf16 matrices whose rows are 38 bytes apart, is not
+      // documented, so those may take either way (the count says which).
       const k::GemmEpilogueCounts fused = k::gemm_epilogue_counts();
       UNSCOPED_INFO(dtype << " " << d.rows << "x" << d.in << "x" << d.out << ": "
                           << fused.fused - before.fused << " of 2 epilogues fused");
-      if (dtype == DType::bf16) CHECK(fused.fused == before.fused + 2);
+      if (dtype == DType::bf16 && d.in % 8 == 0 && d.out % 8 == 0) {
+        CHECK(fused.fused == before.fused + 2);
+      }
       CHECK(fused.fused + fused.separate == before.fused + before.separate + 4);
 
       // Accumulating: dW += dy^T x, db += sum dy (the bias gradient as a pass).
