@@ -2,6 +2,7 @@
 // function, computing in f32 with the CUDA math library's erff and expf (the
 // tanh approximation as x sigmoid(2u), like the host).
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda/check.hpp"
 #include "core/cuda/dtype_cuda.cuh"
@@ -65,9 +66,15 @@ __global__ void backward_kernel(const T* x, const T* dy, T* dx, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float g = to_float(dy[i]);
-    // ReLU passes dy through unscaled (dy * 0 would turn an infinite dy into NaN).
     const float d = F::derivative(to_float(x[i]));
-    dx[i] = from_float<T>(d == 0.0f ? 0.0f : g * d);
+    if constexpr (std::is_same_v<F, Relu>) {
+      // ReLU selects, as the host does (dy * 0 would turn an infinite dy into NaN).
+      dx[i] = from_float<T>(d == 0.0f ? 0.0f : g);
+    } else {
+      // The GELUs scale, as the host does: an infinite dy stays visible (inf
+      // or NaN) for the loss scaler, even where the derivative underflows.
+      dx[i] = from_float<T>(g * d);
+    }
   }
 }
 
