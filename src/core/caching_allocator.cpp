@@ -49,7 +49,9 @@ namespace loom::detail {
 // the memory at once even if kernels reading the old contents are still
 // queued. Another stream gives no such guarantee. record_stream(ptr, s)
 // therefore notes the extra streams, and deallocate() records an event on each
-// of them; the block stays out of the pool ("pending") until every one of
+// of them (holding a copy of each Stream until then, so that a stream
+// destroyed in between, such as a communicator's, is still there to record
+// on); the block stays out of the pool ("pending") until every one of
 // those events has completed. Pending events are polled at the start of
 // each allocate() and in empty_cache(); nothing ever blocks on them.
 
@@ -88,7 +90,10 @@ struct CachingAllocator::Block {
   Block* prev = nullptr;
   Block* next = nullptr;
   std::vector<void*> other_streams;  // from record_stream(), while live
-  int pending_events = 0;            // events still to complete, while pending
+  // The streams of other_streams that record_stream() was given as Streams:
+  // kept alive until their events are recorded (NOTE [stream reuse]).
+  std::vector<Stream> stream_owners;
+  int pending_events = 0;  // events still to complete, while pending
 
   bool whole_segment() const { return prev == nullptr && next == nullptr; }
 };
@@ -149,7 +154,7 @@ void* CachingAllocator::allocate(size_t bytes, const Stream& stream) {
 
 void CachingAllocator::record_stream(void* ptr, const Stream& stream) {
   check_stream_device(stream, "record the use of");
-  record_stream(ptr, stream.native_handle());
+  record_stream_handle(ptr, stream.native_handle(), &stream);
 }
 
 void* CachingAllocator::allocate(size_t bytes, void* stream) {
@@ -274,9 +279,14 @@ void CachingAllocator::deallocate(void* ptr) {
     pending_events_.push_back({backend_->record_event(stream), block});
     ++block->pending_events;
   }
+  block->stream_owners.clear();
 }
 
 void CachingAllocator::record_stream(void* ptr, void* stream) {
+  record_stream_handle(ptr, stream, nullptr);
+}
+
+void CachingAllocator::record_stream_handle(void* ptr, void* stream, const Stream* owner) {
   if (ptr == nullptr) return;
   std::lock_guard lock(mutex_);
   const auto it = live_blocks_.find(ptr);
@@ -285,7 +295,9 @@ void CachingAllocator::record_stream(void* ptr, void* stream) {
   Block* block = it->second;
   if (stream == block->stream) return;
   auto& others = block->other_streams;
-  if (std::find(others.begin(), others.end(), stream) == others.end()) others.push_back(stream);
+  if (std::find(others.begin(), others.end(), stream) != others.end()) return;
+  others.push_back(stream);
+  if (owner != nullptr) block->stream_owners.push_back(*owner);
 }
 
 void CachingAllocator::process_events() {

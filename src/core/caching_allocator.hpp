@@ -97,6 +97,9 @@ class CachingAllocator final : public Allocator {
   };
 
   Pool& pool_for(size_t rounded) { return rounded <= kSmallSize ? small_pool_ : large_pool_; }
+  // Notes `stream`'s use of the live block at `ptr`, keeping `owner` (the
+  // Stream, when given as one) alive until deallocate() has recorded on it.
+  void record_stream_handle(void* ptr, void* stream, const Stream* owner);
   Block* take_cached_block(Pool& pool, void* stream, size_t rounded);
   Block* new_segment(Pool& pool, void* stream, size_t rounded, size_t requested);
   void split(Block* block, size_t rounded);

@@ -137,6 +137,29 @@ TEST_CASE("CUDA allocator: record_stream defers reuse until the other stream's w
   allocator.empty_cache();
 }
 
+TEST_CASE("CUDA allocator: a block used on a stream that is gone by its free is freed cleanly") {
+  // A communicator's stream (record_stream'd by every collective) may be
+  // destroyed before the tensors it used: the allocator keeps the stream
+  // until it has recorded the block's event on it.
+  Allocator& allocator = loom::allocator_for(gpu);
+  allocator.empty_cache();
+  const Stream compute = Stream::create(gpu);
+  constexpr size_t kBytes = 4 * MiB;
+  void* block = allocator.allocate(kBytes, compute);
+  {
+    const Stream side = Stream::create(gpu);
+    allocator.record_stream(block, side);
+  }  // the last copy the test held
+  REQUIRE_NOTHROW(allocator.deallocate(block));
+  compute.synchronize();
+  cudaDeviceSynchronize();
+  void* again = allocator.allocate(kBytes, compute);
+  CHECK(again == block);
+  allocator.deallocate(again);
+  allocator.empty_cache();
+  CHECK(cudaGetLastError() == cudaSuccess);
+}
+
 TEST_CASE("CUDA allocator: an impossible request throws an error naming its size") {
   Allocator& allocator = loom::allocator_for(gpu);
   const Stream stream = loom::current_stream(gpu);
