@@ -58,6 +58,26 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
+// An NCCL group that ends on every path: a call inside it that throws would
+// otherwise leave the thread's group open, and NCCL would defer every later
+// call of the thread, which looks like a hang.
+class NcclGroup {
+ public:
+  NcclGroup() { LOOM_NCCL_CHECK(ncclGroupStart()); }
+  ~NcclGroup() {
+    if (open_) ncclGroupEnd();
+  }
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+  void end() {
+    open_ = false;
+    LOOM_NCCL_CHECK(ncclGroupEnd());
+  }
+
+ private:
+  bool open_ = true;
+};
+
 // Polls the completion events of in-flight NCCL operations (one thread per process).
 class Watchdog {
  public:
@@ -72,6 +92,30 @@ class Watchdog {
       pending_.push_back({std::move(work), std::move(done), comm});
     }
     cv_.notify_one();
+  }
+
+  // Takes `comm`'s operations off the watch before the communicator is
+  // aborted or destroyed (the poll would otherwise ask a freed communicator
+  // for its error): those complete say so, the others fail with `why`.
+  void forget(ncclComm_t comm, const CommError& why) {
+    std::lock_guard lock(mutex_);
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->comm != comm) {
+        ++it;
+        continue;
+      }
+      bool done = false;
+      try {
+        done = it->done->query();
+      } catch (const std::exception&) {
+      }
+      if (done) {
+        it->work->complete();
+      } else {
+        it->work->fail(why);
+      }
+      it = pending_.erase(it);
+    }
   }
 
  private:
@@ -150,6 +194,9 @@ class NcclCommunicator final : public Communicator {
     DeviceGuard guard(device_);
     // Finalize waits for the communicator's outstanding operations.
     if (!aborted()) ncclCommFinalize(comm_);
+    Watchdog::instance().forget(
+        comm_, CommError(CommError::Kind::backend,
+                         str_cat("nccl group '", name(), "' was destroyed before it finished")));
     ncclCommDestroy(comm_);
   }
 
@@ -193,7 +240,7 @@ class NcclCommunicator final : public Communicator {
       // Uneven chunks: one reduce per chunk, rooted at its owner, in one group.
       const auto offsets = detail::chunk_offsets(counts);
       const size_t es = in.element_size();
-      LOOM_NCCL_CHECK(ncclGroupStart());
+      NcclGroup group;
       for (int r = 0; r < size(); ++r) {
         const char* send =
             static_cast<const char*>(in.data()) + offsets[static_cast<size_t>(r)] * es;
@@ -201,7 +248,7 @@ class NcclCommunicator final : public Communicator {
         LOOM_NCCL_CHECK(ncclReduce(send, recv, static_cast<size_t>(counts[static_cast<size_t>(r)]),
                                    type, nccl_op(op), r, comm_, s));
       }
-      LOOM_NCCL_CHECK(ncclGroupEnd());
+      group.end();
     });
   }
 
@@ -219,14 +266,14 @@ class NcclCommunicator final : public Communicator {
       // Uneven chunks: every rank broadcasts its chunk into place, in one group.
       const auto offsets = detail::chunk_offsets(counts);
       const size_t es = out.element_size();
-      LOOM_NCCL_CHECK(ncclGroupStart());
+      NcclGroup group;
       for (int r = 0; r < size(); ++r) {
         char* dst = static_cast<char*>(out.data()) + offsets[static_cast<size_t>(r)] * es;
         LOOM_NCCL_CHECK(ncclBroadcast(r == rank() ? in.data() : dst, dst,
                                       static_cast<size_t>(counts[static_cast<size_t>(r)]), type, r,
                                       comm_, s));
       }
-      LOOM_NCCL_CHECK(ncclGroupEnd());
+      group.end();
     });
   }
 
@@ -256,7 +303,7 @@ class NcclCommunicator final : public Communicator {
                                       static_cast<const char*>(in.data()) + send_off[me] * es,
                                       static_cast<size_t>(send[me]) * es, cudaMemcpyDeviceToDevice,
                                       s));
-      LOOM_NCCL_CHECK(ncclGroupStart());
+      NcclGroup group;
       for (int p = 0; p < size(); ++p) {
         if (p == rank()) continue;
         const auto q = static_cast<size_t>(p);
@@ -265,7 +312,7 @@ class NcclCommunicator final : public Communicator {
         LOOM_NCCL_CHECK(ncclRecv(static_cast<char*>(out.data()) + recv_off[q] * es,
                                  static_cast<size_t>(recv[q]), type, p, comm_, s));
       }
-      LOOM_NCCL_CHECK(ncclGroupEnd());
+      group.end();
     });
   }
 
@@ -309,7 +356,12 @@ class NcclCommunicator final : public Communicator {
   void notify_peers_of_abort(const std::string& reason) override {
     // Stops this rank's NCCL kernels; the peers' operations then fail or time out on their side.
     std::lock_guard lock(mutex_);
-    if (comm_ != nullptr) ncclCommAbort(comm_);
+    if (comm_ != nullptr) {
+      Watchdog::instance().forget(
+          comm_, CommError(CommError::Kind::backend,
+                           str_cat("nccl group '", name(), "' was aborted (", reason, ")")));
+      ncclCommAbort(comm_);
+    }
     comm_ = nullptr;
     LOOM_LOG_WARN("nccl group '", name(), "': communicator aborted (", reason, ")");
   }
