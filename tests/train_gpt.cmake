@@ -57,6 +57,18 @@ add_test(NAME checkpoint.train_gpt_resume
                  --token-file ${CMAKE_CURRENT_BINARY_DIR}/train_gpt_resume/python_stdlib.tokens)
 set_tests_properties(checkpoint.train_gpt_resume PROPERTIES TIMEOUT 600 PROCESSORS 4
                      LABELS "checkpoint;mpi;examples" ENVIRONMENT "${LOOM_MPI_TEST_ENV}")
+# --init-from: one rank's consolidated weights (GPT-2's layout) start tp 2 x
+# dp 2 and pp 2 runs that log what one rank logs from them.
+add_test(NAME checkpoint.train_gpt_init_from
+         COMMAND ${Python3_EXECUTABLE}
+                 ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint/check_train_gpt_init_from.py
+                 ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_gpt> $<TARGET_FILE:loom-ckpt>
+                 ${CMAKE_CURRENT_BINARY_DIR}/train_gpt_init_from --
+                 --layers 2 --d-model 64 --heads 4 --seq 32 --batch 4 --log-every 1
+                 --eval-every 0 --eval-batches 2 --gelu tanh
+                 --token-file ${CMAKE_CURRENT_BINARY_DIR}/train_gpt_init_from.tokens)
+set_tests_properties(checkpoint.train_gpt_init_from PROPERTIES TIMEOUT 400 PROCESSORS 4
+                     LABELS "checkpoint;mpi;examples" ENVIRONMENT "${LOOM_MPI_TEST_ENV}")
 
 # Pipeline parallelism under mpirun reproduces one rank on the same global
 # batch: every schedule at pp 2 (the cut balanced by counted FLOPs unless

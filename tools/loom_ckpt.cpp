@@ -86,28 +86,6 @@ int verify(const fs::path& dir) {
   return 0;
 }
 
-// GPT-2's Conv1D layers store [in, out]: Loom's linear weights of a block transposed.
-bool is_gpt2_conv1d(const std::string& name) {
-  for (const char* suffix :
-       {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
-    const std::string s = suffix;
-    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
-      return true;
-    }
-  }
-  return false;
-}
-
-loom::Tensor transposed(const loom::Tensor& t) {
-  const int64_t rows = t.size(0), cols = t.size(1);
-  const std::vector<float> in = t.to_vector<float>();
-  std::vector<float> out(in.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
-  }
-  return loom::Tensor::from_vector(out, {cols, rows});
-}
-
 int consolidate(const fs::path& dir, const fs::path& out, bool gpt2) {
   const ckpt::CheckpointReader reader(dir);
   std::vector<ckpt::StoredTensor> tensors;
@@ -117,7 +95,7 @@ int consolidate(const fs::path& dir, const fs::path& out, bool gpt2) {
     const bool master =
         std::find(info.kinds.begin(), info.kinds.end(), "master") != info.kinds.end();
     loom::Tensor value = reader.assemble(name, master ? "master" : "value");
-    if (gpt2 && is_gpt2_conv1d(name)) value = transposed(value);
+    if (gpt2) value = ckpt::gpt2_conv1d_transposed(name, value);
     tensors.push_back({name, value, std::nullopt});
   }
   ckpt::save_safetensors(out, tensors,

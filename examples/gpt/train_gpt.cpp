@@ -193,6 +193,23 @@ int run(const Flags& f) {
                   f.checkpoint_dir.c_str());
     }
   }
+  // --init-from: whole tensors, each rank taking its slices (a resumed run
+  // has its weights already).
+  if (!f.init_from.empty() && first_step == 0) {
+    const checkpoint::WeightsReport loaded =
+        checkpoint::load_weights(f.init_from, zero, dp.rank(), world);
+    if (lead) {
+      std::printf("initial weights from %s: %lld tensors%s", f.init_from.c_str(),
+                  static_cast<long long>(loaded.tensors),
+                  loaded.gpt2_layout ? " (GPT-2's Conv1D layout)" : "");
+      // Under a pipeline the other stages' parameters are not this rank's.
+      if (!pipeline && !loaded.skipped.empty()) {
+        std::printf("; %zu not the model's, skipped (%s%s)", loaded.skipped.size(),
+                    loaded.skipped.front().c_str(), loaded.skipped.size() > 1 ? ", ..." : "");
+      }
+      std::printf("\n");
+    }
+  }
 
   data::TokenLoaderOptions loader_options{.batch = f.batch,
                                           .seq_len = f.seq,

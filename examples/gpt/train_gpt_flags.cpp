@@ -135,6 +135,11 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_flag("--resume", f.resume,
                "start from the newest complete checkpoint in --checkpoint-dir, saved under any "
                "dp x tp x pp layout and ZeRO stage");
+  app.add_option("--init-from", f.init_from,
+                 "initial weights from a safetensors file of whole tensors: `loom-ckpt "
+                 "consolidate`'s, or Hugging Face's GPT-2 model.safetensors (docs/checkpoint.md); "
+                 "with --resume, only when no checkpoint is there yet")
+      ->check(CLI::ExistingFile);
   app.add_option("--tp", f.tp,
                  "tensor-parallel ranks per data-parallel replica (world = tp x dp; "
                  "docs/tensor_parallel.md)")

@@ -45,7 +45,8 @@ struct Flags {
   loom::examples::PipelineFlags pipe;  // --pp, --schedule, ... (docs/pipeline.md)
   std::string checkpoint_dir;          // distributed checkpoints (docs/checkpoint.md)
   int64_t save_every = 0;              // save every N steps (0: never)
-  bool resume = false;  // start from the newest complete checkpoint in checkpoint_dir
+  bool resume = false;    // start from the newest complete checkpoint in checkpoint_dir
+  std::string init_from;  // initial weights: a safetensors file (checkpoint::load_weights)
   bool activation_checkpointing = false;  // GPTConfig::checkpoint_blocks
   std::vector<int> checkpoint_stages;     // with --pp: only these stages' blocks
   bool checkpoint_attention = false;      // GPTConfig::checkpoint_attention (selective)

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
 #include "checkpoint/records.hpp"
@@ -82,6 +84,40 @@ bool keeps_master(const optim::ParamSlot& slot, const nn::Parameter& p) {
 // `values` into `dst` (any device), which has as many elements.
 void copy_into(const std::vector<float>& values, const Tensor& dst) {
   dst.copy_from(Tensor::from_vector(values, dst.shape(), Device::cpu()).to(dst.device()));
+}
+
+// Runs `load` on this rank of `world`, then agrees with the others on the
+// outcome before any goes on: when a rank failed, every rank throws naming
+// the lowest failing rank and its error, so no rank trains on a partly
+// loaded state. `what` names what was loaded.
+template <typename Load>
+auto load_agreed(comm::Communicator& world, const std::string& what, Load load) {
+  decltype(load()) result{};
+  std::string error;
+  try {
+    result = load();
+  } catch (const std::exception& e) {
+    error = e.what();
+    if (error.empty()) error = "an error without a message";
+  }
+  // The lowest failing rank, or the world size when every rank loaded.
+  const Tensor failed = Tensor::full({1}, error.empty() ? world.size() : world.rank(), DType::i32);
+  world.all_reduce(failed, {.op = comm::ReduceOp::min}).wait();
+  const int root = static_cast<int>(failed.to_vector<int32_t>()[0]);
+  if (root == world.size()) return result;
+  // Its message, one character per element.
+  const Tensor length = Tensor::full({1}, static_cast<double>(error.size()), DType::i32);
+  world.broadcast(length, {.root = root}).wait();
+  const auto n = static_cast<int64_t>(length.to_vector<int32_t>()[0]);
+  std::vector<int32_t> chars(error.begin(), error.end());
+  chars.resize(static_cast<size_t>(n));
+  const Tensor text = Tensor::from_vector(chars, {n});
+  world.broadcast(text, {.root = root}).wait();
+  if (!error.empty() && world.rank() == root) throw Error(error);
+  const std::vector<int32_t> received = text.to_vector<int32_t>();
+  throw Error(str_cat(
+      what, ": rank ", root, " of group '", world.name(),
+      "' could not load it, so no rank goes on: ", std::string(received.begin(), received.end())));
 }
 
 }  // namespace
@@ -251,32 +287,122 @@ TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::Z
 
 TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::ZeroOptimizer& zero,
                               int dp_rank, comm::Communicator& world) {
-  TrainingState state;
-  std::string error;
-  try {
-    state = load_checkpoint(step_dir, zero, dp_rank);
-  } catch (const std::exception& e) {
-    error = e.what();
-    if (error.empty()) error = "an error without a message";
+  return load_agreed(world, str_cat("checkpoint ", step_dir),
+                     [&] { return load_checkpoint(step_dir, zero, dp_rank); });
+}
+
+bool is_gpt2_conv1d(const std::string& name) {
+  for (const std::string_view suffix :
+       {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
+    if (name.size() > suffix.size() && name.ends_with(suffix)) return true;
   }
-  // The lowest failing rank, or the world size when every rank loaded.
-  const Tensor failed = Tensor::full({1}, error.empty() ? world.size() : world.rank(), DType::i32);
-  world.all_reduce(failed, {.op = comm::ReduceOp::min}).wait();
-  const int root = static_cast<int>(failed.to_vector<int32_t>()[0]);
-  if (root == world.size()) return state;
-  // Its message, one character per element.
-  const Tensor length = Tensor::full({1}, static_cast<double>(error.size()), DType::i32);
-  world.broadcast(length, {.root = root}).wait();
-  const auto n = static_cast<int64_t>(length.to_vector<int32_t>()[0]);
-  std::vector<int32_t> chars(error.begin(), error.end());
-  chars.resize(static_cast<size_t>(n));
-  const Tensor text = Tensor::from_vector(chars, {n});
-  world.broadcast(text, {.root = root}).wait();
-  if (!error.empty() && world.rank() == root) throw Error(error);
-  const std::vector<int32_t> received = text.to_vector<int32_t>();
-  throw Error(str_cat(
-      "checkpoint ", step_dir, ": rank ", root, " of group '", world.name(),
-      "' could not load it, so no rank resumes: ", std::string(received.begin(), received.end())));
+  return false;
+}
+
+Tensor gpt2_conv1d_transposed(const std::string& name, const Tensor& t) {
+  if (!is_gpt2_conv1d(name)) return t;
+  LOOM_CHECK(t.dim() == 2, "tensor '", name, "' is ", shape_str(t.shape()),
+             ": a linear weight has two dimensions");
+  const int64_t rows = t.size(0), cols = t.size(1);
+  const std::vector<float> in = t.to_vector<float>();
+  std::vector<float> out(in.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+  }
+  return Tensor::from_vector(out, {cols, rows});
+}
+
+WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOptimizer& zero,
+                           int dp_rank) {
+  const SafetensorsIndex index = index_safetensors(file);
+  const std::string where = str_cat("weights file ", file.string());
+  std::map<std::string, const SafetensorsIndex::Entry*> by_name;
+  for (const SafetensorsIndex::Entry& e : index.entries) {
+    constexpr std::string_view kPrefix = "transformer.";
+    const std::string name = e.name.starts_with(kPrefix) ? e.name.substr(kPrefix.size()) : e.name;
+    const auto [it, added] = by_name.emplace(name, &e);
+    LOOM_CHECK(added, where, ": tensors '", it->second->name, "' and '", e.name,
+               "' would both be parameter '", name, "'");
+  }
+  const std::vector<nn::Parameter*>& params = zero.parameters();
+  // The whole tensors as the file holds them: the model's global shapes
+  // without padding, [in, out] for the Conv1D weights of a GPT-2 file.
+  std::map<std::string, Shape> model_shapes;
+  for (const nn::Parameter* p : params) {
+    model_shapes[p->name()] = Layout{p->shape(), p->placement()}.model_shape();
+  }
+  const auto swapped = [](const Shape& s) { return Shape{s[1], s[0]}; };
+  WeightsReport report;
+  for (const nn::Parameter* p : params) {
+    const Shape& m = model_shapes[p->name()];
+    const auto it = by_name.find(p->name());
+    if (!is_gpt2_conv1d(p->name()) || m.size() != 2 || m[0] == m[1] || it == by_name.end()) {
+      continue;
+    }
+    report.gpt2_layout = it->second->shape == swapped(m);
+    break;
+  }
+  const auto stored_shape = [&](const nn::Parameter& p) {
+    const Shape& m = model_shapes[p.name()];
+    return report.gpt2_layout && is_gpt2_conv1d(p.name()) && m.size() == 2 ? swapped(m) : m;
+  };
+  // Every parameter checked before any changes.
+  for (const nn::Parameter* p : params) {
+    const auto it = by_name.find(p->name());
+    LOOM_CHECK(it != by_name.end(), where, ": the model's parameter '", p->name(),
+               "' is not in it (weights of another model?)");
+    const SafetensorsIndex::Entry& e = *it->second;
+    LOOM_CHECK(e.shape == stored_shape(*p), where, ": tensor '", e.name, "' has shape ",
+               shape_str(e.shape), " where the model's parameter '", p->name(), "' needs ",
+               shape_str(stored_shape(*p)), report.gpt2_layout ? " (GPT-2's layout)" : "",
+               ": the model's sizes (vocabulary, layers, width, sequence) must be the weights'");
+    LOOM_CHECK(e.dtype == DType::f32 || e.dtype == DType::bf16 || e.dtype == DType::f16, where,
+               ": tensor '", e.name, "' is ", e.dtype, ", not f32, bf16 or f16");
+  }
+  const int stage = zero.stage();
+  optim::Optimizer& opt = zero.optimizer();
+  const std::vector<parallel::ShardPiece> pieces = zero.shard_pieces(dp_rank);
+  const std::vector<Tensor> values = zero.value_shards();
+  for (nn::Parameter* p : params) {
+    const SafetensorsIndex::Entry& e = *by_name.at(p->name());
+    Tensor whole = read_safetensors_tensor(index, e.name).tensor.to(DType::f32);
+    if (report.gpt2_layout) whole = gpt2_conv1d_transposed(p->name(), whole);
+    // The whole tensor as the one record of the parameter, its values given.
+    const on_disk::Record record{.file = file.string(),
+                                 .param = p->name(),
+                                 .kind = "value",
+                                 .begin = 0,
+                                 .end = whole.numel(),
+                                 .layout = {model_shapes[p->name()], nn::Placement{}},
+                                 .index = &index,
+                                 .tensor = e.name,
+                                 .cached = whole};
+    const std::vector<const on_disk::Record*> records{&record};
+    const Layout mine{p->shape(), p->placement()};
+    const auto read = [&](int64_t begin, int64_t end) {
+      return on_disk::read_local(records, p->name(), "value", mine, begin, end);
+    };
+    if (stage != 3) copy_into(read(0, p->numel()), p->value());
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (pieces[i].param != p) continue;
+      const int64_t begin = pieces[i].begin, end = pieces[i].end;
+      if (stage == 3) copy_into(read(begin, end), values[i]);
+      if (stage > 0 && keeps_master(opt.slots()[i], *p)) {
+        copy_into(read(begin, end), opt.slots()[i].current_value());
+      }
+    }
+    ++report.tensors;
+  }
+  for (const auto& [name, e] : by_name) {
+    if (model_shapes.count(name) == 0) report.skipped.push_back(e->name);
+  }
+  return report;
+}
+
+WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOptimizer& zero,
+                           int dp_rank, comm::Communicator& world) {
+  return load_agreed(world, str_cat("weights file ", file.string()),
+                     [&] { return load_weights(file, zero, dp_rank); });
 }
 
 }  // namespace loom::checkpoint

@@ -41,6 +41,7 @@ struct Layout {
   bool sequence_parallel = false;
   int64_t d_model = 32;
   kernels::Activation gelu = kernels::Activation::gelu;
+  uint64_t seed = 7;  // of the initial weights
 };
 
 struct Segment {
@@ -48,6 +49,7 @@ struct Segment {
   fs::path save_dir = {};   // save after step `save_after` when set
   int save_after = -1;
   fs::path resume_from = {};  // a step directory to load before training
+  fs::path init_from = {};    // a weights file to load before training (load_weights)
 };
 
 // Trains the GPT on `world` laid out as tp x dp with AdamW through
@@ -58,6 +60,7 @@ std::vector<double> train(comm::Communicator& world, const Layout& l, const Segm
   try {
     models::GPTConfig config = small_gpt(l.d_model);
     config.gelu = l.gelu;
+    config.module.seed = l.seed;
     const parallel::ParallelGroups groups = parallel::make_parallel_groups(
         world.shared_from_this(), parallel::ParallelLayout(world.size(), l.tp, 1));
     parallel::TensorParallelGPTLayers tp_layers(groups.tp,
@@ -84,6 +87,9 @@ std::vector<double> train(comm::Communicator& world, const Layout& l, const Segm
       const checkpoint::TrainingState state =
           checkpoint::load_checkpoint(seg.resume_from, zero, groups.dp->rank(), world);
       LOOM_CHECK(state.step == seg.first, "resumed at step ", state.step, ", expected ", seg.first);
+    }
+    if (!seg.init_from.empty()) {
+      checkpoint::load_weights(seg.init_from, zero, groups.dp->rank(), world);
     }
     nn::CrossEntropyLoss loss;
     parallel::VocabParallelCrossEntropy tp_loss("loss", config.vocab, groups.tp);
@@ -271,6 +277,56 @@ TEST_CASE(
   // One rank keeps everything, so it reads the record itself.
   CHECK_THROWS_WITH(run(1, {}, {.first = 1, .last = 2, .resume_from = step_dir}),
                     Contains("rank-00001.safetensors") && Contains("fails its checksum"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE(
+    "weights of whole tensors in GPT-2's layout load under any layout and train as the model "
+    "they came from",
+    "[checkpoint]") {
+  // The initial weights of the seed-7 GPT, written as Hugging Face's
+  // GPT2LMHeadModel saves them: "transformer." names, Conv1D [in, out]
+  // weights, and attention-mask buffers that are no parameter.
+  const fs::path dir = fresh_dir("weights");
+  fs::create_directories(dir);
+  const fs::path file = dir / "model.safetensors";
+  {
+    models::GPT source("", small_gpt(), models::default_gpt_layers());
+    std::vector<checkpoint::StoredTensor> tensors;
+    for (const nn::Parameter* p : source.parameters()) {
+      tensors.push_back({.name = "transformer." + p->name(),
+                         .tensor = checkpoint::gpt2_conv1d_transposed(p->name(), p->value()),
+                         .shard = {}});
+    }
+    tensors.push_back({.name = "transformer.h.0.attn.bias",
+                       .tensor = Tensor::full({1, 1, 16, 16}, 1.0),
+                       .shard = {}});
+    checkpoint::save_safetensors(file, tensors, {{"format", "pt"}});
+  }
+  // Trained from its own initialisation on one rank, and from the file by
+  // models initialised otherwise (seed 99) under other layouts.
+  const std::vector<double> reference = run(1, {}, {.first = 0, .last = 3});
+  const std::vector<double> one = run(1, {.seed = 99}, {.first = 0, .last = 3, .init_from = file});
+  for (int s = 0; s < 3; ++s) CHECK(one[s] == reference[s]);
+  CHECK(run(1, {.seed = 99}, {.first = 0, .last = 1})[0] != reference[0]);
+  struct Other {
+    int ranks;
+    Layout layout;
+  };
+  for (const Other& o :
+       {Other{4, {.tp = 2, .stage = 1, .seed = 99}}, Other{4, {.tp = 1, .stage = 3, .seed = 99}},
+        Other{4, {.tp = 4, .stage = 2, .sequence_parallel = true, .seed = 99}}}) {
+    INFO("on " << o.ranks << " ranks, tp " << o.layout.tp << ", ZeRO stage " << o.layout.stage
+               << ", SP " << o.layout.sequence_parallel);
+    const std::vector<double> losses =
+        run(o.ranks, o.layout, {.first = 0, .last = 3, .init_from = file});
+    for (int s = 0; s < 3; ++s) CHECK(losses[s] == Approx(reference[s]).epsilon(1e-5));
+  }
+
+  // Weights of another model: refused naming the tensor and both shapes.
+  CHECK_THROWS_WITH(run(1, {.d_model = 64}, {.first = 0, .last = 1, .init_from = file}),
+                    Contains("model.safetensors") && Contains("transformer.wte.weight") &&
+                        Contains("[61, 32]") && Contains("[61, 64]"));
   fs::remove_all(dir);
 }
 

@@ -203,4 +203,40 @@ TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::Z
 TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::ZeroOptimizer& zero,
                               int dp_rank, comm::Communicator& world);
 
+// Initial weights from one safetensors file of whole tensors named as the
+// model's parameters: what `loom-ckpt consolidate` writes (with or without
+// --gpt2), or Hugging Face's GPT-2 `model.safetensors`. Each rank sets what
+// `zero` keeps of every parameter from its slice of the tensor (the value,
+// at ZeRO stage 3 its shard, and the f32 master where ZeRO keeps one); the
+// optimizer's state is left as it is (a fresh optimizer's: zeros, step 0).
+//  - GPT-2's Conv1D layout ([in, out] for a block's c_attn, c_proj, c_fc
+//    and mlp.c_proj weights) is recognised from the first block's c_attn
+//    weight, whose shape differs from Loom's [out, in], and transposed.
+//  - A "transformer." prefix on the names (GPT2LMHeadModel's) is dropped;
+//    tensors no parameter has (GPT-2's attention-mask buffers, the tied
+//    lm_head.weight) are skipped and listed in the report.
+//  - f32, bf16 and f16 tensors are read; a padded vocabulary's padding rows
+//    (tp not dividing the vocabulary) are zero.
+// Throws loom::Error naming the file, the tensor and the rule when a
+// parameter is missing or its shape is not the model's, before any
+// parameter changes.
+struct WeightsReport {
+  int64_t tensors = 0;               // parameters set
+  bool gpt2_layout = false;          // Conv1D weights transposed
+  std::vector<std::string> skipped;  // tensors of the file no parameter has
+};
+WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOptimizer& zero,
+                           int dp_rank);
+// The same on every rank of `world` together, agreeing as load_checkpoint
+// does: when one rank fails, every rank throws naming it and its error.
+WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOptimizer& zero,
+                           int dp_rank, comm::Communicator& world);
+
+// GPT-2 stores these linear weights as Conv1D [in, out], Loom as [out, in]:
+// a block's attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj weights.
+bool is_gpt2_conv1d(const std::string& name);
+// `t` transposed (a host f32 copy) when is_gpt2_conv1d(name), else `t`: a
+// Loom weight as GPT-2 stores it, and back.
+Tensor gpt2_conv1d_transposed(const std::string& name, const Tensor& t);
+
 }  // namespace loom::checkpoint
