@@ -69,13 +69,9 @@ void bias_grad(const Tensor& dy, const Tensor& dbias, bool accumulate) {
         return cpu::bias_grad(dy.data<float>(), db, rows, cols, accumulate);
     }
   }
-  if (dy.dtype() != dbias.dtype()) {  // CUDA's kernel takes one dtype: widen dy first
-    bias_grad(dy.to(dbias.dtype()), dbias, accumulate);
-    return;
-  }
 #if LOOM_HAS_CUDA
-  DeviceGuard guard(dy.device());
-  cuda::bias_grad(dy.data(), dbias.data(), dy.dtype(), rows, cols, accumulate,
+  DeviceGuard guard(dy.device());  // a 16-bit dy with an f32 db is read as it is (no widened copy)
+  cuda::bias_grad(dy.data(), dy.dtype(), dbias.data(), dbias.dtype(), rows, cols, accumulate,
                   current_stream(dy.device()).native_handle());
 #else
   throw InternalError("unreachable: CUDA tensor in a build without CUDA");

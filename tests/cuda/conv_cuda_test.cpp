@@ -1,10 +1,12 @@
 // The convolution stack on CUDA against the host: conv2d through cuDNN (f32
 // to a tolerance relative to the dot-product length, bf16 looser), the
-// batch_norm steps (sums in double on both sides: to 1e-5), pooling (max
+// batch_norm steps (sums in double on both sides: to 1e-5; also with
+// thousands of values per channel, split over several blocks), pooling (max
 // exactly, averages to 1e-6), and Conv2d + BatchNorm2d modules end to end.
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "../kernels/kernel_test_util.hpp"
@@ -181,6 +183,49 @@ TEST_CASE("CUDA batch_norm steps match the host, f32 and bf16 activations") {
     check_close("dx", gpu.dx.to(DType::f32), host.dx.to(DType::f32), act);
     check_close("eval invstd", gpu.eval_invstd, host.eval_invstd, 1e-6);
     check_close("eval dx", gpu.eval_dx.to(DType::f32), host.eval_dx.to(DType::f32), eval);
+  }
+}
+
+TEST_CASE("CUDA batch_norm sums split over several blocks per channel match the host") {
+  // Thousands of values per channel, so that each channel's sums split into
+  // several ranges (NOTE [split reductions] in kernels/cuda/bias.cu); planes
+  // of kBlock (256) positions, more (784) and fewer (49), for the walk that
+  // tracks image and position without dividing.
+  for (const Shape& shape : {Shape{32, 64, 16, 16}, Shape{8, 24, 28, 28}, Shape{64, 16, 7, 7}}) {
+    const int64_t channels = shape[1], count = shape[0] * shape[2] * shape[3];
+    const Tensor x = loom::test::random_tensor(shape, DType::f32, 51, -1.0f, 2.0f);
+    const Tensor dy = loom::test::random_tensor(shape, DType::f32, 52);
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      INFO("x " << loom::shape_str(shape) << ", activations " << dtype);
+      const Tensor hx = x.to(dtype), hdy = dy.to(dtype);
+      const Tensor sums = Tensor::empty({2, channels}), grad_sums = Tensor::empty({2, channels});
+      const Tensor mean = Tensor::empty({channels}), invstd = Tensor::empty({channels});
+      k::batch_norm_stats(hx, sums);
+      k::batch_norm_finalize(sums, count, 1e-5f, 0.1f, mean, invstd, Tensor(), Tensor());
+      k::batch_norm_backward_sums(hdy, hx, mean, invstd, grad_sums);
+
+      // The device gets the host's mean and invstd, so both sum the same terms.
+      const Tensor gx = hx.to(kGpu), gdy = hdy.to(kGpu);
+      const Tensor gmean = mean.to(kGpu), ginvstd = invstd.to(kGpu);
+      const auto device_sums = [&] {
+        const Tensor gsums = Tensor::empty({2, channels}, DType::f32, kGpu);
+        const Tensor ggrad = Tensor::empty({2, channels}, DType::f32, kGpu);
+        k::batch_norm_stats(gx, gsums);
+        k::batch_norm_backward_sums(gdy, gx, gmean, ginvstd, ggrad);
+        return std::make_pair(gsums, ggrad);
+      };
+      const auto [gsums, ggrad] = device_sums();
+      check_close("sums", gsums, sums, 1e-5);
+      // sum dy * xhat cancels towards 0 while each side rounds its f32 plane
+      // sums (~1e-6 each): compare to 1e-4 (a wrong element would be off by ~1).
+      check_close("grad_sums", ggrad, grad_sums, 1e-4);
+      // Deterministic: a second run gives the same bits.
+      const auto [gsums2, ggrad2] = device_sums();
+      REQUIRE(loom::test::first_difference(gsums2.to_vector<float>(), gsums.to_vector<float>()) ==
+              -1);
+      REQUIRE(loom::test::first_difference(ggrad2.to_vector<float>(), ggrad.to_vector<float>()) ==
+              -1);
+    }
   }
 }
 

@@ -4,7 +4,10 @@
 // deterministic across runs), index_select (rows of f32, i32, i64 and bf16
 // bit for bit, its backward equal to the host's), cross-entropy (1e-5; f32
 // and bf16 logits),
-// dropout (bit for bit, the same mask on both backends).
+// dropout (bit for bit, the same mask on both backends). Over 8192 rows (the
+// split reductions' several slabs): bias sums bit for bit on values whose
+// sums are exact, layer norm's weight gradient within the host's f32 rounding
+// and the same bits on a second run.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -120,6 +123,82 @@ TEST_CASE("CUDA layer_norm matches the host", "[cuda][layer_norm]") {
     require_close(dwg, dw, 1e-5, 1e-5);
     require_close(dbg, db, 1e-5, 1e-5);
   }
+}
+
+// 8192 x 768 (a GPT-2 width over 8K tokens): enough rows that bias_grad and
+// layer norm's weight gradient split the rows into several slabs (NOTE [split
+// reductions] in kernels/cuda/bias.cu) on any device with 8 SMs or more.
+TEST_CASE("CUDA bias_grad over many rows gives the host's bits, for every dtype pair",
+          "[cuda][bias]") {
+  // Multiples of 1/16 in [-1, 1]: every partial sum of them, and of two
+  // passes, is exact in f32 (at most 2^14 in steps of 2^-4: 18 bits), whatever
+  // the slabs, and bf16 and f16 hold the values exactly; so the device must
+  // give the host's bits, rounded once where db is 16-bit.
+  const int64_t rows = 8192, cols = 768;
+  std::vector<float> values = loom::test::random_values(rows * cols, 31);
+  for (float& v : values) v = std::round(v * 16.0f) / 16.0f;
+  const Tensor dy = Tensor::from_vector(values, {rows, cols});
+  const Tensor once = Tensor::empty({cols});
+  k::bias_grad(dy, once, false);
+  struct Pair {
+    DType dy, db;
+  };
+  for (const Pair pair :
+       {Pair{DType::f32, DType::f32}, Pair{DType::bf16, DType::f32}, Pair{DType::f16, DType::f32},
+        Pair{DType::bf16, DType::bf16}, Pair{DType::f16, DType::f16}}) {
+    INFO("dy " << pair.dy << ", db " << pair.db);
+    // What db holds after one sum and after a second one added to it: the
+    // exact sum rounded to db's dtype, then (rounded + exact) rounded.
+    const Tensor want_once = once.to(pair.db).to(DType::f32);
+    std::vector<float> twice = want_once.to_vector<float>();
+    const std::vector<float> exact = once.to_vector<float>();
+    for (size_t c = 0; c < twice.size(); ++c) twice[c] += exact[c];
+    const Tensor want_twice = Tensor::from_vector(twice, {cols}).to(pair.db).to(DType::f32);
+
+    const Tensor gdy = dy.to(pair.dy).to(kGpu);
+    const Tensor gdb = Tensor::empty({cols}, pair.db, kGpu);
+    k::bias_grad(gdy, gdb, false);
+    REQUIRE(loom::test::first_difference(gdb.to(DType::f32).to_vector<float>(),
+                                         want_once.to_vector<float>()) == -1);
+    k::bias_grad(gdy, gdb, true);  // a later micro-batch's accumulation
+    REQUIRE(loom::test::first_difference(gdb.to(DType::f32).to_vector<float>(),
+                                         want_twice.to_vector<float>()) == -1);
+  }
+}
+
+TEST_CASE("CUDA layer_norm backward_weight over many rows matches the host and repeats its bits",
+          "[cuda][layer_norm]") {
+  const int64_t rows = 8192, cols = 768;
+  const Tensor x = loom::test::random_tensor({rows, cols}, DType::f32, 41, -3.0f, 5.0f);
+  const Tensor w = loom::test::random_tensor({cols}, DType::f32, 42);
+  const Tensor b = loom::test::random_tensor({cols}, DType::f32, 43);
+  const Tensor dy = loom::test::random_tensor({rows, cols}, DType::f32, 44);
+  const Tensor y = Tensor::empty({rows, cols}), mean = Tensor::empty({rows}),
+               rstd = Tensor::empty({rows}), dw = Tensor::empty({cols}), db = Tensor::empty({cols});
+  k::layer_norm_forward(x, w, b, 1e-5f, y, mean, rstd);
+  k::layer_norm_backward_weight(dy, x, mean, rstd, dw, db, false);
+
+  // The device gets the host's statistics, so both sum the same terms.
+  const Tensor xg = x.to(kGpu), dyg = dy.to(kGpu), meang = mean.to(kGpu), rstdg = rstd.to(kGpu);
+  const Tensor dwg = Tensor::empty({cols}, DType::f32, kGpu), dbg = dwg.clone();
+  const Tensor dwg2 = dwg.clone(), dbg2 = dwg.clone();
+  k::layer_norm_backward_weight(dyg, xg, meang, rstdg, dwg, dbg, false);
+  k::layer_norm_backward_weight(dyg, xg, meang, rstdg, dwg2, dbg2, false);
+  // The host adds 8192 rows one after the other in f32: its rounding error
+  // grows to ~1e-4 (a random walk of 8192 roundings at sums of ~50); the
+  // device's, over slabs of a few hundred rows, stays far below.
+  const double atol = 2e-3;
+  require_close(dwg, dw, 1e-5, atol);
+  require_close(dbg, db, 1e-5, atol);
+  // Deterministic: a second run gives the same bits.
+  REQUIRE(loom::test::first_difference(dwg2.to_vector<float>(), dwg.to_vector<float>()) == -1);
+  REQUIRE(loom::test::first_difference(dbg2.to_vector<float>(), dbg.to_vector<float>()) == -1);
+
+  // accumulate adds on top.
+  k::layer_norm_backward_weight(dy, x, mean, rstd, dw, db, true);
+  k::layer_norm_backward_weight(dyg, xg, meang, rstdg, dwg, dbg, true);
+  require_close(dwg, dw, 1e-5, 2 * atol);
+  require_close(dbg, db, 1e-5, 2 * atol);
 }
 
 TEST_CASE("CUDA embedding matches the host and its backward is deterministic",

@@ -6,10 +6,13 @@
 //
 // y and dy have shape [..., C] (every leading dimension is a row); b and db
 // are [C]. dtypes: f32 on the host; f32 or bf16 on CUDA (all operands one
-// dtype; bf16 sums accumulate in f32). bias_grad also takes a bf16 or f16 dy
-// with an f32 db (a reduced-precision layer's output gradient; summed in f32). bias_grad is
-// deterministic: every column is summed in a fixed order, no atomics, so the same input gives the
-// same bits on every run. accumulate = false overwrites db (it is not read),
+// dtype; bf16 sums accumulate in f32); CUDA's bias_grad also f16. bias_grad
+// also takes a bf16 or f16 dy with an f32 db (a reduced-precision layer's
+// output gradient; summed in f32, read as it is). bias_grad is deterministic:
+// every column is summed in a fixed order, no atomics, so the same input gives
+// the same bits on every run (on CUDA, of a device with the same number of
+// SMs: NOTE [split reductions] in kernels/cuda/bias.cu). accumulate = false
+// overwrites db (it is not read),
 // true adds to it (see NOTE [gradient contributions] in nn/parameter.hpp).
 // Work on CUDA is queued on the device's current stream.
 #pragma once

@@ -1,6 +1,9 @@
 // Internal (CUDA): batch_norm steps; activations f32 or bf16 (`dtype`), the
 // per-channel tensors f32. See loom/kernels/batch_norm.hpp.
-// Declarations only, so host-compiled dispatch code can include it.
+// Declarations only, so host-compiled dispatch code can include it. Each
+// queues its kernels on `stream`, whose device must be current; stats and
+// backward_sums take their partial sums from the device's allocator on
+// `stream` (NOTE [split reductions] in bias.cu).
 #pragma once
 
 #include <cstdint>

@@ -11,12 +11,18 @@
 //
 // f32 runs in full FP32 (CUDNN_FMA_MATH: no TF32), like the host and like
 // gemm() without allow_tf32; bf16 uses tensor cores with f32 accumulation.
+//
+// The bias is added by a kernel of our own, not cudnnAddTensor: cuDNN 9
+// refuses bf16 in some legacy ops (cudnnConvolutionBackwardBias does, see
+// conv2d_backward_weight), and a refusal there would fail every bf16
+// convolution with a bias.
 #include <climits>
 #include <map>
 #include <tuple>
 #include <vector>
 
 #include "core/cuda/check.hpp"
+#include "core/cuda/dtype_cuda.cuh"
 #include "core/cuda/nvtx.hpp"
 #include "kernels/cuda/bias.cuh"
 #include "kernels/cuda/conv2d.cuh"
@@ -28,6 +34,44 @@ namespace loom::kernels::cuda {
 namespace {
 
 using detail::Conv2dProblem;
+using loom::detail::cuda::from_float;
+using loom::detail::cuda::grid_for;
+using loom::detail::cuda::to_float;
+
+constexpr unsigned kBlock = 256;
+
+// y [n, C, plane] (NCHW) += bias [C] (of y's dtype), summed in f32 and rounded once.
+template <typename T>
+__global__ void add_channel_bias_kernel(T* __restrict__ y, const T* __restrict__ bias,
+                                        int64_t total, int64_t channels, int64_t plane) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = from_float<T>(to_float(y[i]) + to_float(bias[(i / plane) % channels]));
+  }
+}
+
+template <typename T>
+void launch_add_channel_bias(const Conv2dProblem& p, const void* bias, void* y,
+                             const Stream& stream) {
+  const int64_t total = p.n * p.c_out * p.out_plane();
+  add_channel_bias_kernel<T>
+      <<<grid_for(total, kBlock), kBlock, 0, static_cast<cudaStream_t>(stream.native_handle())>>>(
+          static_cast<T*>(y), static_cast<const T*>(bias), total, p.c_out, p.out_plane());
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+void add_channel_bias(const Conv2dProblem& p, const void* bias, void* y, const Stream& stream) {
+  switch (p.dtype) {
+    case DType::f32:
+      return launch_add_channel_bias<float>(p, bias, y, stream);
+    case DType::bf16:
+      return launch_add_channel_bias<__nv_bfloat16>(p, bias, y, stream);
+    case DType::f16:
+      return launch_add_channel_bias<__half>(p, bias, y, stream);
+    default:
+      LOOM_ASSERT(false, "conv2d bias on CUDA: dtype ", p.dtype);
+  }
+}
 
 cudnnDataType_t cudnn_type(DType dtype) {
   switch (dtype) {
@@ -55,7 +99,6 @@ class Descriptors {
     const cudnnDataType_t type = cudnn_type(p.dtype);
     LOOM_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
     LOOM_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
-    LOOM_CUDNN_CHECK(cudnnCreateTensorDescriptor(&bias));
     LOOM_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
     LOOM_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
     LOOM_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, type, to_int(p.n, "batch"),
@@ -64,8 +107,6 @@ class Descriptors {
     LOOM_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, type, to_int(p.n, "batch"),
                                                 to_int(p.c_out, "channels"), to_int(p.oh, "height"),
                                                 to_int(p.ow, "width")));
-    LOOM_CUDNN_CHECK(cudnnSetTensor4dDescriptor(bias, CUDNN_TENSOR_NCHW, type, 1,
-                                                to_int(p.c_out, "channels"), 1, 1));
     LOOM_CUDNN_CHECK(cudnnSetFilter4dDescriptor(
         w, type, CUDNN_TENSOR_NCHW, to_int(p.c_out, "channels"), to_int(p.c_in, "channels"),
         to_int(p.kh, "kernel"), to_int(p.kw, "kernel")));
@@ -78,14 +119,13 @@ class Descriptors {
   ~Descriptors() {
     cudnnDestroyConvolutionDescriptor(conv);
     cudnnDestroyFilterDescriptor(w);
-    cudnnDestroyTensorDescriptor(bias);
     cudnnDestroyTensorDescriptor(y);
     cudnnDestroyTensorDescriptor(x);
   }
   Descriptors(const Descriptors&) = delete;
   Descriptors& operator=(const Descriptors&) = delete;
 
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
 };
@@ -213,7 +253,7 @@ void conv2d_forward(const Conv2dProblem& p, const void* x, const void* w, const 
                                              static_cast<cudnnConvolutionFwdAlgo_t>(c.algo),
                                              workspace, c.workspace, &zero, d.y, y));
   });
-  if (bias != nullptr) LOOM_CUDNN_CHECK(cudnnAddTensor(handle, &one, d.bias, bias, &one, d.y, y));
+  if (bias != nullptr) add_channel_bias(p, bias, y, stream);
 }
 
 void conv2d_backward_input(const Conv2dProblem& p, const void* dy, const void* w, void* dx,
