@@ -18,29 +18,11 @@ COMMON_ARGS must hold --batch B and --log-every 1 (and no --steps).
 Each run has a hard 240 s limit.
 """
 import os
-import re
 import shutil
-import subprocess
 import sys
 
-STEP = re.compile(r"^step\s+(\d+)\s+loss ([\d.]+)\s+lr \S+\s+norm ([\d.]+)", re.M)
-
-
-def run(command, expect_ok=True):
-    print("$ " + " ".join(command), flush=True)
-    out = subprocess.run(command, capture_output=True, text=True, timeout=240)
-    text = out.stdout + out.stderr
-    if (out.returncode == 0) != expect_ok:
-        print(text)
-        raise SystemExit(f"FAIL: exit status {out.returncode}")
-    return text, {int(m[1]): (m[2], m[3]) for m in STEP.finditer(text)}
-
-
-def with_batch(args, factor):
-    out = list(args)
-    i = out.index("--batch") + 1
-    out[i] = str(int(out[i]) * factor)
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from train_gpt_log import run, with_batch  # noqa: E402
 
 
 def main():
@@ -57,17 +39,17 @@ def main():
 
     problems = []
     init = ["--steps", "3", "--init-from", weights]
-    text, reference = run(one + init)
+    text, reference, _ = run(one + init)
     if "initial weights from" not in text or "GPT-2's Conv1D layout" not in text:
         problems.append("one rank did not say it loaded the weights in GPT-2's layout")
-    _, fresh = run(one + ["--steps", "1"])
+    _, fresh, _ = run(one + ["--steps", "1"])
     if sorted(reference) != [0, 1, 2]:
         problems.append(f"one rank logged steps {sorted(reference)}")
     elif reference[0][0] == fresh[0][0]:
         problems.append(f"the first loss from the file equals a fresh model's ({fresh[0][0]})")
 
     def same(name, command):
-        _, got = run(command)
+        _, got, _ = run(command)
         if sorted(got) != [0, 1, 2]:
             problems.append(f"{name}: logged steps {sorted(got)}")
         for s in sorted(set(got) & set(reference)):
@@ -83,7 +65,7 @@ def main():
          + ["--pp", "2", "--schedule", "1f1b", "--micro-batches", "2"])
 
     # (--steps as the checkpoint was saved with: a resumed run continues that run.)
-    text, _ = run(one + ["--steps", "2", "--init-from", weights, "--checkpoint-dir", ckpt,
+    text, _, _ = run(one + ["--steps", "2", "--init-from", weights, "--checkpoint-dir", ckpt,
                          "--resume"])
     if "resumed from" not in text or "initial weights from" in text:
         problems.append("with a checkpoint to resume from, --init-from was not left aside")
@@ -91,7 +73,7 @@ def main():
     other = list(common)
     i = other.index("--d-model") + 1
     other[i] = str(2 * int(other[i]))
-    text, _ = run([program] + with_batch(other, 2) + init, expect_ok=False)
+    text, _, _ = run([program] + with_batch(other, 2) + init, expect_ok=False)
     if "gpt2.safetensors" not in text or "wte.weight" not in text or "needs" not in text:
         problems.append("weights of another model were not refused naming the file and tensor")
     for p in problems:

@@ -21,32 +21,11 @@ COMMON_ARGS must hold --steps 8, --batch B and --log-every 1.
 Each run has a hard 240 s limit.
 """
 import os
-import re
 import shutil
-import subprocess
 import sys
 
-STEP = re.compile(r"^step\s+(\d+)\s+loss ([\d.]+)\s+lr \S+\s+norm ([\d.]+)", re.M)
-VALIDATION = re.compile(r"validation loss ([\d.]+) nats")
-
-
-def run(command, expect_ok=True):
-    print("$ " + " ".join(command), flush=True)
-    out = subprocess.run(command, capture_output=True, text=True, timeout=240)
-    text = out.stdout + out.stderr
-    if (out.returncode == 0) != expect_ok:
-        print(text)
-        raise SystemExit(f"FAIL: exit status {out.returncode}")
-    steps = {int(m[1]): (m[2], m[3]) for m in STEP.finditer(text)}
-    validation = VALIDATION.findall(text)
-    return text, steps, validation[-1] if validation else None
-
-
-def with_batch(args, factor):
-    out = list(args)
-    i = out.index("--batch") + 1
-    out[i] = str(int(out[i]) * factor)
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from train_gpt_log import run, with_batch  # noqa: E402
 
 
 def main():
