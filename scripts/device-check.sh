@@ -19,7 +19,8 @@
 #                of the GPU steps built (the rest waits for the suite step)
 #     cuda       ctest -L cuda: every CUDA test (kernels, cuBLAS/cuDNN modules,
 #                allocator, nccl on one rank, the mpi backend's staging, the
-#                pipeline executor on CUDA, a CUDA checkpoint's resume)
+#                pipeline executor on CUDA, a CUDA checkpoint's resume); when
+#                some fail, those once more under compute-sanitizer's memcheck
 #     model      model_bench --device cuda: GPT-2 124M and ResNet-50, Loom fp32
 #                and bf16 against torch eager fp32 and bf16 autocast
 #     kernel     kernel_bench --device cuda --quick (GEMMs, element-wise,
@@ -173,7 +174,24 @@ if [ ! -x "$build/bench/model_bench" ]; then
   exit 1
 fi
 
-wants cuda && run cuda 30 240 ctest --test-dir "$build" -L cuda -j 4 --output-on-failure --timeout 180
+if wants cuda; then
+  before=$status
+  status=0
+  run cuda 30 240 ctest --test-dir "$build" -L cuda -j 4 --output-on-failure --timeout 180
+  cuda_status=$status
+  [ "$before" != 0 ] && status=$before
+  # A kernel that writes out of bounds fails far from where it did it (a
+  # launch checks its configuration only): when the CUDA tests failed, the
+  # tests that did (as ctest recorded them) once more under memcheck, which
+  # names the kernel, the thread and the address.
+  if [ "$cuda_status" != 0 ] && command -v compute-sanitizer >/dev/null 2>&1; then
+    # (The names as one regular expression, their special characters escaped.)
+    failed=$(sed -n 's/^[0-9]*:\(.*\)$/\1/p' "$build/Testing/Temporary/LastTestsFailed.log" 2>/dev/null |
+      sed 's/[][\\.*^$()+?{}|]/\\&/g' | paste -sd'|' -)
+    [ -n "$failed" ] && run memcheck 60 120 compute-sanitizer --tool memcheck --target-processes all \
+      --error-exitcode 99 --print-limit 20 ctest --test-dir "$build" -R "^($failed)\$" --timeout 110
+  fi
+fi
 wants model && run model 120 240 "$build/bench/model_bench" --device cuda --models gpt2,resnet50 \
   --precision fp32,bf16 --peer-columns eager,bf16 --rounds 1 --steps 10 --warmup 3 \
   --python "$python" --json "$out/model.json"
