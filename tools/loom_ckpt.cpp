@@ -11,7 +11,9 @@
 //                                          parameters (values only); --gpt2 writes
 //                                          the blocks' linear weights as GPT-2's
 //                                          Conv1D [in, out], as Hugging Face's
-//                                          GPT-2 loads them
+//                                          GPT-2 loads them, and config.json
+//                                          beside OUT where the checkpoint records
+//                                          the model's sizes (checkpoint/gpt2.hpp)
 //
 // PATH is a step directory (with manifest.json) or a directory of checkpoints,
 // whose newest complete one is taken.
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "loom/checkpoint/distributed.hpp"
+#include "loom/checkpoint/gpt2.hpp"
 #include "loom/checkpoint/safetensors.hpp"
 #include "loom/core/error.hpp"
 
@@ -102,6 +105,19 @@ int consolidate(const fs::path& dir, const fs::path& out, bool gpt2) {
                          {{"format", "pt"}, {"step", std::to_string(reader.state().step)}});
   std::printf("wrote %s: %zu whole tensors of step %lld%s\n", out.string().c_str(), tensors.size(),
               static_cast<long long>(reader.state().step), gpt2 ? " (GPT-2 Conv1D layout)" : "");
+  if (gpt2) {
+    // Hugging Face's GPT2LMHeadModel.from_pretrained(folder) reads
+    // config.json and model.safetensors from one folder.
+    const fs::path config = out.parent_path() / "config.json";
+    if (ckpt::write_gpt2_config(config, reader.state().info)) {
+      std::printf("wrote %s%s\n", config.string().c_str(),
+                  out.filename() == "model.safetensors"
+                      ? ""
+                      : " (Hugging Face looks for the weights as model.safetensors beside it)");
+    } else {
+      std::printf("no config.json: the checkpoint does not record the model's sizes\n");
+    }
+  }
   return 0;
 }
 

@@ -474,8 +474,11 @@ int run(const Flags& f) {
       }
     }
     if (f.save_every > 0 && (step + 1) % f.save_every == 0) {
-      saver.save(f.checkpoint_dir, world, zero,
-                 {.step = step + 1, .info = resume_invariants(f, dp.size())},
+      // What a resume must match, and the model's sizes (loom-ckpt
+      // consolidate --gpt2 writes Hugging Face's config.json from them).
+      std::map<std::string, std::string> info = resume_invariants(f, dp.size());
+      info.merge(checkpoint::gpt_model_info(config));
+      saver.save(f.checkpoint_dir, world, zero, {.step = step + 1, .info = info},
                  {.dp_rank = dp.rank(), .write_replicated = groups.tp->rank() == 0});
     }
     if (const auto report = saver.poll()) say_saved(*report);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "loom/checkpoint/distributed.hpp"
+#include "loom/checkpoint/gpt2.hpp"
 #include "loom/checkpoint/safetensors.hpp"
 #include "loom/comm/communicator.hpp"
 #include "loom/comm/context.hpp"

@@ -13,6 +13,7 @@
 #include "checkpoint/records.hpp"
 #include "checkpoint/save_parts.hpp"
 #include "core/atomic_file.hpp"
+#include "loom/checkpoint/gpt2.hpp"
 #include "loom/checkpoint/safetensors.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/logging.hpp"
@@ -289,27 +290,6 @@ TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::Z
                               int dp_rank, comm::Communicator& world) {
   return load_agreed(world, str_cat("checkpoint ", step_dir),
                      [&] { return load_checkpoint(step_dir, zero, dp_rank); });
-}
-
-bool is_gpt2_conv1d(const std::string& name) {
-  for (const std::string_view suffix :
-       {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
-    if (name.size() > suffix.size() && name.ends_with(suffix)) return true;
-  }
-  return false;
-}
-
-Tensor gpt2_conv1d_transposed(const std::string& name, const Tensor& t) {
-  if (!is_gpt2_conv1d(name)) return t;
-  LOOM_CHECK(t.dim() == 2, "tensor '", name, "' is ", shape_str(t.shape()),
-             ": a linear weight has two dimensions");
-  const int64_t rows = t.size(0), cols = t.size(1);
-  const std::vector<float> in = t.to_vector<float>();
-  std::vector<float> out(in.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
-  }
-  return Tensor::from_vector(out, {cols, rows});
 }
 
 WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOptimizer& zero,

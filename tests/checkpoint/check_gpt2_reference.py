@@ -1,25 +1,29 @@
 #!/usr/bin/env python3
 """A consolidated Loom checkpoint is GPT-2: Hugging Face's definition of the
-model, run here in numpy on `loom-ckpt consolidate --gpt2`'s file, gives the
-logits Loom computes from the checkpoint.
+model, run here in numpy on what `loom-ckpt consolidate --gpt2` writes (the
+weights and config.json), gives the logits Loom computes from the checkpoint.
 
   check_gpt2_reference.py LOOM_CKPT CHECKPOINT_DIR REFERENCE WORK_DIR
 
 CHECKPOINT_DIR holds the tp 2 x dp 2 ZeRO-2 checkpoint of the test GPT (tanh
-GELU, GPT-2's) that the hidden test case "[.ckpt_tool]" writes; REFERENCE is
-the safetensors file it writes beside it: token ids [B, T], the logits
-[B, T, V] one Loom rank computed from the checkpoint, and the head count in
-its metadata (safetensors files carry no model configuration).
+GELU, GPT-2's) that the hidden test case "[.ckpt_tool]" writes, with the
+model's sizes in its info; REFERENCE is the safetensors file it writes beside
+it: token ids [B, T] and the logits [B, T, V] one Loom rank computed from the
+checkpoint.
 
-The forward pass below follows transformers' GPT2LMHeadModel (eval mode):
-Conv1D layers computing x @ W + b with W stored [in, out]; c_attn's output
-columns are q, k, v in thirds, each split into heads of contiguous columns;
-causal attention scaled by 1/sqrt(head size); the "gelu_new" (tanh) GELU;
-LayerNorm with eps 1e-5; the head tied to wte. It reads the file with the
-safetensors package, as Hugging Face's loader does, and computes in float64.
-The logits must agree to 1e-4 of their largest magnitude (Loom computes in
-float32; here the difference is about 1e-6).
+The forward pass below follows transformers' GPT2LMHeadModel (eval mode),
+configured by the config.json the tool wrote (n_head, n_layer, n_embd,
+vocab_size, n_positions, activation_function, layer_norm_epsilon; checked
+against the weights' shapes): Conv1D layers computing x @ W + b with W stored
+[in, out]; c_attn's output columns are q, k, v in thirds, each split into
+heads of contiguous columns; causal attention scaled by 1/sqrt(head size);
+"gelu_new" (tanh) or "gelu" (erf); the head tied to wte. It reads the weights
+with the safetensors package, as Hugging Face's loader does, and computes in
+float64. The logits must agree to 1e-4 of their largest magnitude (Loom
+computes in float32; here the difference is about 1e-7 of it).
 """
+import json
+import math
 import os
 import subprocess
 import sys
@@ -29,32 +33,33 @@ from test_venv import reexec_with_test_venv  # noqa: E402
 
 try:
     import numpy as np
-    from safetensors import safe_open
     from safetensors.numpy import load_file
 except ImportError as e:
     reexec_with_test_venv(f"numpy or safetensors is not importable ({e})")
 
 
-def layer_norm(x, w, b, eps=1e-5):
+def layer_norm(x, w, b, eps):
     mean = x.mean(-1, keepdims=True)
     var = ((x - mean) ** 2).mean(-1, keepdims=True)
     return (x - mean) / np.sqrt(var + eps) * w + b
 
 
-def gelu_new(x):
-    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+GELU = {
+    "gelu_new": lambda x: 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3))),
+    "gelu": lambda x: 0.5 * x * (1.0 + np.vectorize(math.erf)(x / np.sqrt(2.0))),
+}
 
 
-def gpt2_logits(p, ids, heads):
+def gpt2_logits(p, ids, config):
     batch, seq = ids.shape
-    d = p["wte.weight"].shape[1]
+    d, heads, eps = config["n_embd"], config["n_head"], config["layer_norm_epsilon"]
+    gelu = GELU[config["activation_function"]]
     hd = d // heads
     x = p["wte.weight"][ids] + p["wpe.weight"][np.arange(seq)]
     causal = np.tril(np.ones((seq, seq), dtype=bool))
-    layers = sum(1 for k in p if k.startswith("h.") and k.endswith(".ln_1.weight"))
-    for i in range(layers):
+    for i in range(config["n_layer"]):
         h = lambda name: p[f"h.{i}.{name}"]  # noqa: E731
-        a = layer_norm(x, h("ln_1.weight"), h("ln_1.bias"))
+        a = layer_norm(x, h("ln_1.weight"), h("ln_1.bias"), eps)
         qkv = a @ h("attn.c_attn.weight") + h("attn.c_attn.bias")
         q, k, v = (t.reshape(batch, seq, heads, hd).transpose(0, 2, 1, 3)
                    for t in np.split(qkv, 3, axis=-1))
@@ -64,29 +69,43 @@ def gpt2_logits(p, ids, heads):
         probs /= probs.sum(-1, keepdims=True)
         y = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, seq, d)
         x = x + y @ h("attn.c_proj.weight") + h("attn.c_proj.bias")
-        m = layer_norm(x, h("ln_2.weight"), h("ln_2.bias"))
-        m = gelu_new(m @ h("mlp.c_fc.weight") + h("mlp.c_fc.bias"))
+        m = layer_norm(x, h("ln_2.weight"), h("ln_2.bias"), eps)
+        m = gelu(m @ h("mlp.c_fc.weight") + h("mlp.c_fc.bias"))
         x = x + m @ h("mlp.c_proj.weight") + h("mlp.c_proj.bias")
-    x = layer_norm(x, p["ln_f.weight"], p["ln_f.bias"])
+    x = layer_norm(x, p["ln_f.weight"], p["ln_f.bias"], eps)
     return x @ p["wte.weight"].T
 
 
 def main():
     tool, ckpt, reference, work = sys.argv[1:5]
     os.makedirs(work, exist_ok=True)
-    path = os.path.join(work, "gpt2.safetensors")
+    path = os.path.join(work, "model.safetensors")
     command = [tool, "consolidate", ckpt, path, "--gpt2"]
     print("$ " + " ".join(command), flush=True)
     subprocess.run(command, check=True, timeout=120)
+    with open(os.path.join(work, "config.json")) as f:
+        config = json.load(f)
+    print("config.json: " + json.dumps(config))
 
     params = {k: v.astype(np.float64) for k, v in load_file(path).items()}
+    problems = []
+    for key, value in [("model_type", "gpt2"), ("architectures", ["GPT2LMHeadModel"]),
+                       ("activation_function", "gelu_new"), ("tie_word_embeddings", True),
+                       ("n_layer", sum(k.endswith(".ln_1.weight") for k in params)),
+                       ("vocab_size", params["wte.weight"].shape[0]),
+                       ("n_embd", params["wte.weight"].shape[1]),
+                       ("n_positions", params["wpe.weight"].shape[0])]:
+        if config.get(key) != value:
+            problems.append(f"config.json has {key} {config.get(key)!r}, the weights {value!r}")
+    if problems:
+        for p in problems:
+            print("FAIL: " + p)
+        return 1
     ref = load_file(reference)
-    with safe_open(reference, framework="numpy") as f:
-        heads = int(f.metadata()["heads"])
     ids = ref["ids"].astype(np.int64)
     loom = ref["logits"].astype(np.float64)
-    ours = gpt2_logits(params, ids, heads)
-    print(f"{len(params)} tensors, ids {list(ids.shape)}, {heads} heads, logits {list(ours.shape)}")
+    ours = gpt2_logits(params, ids, config)
+    print(f"{len(params)} tensors, ids {list(ids.shape)}, logits {list(ours.shape)}")
     if ours.shape != loom.shape:
         print(f"FAIL: GPT-2's logits have shape {list(ours.shape)}, Loom's {list(loom.shape)}")
         return 1

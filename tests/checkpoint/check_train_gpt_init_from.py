@@ -5,7 +5,8 @@
 
 COMMON_ARGS must hold --batch B and --log-every 1 (and no --steps).
 1. One rank trains 2 steps and saves a checkpoint; `loom-ckpt consolidate
-   --gpt2` writes its weights as one file in GPT-2's layout.
+   --gpt2` writes its weights as one file in GPT-2's layout, and config.json
+   with the run's sizes.
 2. One rank (batch 2B) starts 3 steps from the file: its first loss differs
    from a run that starts from its own initialisation (the weights came in).
 3. tp 2 x dp 2 with ZeRO-1 (4 ranks, batch B each), and pp 2 with 1F1B over
@@ -17,6 +18,7 @@ COMMON_ARGS must hold --batch B and --log-every 1 (and no --steps).
    tensor, before training.
 Each run has a hard 240 s limit.
 """
+import json
 import os
 import shutil
 import sys
@@ -38,6 +40,13 @@ def main():
     run([tool, "consolidate", ckpt, weights, "--gpt2"])
 
     problems = []
+    # train_gpt records the model's sizes: Hugging Face's config.json beside the weights.
+    with open(os.path.join(work, "config.json")) as f:
+        config = json.load(f)
+    for key, value in [("n_layer", 2), ("n_embd", 64), ("n_head", 4), ("n_positions", 32),
+                       ("activation_function", "gelu_new")]:
+        if config.get(key) != value:
+            problems.append(f"config.json has {key} {config.get(key)!r}, the run {value!r}")
     init = ["--steps", "3", "--init-from", weights]
     text, reference, _ = run(one + init)
     if "initial weights from" not in text or "GPT-2's Conv1D layout" not in text:

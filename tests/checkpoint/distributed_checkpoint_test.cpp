@@ -10,11 +10,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "loom/checkpoint/distributed.hpp"
+#include "loom/checkpoint/gpt2.hpp"
 #include "loom/checkpoint/safetensors.hpp"
 #include "loom/comm/local.hpp"
 #include "loom/models/gpt.hpp"
@@ -117,7 +120,7 @@ std::vector<double> train(comm::Communicator& world, const Layout& l, const Segm
       losses.push_back(value.item<float>());
       if (s == seg.save_after) {
         checkpoint::save_checkpoint(
-            seg.save_dir, world, zero, {.step = s + 1},
+            seg.save_dir, world, zero, {.step = s + 1, .info = checkpoint::gpt_model_info(config)},
             {.dp_rank = groups.dp->rank(), .write_replicated = groups.tp->rank() == 0});
       }
     }
@@ -323,6 +326,19 @@ TEST_CASE(
     for (int s = 0; s < 3; ++s) CHECK(losses[s] == Approx(reference[s]).epsilon(1e-5));
   }
 
+  // GPT-2's config.json from the sizes a checkpoint's info records.
+  std::map<std::string, std::string> info = checkpoint::gpt_model_info(small_gpt());
+  const std::optional<std::string> config = checkpoint::gpt2_config_json(info);
+  REQUIRE(config);
+  CHECK_THAT(*config, Contains("\"n_head\": 4") && Contains("\"n_embd\": 32") &&
+                          Contains("\"vocab_size\": 61") && Contains("\"n_positions\": 16") &&
+                          Contains("\"activation_function\": \"gelu\""));
+  info["model.heads"] = "four";
+  CHECK_THROWS_WITH(checkpoint::gpt2_config_json(info),
+                    Contains("model.heads = 'four' is not a positive whole number"));
+  info.erase("model.heads");
+  CHECK_FALSE(checkpoint::gpt2_config_json(info));
+
   // Weights of another model: refused naming the tensor and both shapes.
   CHECK_THROWS_WITH(run(1, {.d_model = 64}, {.first = 0, .last = 1, .init_from = file}),
                     Contains("model.safetensors") && Contains("transformer.wte.weight") &&
@@ -365,8 +381,7 @@ TEST_CASE("write a tp 2 x dp 2 ZeRO-2 checkpoint into $LOOM_CKPT_FIXTURE_DIR", "
       const Tensor logits = gpt.forward(input, tape);
       checkpoint::save_safetensors(fs::path(dir).parent_path() / "reference_logits.safetensors",
                                    {{.name = "ids", .tensor = input, .shard = {}},
-                                    {.name = "logits", .tensor = logits, .shard = {}}},
-                                   {{"heads", std::to_string(config.heads)}});
+                                    {.name = "logits", .tensor = logits, .shard = {}}});
     } catch (const std::exception& e) {
       error = e.what();
     }

@@ -232,11 +232,4 @@ WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOpti
 WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOptimizer& zero,
                            int dp_rank, comm::Communicator& world);
 
-// GPT-2 stores these linear weights as Conv1D [in, out], Loom as [out, in]:
-// a block's attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj weights.
-bool is_gpt2_conv1d(const std::string& name);
-// `t` transposed (a host f32 copy) when is_gpt2_conv1d(name), else `t`: a
-// Loom weight as GPT-2 stores it, and back.
-Tensor gpt2_conv1d_transposed(const std::string& name, const Tensor& t);
-
 }  // namespace loom::checkpoint

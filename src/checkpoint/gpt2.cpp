@@ -1,0 +1,102 @@
+#include "loom/checkpoint/gpt2.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <string_view>
+#include <vector>
+
+#include "core/atomic_file.hpp"
+#include "loom/core/error.hpp"
+
+namespace loom::checkpoint {
+
+bool is_gpt2_conv1d(const std::string& name) {
+  for (const std::string_view suffix :
+       {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
+    if (name.size() > suffix.size() && name.ends_with(suffix)) return true;
+  }
+  return false;
+}
+
+Tensor gpt2_conv1d_transposed(const std::string& name, const Tensor& t) {
+  if (!is_gpt2_conv1d(name)) return t;
+  LOOM_CHECK(t.dim() == 2, "tensor '", name, "' is ", shape_str(t.shape()),
+             ": a linear weight has two dimensions");
+  const int64_t rows = t.size(0), cols = t.size(1);
+  const std::vector<float> in = t.to_vector<float>();
+  std::vector<float> out(in.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+  }
+  return Tensor::from_vector(out, {cols, rows});
+}
+
+std::map<std::string, std::string> gpt_model_info(const models::GPTConfig& config) {
+  return {{"model.vocab", std::to_string(config.vocab)},
+          {"model.layers", std::to_string(config.layers)},
+          {"model.d_model", std::to_string(config.d_model)},
+          {"model.heads", std::to_string(config.heads)},
+          {"model.seq_len", std::to_string(config.seq_len)},
+          {"model.gelu", config.gelu == kernels::Activation::gelu_tanh ? "tanh" : "exact"},
+          {"model.dropout", std::to_string(config.dropout)}};
+}
+
+namespace {
+
+int64_t positive_integer(const std::map<std::string, std::string>& info, const std::string& key) {
+  const std::string& text = info.at(key);
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  LOOM_CHECK(error == std::errc() && end == text.data() + text.size() && value > 0,
+             "checkpoint info ", key, " = '", text, "' is not a positive whole number");
+  return value;
+}
+
+}  // namespace
+
+std::optional<std::string> gpt2_config_json(const std::map<std::string, std::string>& info) {
+  for (const char* key : {"model.vocab", "model.layers", "model.d_model", "model.heads",
+                          "model.seq_len", "model.gelu", "model.dropout"}) {
+    if (info.count(key) == 0) return std::nullopt;
+  }
+  const std::string& gelu = info.at("model.gelu");
+  LOOM_CHECK(gelu == "exact" || gelu == "tanh", "checkpoint info model.gelu = '", gelu,
+             "' is not exact or tanh");
+  double dropout = 0;
+  try {
+    dropout = std::stod(info.at("model.dropout"));
+  } catch (const std::exception&) {
+    throw Error(str_cat("checkpoint info model.dropout = '", info.at("model.dropout"),
+                        "' is not a number"));
+  }
+  // GPT2Config's fields. Loom drops out after the embedding sum and each
+  // residual branch (resid_pdrop, embd_pdrop), not inside the attention.
+  nlohmann::ordered_json config = {{"architectures", {"GPT2LMHeadModel"}},
+                                   {"model_type", "gpt2"},
+                                   {"vocab_size", positive_integer(info, "model.vocab")},
+                                   {"n_positions", positive_integer(info, "model.seq_len")},
+                                   {"n_embd", positive_integer(info, "model.d_model")},
+                                   {"n_layer", positive_integer(info, "model.layers")},
+                                   {"n_head", positive_integer(info, "model.heads")},
+                                   {"n_inner", nullptr},
+                                   {"activation_function", gelu == "tanh" ? "gelu_new" : "gelu"},
+                                   {"layer_norm_epsilon", 1e-5},
+                                   {"resid_pdrop", dropout},
+                                   {"embd_pdrop", dropout},
+                                   {"attn_pdrop", 0.0},
+                                   {"initializer_range", 0.02},
+                                   {"tie_word_embeddings", true},
+                                   {"torch_dtype", "float32"}};
+  return config.dump(2) + "\n";
+}
+
+bool write_gpt2_config(const std::filesystem::path& path,
+                       const std::map<std::string, std::string>& info) {
+  const std::optional<std::string> json = gpt2_config_json(info);
+  if (!json) return false;
+  detail::write_file_atomically(path, "GPT-2 config", *json);
+  return true;
+}
+
+}  // namespace loom::checkpoint
