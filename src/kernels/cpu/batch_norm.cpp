@@ -17,14 +17,14 @@
 // arithmetic is the f32 steps', and every output element is rounded once
 // (bfloat16_from: nearest even, NaN quieted). One pass over memory per step,
 // in AVX-512 registers where the build has them (bf16_lanes.hpp), else in
-// loops of the same operations that GCC vectorises (the same bits where the
-// target has FMA, which GCC contracts them to).
-// - normalize and backward_input compute each element with the operations
-//   the f32 steps compile to: GCC (-ffp-contract=fast, its default) turns
-//   Eigen's x * scale + shift into fma(x, scale, shift), and
-//   dy * a + x * b + d into fma(x, b, dy * a) + d. Their bf16 outputs are
-//   the f32 outputs on the widened values, rounded once (the tests compare
-//   the bits, with results aimed at bf16 rounding ties).
+// loops of the same operations that GCC vectorises.
+// - normalize and backward_input compute each element as the f32 steps do,
+//   with the fused multiply-adds spelled out (std::fma) in both, so that no
+//   compiler's contraction choices (GCC's -ffp-contract=fast fused Eigen's
+//   x * scale + shift, except in a sanitizer build) can set them apart:
+//   y = fma(x, scale, shift), dx = fma(x, b, dy * a) + d. Their bf16 outputs
+//   are the f32 outputs on the widened values, rounded once (the tests
+//   compare the bits, with results aimed at bf16 rounding ties).
 // - stats and backward_sums sum each plane in f32 and the planes in double,
 //   like the f32 steps, but in an order of their own within a plane: element
 //   j goes to running sum j % 32 (two registers: the even and the odd
@@ -44,7 +44,6 @@ namespace loom::kernels::cpu {
 namespace {
 
 using Vector = Eigen::Map<const Eigen::ArrayXf>;
-using MutableVector = Eigen::Map<Eigen::ArrayXf>;
 
 float weight_of(const float* weight, int64_t c) {
   return weight == nullptr ? 1.0f : weight[c];
@@ -239,20 +238,15 @@ PlaneSums plane_grad_sums(const bfloat16* dy, const bfloat16* x, float mean, int
 }
 
 void normalize_plane(const bfloat16* x, NormalizeCoefficients k, bfloat16* y, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) y[i] = bfloat16_from(load_float(x[i]) * k.scale + k.shift);
+  for (int64_t i = 0; i < count; ++i) {
+    y[i] = bfloat16_from(std::fma(load_float(x[i]), k.scale, k.shift));
+  }
 }
 
-// With two products to choose from, the fma is spelled out: GCC may fuse the
-// other one into a plain loop's a * dy + b * x.
 void input_grad_plane(const bfloat16* dy, const bfloat16* x, InputGradCoefficients k, bfloat16* dx,
                       int64_t count) {
   for (int64_t i = 0; i < count; ++i) {
-#if defined(FP_FAST_FMAF)
-    const float grad = std::fma(load_float(x[i]), k.b, load_float(dy[i]) * k.a) + k.d;
-#else  // no fma on the target, none in the f32 step either
-    const float grad = load_float(dy[i]) * k.a + load_float(x[i]) * k.b + k.d;
-#endif
-    dx[i] = bfloat16_from(grad);
+    dx[i] = bfloat16_from(std::fma(load_float(x[i]), k.b, load_float(dy[i]) * k.a) + k.d);
   }
 }
 
@@ -321,7 +315,7 @@ void batch_norm_normalize(const detail::BatchNormShape& s, const float* x, const
     for (int64_t c = 0; c < s.channels; ++c) {
       const NormalizeCoefficients k = normalize_coefficients(c, mean, invstd, weight, bias);
       const int64_t at = (n * s.channels + c) * s.plane;
-      MutableVector(y + at, s.plane) = Vector(x + at, s.plane) * k.scale + k.shift;
+      for (int64_t i = at; i < at + s.plane; ++i) y[i] = std::fma(x[i], k.scale, k.shift);
     }
   }
 }
@@ -380,8 +374,7 @@ void batch_norm_backward_input(const detail::BatchNormShape& s, const float* dy,
         input_grad_coefficients(c, s.channels, mean, invstd, weight, grad_sums, count, batch_stats);
     for (int64_t n = 0; n < s.n; ++n) {
       const int64_t at = (n * s.channels + c) * s.plane;
-      MutableVector(dx + at, s.plane) =
-          Vector(dy + at, s.plane) * k.a + Vector(x + at, s.plane) * k.b + k.d;
+      for (int64_t i = at; i < at + s.plane; ++i) dx[i] = std::fma(x[i], k.b, dy[i] * k.a) + k.d;
     }
   }
 }
