@@ -57,6 +57,13 @@ add_test(NAME checkpoint.train_gpt_resume
                  --token-file ${CMAKE_CURRENT_BINARY_DIR}/train_gpt_resume/python_stdlib.tokens)
 set_tests_properties(checkpoint.train_gpt_resume PROPERTIES TIMEOUT 600 PROCESSORS 4
                      LABELS "checkpoint;mpi;examples" ENVIRONMENT "${LOOM_MPI_TEST_ENV}")
+# llm.c's token files (GPT-2 tokens): one rank and dp 2 train on one.
+add_test(NAME examples.train_gpt_llmc_tokens
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/data/check_train_gpt_llmc.py
+                 ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_gpt>
+                 ${CMAKE_CURRENT_BINARY_DIR}/train_gpt_llmc)
+set_tests_properties(examples.train_gpt_llmc_tokens PROPERTIES TIMEOUT 300 PROCESSORS 2
+                     LABELS "examples;mpi;data" ENVIRONMENT "${LOOM_MPI_TEST_ENV}")
 # --init-from: one rank's consolidated weights (GPT-2's layout) start tp 2 x
 # dp 2 and pp 2 runs that log what one rank logs from them.
 add_test(NAME checkpoint.train_gpt_init_from

@@ -232,8 +232,9 @@ int run(const Flags& f) {
       static_cast<long long>(config.heads), static_cast<long long>(config.seq_len),
       static_cast<long long>(config.vocab), config.parameter_count() / 1e6, f.gelu.c_str(),
       f.precision.c_str());
-  say("data: %s, %lld tokens (byte-level), train %lld, unigram baseline %.3f nats\n",
-      f.token_file.c_str(), static_cast<long long>(file->size()),
+  say("data: %s, %lld tokens (%s), train %lld, unigram baseline %.3f nats\n", f.token_file.c_str(),
+      static_cast<long long>(file->size()),
+      file->from_llmc() ? "llm.c's file, GPT-2 tokens" : "byte-level",
       static_cast<long long>(train_tokens.size()), unigram);
 
   examples::StepMeter meter(

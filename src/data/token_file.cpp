@@ -116,10 +116,17 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
              " bytes failed: ", errno_text());
   mapping_ = map;
   try {
+    int32_t first = 0;
+    std::memcpy(&first, mapping_, sizeof(first));
+    if (first == kLlmcMagic) {
+      map_llmc(file_bytes);
+      return;
+    }
     Header header;
     std::memcpy(&header, mapping_, sizeof(header));
     LOOM_CHECK(header.magic == kMagic, "token file ", path,
-               ": wrong magic (expected \"LOOMTOK\"): not a Loom token file");
+               ": wrong magic (expected \"LOOMTOK\", or llm.c's ", kLlmcMagic,
+               "): not a token file");
     LOOM_CHECK(header.version == kTokenFileVersion, "token file ", path, ": version ",
                header.version, " is not the supported version ", kTokenFileVersion);
     LOOM_CHECK(header.dtype == kTokenDTypeU16, "token file ", path, ": token dtype code ",
@@ -131,23 +138,44 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
                "token file ", path, ": the header says ", header.token_count, " tokens (", expected,
                " bytes with the header) but the file has ", file_bytes,
                " bytes (truncated or corrupt)");
-    vocab_size_ = header.vocab_size;
-    tokens_ =
-        std::span<const uint16_t>(reinterpret_cast<const uint16_t*>(
-                                      static_cast<const char*>(mapping_) + kTokenFileHeaderBytes),
-                                  static_cast<size_t>(header.token_count));
-    // One pass over the tokens (milliseconds for the default 16 MiB corpus) so a
-    // corrupt body fails here, not as an out-of-range embedding row mid-training.
-    const auto bad =
-        std::find_if(tokens_.begin(), tokens_.end(), [&](uint16_t t) { return t >= vocab_size_; });
-    LOOM_CHECK(bad == tokens_.end(), "token file ", path, ": token ", bad - tokens_.begin(), " is ",
-               bad == tokens_.end() ? 0 : *bad, ", not below the vocab size ", vocab_size_,
-               " (corrupt)");
+    set_tokens(kTokenFileHeaderBytes, header.token_count, header.vocab_size);
   } catch (...) {
     ::munmap(mapping_, mapping_bytes_);
     mapping_ = nullptr;
     throw;
   }
+}
+
+void TokenFile::map_llmc(uint64_t file_bytes) {
+  LOOM_CHECK(file_bytes >= kLlmcHeaderBytes, "token file ", path_, ": ", file_bytes,
+             " bytes is shorter than llm.c's ", kLlmcHeaderBytes, "-byte header (truncated)");
+  std::array<int32_t, 3> header{};  // magic, version, token count
+  std::memcpy(header.data(), mapping_, sizeof(header));
+  LOOM_CHECK(header[1] == 1, "token file ", path_, ": llm.c version ", header[1],
+             " is not version 1 (uint16 GPT-2 tokens; version 2 holds uint32 tokens)");
+  LOOM_CHECK(header[2] >= 0, "token file ", path_, ": llm.c header says ", header[2],
+             " tokens (corrupt)");
+  const auto count = static_cast<uint64_t>(header[2]);
+  const uint64_t expected = kLlmcHeaderBytes + count * sizeof(uint16_t);
+  LOOM_CHECK(expected == file_bytes, "token file ", path_, ": llm.c header says ", count,
+             " tokens (", expected, " bytes with the header) but the file has ", file_bytes,
+             " bytes (truncated or corrupt)");
+  set_tokens(kLlmcHeaderBytes, count, kGpt2VocabSize);
+  from_llmc_ = true;
+}
+
+void TokenFile::set_tokens(uint64_t offset, uint64_t count, uint32_t vocab_size) {
+  vocab_size_ = vocab_size;
+  tokens_ = std::span<const uint16_t>(
+      reinterpret_cast<const uint16_t*>(static_cast<const char*>(mapping_) + offset),
+      static_cast<size_t>(count));
+  // One pass over the tokens (milliseconds for the default 16 MiB corpus) so a
+  // corrupt body fails here, not as an out-of-range embedding row mid-training.
+  const auto bad =
+      std::find_if(tokens_.begin(), tokens_.end(), [&](uint16_t t) { return t >= vocab_size_; });
+  LOOM_CHECK(bad == tokens_.end(), "token file ", path_, ": token ", bad - tokens_.begin(), " is ",
+             bad == tokens_.end() ? 0 : *bad, ", not below the vocab size ", vocab_size_,
+             " (corrupt)");
 }
 
 TokenFile::~TokenFile() {

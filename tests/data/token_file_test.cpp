@@ -177,6 +177,42 @@ TEST_CASE("TokenFile rejects truncated and foreign files naming the path", "[dat
   CHECK_THROWS_WITH(TokenFile(dir.file("absent.bin")), Contains("cannot open"));
 }
 
+TEST_CASE("TokenFile reads llm.c's token files (GPT-2 tokens) and refuses damaged ones",
+          "[data][attn]") {
+  // llm.c's layout: 256 int32 (magic 20240520, version 1, the count, zeros), uint16 tokens.
+  const auto llmc = [](int32_t version, int32_t count, const std::vector<uint16_t>& tokens) {
+    std::vector<int32_t> header(256, 0);
+    header[0] = data::kLlmcMagic;
+    header[1] = version;
+    header[2] = count;
+    std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+    bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+    return bytes;
+  };
+  TempDir dir;
+  const std::string path = dir.file("tiny_shakespeare_val.bin");
+  const std::vector<uint16_t> tokens = {50256, 5962, 22307, 25, 198, 8421, 356, 50256};
+  write_bytes(path, llmc(1, 8, tokens));
+  const TokenFile file(path);
+  CHECK(file.vocab_size() == data::kGpt2VocabSize);
+  CHECK(file.from_llmc());
+  CHECK(to_vector(file.tokens()) == tokens);
+  CHECK(data::ensure_token_file(path) == false);  // accepted as it is, never rebuilt
+
+  write_bytes(path, llmc(2, 8, tokens));
+  CHECK_THROWS_WITH(TokenFile(path),
+                    Contains(path) && Contains("llm.c version 2 is not version 1"));
+  write_bytes(path, llmc(1, 9, tokens));
+  CHECK_THROWS_WITH(TokenFile(path),
+                    Contains("llm.c header says 9 tokens") && Contains("truncated or corrupt"));
+  std::vector<uint16_t> beyond = tokens;
+  beyond[3] = 50257;
+  write_bytes(path, llmc(1, 8, beyond));
+  CHECK_THROWS_WITH(TokenFile(path), Contains("token 3 is 50257, not below the vocab size 50257"));
+  write_bytes(path, llmc(1, 8, tokens).substr(0, 100));
+  CHECK_THROWS_WITH(TokenFile(path), Contains("shorter than llm.c's 1024-byte header"));
+}
+
 TEST_CASE("the validation split is the last fraction of the tokens", "[data][attn]") {
   TempDir dir;
   const std::string path = dir.file("t.bin");

@@ -10,6 +10,11 @@
 //   offset 28  reserved     u32      0
 //   offset 32  tokens       token_count x u16
 //
+// TokenFile also reads llm.c's token files (its dev/data scripts' .bin files
+// of GPT-2 tokens): a header of 256 little-endian int32 (magic 20240520,
+// version 1, the token count, then zeros), then the tokens as uint16; their
+// vocabulary is GPT-2's, 50257 tokens.
+//
 // build_token_file() writes the file atomically: a temporary file in the same
 // directory, fsync'd, then renamed over the target (and the directory
 // fsync'd). A failed or interrupted build leaves no partial file under the
@@ -31,6 +36,9 @@ namespace loom::data {
 inline constexpr uint32_t kTokenFileVersion = 1;
 inline constexpr uint32_t kTokenDTypeU16 = 1;
 inline constexpr uint64_t kTokenFileHeaderBytes = 32;
+inline constexpr int32_t kLlmcMagic = 20240520;  // llm.c's token files
+inline constexpr uint64_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
+inline constexpr uint32_t kGpt2VocabSize = 50257;
 
 struct TokenFileOptions {
   TextCorpusOptions corpus = {};
@@ -70,6 +78,8 @@ class TokenFile {
 
   const std::string& path() const { return path_; }
   uint32_t vocab_size() const { return vocab_size_; }
+  // Whether the file is llm.c's (GPT-2 tokens) rather than Loom's own.
+  bool from_llmc() const { return from_llmc_; }
   int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
   // The mapped tokens (valid while this object lives).
   std::span<const uint16_t> tokens() const { return tokens_; }
@@ -81,10 +91,16 @@ class TokenFile {
   TokenRange validation_range(double validation_fraction = 0.05) const;
 
  private:
+  void map_llmc(uint64_t file_bytes);
+  // The tokens: `count` uint16 at byte `offset` of the mapping, each checked
+  // below `vocab_size`.
+  void set_tokens(uint64_t offset, uint64_t count, uint32_t vocab_size);
+
   std::string path_;
   void* mapping_ = nullptr;
   size_t mapping_bytes_ = 0;
   uint32_t vocab_size_ = 0;
+  bool from_llmc_ = false;
   std::span<const uint16_t> tokens_;
 };
 

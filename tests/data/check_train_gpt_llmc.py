@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""train_gpt trains on llm.c's token files (GPT-2 tokens).
+
+  check_train_gpt_llmc.py MPIRUN TRAIN_GPT WORK_DIR
+
+Writes a file as llm.c's dev/data scripts do (256 int32: magic 20240520,
+version 1, the token count; then uint16 tokens), a repeating text of 97
+distinct GPT-2 token ids, and trains on it: on one rank and as dp 2 (the
+same global batch). The model's vocabulary is GPT-2's (50257: the first
+loss is about ln 50257 = 10.825 at the initialisation), the loss falls by
+more than a nat within 12 steps, and dp 2 logs what one rank logs to 1e-4.
+"""
+import math
+import os
+import shutil
+import struct
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from train_gpt_log import run, with_batch  # noqa: E402
+
+
+def main():
+    mpirun, program, work = sys.argv[1:4]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    path = os.path.join(work, "tokens_val.bin")
+    ids = [(i * 7919) % 50257 for i in range(97)]
+    tokens = [ids[(i * 31 + i // 97) % 97] for i in range(40000)]
+    header = [20240520, 1, len(tokens)] + [0] * 253
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+
+    common = ["--token-file", path, "--layers", "1", "--d-model", "32", "--heads", "2",
+              "--seq", "32", "--batch", "4", "--steps", "12", "--log-every", "1",
+              "--eval-every", "0", "--eval-batches", "1", "--lr", "1e-2", "--warmup", "0"]
+    problems = []
+    text, one, _ = run([program] + with_batch(common, 2))
+    if "vocab 50257" not in text or "llm.c's file, GPT-2 tokens" not in text:
+        problems.append("the run did not take the file as llm.c's, with GPT-2's vocabulary")
+    if sorted(one) != list(range(12)):
+        problems.append(f"one rank logged steps {sorted(one)}")
+    else:
+        first, last = float(one[0][0]), float(one[11][0])
+        print(f"one rank: first loss {first}, last {last}, ln 50257 = {math.log(50257):.3f}")
+        if abs(first - math.log(50257)) > 0.1:
+            problems.append(f"the first loss {first} is not about ln 50257")
+        if last > first - 1.0:
+            problems.append(f"the loss fell from {first} to {last} only")
+    _, two, _ = run([mpirun, "-np", "2", "--oversubscribe", program] + common)
+    for s in sorted(one):
+        (gl, gn), (wl, wn) = two.get(s, ("nan", "nan")), one[s]
+        if not (abs(float(gl) - float(wl)) <= 1e-4 + 1e-4 * float(wl)
+                and abs(float(gn) - float(wn)) <= 1e-4 + 1e-4 * float(wn)):
+            problems.append(f"dp 2, step {s}: loss {gl} norm {gn}, one rank {wl} {wn}")
+    for p in problems:
+        print("FAIL: " + p)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
