@@ -203,6 +203,7 @@ int run(const Flags& f) {
                   static_cast<long long>(loaded.tensors),
                   loaded.gpt2_layout ? " (GPT-2's Conv1D layout)" : "");
       // Under a pipeline the other stages' parameters are not this rank's.
+      for (const std::string& prefix : loaded.prefixes) std::printf("; %s", prefix.c_str());
       if (!pipeline && !loaded.skipped.empty()) {
         std::printf("; %zu not the model's, skipped (%s%s)", loaded.skipped.size(),
                     loaded.skipped.front().c_str(), loaded.skipped.size() > 1 ? ", ..." : "");
@@ -501,8 +502,10 @@ int run(const Flags& f) {
                      : evaluate(*model, loss_fn, file, loader_options, f.eval_batches, device, dp);
       zero.release_parameters();
       memory.reset_peak_stats();
-      say("step %5lld  validation loss %.4f nats (%.3f bits/byte; unigram baseline %.3f)\n",
-          static_cast<long long>(step), last_val, last_val / std::log(2.0), unigram);
+      // Bits per byte where a token is a byte (Loom's own files), per token otherwise.
+      say("step %5lld  validation loss %.4f nats (%.3f bits/%s; unigram baseline %.3f)\n",
+          static_cast<long long>(step), last_val, last_val / std::log(2.0),
+          file->from_llmc() ? "token" : "byte", unigram);
     }
     if (out_of_time) {
       ++step;

@@ -2,6 +2,7 @@
 
 #include "../common/flag_checks.hpp"
 #include "loom/core/error.hpp"
+#include "loom/models/gpt_config.hpp"
 #include "loom/parallel/pipeline/schedule.hpp"
 
 namespace loom::examples::gpt {
@@ -96,11 +97,12 @@ std::map<std::string, std::string> resume_invariants(const Flags& f, int dp) {
 
 void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--token-file", f.token_file, "token file (built on first use)");
-  app.add_option("--vocab", f.vocab, "vocabulary rows (0: the token file's, 257)")
-      ->check(flags::at_least(0));
-  app.add_option("--layers", f.layers)->check(flags::at_least(1));
-  app.add_option("--d-model", f.d_model)->check(flags::at_least(1));
-  app.add_option("--heads", f.heads)->check(flags::at_least(1));
+  CLI::Option* vocab =
+      app.add_option("--vocab", f.vocab, "vocabulary rows (0: the token file's, 257)")
+          ->check(flags::at_least(0));
+  CLI::Option* layers = app.add_option("--layers", f.layers)->check(flags::at_least(1));
+  CLI::Option* d_model = app.add_option("--d-model", f.d_model)->check(flags::at_least(1));
+  CLI::Option* heads = app.add_option("--heads", f.heads)->check(flags::at_least(1));
   app.add_option("--seq", f.seq, "sequence length")->check(flags::at_least(1));
   app.add_option("--batch", f.batch, "sequences per step")->check(flags::at_least(1));
   app.add_option("--steps", f.steps)->check(flags::at_least(1));
@@ -163,11 +165,32 @@ void add_flags(CLI::App& app, Flags& f) {
                  "(GPT-2's); the masks are drawn by each element's place in the step's global "
                  "batch, so any layout drops what one rank drops (docs/nn.md); below 1")
       ->check(flags::between(0, 1));
-  app.add_option("--gelu", f.gelu,
-                 "the MLP's GELU: exact (erf, PyTorch's default) or tanh (the approximation "
-                 "GPT-2 and llm.c use; on CUDA fused into c_fc's product and c_proj's input "
-                 "gradient by cuBLASLt, docs/nn.md)")
-      ->check(CLI::IsMember({"exact", "tanh"}));
+  CLI::Option* gelu =
+      app.add_option("--gelu", f.gelu,
+                     "the MLP's GELU: exact (erf, PyTorch's default) or tanh (the approximation "
+                     "GPT-2 and llm.c use; on CUDA fused into c_fc's product and c_proj's input "
+                     "gradient by cuBLASLt, docs/nn.md)")
+          ->check(CLI::IsMember({"exact", "tanh"}));
+  app.add_option_function<std::string>(
+         "--model",
+         [&f](const std::string&) {
+           // GPTConfig::gpt2_124m's sizes; the sequence stays --seq's (GPT-2's
+           // 1024 positions: a shorter one takes the first rows of its table).
+           const models::GPTConfig gpt2 = models::GPTConfig::gpt2_124m();
+           f.vocab = gpt2.vocab;
+           f.layers = gpt2.layers;
+           f.d_model = gpt2.d_model;
+           f.heads = gpt2.heads;
+           f.gelu = "tanh";
+         },
+         "a model's sizes: gpt2-124m (GPT-2 small: --vocab 50257 --layers 12 --d-model 768 "
+         "--heads 12 --gelu tanh; with --init-from its weights, --token-file llm.c's tokens)")
+      ->check(CLI::IsMember({"gpt2-124m"}))
+      ->excludes(vocab)
+      ->excludes(layers)
+      ->excludes(d_model)
+      ->excludes(heads)
+      ->excludes(gelu);
   app.add_option("--grad-reduce", f.grad_reduce,
                  "the dtype gradients are averaged over dp in: fp32, or bf16 (half the bytes, "
                  "about 2^-7 relative error per element; at every --zero-stage)")

@@ -326,15 +326,22 @@ WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOpti
     const Shape& m = model_shapes[p.name()];
     return report.gpt2_layout && is_gpt2_conv1d(p.name()) && m.size() == 2 ? swapped(m) : m;
   };
+  // A position table with more rows than the model's: its first rows.
+  const auto prefix_of = [&](const nn::Parameter& p, const Shape& stored) {
+    const Shape& m = model_shapes[p.name()];
+    return p.name().ends_with("wpe.weight") && m.size() == 2 && stored.size() == 2 &&
+           stored[1] == m[1] && stored[0] > m[0];
+  };
   // Every parameter checked before any changes.
   for (const nn::Parameter* p : params) {
     const auto it = by_name.find(p->name());
     LOOM_CHECK(it != by_name.end(), where, ": the model's parameter '", p->name(),
                "' is not in it (weights of another model?)");
     const SafetensorsIndex::Entry& e = *it->second;
-    LOOM_CHECK(e.shape == stored_shape(*p), where, ": tensor '", e.name, "' has shape ",
-               shape_str(e.shape), " where the model's parameter '", p->name(), "' needs ",
-               shape_str(stored_shape(*p)), report.gpt2_layout ? " (GPT-2's layout)" : "",
+    LOOM_CHECK(e.shape == stored_shape(*p) || prefix_of(*p, e.shape), where, ": tensor '", e.name,
+               "' has shape ", shape_str(e.shape), " where the model's parameter '", p->name(),
+               "' needs ", shape_str(stored_shape(*p)),
+               report.gpt2_layout ? " (GPT-2's layout)" : "",
                ": the model's sizes (vocabulary, layers, width, sequence) must be the weights'");
     LOOM_CHECK(e.dtype == DType::f32 || e.dtype == DType::bf16 || e.dtype == DType::f16, where,
                ": tensor '", e.name, "' is ", e.dtype, ", not f32, bf16 or f16");
@@ -347,6 +354,12 @@ WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOpti
     const SafetensorsIndex::Entry& e = *by_name.at(p->name());
     Tensor whole = read_safetensors_tensor(index, e.name).tensor.to(DType::f32);
     if (report.gpt2_layout) whole = gpt2_conv1d_transposed(p->name(), whole);
+    if (prefix_of(*p, e.shape)) {
+      const Shape& m = model_shapes[p->name()];
+      whole = whole.flat_view(0, m);
+      report.prefixes.push_back(
+          str_cat(e.name, ": the first ", m[0], " of its ", e.shape[0], " positions"));
+    }
     // The whole tensor as the one record of the parameter, its values given.
     const on_disk::Record record{.file = file.string(),
                                  .param = p->name(),

@@ -289,7 +289,8 @@ TEST_CASE(
     "[checkpoint]") {
   // The initial weights of the seed-7 GPT, written as Hugging Face's
   // GPT2LMHeadModel saves them: "transformer." names, Conv1D [in, out]
-  // weights, and attention-mask buffers that are no parameter.
+  // weights, attention-mask buffers that are no parameter, and a position
+  // table longer than the model's.
   const fs::path dir = fresh_dir("weights");
   fs::create_directories(dir);
   const fs::path file = dir / "model.safetensors";
@@ -297,9 +298,15 @@ TEST_CASE(
     models::GPT source("", small_gpt(), models::default_gpt_layers());
     std::vector<checkpoint::StoredTensor> tensors;
     for (const nn::Parameter* p : source.parameters()) {
-      tensors.push_back({.name = "transformer." + p->name(),
-                         .tensor = checkpoint::gpt2_conv1d_transposed(p->name(), p->value()),
-                         .shard = {}});
+      Tensor value = checkpoint::gpt2_conv1d_transposed(p->name(), p->value());
+      if (p->name() == "wpe.weight") {
+        // GPT-2's table has more positions than the model's 16: rows past
+        // those are the file's alone.
+        Tensor longer = Tensor::full({40, value.size(1)}, 9.0);
+        longer.flat_view(0, value.shape()).copy_from(value);
+        value = longer;
+      }
+      tensors.push_back({.name = "transformer." + p->name(), .tensor = value, .shard = {}});
     }
     tensors.push_back({.name = "transformer.h.0.attn.bias",
                        .tensor = Tensor::full({1, 1, 16, 16}, 1.0),

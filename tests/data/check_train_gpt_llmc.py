@@ -9,6 +9,8 @@ distinct GPT-2 token ids, and trains on it: on one rank and as dp 2 (the
 same global batch). The model's vocabulary is GPT-2's (50257: the first
 loss is about ln 50257 = 10.825 at the initialisation), the loss falls by
 more than a nat within 12 steps, and dp 2 logs what one rank logs to 1e-4.
+Then `--model gpt2-124m` trains GPT-2 small's sizes on it for a step, and
+refuses --layers beside it.
 """
 import math
 import os
@@ -54,6 +56,17 @@ def main():
         if not (abs(float(gl) - float(wl)) <= 1e-4 + 1e-4 * float(wl)
                 and abs(float(gn) - float(wn)) <= 1e-4 + 1e-4 * float(wn)):
             problems.append(f"dp 2, step {s}: loss {gl} norm {gn}, one rank {wl} {wn}")
+    # GPT-2 small's sizes by name, on the same tokens (one short step).
+    text, steps, _ = run([program, "--token-file", path, "--model", "gpt2-124m", "--seq", "32",
+                          "--batch", "1", "--steps", "1", "--log-every", "1", "--eval-every", "0",
+                          "--eval-batches", "1"])
+    if ("12 layers, d_model 768, 12 heads, seq 32, vocab 50257" not in text
+            or "tanh GELU" not in text or sorted(steps) != [0]):
+        problems.append("--model gpt2-124m did not train GPT-2 small's sizes")
+    text, _, _ = run([program, "--token-file", path, "--model", "gpt2-124m", "--layers", "2"],
+                     expect_ok=False)
+    if "--model" not in text or "--layers" not in text:
+        problems.append("--model with --layers was not refused naming both")
     for p in problems:
         print("FAIL: " + p)
     return 1 if problems else 0

@@ -221,9 +221,10 @@ TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::Z
 // parameter is missing or its shape is not the model's, before any
 // parameter changes.
 struct WeightsReport {
-  int64_t tensors = 0;               // parameters set
-  bool gpt2_layout = false;          // Conv1D weights transposed
-  std::vector<std::string> skipped;  // tensors of the file no parameter has
+  int64_t tensors = 0;                // parameters set
+  bool gpt2_layout = false;           // Conv1D weights transposed
+  std::vector<std::string> skipped;   // tensors of the file no parameter has
+  std::vector<std::string> prefixes;  // tensors of which the first rows were taken
 };
 WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOptimizer& zero,
                            int dp_rank);
