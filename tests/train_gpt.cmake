@@ -152,7 +152,7 @@ foreach(precision bf16 fp16)
                    --log-every 25 --eval-every 0 --eval-batches 8
                    --token-file ${CMAKE_CURRENT_BINARY_DIR}/precision/python_stdlib_bf16.tokens)
   set_tests_properties(precision.gpt_${precision}_training PROPERTIES TIMEOUT 300
-                       LABELS "precision;examples"
+                       LABELS "precision;examples" ENVIRONMENT "${LOOM_MPI_TEST_ENV}"
                        RESOURCE_LOCK ${CMAKE_CURRENT_BINARY_DIR}/precision/python_stdlib_bf16.tokens)
 endforeach()
 loom_train_gpt_compare(precision ${CMAKE_CURRENT_BINARY_DIR}/precision/python_stdlib_bf16.tokens

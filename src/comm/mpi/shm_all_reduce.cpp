@@ -54,8 +54,10 @@ constexpr int64_t kSlotGatherMaxBytes = int64_t{64} << 10;
 constexpr size_t kStreamMinBytes = size_t{8} << 10;
 constexpr size_t kStreamAllReduceMaxBytes = size_t{64} << 10;
 
-// Copies into a slot (NOTE [slot stores]); dst and src do not overlap.
+// Copies into a slot (NOTE [slot stores]); dst and src do not overlap. An
+// empty tensor's data may be null, which memcpy must not be given.
 void copy_into_slot(char* dst, const char* src, size_t bytes) {
+  if (bytes == 0) return;
 #if defined(__SSE2__)
   if (bytes >= kStreamMinBytes) {
     const size_t head = (64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64;
