@@ -158,32 +158,58 @@ TEST_CASE("zero: bad configurations fail clearly", "[zero]") {
   CHECK(failures == 2);
   CHECK_THAT(message, Catch::Contains("disagree on the shard layout at line 0"));
 
-  // Stage 3 without a wrapper around some parameter.
+  // Stage 3 without a wrapper around some parameter. (Catch2 is not
+  // thread-safe: the ranks keep what happened, the test thread checks it.)
+  std::vector<std::string> errors(2);
   comm::run_local_ranks(comm::make_local_group(2, "dp"), [&](comm::Communicator& c) {
     auto inner = std::make_unique<nn::Linear>("inner", 4, 4);
     nn::Linear outside("outside", 4, 4);
     parallel::ShardedModule wrapped(std::move(inner));
     std::vector<nn::Parameter*> params = wrapped.parameters();
     params.push_back(outside.parameters()[0]);
-    CHECK_THROWS_WITH(parallel::ZeroOptimizer(params, c, optim::SgdOptions{},
-                                              {.stage = 3, .modules = {&wrapped}}),
-                      Catch::Contains("'outside.weight' is inside none of ZeroOptions.modules"));
+    try {
+      parallel::ZeroOptimizer zero(params, c, optim::SgdOptions{},
+                                   {.stage = 3, .modules = {&wrapped}});
+    } catch (const Error& e) {
+      errors[static_cast<size_t>(c.rank())] = e.what();
+    }
   });
+  for (const std::string& error : errors) {
+    CHECK_THAT(error, Catch::Contains("'outside.weight' is inside none of ZeroOptions.modules"));
+  }
 }
 
 TEST_CASE("zero: stage 3 parameters are released at rest", "[zero]") {
+  // What each rank saw, checked on the test thread (Catch2 is not thread-safe).
+  struct Seen {
+    bool bound_at_rest = true, bound_after_release = true;
+    std::string at_rest_error;
+    int64_t gathered_numel = 0;
+  };
+  std::vector<Seen> seen(2);
   comm::run_local_ranks(comm::make_local_group(2, "dp"), [&](comm::Communicator& c) {
+    Seen& mine = seen[static_cast<size_t>(c.rank())];
     parallel::ShardedModule wrapped(std::make_unique<nn::Linear>("fc", 4, 4));
     parallel::ZeroOptimizer zero(wrapped.parameters(), c, optim::SgdOptions{},
                                  {.stage = 3, .modules = {&wrapped}});
     nn::Parameter& w = *wrapped.parameters()[0];
-    CHECK(!w.value_bound());
-    CHECK_THROWS_WITH(w.value(), Catch::Contains("'fc.weight' f32[4, 4] is sharded"));
+    mine.bound_at_rest = w.value_bound();
+    try {
+      w.value();
+    } catch (const Error& e) {
+      mine.at_rest_error = e.what();
+    }
     zero.gather_parameters();
-    CHECK(w.value().numel() == 16);
+    mine.gathered_numel = w.value().numel();
     zero.release_parameters();
-    CHECK(!w.value_bound());
+    mine.bound_after_release = w.value_bound();
   });
+  for (const Seen& s : seen) {
+    CHECK(!s.bound_at_rest);
+    CHECK_THAT(s.at_rest_error, Catch::Contains("'fc.weight' f32[4, 4] is sharded"));
+    CHECK(s.gathered_numel == 16);
+    CHECK(!s.bound_after_release);
+  }
 }
 
 TEST_CASE("zero: step() after a synchronized backward without finish() throws naming finish()",
