@@ -444,6 +444,7 @@ bool ShmAllReduce::step() {
           char* out = data_ + next_offset_ * static_cast<int64_t>(es);
           for (int r = 0; r < size_; ++r) {
             const int64_t lo = piece_count_ * r / size_, hi = piece_count_ * (r + 1) / size_;
+            if (hi == lo) continue;  // (an empty tensor's data may be null)
             std::memcpy(out + lo * static_cast<int64_t>(es),
                         slot(r, piece_) + lo * static_cast<int64_t>(es),
                         static_cast<size_t>(hi - lo) * es);
@@ -555,7 +556,9 @@ bool ShmAllReduce::step_blocks() {
           for (int r = 0; r < size_; ++r) {
             const char* from = r == rank_ ? input_ + next_offset_ * es : slot(r, piece_);
             char* to = output_ + (block_begin_[static_cast<size_t>(r)] + next_offset_) * es;
-            if (to != from) std::memcpy(to, from, static_cast<size_t>(length(r) * es));
+            if (to != from && length(r) > 0) {
+              std::memcpy(to, from, static_cast<size_t>(length(r) * es));
+            }
           }
         } else if (!error_ && length(rank_) > 0) {
           std::vector<const void*> inputs(static_cast<size_t>(size_));
