@@ -70,11 +70,17 @@ std::optional<std::string> gpt2_config_json(const std::map<std::string, std::str
     throw Error(str_cat("checkpoint info model.dropout = '", info.at("model.dropout"),
                         "' is not a number"));
   }
+  // The end-of-text token where the vocabulary is a known tokenizer's:
+  // GPT-2's (50256 of 50257) or Loom's byte-level end of document (256 of 257).
+  const int64_t vocab = positive_integer(info, "model.vocab");
+  const nlohmann::json end_of_text = vocab == 50257 ? nlohmann::json(50256)
+                                     : vocab == 257 ? nlohmann::json(256)
+                                                    : nullptr;
   // GPT2Config's fields. Loom drops out after the embedding sum and each
   // residual branch (resid_pdrop, embd_pdrop), not inside the attention.
   nlohmann::ordered_json config = {{"architectures", {"GPT2LMHeadModel"}},
                                    {"model_type", "gpt2"},
-                                   {"vocab_size", positive_integer(info, "model.vocab")},
+                                   {"vocab_size", vocab},
                                    {"n_positions", positive_integer(info, "model.seq_len")},
                                    {"n_embd", positive_integer(info, "model.d_model")},
                                    {"n_layer", positive_integer(info, "model.layers")},
@@ -87,6 +93,8 @@ std::optional<std::string> gpt2_config_json(const std::map<std::string, std::str
                                    {"attn_pdrop", 0.0},
                                    {"initializer_range", 0.02},
                                    {"tie_word_embeddings", true},
+                                   {"bos_token_id", end_of_text},
+                                   {"eos_token_id", end_of_text},
                                    {"torch_dtype", "float32"}};
   return config.dump(2) + "\n";
 }

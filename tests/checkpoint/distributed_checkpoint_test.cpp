@@ -339,7 +339,10 @@ TEST_CASE(
   REQUIRE(config);
   CHECK_THAT(*config, Contains("\"n_head\": 4") && Contains("\"n_embd\": 32") &&
                           Contains("\"vocab_size\": 61") && Contains("\"n_positions\": 16") &&
-                          Contains("\"activation_function\": \"gelu\""));
+                          Contains("\"activation_function\": \"gelu\"") &&
+                          Contains("\"eos_token_id\": null"));
+  info["model.vocab"] = "50257";  // GPT-2's tokenizer: its end-of-text token
+  CHECK_THAT(*checkpoint::gpt2_config_json(info), Contains("\"eos_token_id\": 50256"));
   info["model.heads"] = "four";
   CHECK_THROWS_WITH(checkpoint::gpt2_config_json(info),
                     Contains("model.heads = 'four' is not a positive whole number"));
