@@ -17,8 +17,14 @@ if(LOOM_SANITIZE)
   set(_loom_sanitizers "-fsanitize=${LOOM_SANITIZE}" "-fno-sanitize-recover=all")
   # For tests and benchmark smoke tests: Open MPI keeps MPI_Init's allocations
   # until exit on purpose; its components are dlopen'd, so unwind fully.
-  set(LOOM_SANITIZER_ENV
-      "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/sanitizers/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0")
+  # Under ThreadSanitizer (no leak checking), its own suppressions instead.
+  if("thread" IN_LIST _loom_san_list)
+    set(LOOM_SANITIZER_ENV
+        "TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/sanitizers/tsan.supp:print_suppressions=0")
+  else()
+    set(LOOM_SANITIZER_ENV
+        "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/sanitizers/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0")
+  endif()
 endif()
 
 # NOTE [slp miscompile]: GCC 12.2 with AVX-512 enabled (-march=native on an
