@@ -202,8 +202,8 @@ int run(const Flags& f) {
       std::printf("initial weights from %s: %lld tensors%s", f.init_from.c_str(),
                   static_cast<long long>(loaded.tensors),
                   loaded.gpt2_layout ? " (GPT-2's Conv1D layout)" : "");
-      // Under a pipeline the other stages' parameters are not this rank's.
       for (const std::string& prefix : loaded.prefixes) std::printf("; %s", prefix.c_str());
+      // (Under a pipeline the other stages' parameters are not this rank's.)
       if (!pipeline && !loaded.skipped.empty()) {
         std::printf("; %zu not the model's, skipped (%s%s)", loaded.skipped.size(),
                     loaded.skipped.front().c_str(), loaded.skipped.size() > 1 ? ", ..." : "");
