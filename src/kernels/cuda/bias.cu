@@ -24,6 +24,7 @@
 // and no scratch is used.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "core/cuda/check.hpp"
@@ -185,21 +186,6 @@ void launch_grad(const void* dy_data, void* db_data, int64_t rows, int64_t cols,
   launch_sum_partials<Out>(partials, slabs.count, cols, db, accumulate, s);
 }
 
-// Calls f(TypeTag<device type>{}) for a floating dtype (f32, bf16, f16).
-template <typename F>
-void visit_floating(DType dtype, const char* what, F&& f) {
-  switch (dtype) {
-    case DType::f32:
-      return f(TypeTag<float>{});
-    case DType::bf16:
-      return f(TypeTag<__nv_bfloat16>{});
-    case DType::f16:
-      return f(TypeTag<__half>{});
-    default:
-      LOOM_ASSERT(false, what, " on dtype ", dtype);
-  }
-}
-
 }  // namespace
 
 Splits wave_filling_splits(int64_t groups, int64_t items, int64_t min_size) {
@@ -238,14 +224,16 @@ void bias_add(void* y, const void* b, DType dtype, int64_t rows, int64_t cols, v
 void bias_grad(const void* dy, DType dy_dtype, void* db, DType db_dtype, int64_t rows, int64_t cols,
                bool accumulate, void* stream) {
   loom::detail::cuda::NvtxRange range("loom::bias_grad");
-  LOOM_ASSERT(db_dtype == dy_dtype || db_dtype == DType::f32, "CUDA bias_grad of a ", dy_dtype,
-              " dy into a ", db_dtype, " db");
-  visit_floating(dy_dtype, "CUDA bias_grad", [&](auto tag) {
+  LOOM_ASSERT(is_floating(dy_dtype) && (db_dtype == dy_dtype || db_dtype == DType::f32),
+              "CUDA bias_grad of a ", dy_dtype, " dy into a ", db_dtype, " db");
+  loom::detail::cuda::visit_device_dtype(dy_dtype, [&](auto tag) {
     using In = typename decltype(tag)::type;
-    if (db_dtype == DType::f32) {
-      launch_grad<In, float>(dy, db, rows, cols, accumulate, stream);
-    } else {
-      launch_grad<In, In>(dy, db, rows, cols, accumulate, stream);
+    if constexpr (!std::is_integral_v<In>) {
+      if (db_dtype == DType::f32) {
+        launch_grad<In, float>(dy, db, rows, cols, accumulate, stream);
+      } else {
+        launch_grad<In, In>(dy, db, rows, cols, accumulate, stream);
+      }
     }
   });
 }
