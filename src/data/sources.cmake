@@ -1,8 +1,9 @@
 # data/: datasets and loaders for the examples and tests: byte-level text tokens
-# (GPT), the digits images (ResNet) and synthetic batches.
+# (GPT) and GPT-2's BPE tokenizer, the digits images (ResNet) and synthetic batches.
 target_sources(loom PRIVATE
   data/dataset.cpp
   data/digits.cpp
+  data/gpt2_tokenizer.cpp
   data/sampler.cpp
   data/synthetic.cpp
   data/text_corpus.cpp

@@ -10,6 +10,7 @@
 #include <array>
 #include <bit>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -50,6 +51,15 @@ struct FileDescriptor {
   }
 };
 
+void check_below_vocab(const std::string& path, std::span<const uint16_t> tokens,
+                       uint32_t vocab_size) {
+  const auto bad =
+      std::find_if(tokens.begin(), tokens.end(), [&](uint16_t t) { return t >= vocab_size; });
+  LOOM_CHECK(bad == tokens.end(), "token file ", path, ": token ", bad - tokens.begin(), " is ",
+             bad == tokens.end() ? 0 : *bad, ", not below the vocab size ", vocab_size,
+             "; nothing written");
+}
+
 // Reads the corpus, one document per file, up to the byte cap.
 std::vector<uint16_t> tokenize_corpus(const TextCorpusOptions& options, TokenFileSummary& summary) {
   std::vector<uint16_t> tokens;
@@ -69,16 +79,6 @@ std::vector<uint16_t> tokenize_corpus(const TextCorpusOptions& options, TokenFil
   return tokens;
 }
 
-// Writes header + tokens so that `path` is whole or absent (NOTE [atomic files]).
-void write_atomically(const std::string& path, const std::vector<uint16_t>& tokens) {
-  detail::write_file_atomically(path, "token file", [&](detail::FileSink& sink) {
-    Header header;
-    header.token_count = tokens.size();
-    sink.write(&header, sizeof(header));
-    sink.write(tokens.data(), tokens.size() * sizeof(uint16_t));
-  });
-}
-
 }  // namespace
 
 TokenFileSummary build_token_file(const std::string& output_path, const TokenFileOptions& options) {
@@ -86,8 +86,38 @@ TokenFileSummary build_token_file(const std::string& output_path, const TokenFil
   const std::vector<uint16_t> tokens = tokenize_corpus(options.corpus, summary);
   LOOM_CHECK(!tokens.empty(), "token file ", output_path,
              ": the corpus is empty (max_bytes = ", options.corpus.max_bytes, ")");
-  write_atomically(output_path, tokens);
+  write_token_file(output_path, tokens, kByteVocabSize);
   return summary;
+}
+
+// Both writers put header + tokens so that `path` is whole or absent (NOTE
+// [atomic files]).
+void write_token_file(const std::string& path, std::span<const uint16_t> tokens,
+                      uint32_t vocab_size) {
+  LOOM_CHECK(vocab_size >= 1 && vocab_size <= 65536, "token file ", path, ": vocab size ",
+             vocab_size, " does not fit uint16 tokens (1 to 65536)");
+  check_below_vocab(path, tokens, vocab_size);
+  detail::write_file_atomically(path, "token file", [&](detail::FileSink& sink) {
+    Header header;
+    header.vocab_size = vocab_size;
+    header.token_count = tokens.size();
+    sink.write(&header, sizeof(header));
+    sink.write(tokens.data(), tokens.size() * sizeof(uint16_t));
+  });
+}
+
+void write_llmc_token_file(const std::string& path, std::span<const uint16_t> tokens) {
+  LOOM_CHECK(tokens.size() <= static_cast<size_t>(INT32_MAX), "token file ", path, ": ",
+             tokens.size(), " tokens do not fit llm.c's int32 token count");
+  check_below_vocab(path, tokens, kGpt2VocabSize);
+  detail::write_file_atomically(path, "token file", [&](detail::FileSink& sink) {
+    std::array<int32_t, kLlmcHeaderBytes / sizeof(int32_t)> header{};
+    header[0] = kLlmcMagic;
+    header[1] = 1;
+    header[2] = static_cast<int32_t>(tokens.size());
+    sink.write(header.data(), sizeof(header));
+    sink.write(tokens.data(), tokens.size() * sizeof(uint16_t));
+  });
 }
 
 bool ensure_token_file(const std::string& path, const TokenFileOptions& options) {

@@ -1,4 +1,5 @@
-"""The test scripts' Python packages (tests/requirements.txt: numpy, safetensors).
+"""The test scripts' Python packages (tests/requirements.txt: numpy, safetensors,
+tokenizers).
 
 scripts/setup.sh installs them into a virtual environment (LOOM_TEST_VENV,
 default <repo>/.test-venv). A script whose interpreter lacks them calls

@@ -15,11 +15,11 @@
 // version 1, the token count, then zeros), then the tokens as uint16; their
 // vocabulary is GPT-2's, 50257 tokens.
 //
-// build_token_file() writes the file atomically: a temporary file in the same
-// directory, fsync'd, then renamed over the target (and the directory
-// fsync'd). A failed or interrupted build leaves no partial file under the
-// target name, and ranks that build the same file at once each rename a
-// complete copy. TokenFile validates the header and the size against the
+// build_token_file() and the writers below write the file atomically: a
+// temporary file in the same directory, fsync'd, then renamed over the target
+// (and the directory fsync'd). A failed or interrupted build leaves no
+// partial file under the target name, and ranks that build the same file at
+// once each rename a complete copy. TokenFile validates the header and the size against the
 // file's length before anything reads a token, and throws loom::Error naming
 // the path and the mismatch.
 #pragma once
@@ -54,6 +54,14 @@ struct TokenFileSummary {
 // Tokenises the corpus byte-level (text_corpus.hpp) into `output_path`.
 TokenFileSummary build_token_file(const std::string& output_path,
                                   const TokenFileOptions& options = {});
+
+// Writes `tokens` to `path` in Loom's format with `vocab_size` in the header
+// (1 to 65536, every token below it), atomically.
+void write_token_file(const std::string& path, std::span<const uint16_t> tokens,
+                      uint32_t vocab_size);
+// Writes `tokens` to `path` as llm.c's token file (GPT-2 tokens: every token
+// below 50257), atomically.
+void write_llmc_token_file(const std::string& path, std::span<const uint16_t> tokens);
 
 // Builds `path` unless it already exists; returns true if it built it. An
 // existing file is validated (a corrupt one throws, naming the path: delete
