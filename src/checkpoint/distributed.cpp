@@ -292,8 +292,13 @@ TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::Z
                      [&] { return load_checkpoint(step_dir, zero, dp_rank); });
 }
 
-WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOptimizer& zero,
-                           int dp_rank) {
+namespace {
+
+// load_weights for the parameters `params`, kept as `zero` keeps them, or,
+// without `zero`, as the parameters' own values (a model without an optimizer).
+WeightsReport load_weights_into(const std::filesystem::path& file,
+                                const std::vector<nn::Parameter*>& params,
+                                parallel::ZeroOptimizer* zero, int dp_rank) {
   const SafetensorsIndex index = index_safetensors(file);
   const std::string where = str_cat("weights file ", file.string());
   std::map<std::string, const SafetensorsIndex::Entry*> by_name;
@@ -304,7 +309,6 @@ WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOpti
     LOOM_CHECK(added, where, ": tensors '", it->second->name, "' and '", e.name,
                "' would both be parameter '", name, "'");
   }
-  const std::vector<nn::Parameter*>& params = zero.parameters();
   // The whole tensors as the file holds them: the model's global shapes
   // without padding, [in, out] for the Conv1D weights of a GPT-2 file.
   std::map<std::string, Shape> model_shapes;
@@ -346,10 +350,10 @@ WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOpti
     LOOM_CHECK(e.dtype == DType::f32 || e.dtype == DType::bf16 || e.dtype == DType::f16, where,
                ": tensor '", e.name, "' is ", e.dtype, ", not f32, bf16 or f16");
   }
-  const int stage = zero.stage();
-  optim::Optimizer& opt = zero.optimizer();
-  const std::vector<parallel::ShardPiece> pieces = zero.shard_pieces(dp_rank);
-  const std::vector<Tensor> values = zero.value_shards();
+  const int stage = zero ? zero->stage() : 0;
+  const std::vector<parallel::ShardPiece> pieces =
+      zero ? zero->shard_pieces(dp_rank) : std::vector<parallel::ShardPiece>{};
+  const std::vector<Tensor> values = zero ? zero->value_shards() : std::vector<Tensor>{};
   for (nn::Parameter* p : params) {
     const SafetensorsIndex::Entry& e = *by_name.at(p->name());
     Tensor whole = read_safetensors_tensor(index, e.name).tensor.to(DType::f32);
@@ -380,6 +384,7 @@ WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOpti
       if (pieces[i].param != p) continue;
       const int64_t begin = pieces[i].begin, end = pieces[i].end;
       if (stage == 3) copy_into(read(begin, end), values[i]);
+      optim::Optimizer& opt = zero->optimizer();
       if (stage > 0 && keeps_master(opt.slots()[i], *p)) {
         copy_into(read(begin, end), opt.slots()[i].current_value());
       }
@@ -390,6 +395,17 @@ WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOpti
     if (model_shapes.count(name) == 0) report.skipped.push_back(e->name);
   }
   return report;
+}
+
+}  // namespace
+
+WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOptimizer& zero,
+                           int dp_rank) {
+  return load_weights_into(file, zero.parameters(), &zero, dp_rank);
+}
+
+WeightsReport load_weights(const std::filesystem::path& file, nn::Module& model) {
+  return load_weights_into(file, model.parameters(), nullptr, 0);
 }
 
 WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOptimizer& zero,

@@ -3,6 +3,9 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
+#include <cmath>
+#include <fstream>
+#include <iterator>
 #include <string_view>
 #include <vector>
 
@@ -105,6 +108,59 @@ bool write_gpt2_config(const std::filesystem::path& path,
   if (!json) return false;
   detail::write_file_atomically(path, "GPT-2 config", *json);
   return true;
+}
+
+models::GPTConfig read_gpt2_config(const std::filesystem::path& path) {
+  const std::string where = str_cat("GPT-2 config ", path.string());
+  std::ifstream in(path, std::ios::binary);
+  LOOM_CHECK(in, where, ": cannot open it");
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(std::string(std::istreambuf_iterator<char>(in), {}));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str_cat(where, ": not JSON: ", e.what()));
+  }
+  LOOM_CHECK(json.is_object(), where, ": expected a JSON object, got ", json.type_name());
+  const auto size = [&](const char* key) {
+    LOOM_CHECK(json.contains(key), where, ": has no \"", key, "\"");
+    const nlohmann::json& v = json.at(key);
+    LOOM_CHECK(v.is_number_integer() && v.get<int64_t>() > 0, where, ": \"", key, "\" is ",
+               v.dump(), ", not a positive whole number");
+    return v.get<int64_t>();
+  };
+  models::GPTConfig config;
+  config.vocab = size("vocab_size");
+  config.layers = size("n_layer");
+  config.d_model = size("n_embd");
+  config.heads = size("n_head");
+  config.seq_len = size("n_positions");
+  config.dropout = 0;  // read for inference; a training program sets its own
+  const std::string activation = json.value("activation_function", std::string("gelu_new"));
+  LOOM_CHECK(activation == "gelu_new" || activation == "gelu", where, ": activation_function \"",
+             activation,
+             "\" is not gelu_new (GPT-2's tanh GELU) or gelu (the exact one), the "
+             "two Loom's GPT has");
+  config.gelu = activation == "gelu" ? kernels::Activation::gelu : kernels::Activation::gelu_tanh;
+  // What Loom's GPT fixes and GPT2Config lets vary: refused unless it is
+  // GPT-2's choice, so a model that is not Loom's is never read as one.
+  const auto inner = json.find("n_inner");
+  LOOM_CHECK(inner == json.end() || inner->is_null() ||
+                 (inner->is_number_integer() && inner->get<int64_t>() == 4 * config.d_model),
+             where, ": n_inner ", inner == json.end() ? "" : inner->dump(), " is not 4 x n_embd (",
+             4 * config.d_model, "), the MLP width of Loom's GPT");
+  const double eps = json.value("layer_norm_epsilon", 1e-5);
+  LOOM_CHECK(std::abs(eps - 1e-5) <= 1e-12, where, ": layer_norm_epsilon ", eps,
+             " is not 1e-5, the LayerNorm epsilon of Loom's GPT");
+  for (const char* key : {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"}) {
+    LOOM_CHECK(!json.value(key, false), where, ": ", key,
+               " is true; Loom's GPT has GPT-2's attention without it");
+  }
+  LOOM_CHECK(json.value("scale_attn_weights", true), where,
+             ": scale_attn_weights is false; Loom's GPT scales by 1/sqrt(head size)");
+  LOOM_CHECK(json.value("tie_word_embeddings", true), where,
+             ": tie_word_embeddings is false; Loom's GPT ties its head to wte");
+  config.validate();
+  return config;
 }
 
 }  // namespace loom::checkpoint

@@ -328,8 +328,7 @@ std::vector<int32_t> Gpt2Tokenizer::encode(std::string_view text) const {
 }
 
 const std::string& Gpt2Tokenizer::token_bytes(int32_t id) const {
-  LOOM_CHECK(id >= 0 && id < vocab_size() && has_id_[id], "token id ", id,
-             " is not in the vocabulary (", vocab_size(), " ids)");
+  LOOM_CHECK(has_token(id), "token id ", id, " is not in the vocabulary (", vocab_size(), " ids)");
   return token_bytes_[id];
 }
 

@@ -2,6 +2,7 @@
 target_sources(loom PRIVATE
   models/gpt.cpp
   models/gpt_flops.cpp
+  models/gpt_generate.cpp
   models/gpt_memory.cpp
   models/resnet.cpp
 )

@@ -23,7 +23,6 @@ float64. The logits must agree to 1e-4 of their largest magnitude (Loom
 computes in float32; here the difference is about 1e-7 of it).
 """
 import json
-import math
 import os
 import subprocess
 import sys
@@ -36,44 +35,7 @@ try:
     from safetensors.numpy import load_file
 except ImportError as e:
     reexec_with_test_venv(f"numpy or safetensors is not importable ({e})")
-
-
-def layer_norm(x, w, b, eps):
-    mean = x.mean(-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * w + b
-
-
-GELU = {
-    "gelu_new": lambda x: 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3))),
-    "gelu": lambda x: 0.5 * x * (1.0 + np.vectorize(math.erf)(x / np.sqrt(2.0))),
-}
-
-
-def gpt2_logits(p, ids, config):
-    batch, seq = ids.shape
-    d, heads, eps = config["n_embd"], config["n_head"], config["layer_norm_epsilon"]
-    gelu = GELU[config["activation_function"]]
-    hd = d // heads
-    x = p["wte.weight"][ids] + p["wpe.weight"][np.arange(seq)]
-    causal = np.tril(np.ones((seq, seq), dtype=bool))
-    for i in range(config["n_layer"]):
-        h = lambda name: p[f"h.{i}.{name}"]  # noqa: E731
-        a = layer_norm(x, h("ln_1.weight"), h("ln_1.bias"), eps)
-        qkv = a @ h("attn.c_attn.weight") + h("attn.c_attn.bias")
-        q, k, v = (t.reshape(batch, seq, heads, hd).transpose(0, 2, 1, 3)
-                   for t in np.split(qkv, 3, axis=-1))
-        scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hd)
-        scores = np.where(causal, scores, -np.inf)
-        probs = np.exp(scores - scores.max(-1, keepdims=True))
-        probs /= probs.sum(-1, keepdims=True)
-        y = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, seq, d)
-        x = x + y @ h("attn.c_proj.weight") + h("attn.c_proj.bias")
-        m = layer_norm(x, h("ln_2.weight"), h("ln_2.bias"), eps)
-        m = gelu(m @ h("mlp.c_fc.weight") + h("mlp.c_fc.bias"))
-        x = x + m @ h("mlp.c_proj.weight") + h("mlp.c_proj.bias")
-    x = layer_norm(x, p["ln_f.weight"], p["ln_f.bias"], eps)
-    return x @ p["wte.weight"].T
+from gpt2_numpy import gpt2_logits  # noqa: E402
 
 
 def main():

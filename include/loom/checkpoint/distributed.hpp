@@ -228,6 +228,9 @@ struct WeightsReport {
 };
 WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOptimizer& zero,
                            int dp_rank);
+// The same into a model without an optimizer (each parameter's value, the
+// rank's tp slice where it has one): for inference, e.g. models::generate.
+WeightsReport load_weights(const std::filesystem::path& file, nn::Module& model);
 // The same on every rank of `world` together, agreeing as load_checkpoint
 // does: when one rank fails, every rank throws naming it and its error.
 WeightsReport load_weights(const std::filesystem::path& file, parallel::ZeroOptimizer& zero,

@@ -42,4 +42,13 @@ std::optional<std::string> gpt2_config_json(const std::map<std::string, std::str
 bool write_gpt2_config(const std::filesystem::path& path,
                        const std::map<std::string, std::string>& info);
 
+// The model's sizes from Hugging Face's config.json of a GPT-2 model
+// (vocab_size, n_layer, n_embd, n_head, n_positions, activation_function
+// gelu_new or gelu), dropout 0. Throws loom::Error naming the file and the key
+// when one is missing or not a positive whole number, or when the file
+// describes a model Loom's GPT is not (n_inner other than 4 x n_embd, a
+// LayerNorm epsilon other than 1e-5, untied head, GPT-2's optional attention
+// variants).
+models::GPTConfig read_gpt2_config(const std::filesystem::path& path);
+
 }  // namespace loom::checkpoint

@@ -73,6 +73,8 @@ class Gpt2Tokenizer {
   // in the vocabulary.
   std::string decode(std::span<const int32_t> ids) const;
   const std::string& token_bytes(int32_t id) const;
+  // Whether `id` is one of the vocabulary's (ids may have gaps).
+  bool has_token(int32_t id) const { return id >= 0 && id < vocab_size() && has_id_[id]; }
 
  private:
   struct Merge {

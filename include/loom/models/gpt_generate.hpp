@@ -1,0 +1,61 @@
+// Text generation with a GPT on one rank: a trained model's continuation of
+// a prompt, greedy or sampled, for looking at what a run learned (llm.c
+// prints such samples while it trains). Not an inference server: each new
+// token runs the model on the whole window again (no key/value cache), so a
+// token costs one forward pass over up to seq_len positions.
+//
+//   models::GenerateOptions options{.max_new_tokens = 64, .temperature = 0.8f, .top_k = 40};
+//   std::vector<int32_t> ids = models::generate(gpt, tokenizer.encode(prompt), options);
+//
+// The window is the last seq_len ids (a longer context slides, as nanoGPT's
+// sampler does). Sampling draws from softmax(logits / temperature) over the
+// top_k largest logits with a 64-bit Mersenne Twister seeded by `seed`, so a
+// seed gives the same text on every machine; temperature 0 takes the largest
+// logit (the first on a tie). The model is put in evaluation mode (no
+// dropout) for the call and back in the mode it was in afterwards.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "loom/models/gpt_parts.hpp"
+
+namespace loom::models {
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 64;
+  float temperature = 1.0f;  // 0: greedy
+  int64_t top_k = 0;         // 0: the whole vocabulary
+  uint64_t seed = 0;
+  // Generation ends after this token is drawn (it is kept in the output):
+  // GPT-2's <|endoftext|>, say.
+  std::optional<int32_t> stop_token = std::nullopt;
+};
+
+// The token drawn from one row of logits: the largest with temperature 0,
+// else the first index whose cumulative probability (over the top_k largest
+// logits, in index order) exceeds `uniform` in [0, 1). Throws loom::Error for
+// an empty row, a negative or non-finite temperature, top_k outside
+// [0, logits.size()] or a uniform outside [0, 1).
+int32_t sample_token(std::span<const float> logits, float temperature, int64_t top_k,
+                     double uniform);
+
+// What generate() checks before it runs the model: a prompt of at least one
+// id, each in [0, config.vocab), max_new_tokens >= 0, a finite temperature
+// >= 0, top_k in [0, config.vocab]. Throws loom::Error naming the value and
+// the rule.
+void check_generate_inputs(const GPTConfig& config, std::span<const int32_t> prompt,
+                           const GenerateOptions& options);
+
+// The prompt followed by up to max_new_tokens generated ids. `on_token`, when
+// given, sees each new id as it is drawn and may return false to stop.
+// Throws loom::Error, before running the model, as check_generate_inputs
+// does. `model` must hold the whole GPT (embeddings to head).
+std::vector<int32_t> generate(GPTPart& model, std::vector<int32_t> prompt,
+                              const GenerateOptions& options,
+                              const std::function<bool(int32_t)>& on_token = {});
+
+}  // namespace loom::models

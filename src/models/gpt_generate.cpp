@@ -1,0 +1,121 @@
+// Text generation with a GPT on one rank: the sampler and the window loop.
+#include "loom/models/gpt_generate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "loom/core/error.hpp"
+#include "loom/nn/evaluation.hpp"
+
+namespace loom::models {
+
+int32_t sample_token(std::span<const float> logits, float temperature, int64_t top_k,
+                     double uniform) {
+  const auto n = static_cast<int64_t>(logits.size());
+  LOOM_CHECK(n > 0, "sample_token: no logits to draw from");
+  LOOM_CHECK(std::isfinite(temperature) && temperature >= 0, "sampling temperature ", temperature,
+             " is not a finite number >= 0 (0: the largest logit)");
+  LOOM_CHECK(top_k >= 0 && top_k <= n, "top_k ", top_k, " is not in [0, ", n,
+             "] (0: the whole vocabulary)");
+  LOOM_CHECK(uniform >= 0 && uniform < 1, "sample_token: uniform ", uniform, " is not in [0, 1)");
+  // The largest logit, the first on a tie; a NaN counts as the largest.
+  const auto larger = [&](int64_t a, int64_t b) {
+    const float x = logits[a], y = logits[b];
+    if (std::isnan(x) != std::isnan(y)) return std::isnan(x);
+    return x > y || (x == y && a < b);
+  };
+  if (temperature == 0 || top_k == 1) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; ++i) {
+      if (larger(i, best)) best = i;
+    }
+    return static_cast<int32_t>(best);
+  }
+  std::vector<int64_t> kept(static_cast<size_t>(n));
+  std::iota(kept.begin(), kept.end(), 0);
+  if (top_k > 0 && top_k < n) {
+    std::nth_element(kept.begin(), kept.begin() + top_k - 1, kept.end(), larger);
+    kept.resize(static_cast<size_t>(top_k));
+    std::sort(kept.begin(), kept.end());
+  }
+  const float top = logits[*std::min_element(kept.begin(), kept.end(), larger)];
+  LOOM_CHECK(std::isfinite(top), "sample_token: the largest logit is ", top,
+             " (the model's output overflowed)");
+  std::vector<double> weights(kept.size());
+  double total = 0;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    weights[i] = std::exp((static_cast<double>(logits[kept[i]]) - top) / temperature);
+    total += weights[i];
+  }
+  const double target = uniform * total;
+  double cumulative = 0;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    cumulative += weights[i];
+    if (target < cumulative) return static_cast<int32_t>(kept[i]);
+  }
+  // Rounding left the target at the very end: the last kept token with weight.
+  for (size_t i = kept.size(); i-- > 0;) {
+    if (weights[i] > 0) return static_cast<int32_t>(kept[i]);
+  }
+  return static_cast<int32_t>(kept.back());
+}
+
+void check_generate_inputs(const GPTConfig& config, std::span<const int32_t> prompt,
+                           const GenerateOptions& options) {
+  LOOM_CHECK(!prompt.empty(),
+             "generate: the prompt has no token (GPT-2 starts from <|endoftext|>)");
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    LOOM_CHECK(prompt[i] >= 0 && prompt[i] < config.vocab, "generate: prompt token ", i, " is ",
+               prompt[i], ", outside the vocabulary [0, ", config.vocab, ")");
+  }
+  LOOM_CHECK(options.max_new_tokens >= 0, "generate: max_new_tokens ", options.max_new_tokens,
+             " is negative");
+  LOOM_CHECK(std::isfinite(options.temperature) && options.temperature >= 0,
+             "generate: temperature ", options.temperature,
+             " is not a finite number >= 0 (0: greedy)");
+  LOOM_CHECK(options.top_k >= 0 && options.top_k <= config.vocab, "generate: top_k ", options.top_k,
+             " is not in [0, ", config.vocab, "] (0: the whole vocabulary)");
+}
+
+std::vector<int32_t> generate(GPTPart& model, std::vector<int32_t> prompt,
+                              const GenerateOptions& options,
+                              const std::function<bool(int32_t)>& on_token) {
+  const GPTConfig& config = model.config();
+  LOOM_CHECK(model.embeddings() != nullptr && model.head() != nullptr,
+             "generate: the model must hold the whole GPT (embeddings to head), not a pipeline "
+             "stage");
+  check_generate_inputs(config, prompt, options);
+
+  const Device device = model.parameters().front()->value().device();
+  const bool was_training = model.training();
+  model.set_training(false);
+  std::mt19937_64 random(options.seed);
+  std::vector<int32_t> ids = std::move(prompt);
+  try {
+    for (int64_t step = 0; step < options.max_new_tokens; ++step) {
+      const int64_t length = std::min<int64_t>(static_cast<int64_t>(ids.size()), config.seq_len);
+      const std::span<const int32_t> window(ids.data() + ids.size() - length,
+                                            static_cast<size_t>(length));
+      const Tensor input = Tensor::from_vector(window, {1, length}, device);
+      const Tensor logits = nn::infer(model, input).to(DType::f32).to(Device::cpu());
+      const std::span<const float> last(logits.data<float>() + (length - 1) * config.vocab,
+                                        static_cast<size_t>(config.vocab));
+      // 53 random bits as a double in [0, 1): the same on every platform
+      // (std::uniform_real_distribution is not).
+      const double uniform = static_cast<double>(random() >> 11) * 0x1.0p-53;
+      const int32_t next = sample_token(last, options.temperature, options.top_k, uniform);
+      ids.push_back(next);
+      if (on_token && !on_token(next)) break;
+      if (options.stop_token && next == *options.stop_token) break;
+    }
+  } catch (...) {
+    model.set_training(was_training);
+    throw;
+  }
+  model.set_training(was_training);
+  return ids;
+}
+
+}  // namespace loom::models

@@ -1,0 +1,140 @@
+// Generation: the sampler's draws against the probabilities it should have,
+// and generate()'s window, stopping rules, modes and refusals.
+// tests/models/check_generate.py compares loom-generate with GPT-2 in numpy.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "loom/core/error.hpp"
+#include "loom/models/gpt.hpp"
+#include "loom/models/gpt_generate.hpp"
+#include "loom/nn/evaluation.hpp"
+
+using Catch::Matchers::Contains;
+using loom::models::GenerateOptions;
+using loom::models::GPTConfig;
+using loom::models::sample_token;
+
+namespace {
+
+GPTConfig small_config() {
+  GPTConfig c;
+  c.vocab = 61;
+  c.layers = 2;
+  c.d_model = 32;
+  c.heads = 4;
+  c.seq_len = 8;
+  c.module.seed = 3;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("sample_token draws by cumulative probability over the top k", "[models][generate]") {
+  const std::vector<float> logits = {0.0f, std::log(2.0f), std::log(3.0f), -1.0f};
+  // Temperature 0 or top-k 1: the largest, whatever the draw.
+  CHECK(sample_token(logits, 0.0f, 0, 0.99) == 2);
+  CHECK(sample_token(logits, 1.0f, 1, 0.0) == 2);
+  CHECK(sample_token(std::vector<float>{1, 5, 5}, 0.0f, 0, 0.5) == 1);  // first on a tie
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  CHECK(sample_token(std::vector<float>{1, nan, 5}, 0.0f, 0, 0.5) == 1);
+  // Top 3 of 4 (drops -1): probabilities 1/6, 2/6, 3/6 in index order.
+  CHECK(sample_token(logits, 1.0f, 3, 0.0) == 0);
+  CHECK(sample_token(logits, 1.0f, 3, 0.16) == 0);
+  CHECK(sample_token(logits, 1.0f, 3, 0.17) == 1);
+  CHECK(sample_token(logits, 1.0f, 3, 0.49) == 1);
+  CHECK(sample_token(logits, 1.0f, 3, 0.51) == 2);
+  CHECK(sample_token(logits, 1.0f, 3, 0.999999) == 2);
+  // The whole row: e^-1 joins the total.
+  const double total = 1 + 2 + 3 + std::exp(-1.0);
+  CHECK(sample_token(logits, 1.0f, 0, (6 - 1e-6) / total) == 2);
+  CHECK(sample_token(logits, 1.0f, 0, (6 + 1e-6) / total) == 3);
+  // Top 2: 2/5 and 3/5.
+  CHECK(sample_token(logits, 1.0f, 2, 0.39) == 1);
+  CHECK(sample_token(logits, 1.0f, 2, 0.41) == 2);
+  // Temperature 2 on {0, ln 4}: weights 1 and 2.
+  const std::vector<float> two = {0.0f, std::log(4.0f)};
+  CHECK(sample_token(two, 2.0f, 0, 0.333) == 0);
+  CHECK(sample_token(two, 2.0f, 0, 0.334) == 1);
+}
+
+TEST_CASE("sample_token refuses what it cannot draw from", "[models][generate]") {
+  const std::vector<float> row = {1, 2, 3};
+  CHECK_THROWS_WITH(sample_token(std::vector<float>{}, 1.0f, 0, 0.5), Contains("no logits"));
+  CHECK_THROWS_WITH(sample_token(row, -1.0f, 0, 0.5),
+                    Contains("temperature -1 is not a finite number >= 0"));
+  CHECK_THROWS_WITH(sample_token(row, std::numeric_limits<float>::infinity(), 0, 0.5),
+                    Contains("temperature inf"));
+  CHECK_THROWS_WITH(sample_token(row, 1.0f, 4, 0.5), Contains("top_k 4 is not in [0, 3]"));
+  CHECK_THROWS_WITH(sample_token(row, 1.0f, 0, 1.0), Contains("uniform 1 is not in [0, 1)"));
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK_THROWS_WITH(sample_token(std::vector<float>{1, inf}, 1.0f, 0, 0.5),
+                    Contains("the largest logit is inf"));
+}
+
+TEST_CASE(
+    "generate slides its window, draws the same ids from the same seed, and stops when "
+    "told",
+    "[models][generate]") {
+  GPTConfig config = small_config();
+  config.dropout = 0.1f;
+  loom::models::GPT gpt("", config);
+  REQUIRE(gpt.training());
+
+  // Greedy: each new id is the largest logit of the window's last position,
+  // the window the last seq_len ids; dropout off while generating.
+  GenerateOptions greedy{.max_new_tokens = 12, .temperature = 0.0f};
+  const std::vector<int32_t> ids = loom::models::generate(gpt, {1, 2, 3}, greedy);
+  REQUIRE(ids.size() == 15);
+  CHECK(gpt.training());
+  gpt.set_training(false);
+  for (size_t n = 3; n < ids.size(); ++n) {
+    const int64_t length = std::min<int64_t>(static_cast<int64_t>(n), config.seq_len);
+    const std::vector<int32_t> window(ids.begin() + static_cast<ptrdiff_t>(n - length),
+                                      ids.begin() + static_cast<ptrdiff_t>(n));
+    const loom::Tensor logits =
+        loom::nn::infer(gpt, loom::Tensor::from_vector(window, {1, length}));
+    const std::vector<float> all = logits.to_vector<float>();
+    const std::vector<float> last(all.end() - config.vocab, all.end());
+    CHECK(sample_token(last, 0.0f, 0, 0.0) == ids[n]);
+  }
+  gpt.set_training(true);
+
+  GenerateOptions sampled{.max_new_tokens = 20, .temperature = 1.5f, .top_k = 0, .seed = 9};
+  const auto first = loom::models::generate(gpt, {4}, sampled);
+  CHECK(loom::models::generate(gpt, {4}, sampled) == first);
+  sampled.seed = 10;
+  CHECK(loom::models::generate(gpt, {4}, sampled) != first);
+
+  int seen = 0;
+  const auto stopped =
+      loom::models::generate(gpt, {4}, sampled, [&](int32_t) { return ++seen < 5; });
+  CHECK(stopped.size() == 1 + 5);
+  sampled.stop_token = stopped[3];
+  const auto until = loom::models::generate(gpt, {4}, sampled);
+  REQUIRE(until.size() >= 2);
+  CHECK(until.back() == stopped[3]);
+  CHECK(std::count(until.begin() + 1, until.end(), stopped[3]) == 1);
+}
+
+TEST_CASE("generate refuses a bad prompt or options before it runs the model",
+          "[models][generate]") {
+  loom::models::GPT gpt("", small_config());
+  const GenerateOptions options;
+  CHECK_THROWS_WITH(loom::models::generate(gpt, {}, options), Contains("the prompt has no token"));
+  CHECK_THROWS_WITH(loom::models::generate(gpt, {3, 61}, options),
+                    Contains("prompt token 1 is 61, outside the vocabulary [0, 61)"));
+  CHECK_THROWS_WITH(loom::models::generate(gpt, {3}, GenerateOptions{.max_new_tokens = -1}),
+                    Contains("max_new_tokens -1 is negative"));
+  CHECK_THROWS_WITH(loom::models::generate(gpt, {3}, GenerateOptions{.top_k = 62}),
+                    Contains("top_k 62 is not in [0, 61]"));
+  loom::models::GPTPartSpec first_half;
+  first_half.end_block = 1;
+  first_half.head = false;
+  loom::models::GPTPart stage("", small_config(), first_half);
+  CHECK_THROWS_WITH(loom::models::generate(stage, {3}, options),
+                    Contains("must hold the whole GPT"));
+}

@@ -1,0 +1,220 @@
+// loom-generate: a GPT's continuation of a prompt, from one safetensors file
+// of whole tensors (what `loom-ckpt consolidate --gpt2` writes, or Hugging
+// Face's GPT-2 model.safetensors) and its config.json, on one CPU rank
+// (models/gpt_generate.hpp).
+//
+//   loom-generate --model gpt2/ --prompt "The meaning of life is" --tokens 40
+//   loom-generate --weights ckpt.safetensors --tokenizer bytes --prompt "def " --temperature 0
+//   loom-generate --weights small.safetensors --prompt-ids 1,2,3 --ids
+//
+// --model DIR reads DIR/model.safetensors and DIR/config.json, and the
+// tokenizer in DIR when it has one (vocab.json and merges.txt): the folder
+// layout of Hugging Face's GPT-2. --weights FILE reads FILE and the
+// config.json beside it (or --config). --tokenizer DIR|bytes chooses the
+// tokenizer: GPT-2's BPE files in DIR, or Loom's byte-level one (what
+// train_gpt's text corpus uses: ids 0-255 are bytes, 256 ends a document).
+// Without a tokenizer, prompts and output are ids. The text goes to standard
+// output as it is generated; the time per token to standard error.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "loom/checkpoint/distributed.hpp"
+#include "loom/checkpoint/gpt2.hpp"
+#include "loom/core/error.hpp"
+#include "loom/data/gpt2_tokenizer.hpp"
+#include "loom/data/text_corpus.hpp"
+#include "loom/models/gpt.hpp"
+#include "loom/models/gpt_generate.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// GPT-2's BPE, Loom's byte-level tokens, or none (ids in and out).
+struct Tokenizer {
+  std::optional<loom::data::Gpt2Tokenizer> bpe;
+  bool bytes = false;
+
+  bool present() const { return bpe.has_value() || bytes; }
+  std::optional<int32_t> end_of_text() const {
+    if (bpe) return bpe->end_of_text();
+    if (bytes) return loom::data::kEndOfDocument;
+    return std::nullopt;
+  }
+  std::vector<int32_t> encode(const std::string& text) const {
+    if (bpe) return bpe->encode(text);
+    std::vector<int32_t> ids;
+    for (const char c : text) ids.push_back(static_cast<unsigned char>(c));
+    return ids;
+  }
+  // An id the tokenizer lacks (a model's vocabulary padded beyond it) prints
+  // as <|id|>.
+  std::string decode(int32_t id) const {
+    if (bpe && bpe->has_token(id)) return bpe->token_bytes(id);
+    if (bytes && id < loom::data::kByteTokens) return std::string(1, static_cast<char>(id));
+    if (id == end_of_text()) return "<|endoftext|>";
+    return "<|" + std::to_string(id) + "|>";
+  }
+};
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    long long value = -1;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    LOOM_CHECK(used == item.size() && !item.empty() && value >= 0 && value <= INT32_MAX,
+               "--prompt-ids: '", item, "' is not a token id (a whole number >= 0)");
+    ids.push_back(static_cast<int32_t>(value));
+  }
+  return ids;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"Generate text with a GPT from its safetensors weights, on one CPU rank"};
+  std::string model_dir, weights, config_path, tokenizer_choice, prompt, prompt_ids;
+  loom::models::GenerateOptions options;
+  options.temperature = 0.8f;
+  options.top_k = 40;
+  bool print_ids = false;
+  bool stop_at_end = false;
+  auto* model_option =
+      app.add_option("--model", model_dir,
+                     "folder with model.safetensors and config.json (and vocab.json, merges.txt)");
+  auto* weights_option =
+      app.add_option("--weights", weights, "safetensors file of whole tensors (GPT-2 names)")
+          ->excludes(model_option);
+  app.add_option("--config", config_path, "config.json (default: beside the weights)");
+  app.add_option("--tokenizer", tokenizer_choice,
+                 "folder with GPT-2's vocab.json and merges.txt, or 'bytes'");
+  auto* prompt_option = app.add_option("--prompt", prompt, "text to continue");
+  app.add_option("--prompt-ids", prompt_ids, "token ids to continue, comma-separated")
+      ->excludes(prompt_option);
+  app.add_option("--tokens", options.max_new_tokens, "tokens to generate")->capture_default_str();
+  app.add_option("--temperature", options.temperature, "0: the most likely token each time")
+      ->capture_default_str();
+  app.add_option("--top-k", options.top_k, "draw among the k most likely (0: all)")
+      ->capture_default_str();
+  app.add_option("--seed", options.seed, "random seed of the sampler")->capture_default_str();
+  app.add_flag("--ids", print_ids, "print token ids instead of text");
+  app.add_flag("--stop-at-end", stop_at_end, "stop after an end-of-text token");
+  (void)weights_option;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  LOOM_CHECK(!model_dir.empty() || !weights.empty(), "give --model DIR or --weights FILE");
+  const fs::path weights_file =
+      model_dir.empty() ? fs::path(weights) : fs::path(model_dir) / "model.safetensors";
+  const fs::path config_file =
+      !config_path.empty() ? fs::path(config_path) : weights_file.parent_path() / "config.json";
+  LOOM_CHECK(fs::exists(weights_file), "weights file ", weights_file.string(), " does not exist");
+  LOOM_CHECK(fs::exists(config_file), "config ", config_file.string(),
+             " does not exist: the model's sizes come from Hugging Face's config.json (`loom-ckpt "
+             "consolidate --gpt2` writes it beside the weights), or give --config");
+
+  Tokenizer tokenizer;
+  if (tokenizer_choice == "bytes") {
+    tokenizer.bytes = true;
+  } else if (!tokenizer_choice.empty()) {
+    tokenizer.bpe = loom::data::Gpt2Tokenizer::from_directory(tokenizer_choice);
+  } else if (!model_dir.empty() && (fs::exists(fs::path(model_dir) / "vocab.json") ||
+                                    fs::exists(fs::path(model_dir) / "encoder.json"))) {
+    tokenizer.bpe = loom::data::Gpt2Tokenizer::from_directory(model_dir);
+  }
+  LOOM_CHECK(
+      prompt.empty() || tokenizer.present(),
+      "--prompt needs a tokenizer (--tokenizer DIR or bytes); without one give --prompt-ids");
+
+  loom::models::GPTConfig config = loom::checkpoint::read_gpt2_config(config_file);
+  if (tokenizer.bpe) {
+    LOOM_CHECK(tokenizer.bpe->vocab_size() <= config.vocab, "the tokenizer has ",
+               tokenizer.bpe->vocab_size(), " ids but the model's vocabulary only ", config.vocab);
+  }
+  if (tokenizer.bytes) {
+    LOOM_CHECK(config.vocab >= loom::data::kByteVocabSize,
+               "--tokenizer bytes needs a vocabulary of at least ", loom::data::kByteVocabSize,
+               " ids; the model has ", config.vocab);
+  }
+  std::vector<int32_t> ids;
+  if (!prompt_ids.empty()) {
+    ids = parse_ids(prompt_ids);
+  } else if (!prompt.empty()) {
+    ids = tokenizer.encode(prompt);
+  } else {
+    LOOM_CHECK(tokenizer.end_of_text(),
+               "no prompt: give --prompt or --prompt-ids (without a "
+               "tokenizer there is no end-of-text token to start from)");
+    ids = {*tokenizer.end_of_text()};
+  }
+  if (stop_at_end) {
+    LOOM_CHECK(tokenizer.end_of_text(), "--stop-at-end: the tokenizer has no end-of-text token");
+    options.stop_token = tokenizer.end_of_text();
+  }
+
+  loom::models::check_generate_inputs(config, ids, options);
+  loom::models::GPT gpt("", config);
+  const loom::checkpoint::WeightsReport report = loom::checkpoint::load_weights(weights_file, gpt);
+  std::fprintf(
+      stderr,
+      "loom-generate: %lld layers, d_model %lld, %lld heads, vocabulary %lld, window %lld; "
+      "%lld tensors from %s%s\n",
+      static_cast<long long>(config.layers), static_cast<long long>(config.d_model),
+      static_cast<long long>(config.heads), static_cast<long long>(config.vocab),
+      static_cast<long long>(config.seq_len), static_cast<long long>(report.tensors),
+      weights_file.string().c_str(), report.gpt2_layout ? " (GPT-2's layout)" : "");
+
+  const bool text = tokenizer.present() && !print_ids;
+  if (text) {
+    for (const int32_t id : ids) std::fputs(tokenizer.decode(id).c_str(), stdout);
+  } else {
+    for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
+  }
+  std::fflush(stdout);
+  const auto start = std::chrono::steady_clock::now();
+  int64_t generated = 0;
+  loom::models::generate(gpt, ids, options, [&](int32_t id) {
+    if (text) {
+      const std::string piece = tokenizer.decode(id);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+    } else {
+      std::printf(" %d", id);
+    }
+    std::fflush(stdout);
+    ++generated;
+    return true;
+  });
+  std::printf("\n");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fprintf(stderr, "loom-generate: %lld tokens in %.2f s (%.1f ms per token)\n",
+               static_cast<long long>(generated), seconds,
+               generated ? 1e3 * seconds / static_cast<double>(generated) : 0.0);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const loom::Error& e) {
+    std::fprintf(stderr, "loom-generate: %s\n", e.what());
+    return 1;
+  }
+}
