@@ -99,9 +99,13 @@ std::vector<int32_t> generate(GPTPart& model, std::vector<int32_t> prompt,
       const std::span<const int32_t> window(ids.data() + ids.size() - length,
                                             static_cast<size_t>(length));
       const Tensor input = Tensor::from_vector(window, {1, length}, device);
-      const Tensor logits = nn::infer(model, input).to(DType::f32).to(Device::cpu());
-      const std::span<const float> last(logits.data<float>() + (length - 1) * config.vocab,
-                                        static_cast<size_t>(config.vocab));
+      // The head projects the last position alone: the only logits drawn from.
+      const Tensor x = nn::infer(model.blocks(), nn::infer(*model.embeddings(), input));
+      const Tensor logits = nn::infer(*model.head(), x.flat_view((length - 1) * config.d_model,
+                                                                 {1, 1, config.d_model}))
+                                .to(DType::f32)
+                                .to(Device::cpu());
+      const std::span<const float> last(logits.data<float>(), static_cast<size_t>(config.vocab));
       // 53 random bits as a double in [0, 1): the same on every platform
       // (std::uniform_real_distribution is not).
       const double uniform = static_cast<double>(random() >> 11) * 0x1.0p-53;
