@@ -29,40 +29,12 @@
 #include "loom/checkpoint/gpt2.hpp"
 #include "loom/core/error.hpp"
 #include "loom/data/gpt2_tokenizer.hpp"
-#include "loom/data/text_corpus.hpp"
 #include "loom/models/gpt.hpp"
 #include "loom/models/gpt_generate.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// GPT-2's BPE, Loom's byte-level tokens, or none (ids in and out).
-struct Tokenizer {
-  std::optional<loom::data::Gpt2Tokenizer> bpe;
-  bool bytes = false;
-
-  bool present() const { return bpe.has_value() || bytes; }
-  std::optional<int32_t> end_of_text() const {
-    if (bpe) return bpe->end_of_text();
-    if (bytes) return loom::data::kEndOfDocument;
-    return std::nullopt;
-  }
-  std::vector<int32_t> encode(const std::string& text) const {
-    if (bpe) return bpe->encode(text);
-    std::vector<int32_t> ids;
-    for (const char c : text) ids.push_back(static_cast<unsigned char>(c));
-    return ids;
-  }
-  // An id the tokenizer lacks (a model's vocabulary padded beyond it) prints
-  // as <|id|>.
-  std::string decode(int32_t id) const {
-    if (bpe && bpe->has_token(id)) return bpe->token_bytes(id);
-    if (bytes && id < loom::data::kByteTokens) return std::string(1, static_cast<char>(id));
-    if (id == end_of_text()) return "<|endoftext|>";
-    return "<|" + std::to_string(id) + "|>";
-  }
-};
 
 std::vector<int32_t> parse_ids(const std::string& text) {
   std::vector<int32_t> ids;
@@ -128,43 +100,41 @@ int run(int argc, char** argv) {
              " does not exist: the model's sizes come from Hugging Face's config.json (`loom-ckpt "
              "consolidate --gpt2` writes it beside the weights), or give --config");
 
-  Tokenizer tokenizer;
+  std::optional<loom::data::TextTokens> tokenizer;  // none: ids in and out
   if (tokenizer_choice == "bytes") {
-    tokenizer.bytes = true;
+    tokenizer = loom::data::TextTokens::bytes();
   } else if (!tokenizer_choice.empty()) {
-    tokenizer.bpe = loom::data::Gpt2Tokenizer::from_directory(tokenizer_choice);
+    tokenizer =
+        loom::data::TextTokens::gpt2(loom::data::Gpt2Tokenizer::from_directory(tokenizer_choice));
   } else if (!model_dir.empty() && (fs::exists(fs::path(model_dir) / "vocab.json") ||
                                     fs::exists(fs::path(model_dir) / "encoder.json"))) {
-    tokenizer.bpe = loom::data::Gpt2Tokenizer::from_directory(model_dir);
+    tokenizer = loom::data::TextTokens::gpt2(loom::data::Gpt2Tokenizer::from_directory(model_dir));
   }
   LOOM_CHECK(
-      prompt.empty() || tokenizer.present(),
+      prompt.empty() || tokenizer,
       "--prompt needs a tokenizer (--tokenizer DIR or bytes); without one give --prompt-ids");
 
   loom::models::GPTConfig config = loom::checkpoint::read_gpt2_config(config_file);
-  if (tokenizer.bpe) {
-    LOOM_CHECK(tokenizer.bpe->vocab_size() <= config.vocab, "the tokenizer has ",
-               tokenizer.bpe->vocab_size(), " ids but the model's vocabulary only ", config.vocab);
+  if (tokenizer) {
+    LOOM_CHECK(tokenizer->vocab_size() <= config.vocab, "the tokenizer has ",
+               tokenizer->vocab_size(), " ids but the model's vocabulary only ", config.vocab);
   }
-  if (tokenizer.bytes) {
-    LOOM_CHECK(config.vocab >= loom::data::kByteVocabSize,
-               "--tokenizer bytes needs a vocabulary of at least ", loom::data::kByteVocabSize,
-               " ids; the model has ", config.vocab);
-  }
+  const std::optional<int32_t> end_of_text =
+      tokenizer ? tokenizer->end_of_text() : std::optional<int32_t>();
   std::vector<int32_t> ids;
   if (!prompt_ids.empty()) {
     ids = parse_ids(prompt_ids);
   } else if (!prompt.empty()) {
-    ids = tokenizer.encode(prompt);
+    ids = tokenizer->encode(prompt);
   } else {
-    LOOM_CHECK(tokenizer.end_of_text(),
-               "no prompt: give --prompt or --prompt-ids (without a "
-               "tokenizer there is no end-of-text token to start from)");
-    ids = {*tokenizer.end_of_text()};
+    LOOM_CHECK(end_of_text,
+               "no prompt: give --prompt or --prompt-ids (without a tokenizer there "
+               "is no end-of-text token to start from)");
+    ids = {*end_of_text};
   }
   if (stop_at_end) {
-    LOOM_CHECK(tokenizer.end_of_text(), "--stop-at-end: the tokenizer has no end-of-text token");
-    options.stop_token = tokenizer.end_of_text();
+    LOOM_CHECK(end_of_text, "--stop-at-end: the tokenizer has no end-of-text token");
+    options.stop_token = end_of_text;
   }
 
   loom::models::check_generate_inputs(config, ids, options);
@@ -179,9 +149,12 @@ int run(int argc, char** argv) {
       static_cast<long long>(config.seq_len), static_cast<long long>(report.tensors),
       weights_file.string().c_str(), report.gpt2_layout ? " (GPT-2's layout)" : "");
 
-  const bool text = tokenizer.present() && !print_ids;
+  const bool text = tokenizer && !print_ids;
   if (text) {
-    for (const int32_t id : ids) std::fputs(tokenizer.decode(id).c_str(), stdout);
+    for (const int32_t id : ids) {
+      const std::string piece = tokenizer->decode(id);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+    }
   } else {
     for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
   }
@@ -190,7 +163,7 @@ int run(int argc, char** argv) {
   int64_t generated = 0;
   loom::models::generate(gpt, ids, options, [&](int32_t id) {
     if (text) {
-      const std::string piece = tokenizer.decode(id);
+      const std::string piece = tokenizer->decode(id);
       std::fwrite(piece.data(), 1, piece.size(), stdout);
     } else {
       std::printf(" %d", id);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/core/error.hpp"
+#include "loom/data/text_corpus.hpp"
 
 namespace loom::data {
 namespace {
@@ -336,6 +337,39 @@ std::string Gpt2Tokenizer::decode(std::span<const int32_t> ids) const {
   std::string text;
   for (const int32_t id : ids) text += token_bytes(id);
   return text;
+}
+
+TextTokens TextTokens::bytes() {
+  return TextTokens{};
+}
+
+TextTokens TextTokens::gpt2(Gpt2Tokenizer tokenizer) {
+  TextTokens tokens;
+  tokens.bpe_ = std::move(tokenizer);
+  return tokens;
+}
+
+std::vector<int32_t> TextTokens::encode(std::string_view text) const {
+  if (bpe_) return bpe_->encode(text);
+  std::vector<int32_t> ids;
+  ids.reserve(text.size());
+  for (const char c : text) ids.push_back(static_cast<unsigned char>(c));
+  return ids;
+}
+
+std::string TextTokens::decode(int32_t id) const {
+  if (bpe_ && bpe_->has_token(id)) return bpe_->token_bytes(id);
+  if (!bpe_ && id >= 0 && id < kByteTokens) return std::string(1, static_cast<char>(id));
+  if (id == end_of_text()) return "<|endoftext|>";
+  return "<|" + std::to_string(id) + "|>";
+}
+
+std::optional<int32_t> TextTokens::end_of_text() const {
+  return bpe_ ? bpe_->end_of_text() : std::optional<int32_t>(kEndOfDocument);
+}
+
+int32_t TextTokens::vocab_size() const {
+  return bpe_ ? bpe_->vocab_size() : kByteVocabSize;
 }
 
 }  // namespace loom::data

@@ -96,4 +96,25 @@ class Gpt2Tokenizer {
   std::optional<int32_t> end_of_text_;
 };
 
+// Text to ids and back for a program that shows what a model writes
+// (loom-generate, train_gpt --sample-tokens): GPT-2's BPE, or Loom's
+// byte-level tokens (text_corpus.hpp: ids 0-255 are bytes, 256 ends a
+// document).
+class TextTokens {
+ public:
+  static TextTokens bytes();
+  static TextTokens gpt2(Gpt2Tokenizer tokenizer);
+
+  std::vector<int32_t> encode(std::string_view text) const;
+  // The bytes of one id; an id the tokenizer lacks (a model's vocabulary
+  // padded beyond it) as "<|id|>", the end of text as "<|endoftext|>".
+  std::string decode(int32_t id) const;
+  std::optional<int32_t> end_of_text() const;
+  // Ids the tokenizer has: 257 for bytes.
+  int32_t vocab_size() const;
+
+ private:
+  std::optional<Gpt2Tokenizer> bpe_;
+};
+
 }  // namespace loom::data
