@@ -27,6 +27,12 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 mkdir -p "$root/out" "$root/data"
 cd "$root"
+# A sample of the trained model's text at the end, where rank 0 holds the
+# whole model (not when the arguments split it with --tp or --pp).
+sample=(--sample-tokens 200 --sample-prompt "def ")
+for arg in "$@"; do
+  case $arg in --tp | --tp=* | --pp | --pp=* | --sample-*) sample=() ;; esac
+done
 mpirun "${mpirun_args[@]}" "$build_dir/examples/train_gpt" \
   --steps 300 --max-seconds "${LOOM_TRAIN_SECONDS:-90}" --log-every 10 --eval-every 50 \
-  --profile --trace out/gpt_trace.json "$@"
+  --profile --trace out/gpt_trace.json "${sample[@]}" "$@"

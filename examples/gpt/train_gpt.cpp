@@ -98,6 +98,20 @@ int run(const Flags& f) {
                    .precision = nn::precision_from_string(f.precision)};
   LOOM_CHECK(config.vocab >= static_cast<int64_t>(file->vocab_size()), "--vocab ", config.vocab,
              " is smaller than the token file's vocabulary ", file->vocab_size());
+  // The sample's text: GPT-2's tokenizer where given, bytes for Loom's
+  // byte-level files, ids otherwise (every rank checks, so all stop together).
+  std::optional<data::TextTokens> sample_text;
+  if (!f.tokenizer.empty()) {
+    sample_text = data::TextTokens::gpt2(data::Gpt2Tokenizer::from_directory(f.tokenizer));
+    LOOM_CHECK(sample_text->vocab_size() <= config.vocab, "--tokenizer ", f.tokenizer, " has ",
+               sample_text->vocab_size(), " ids, more than the model's vocabulary ", config.vocab);
+  } else if (file->vocab_size() == static_cast<uint32_t>(data::kByteVocabSize) &&
+             !file->from_llmc()) {
+    sample_text = data::TextTokens::bytes();
+  }
+  LOOM_CHECK(f.sample_prompt.empty() || sample_text, "--sample-prompt: the token file ",
+             f.token_file, " holds ", file->vocab_size(),
+             "-id tokens, not Loom's bytes; give --tokenizer with its vocab.json and merges.txt");
   config.validate();
   const parallel::TensorParallelGPTLayers tp_layers(groups.tp,
                                                     {.sequence_parallel = f.sequence_parallel});
@@ -110,6 +124,7 @@ int run(const Flags& f) {
   std::optional<pl::Schedule> pipeline;
   pl::GPTChunks chunks;
   std::unique_ptr<nn::Module> model_owner;
+  models::GPT* whole_gpt = nullptr;  // the GPT (under ZeRO-3 inside its ShardedModule)
   std::vector<parallel::ShardedModule*> units;
   if (f.pipe.pp > 1) {
     pipeline = f.pipe.make_schedule();
@@ -119,6 +134,7 @@ int run(const Flags& f) {
     if (f.zero_stage == 3) units = chunks.shard_parameters();
   } else {
     model_owner = std::make_unique<models::GPT>("", config, layers);
+    whole_gpt = static_cast<models::GPT*>(model_owner.get());
     // ZeRO stage 3 gathers each block's parameters around its use: every block
     // is one unit, the rest of the GPT (embeddings, final LayerNorm) the outer one.
     if (f.zero_stage == 3) {
@@ -525,6 +541,39 @@ int run(const Flags& f) {
     say("overlap: gradient all-reduce %.1f ms per step, %.1f ms exposed after backward; %.0f%% of "
         "communication hidden behind backward (rank 0)\n",
         1e3 * comm_seconds / step, 1e3 * exposed_seconds / step, 100.0 * std::max(0.0, hidden));
+  }
+
+  if (f.sample_tokens > 0) {
+    // Every rank gathers (ZeRO-3's parameters are shards at rest); rank 0 writes.
+    zero.gather_parameters();
+    if (lead) {
+      // A document starts after the end-of-text token: GPT-2's (50256) or Loom's bytes' (256).
+      int32_t start = file->vocab_size() == data::kGpt2VocabSize ? 50256 : data::kEndOfDocument;
+      if (sample_text && sample_text->end_of_text()) start = *sample_text->end_of_text();
+      const std::vector<int32_t> prompt = f.sample_prompt.empty()
+                                              ? std::vector<int32_t>{start}
+                                              : sample_text->encode(f.sample_prompt);
+      const models::GenerateOptions options{
+          .max_new_tokens = f.sample_tokens,
+          .temperature = static_cast<float>(f.sample_temperature),
+          .top_k = std::min<int64_t>(f.sample_top_k, config.vocab),
+          .seed = f.seed};
+      const auto begin = std::chrono::steady_clock::now();
+      const std::vector<int32_t> ids = models::generate(*whole_gpt, prompt, options);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+      std::string text;
+      for (size_t i = f.sample_prompt.empty() ? 1 : 0; i < ids.size(); ++i) {
+        text += sample_text ? sample_text->decode(ids[i]) : " " + std::to_string(ids[i]);
+      }
+      say("sample (%lld tokens, temperature %.2f, top-k %lld, seed %llu; %.1f ms per token):\n"
+          "%s\n",
+          static_cast<long long>(f.sample_tokens), f.sample_temperature,
+          static_cast<long long>(options.top_k), static_cast<unsigned long long>(f.seed),
+          1e3 * seconds / static_cast<double>(f.sample_tokens), text.c_str());
+    }
+    zero.release_parameters();
+    world.barrier().wait();
   }
 
   if (f.require_below_unigram > 0 && !(last_val < f.require_below_unigram * unigram)) {

@@ -82,6 +82,12 @@ void check_layout(const Flags& f, int world) {
              " (under --sequence-parallel each rank holds seq / tp tokens of every sequence)");
 
   check_pipeline(f);
+  LOOM_CHECK(f.sample_tokens == 0 || (f.tp == 1 && f.pipe.pp == 1),
+             "--sample-tokens needs the "
+             "whole model on rank 0, which --tp ",
+             f.tp, " x --pp ", f.pipe.pp,
+             " splits; save a checkpoint, `loom-ckpt consolidate --gpt2` it and run "
+             "loom-generate on the file");
   LOOM_CHECK(f.checkpoint_dir.empty() == (f.save_every == 0 && !f.resume),
              f.checkpoint_dir.empty()
                  ? "--save-every and --resume need --checkpoint-dir (where checkpoints live)"
@@ -208,6 +214,28 @@ void add_flags(CLI::App& app, Flags& f) {
                  "which holds the most micro-batches in flight under 1f1b), e.g. 0,1")
       ->delimiter(',')
       ->check(flags::at_least(0));
+  CLI::Option* sample =
+      app.add_option("--sample-tokens", f.sample_tokens,
+                     "at the end, rank 0 prints the model's continuation of --sample-prompt, this "
+                     "many tokens (0: none; not with --tp or --pp: consolidate a checkpoint and "
+                     "run loom-generate)")
+          ->check(flags::at_least(0));
+  app.add_option("--sample-prompt", f.sample_prompt,
+                 "text the sample continues (default: the start of a document)")
+      ->needs(sample);
+  app.add_option("--sample-temperature", f.sample_temperature,
+                 "the sample's temperature (0: the most likely token each time)")
+      ->check(flags::at_least(0))
+      ->needs(sample);
+  app.add_option("--sample-top-k", f.sample_top_k,
+                 "the sample draws among the k most likely tokens (0: all)")
+      ->check(flags::at_least(0))
+      ->needs(sample);
+  app.add_option("--tokenizer", f.tokenizer,
+                 "GPT-2's tokenizer files (vocab.json and merges.txt) for the sample's text when "
+                 "the token file holds GPT-2 tokens (Loom's byte-level files need none)")
+      ->check(CLI::ExistingDirectory)
+      ->needs(sample);
   app.add_flag("--profile", f.profile, "per-op table at the end (also LOOM_PROFILE=1)");
   app.add_option("--trace", f.trace_path, "with --profile: write a Chrome trace here");
   app.add_option("--require-below-unigram", f.require_below_unigram,

@@ -60,6 +60,12 @@ struct Flags {
   std::string gelu = "exact";        // GPTConfig::gelu: exact (erf) or tanh
   double dropout = 0.0;              // GPTConfig::dropout
   std::string grad_reduce = "fp32";  // the dtype gradients travel in over dp
+  // A sample of the trained model's text at the end (models/gpt_generate.hpp).
+  int64_t sample_tokens = 0;  // 0: none
+  std::string sample_prompt;  // empty: the start of a document
+  double sample_temperature = 0.8;
+  int64_t sample_top_k = 40;
+  std::string tokenizer;  // GPT-2's vocab.json and merges.txt, for a GPT-2 token file
 };
 
 // Every flag on `app`, with its rule (trust.flags_train_gpt checks that each
