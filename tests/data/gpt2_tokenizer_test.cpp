@@ -272,3 +272,44 @@ TEST_CASE("token files of any vocabulary and llm.c's are written whole and read 
       Contains("not below the vocab size 50257"));
   CHECK_FALSE(std::filesystem::exists(dir.file("c.bin")));
 }
+
+TEST_CASE(
+    "randomly damaged tokenizer files load or are refused cleanly, and what loads "
+    "round-trips",
+    "[data][tokenizer]") {
+  TempDir dir;
+  const Files good = byte_level_files({{"h", "e"}, {"l", "l"}, {"he", "ll"}, {" ", "w"}});
+  std::mt19937 random(2026);
+  int refused = 0, loaded = 0;
+  for (int round = 0; round < 400; ++round) {
+    Files damaged = good;
+    std::string& target = round % 2 ? damaged.vocab : damaged.merges;
+    const int edits = 1 + static_cast<int>(random() % 4);
+    for (int e = 0; e < edits && !target.empty(); ++e) {
+      const size_t at = random() % target.size();
+      switch (random() % 3) {
+        case 0:
+          target[at] = static_cast<char>(random() % 256);
+          break;
+        case 1:
+          target.erase(at, 1 + random() % 8);
+          break;
+        default:
+          target.resize(at);
+          break;
+      }
+    }
+    dir.write("fuzz/vocab.json", damaged.vocab);
+    dir.write("fuzz/merges.txt", damaged.merges);
+    try {
+      const Gpt2Tokenizer tokenizer(dir.path() / "fuzz/vocab.json", dir.path() / "fuzz/merges.txt");
+      const std::string text = "hello world\n\xff\xfe wall";
+      REQUIRE(tokenizer.decode(tokenizer.encode(text)) == text);
+      ++loaded;
+    } catch (const loom::Error&) {
+      ++refused;
+    }
+  }
+  CHECK(refused > 100);
+  CHECK(loaded + refused == 400);
+}
