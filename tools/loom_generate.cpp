@@ -66,9 +66,8 @@ int run(int argc, char** argv) {
   auto* model_option =
       app.add_option("--model", model_dir,
                      "folder with model.safetensors and config.json (and vocab.json, merges.txt)");
-  auto* weights_option =
-      app.add_option("--weights", weights, "safetensors file of whole tensors (GPT-2 names)")
-          ->excludes(model_option);
+  app.add_option("--weights", weights, "safetensors file of whole tensors (GPT-2 names)")
+      ->excludes(model_option);
   app.add_option("--config", config_path, "config.json (default: beside the weights)");
   app.add_option("--tokenizer", tokenizer_choice,
                  "folder with GPT-2's vocab.json and merges.txt, or 'bytes'");
@@ -83,7 +82,6 @@ int run(int argc, char** argv) {
   app.add_option("--seed", options.seed, "random seed of the sampler")->capture_default_str();
   app.add_flag("--ids", print_ids, "print token ids instead of text");
   app.add_flag("--stop-at-end", stop_at_end, "stop after an end-of-text token");
-  (void)weights_option;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
