@@ -79,6 +79,17 @@ def library_documents():
     return [open(f, encoding="utf-8", errors="replace").read() for f in files]
 
 
+def write_documents(folder, documents):
+    """Each document as UTF-8 in a file of its own; their paths, in order."""
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for i, text in enumerate(documents):
+        paths.append(os.path.join(folder, f"{i:05d}.txt"))
+        with open(paths[-1], "wb") as f:
+            f.write(text.encode("utf-8"))
+    return paths
+
+
 def read_loom_tokens(path):
     data = open(path, "rb").read()
     magic, version, vocab, count, dtype, _ = struct.unpack("<8sIIQII", data[:32])
@@ -102,13 +113,7 @@ def gpt2_vocabulary(tool, work, documents):
     reference.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     assert reference.encode("Hello world").ids == [15496, 995]
     documents = documents + library_documents()
-    paths = []
-    for i, text in enumerate(documents):
-        path = os.path.join(work, "gpt2_docs", f"{i:05d}.txt")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(text.encode("utf-8"))
-        paths.append(path)
+    paths = write_documents(os.path.join(work, "gpt2_docs"), documents)
     with open(os.path.join(work, "hello.txt"), "w") as f:
         f.write("Hello world")
     out = os.path.join(work, "gpt2_tokens.bin")
@@ -153,13 +158,7 @@ def main():
     eot = reference.token_to_id(EOT)
 
     documents = HARD_CASES + random_documents(1500) + train[:10] + held_out[:30]
-    paths = []
-    for i, text in enumerate(documents):
-        path = os.path.join(work, "docs", f"{i:05d}.txt")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(text.encode("utf-8"))
-        paths.append(path)
+    paths = write_documents(os.path.join(work, "docs"), documents)
     out = os.path.join(work, "tokens.bin")
     result = run([tool, "--tokenizer", model_dir, "--output", out, *paths])
     print(result.stdout.decode().strip())

@@ -12,6 +12,7 @@
 #include "loom/models/gpt.hpp"
 #include "loom/models/gpt_generate.hpp"
 #include "loom/nn/evaluation.hpp"
+#include "support/small_gpt.hpp"
 
 using Catch::Matchers::Contains;
 using loom::models::GenerateOptions;
@@ -20,14 +21,11 @@ using loom::models::sample_token;
 
 namespace {
 
+// The tests' small GPT (61 ids, 16 positions) with a window of 8 positions,
+// so that a few new tokens slide it.
 GPTConfig small_config() {
-  GPTConfig c;
-  c.vocab = 61;
-  c.layers = 2;
-  c.d_model = 32;
-  c.heads = 4;
+  GPTConfig c = loom::test::small_gpt();
   c.seq_len = 8;
-  c.module.seed = 3;
   return c;
 }
 
