@@ -136,3 +136,42 @@ TEST_CASE("generate refuses a bad prompt or options before it runs the model",
   CHECK_THROWS_WITH(loom::models::generate(stage, {3}, options),
                     Contains("must hold the whole GPT"));
 }
+
+TEST_CASE("generation with the key/value cache draws what rerunning the window draws",
+          "[models][generate]") {
+  // 16 positions: the first 13 new tokens come from the cache, the rest from
+  // the sliding window.
+  GPTConfig config = loom::test::small_gpt();
+  loom::models::GPT gpt("", config);
+  // GPT-2's initialisation leaves attention almost uniform; sharper scores
+  // (q, k and v weights 8x) make the cached attention's every term count.
+  const auto sharpen = [](loom::models::GPT& model) {
+    for (loom::nn::Parameter* p : model.parameters()) {
+      if (!p->name().ends_with("attn.c_attn.weight")) continue;
+      std::vector<float> w = p->value().to_vector<float>();
+      for (float& v : w) v *= 8;
+      p->value().copy_from(loom::Tensor::from_vector(w, p->value().shape()));
+    }
+  };
+  sharpen(gpt);
+  for (const float temperature : {0.0f, 1.0f}) {
+    GenerateOptions cached{.max_new_tokens = 20, .temperature = temperature, .seed = 5};
+    GenerateOptions rerun = cached;
+    rerun.use_cache = false;
+    const auto with_cache = loom::models::generate(gpt, {1, 2, 3}, cached);
+    CHECK(with_cache == loom::models::generate(gpt, {1, 2, 3}, rerun));
+    // A prompt that fills the window at once, and one token.
+    const std::vector<int32_t> long_prompt(15, 7);
+    CHECK(loom::models::generate(gpt, long_prompt, cached) ==
+          loom::models::generate(gpt, long_prompt, rerun));
+    CHECK(loom::models::generate(gpt, {9}, cached) == loom::models::generate(gpt, {9}, rerun));
+  }
+  // Checkpointed blocks are not what the cache reads: it reruns the window,
+  // and the same model in plain blocks draws the same.
+  config.checkpoint_blocks = true;
+  loom::models::GPT checkpointed("", config);
+  sharpen(checkpointed);
+  const GenerateOptions greedy{.max_new_tokens = 20, .temperature = 0.0f};
+  CHECK(loom::models::generate(checkpointed, {1, 2, 3}, greedy) ==
+        loom::models::generate(gpt, {1, 2, 3}, greedy));
+}

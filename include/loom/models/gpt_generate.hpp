@@ -1,14 +1,15 @@
 // Text generation with a GPT on one rank: a trained model's continuation of
 // a prompt, greedy or sampled, for looking at what a run learned (llm.c
-// prints such samples while it trains). Not an inference server: each new
-// token runs the model on the whole window again (no key/value cache), so a
-// token costs one forward pass over up to seq_len positions.
+// prints such samples while it trains), not an inference server: one
+// sequence at a time, on one rank. Each block's keys and values are kept
+// while the window starts at position 0, so a new token costs one row through
+// the model; once the context is longer than seq_len the window slides and
+// each token reruns it (nanoGPT's sampler does the same).
 //
 //   models::GenerateOptions options{.max_new_tokens = 64, .temperature = 0.8f, .top_k = 40};
 //   std::vector<int32_t> ids = models::generate(gpt, tokenizer.encode(prompt), options);
 //
-// The window is the last seq_len ids (a longer context slides, as nanoGPT's
-// sampler does). Sampling draws from softmax(logits / temperature) over the
+// The window is the last seq_len ids. Sampling draws from softmax(logits / temperature) over the
 // top_k largest logits with a 64-bit Mersenne Twister seeded by `seed`, so a
 // seed gives the same text on every machine; temperature 0 takes the largest
 // logit (the first on a tie). The model is put in evaluation mode (no
@@ -33,6 +34,11 @@ struct GenerateOptions {
   // Generation ends after this token is drawn (it is kept in the output):
   // GPT-2's <|endoftext|>, say.
   std::optional<int32_t> stop_token = std::nullopt;
+  // Keep each block's keys and values while the window starts at position 0
+  // (NOTE [cached generation]): a new token then costs one row through the
+  // model. false: rerun the window for every token (what the cache is tested
+  // against).
+  bool use_cache = true;
 };
 
 // The token drawn from one row of logits: the largest with temperature 0,
