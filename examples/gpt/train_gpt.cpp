@@ -368,6 +368,40 @@ int run(const Flags& f) {
         static_cast<double>(r.bytes) / (1 << 20), r.write_seconds * 1e3,
         r.write_bandwidth() / (1 << 20), r.complete_seconds * 1e3);
   };
+  // The model's text after step `after` (--sample-tokens): every rank
+  // gathers (ZeRO-3's parameters are shards at rest), rank 0 writes.
+  auto write_sample = [&](int64_t after) {
+    zero.gather_parameters();
+    if (lead) {
+      // A document starts after the end-of-text token: GPT-2's (50256) or Loom's bytes' (256).
+      int32_t start = file->vocab_size() == data::kGpt2VocabSize ? 50256 : data::kEndOfDocument;
+      if (sample_text && sample_text->end_of_text()) start = *sample_text->end_of_text();
+      const std::vector<int32_t> prompt = f.sample_prompt.empty()
+                                              ? std::vector<int32_t>{start}
+                                              : sample_text->encode(f.sample_prompt);
+      const models::GenerateOptions options{
+          .max_new_tokens = f.sample_tokens,
+          .temperature = static_cast<float>(f.sample_temperature),
+          .top_k = std::min<int64_t>(f.sample_top_k, config.vocab),
+          .seed = f.seed};
+      const auto begin = std::chrono::steady_clock::now();
+      const std::vector<int32_t> ids = models::generate(*whole_gpt, prompt, options);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+      std::string text;
+      for (size_t i = f.sample_prompt.empty() ? 1 : 0; i < ids.size(); ++i) {
+        text += sample_text ? sample_text->decode(ids[i]) : " " + std::to_string(ids[i]);
+      }
+      say("sample after step %lld (%lld tokens, temperature %.2f, top-k %lld, seed %llu; %.1f ms "
+          "per token):\n"
+          "%s\n",
+          static_cast<long long>(after), static_cast<long long>(f.sample_tokens),
+          f.sample_temperature, static_cast<long long>(options.top_k),
+          static_cast<unsigned long long>(f.seed),
+          1e3 * seconds / static_cast<double>(f.sample_tokens), text.c_str());
+    }
+    zero.release_parameters();
+  };
   for (; step < f.steps; ++step) {
     data::TokenBatch batch = loader.next();
     trace::StepScope profiled_step;
@@ -523,6 +557,10 @@ int run(const Flags& f) {
           static_cast<long long>(step), last_val, last_val / std::log(2.0),
           file->from_llmc() ? "token" : "byte", unigram);
     }
+    if (f.sample_every > 0 && (step + 1) % f.sample_every == 0 && step + 1 < f.steps &&
+        !out_of_time) {
+      write_sample(step);
+    }
     if (out_of_time) {
       ++step;
       break;
@@ -544,35 +582,7 @@ int run(const Flags& f) {
   }
 
   if (f.sample_tokens > 0) {
-    // Every rank gathers (ZeRO-3's parameters are shards at rest); rank 0 writes.
-    zero.gather_parameters();
-    if (lead) {
-      // A document starts after the end-of-text token: GPT-2's (50256) or Loom's bytes' (256).
-      int32_t start = file->vocab_size() == data::kGpt2VocabSize ? 50256 : data::kEndOfDocument;
-      if (sample_text && sample_text->end_of_text()) start = *sample_text->end_of_text();
-      const std::vector<int32_t> prompt = f.sample_prompt.empty()
-                                              ? std::vector<int32_t>{start}
-                                              : sample_text->encode(f.sample_prompt);
-      const models::GenerateOptions options{
-          .max_new_tokens = f.sample_tokens,
-          .temperature = static_cast<float>(f.sample_temperature),
-          .top_k = std::min<int64_t>(f.sample_top_k, config.vocab),
-          .seed = f.seed};
-      const auto begin = std::chrono::steady_clock::now();
-      const std::vector<int32_t> ids = models::generate(*whole_gpt, prompt, options);
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-      std::string text;
-      for (size_t i = f.sample_prompt.empty() ? 1 : 0; i < ids.size(); ++i) {
-        text += sample_text ? sample_text->decode(ids[i]) : " " + std::to_string(ids[i]);
-      }
-      say("sample (%lld tokens, temperature %.2f, top-k %lld, seed %llu; %.1f ms per token):\n"
-          "%s\n",
-          static_cast<long long>(f.sample_tokens), f.sample_temperature,
-          static_cast<long long>(options.top_k), static_cast<unsigned long long>(f.seed),
-          1e3 * seconds / static_cast<double>(f.sample_tokens), text.c_str());
-    }
-    zero.release_parameters();
+    write_sample(step - 1);
     world.barrier().wait();
   }
 

@@ -220,6 +220,11 @@ void add_flags(CLI::App& app, Flags& f) {
                      "many tokens (0: none; not with --tp or --pp: consolidate a checkpoint and "
                      "run loom-generate)")
           ->check(flags::at_least(0));
+  app.add_option("--sample-every", f.sample_every,
+                 "a sample also every N steps (0: at the end only); sampling leaves training as "
+                 "it was")
+      ->check(flags::at_least(0))
+      ->needs(sample);
   app.add_option("--sample-prompt", f.sample_prompt,
                  "text the sample continues (default: the start of a document)")
       ->needs(sample);

@@ -62,6 +62,7 @@ struct Flags {
   std::string grad_reduce = "fp32";  // the dtype gradients travel in over dp
   // A sample of the trained model's text at the end (models/gpt_generate.hpp).
   int64_t sample_tokens = 0;  // 0: none
+  int64_t sample_every = 0;   // also every N steps (0: at the end only)
   std::string sample_prompt;  // empty: the start of a document
   double sample_temperature = 0.8;
   int64_t sample_top_k = 40;

@@ -18,7 +18,7 @@ import struct
 import subprocess
 import sys
 
-SAMPLE = re.compile(rb"^sample \((\d+) tokens, temperature ([\d.]+), top-k (\d+), seed (\d+); "
+SAMPLE = re.compile(rb"^sample after step (\d+) \((\d+) tokens, temperature ([\d.]+), top-k (\d+), seed (\d+); "
                     rb"[\d.]+ ms per token\):\n(.*)\n\Z", re.M | re.S)
 
 
@@ -32,11 +32,12 @@ def run(command, expect_ok=True):
 
 
 def sample_of(stdout):
-    match = SAMPLE.search(stdout)
+    """The last sample's text (the one the run ends with)."""
+    match = SAMPLE.search(stdout, max(0, stdout.rfind(b"\nsample after step")))
     if not match:
         sys.stdout.write(stdout.decode(errors="replace"))
         raise SystemExit("FAIL: no sample at the end of the output")
-    return match.group(5)
+    return match.group(6)
 
 
 def main():
@@ -58,6 +59,15 @@ def main():
                          "--zero-stage", "3", *common, *greedy])[0])
     assert two == one, f"dp 2 ZeRO-3 wrote {two!r}"
     print("the same text again, and from dp 2 with ZeRO-3")
+
+    # --sample-every: a sample at step 199 and the last; training as without.
+    out, _ = run([program, "--batch", "8", *common, *greedy, "--sample-every", "200"])
+    assert sample_of(out) == one
+    assert out.count(b"\nsample after step 199 (40 tokens") == 1, out[-3000:]
+    plain, _ = run([program, "--batch", "8", *common, *greedy])
+    losses = re.compile(rb"^step\s+\d+\s+loss \S+", re.M)
+    assert losses.findall(out) == losses.findall(plain), "sampling changed the training"
+    print("--sample-every 200: a sample at step 199, and the run logs what it logs without")
 
     sampled = ["--sample-temperature", "1", "--sample-top-k", "0"]
     drawn = sample_of(run([program, "--batch", "8", *common, *sampled])[0])
