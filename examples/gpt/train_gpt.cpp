@@ -41,6 +41,7 @@
 #include "../common/flag_checks.hpp"
 #include "../common/layout_table.hpp"
 #include "../common/pipeline_flags.hpp"
+#include "../common/say.hpp"
 #include "../common/step_meter.hpp"
 #include "evaluation.hpp"
 #include "loom/loom.hpp"
@@ -240,27 +241,29 @@ int run(const Flags& f) {
   const auto train_tokens = file->tokens(file->train_range(loader_options.validation_fraction));
   const double unigram = data::unigram_entropy(train_tokens);
 
-  auto say = [lead](const char* format, auto... args) {
-    if (lead) std::printf(format, args...);
-  };
-  say("GPT: %lld layers, d_model %lld, %lld heads, seq %lld, vocab %lld, %.2fM parameters, %s "
+  examples::say_on(
+      lead,
+      "GPT: %lld layers, d_model %lld, %lld heads, seq %lld, vocab %lld, %.2fM parameters, %s "
       "GELU; matrix products in %s\n",
       static_cast<long long>(config.layers), static_cast<long long>(config.d_model),
       static_cast<long long>(config.heads), static_cast<long long>(config.seq_len),
       static_cast<long long>(config.vocab), config.parameter_count() / 1e6, f.gelu.c_str(),
       f.precision.c_str());
-  say("data: %s, %lld tokens (%s), train %lld, unigram baseline %.3f nats\n", f.token_file.c_str(),
-      static_cast<long long>(file->size()),
-      file->from_llmc() ? "llm.c's file, GPT-2 tokens" : "byte-level",
-      static_cast<long long>(train_tokens.size()), unigram);
+  examples::say_on(lead, "data: %s, %lld tokens (%s), train %lld, unigram baseline %.3f nats\n",
+                   f.token_file.c_str(), static_cast<long long>(file->size()),
+                   file->from_llmc() ? "llm.c's file, GPT-2 tokens" : "byte-level",
+                   static_cast<long long>(train_tokens.size()), unigram);
 
   examples::StepMeter meter(
       device, f.precision == "bf16" ? trace::Precision::bf16 : trace::Precision::fp32);
-  say("ranks: %d = dp %d x tp %d%s x pp %d, %lld sequences per replica per step; device %s, %s\n",
+  examples::say_on(
+      lead,
+      "ranks: %d = dp %d x tp %d%s x pp %d, %lld sequences per replica per step; device %s, %s\n",
       world.size(), dp.size(), f.tp, f.sequence_parallel ? " (sequence parallel)" : "", f.pipe.pp,
       static_cast<long long>(f.batch), device.str().c_str(), meter.peak_description().c_str());
   if (!pipeline && f.pipe.micro_batch_count() > 1) {
-    say("gradient accumulation: %d micro-batches of %lld sequences per replica per step\n",
+    examples::say_on(
+        lead, "gradient accumulation: %d micro-batches of %lld sequences per replica per step\n",
         f.pipe.micro_batch_count(), static_cast<long long>(f.batch / f.pipe.micro_batch_count()));
   }
   if (pipeline) {
@@ -279,7 +282,9 @@ int run(const Flags& f) {
                     chunk_flops[c] / 1e9, 100.0 * chunk_flops[c] / total_flops);
       costs += cost;
     }
-    say("pipeline: schedule %s, pp %d x %d virtual stage(s), %d micro-batches of %lld sequences, "
+    examples::say_on(
+        lead,
+        "pipeline: schedule %s, pp %d x %d virtual stage(s), %d micro-batches of %lld sequences, "
         "layers per chunk %s (%s); bubble at unit cost %.3f, at most %d chunk activations per "
         "rank\n",
         f.pipe.schedule.c_str(), f.pipe.pp, pipeline->virtual_stages, f.pipe.micro_batch_count(),
@@ -296,14 +301,16 @@ int run(const Flags& f) {
     for (const int stage : f.checkpoint_stages) {
       recomputed += str_cat(recomputed.empty() ? ", blocks recomputed on stage " : ", ", stage);
     }
-    say("pipeline: counted GFLOP per sequence per chunk (forward + backward%s): %s\n",
-        recomputed.c_str(), costs.c_str());
+    examples::say_on(lead,
+                     "pipeline: counted GFLOP per sequence per chunk (forward + backward%s): %s\n",
+                     recomputed.c_str(), costs.c_str());
     // The simulator fed the counted FLOPs (F, B and W each a third of a chunk's).
     pl::ActionCosts counted;
     counted.forward.clear();
     for (const double x : chunk_flops) counted.forward.push_back(x / 3.0);
     counted.backward_input = counted.backward_weight = counted.forward;
-    say("pipeline: expected bubble %.3f (the simulator at the counted FLOPs of this cut)\n",
+    examples::say_on(
+        lead, "pipeline: expected bubble %.3f (the simulator at the counted FLOPs of this cut)\n",
         pl::simulate(*pipeline, counted).bubble_fraction);
   }
   examples::print_layout(world, groups, device, zero);
@@ -338,9 +345,9 @@ int run(const Flags& f) {
       launch, f, config, dp.size(), device, meter.roofline(),
       f.precision == "bf16" ? trace::Precision::bf16 : trace::Precision::fp32);
   if (prediction) {
-    say("%s", examples::describe_prediction(*prediction).c_str());
+    examples::say_on(lead, "%s", examples::describe_prediction(*prediction).c_str());
   } else {
-    say("planner: no prediction for %s\n", examples::unpredicted(f)->c_str());
+    examples::say_on(lead, "planner: no prediction for %s\n", examples::unpredicted(f)->c_str());
   }
   std::vector<double> step_seconds;
   // The highest allocation of the training steps: from here (building the
@@ -362,7 +369,9 @@ int run(const Flags& f) {
   // while the state is copied to host memory.
   checkpoint::AsyncCheckpointer saver;
   auto say_saved = [&](const checkpoint::SaveReport& r) {
-    say("checkpoint %s complete: training stalled %.1f ms (copy to host %.1f ms); rank 0 wrote "
+    examples::say_on(
+        lead,
+        "checkpoint %s complete: training stalled %.1f ms (copy to host %.1f ms); rank 0 wrote "
         "%.1f MiB in %.1f ms (%.0f MiB/s); complete %.1f ms after the save began\n",
         r.step_dir.string().c_str(), r.stall_seconds * 1e3, r.copy_seconds * 1e3,
         static_cast<double>(r.bytes) / (1 << 20), r.write_seconds * 1e3,
@@ -392,7 +401,9 @@ int run(const Flags& f) {
       for (size_t i = f.sample_prompt.empty() ? 1 : 0; i < ids.size(); ++i) {
         text += sample_text ? sample_text->decode(ids[i]) : " " + std::to_string(ids[i]);
       }
-      say("sample after step %lld (%lld tokens, temperature %.2f, top-k %lld, seed %llu; %.1f ms "
+      examples::say_on(
+          lead,
+          "sample after step %lld (%lld tokens, temperature %.2f, top-k %lld, seed %llu; %.1f ms "
           "per token):\n"
           "%s\n",
           static_cast<long long>(after), static_cast<long long>(f.sample_tokens),
@@ -414,7 +425,9 @@ int run(const Flags& f) {
       return dp.rank() * f.batch + m * (f.batch / f.pipe.micro_batch_count());
     };
     auto say_skipped = [&](double scale_used) {
-      say("step %5lld  skipped: the gradients overflowed at loss scale %g (now %g; %lld skipped "
+      examples::say_on(
+          lead,
+          "step %5lld  skipped: the gradients overflowed at loss scale %g (now %g; %lld skipped "
           "so far)\n",
           static_cast<long long>(step), scale_used, scaler->scale(),
           static_cast<long long>(scaler->skipped_steps()));
@@ -443,7 +456,8 @@ int run(const Flags& f) {
       norm = pipeline_stats.grad_norm;
       if (scaler && !pipeline_stats.stepped) say_skipped(pipeline_stats.loss_scale);
       if (f.pipe.plans_after(step - first_step + 1)) {
-        say("%s", f.pipe.replan(*executor, *groups.pp, pipeline_stats, step).c_str());
+        examples::say_on(lead, "%s",
+                         f.pipe.replan(*executor, *groups.pp, pipeline_stats, step).c_str());
         pipeline = executor->schedule();
       }
     } else {
@@ -509,16 +523,21 @@ int run(const Flags& f) {
 
     if (step % f.log_every == 0 || step + 1 == f.steps) {
       const double global_loss = parallel::mean_over(dp, loss);
-      say("step %5lld  loss %.4f  lr %.2e  norm %.3f  %7.1f ms  %8.0f tok/s  MFU %5.1f%%\n",
+      examples::say_on(
+          lead, "step %5lld  loss %.4f  lr %.2e  norm %.3f  %7.1f ms  %8.0f tok/s  MFU %5.1f%%\n",
           static_cast<long long>(step), global_loss, schedule.lr_at(step), norm,
           meter.seconds() * 1e3, meter.items_per_second(), 100.0 * meter.mfu());
       if (const parallel::GradReducer* reducer = zero.reducer()) {
-        if (dp.size() > 1) say("           %s\n", reducer->stats().summary().c_str());
+        if (dp.size() > 1)
+          examples::say_on(lead, "           %s\n", reducer->stats().summary().c_str());
       } else {
-        say("           ZeRO stage %d: %s\n", zero.stage(), zero.memory().summary().c_str());
+        examples::say_on(lead, "           ZeRO stage %d: %s\n", zero.stage(),
+                         zero.memory().summary().c_str());
       }
       if (executor) {
-        say("           pipeline (rank 0): %.1f ms waiting on receives (%.0f%% of the step), "
+        examples::say_on(
+            lead,
+            "           pipeline (rank 0): %.1f ms waiting on receives (%.0f%% of the step), "
             "%lld messages sent, at most %d micro-batch chunk activations alive\n",
             pipeline_stats.recv_wait_seconds * 1e3,
             100.0 * pipeline_stats.recv_wait_seconds / pipeline_stats.step_seconds,
@@ -553,7 +572,8 @@ int run(const Flags& f) {
       zero.release_parameters();
       memory.reset_peak_stats();
       // Bits per byte where a token is a byte (Loom's own files), per token otherwise.
-      say("step %5lld  validation loss %.4f nats (%.3f bits/%s; unigram baseline %.3f)\n",
+      examples::say_on(
+          lead, "step %5lld  validation loss %.4f nats (%.3f bits/%s; unigram baseline %.3f)\n",
           static_cast<long long>(step), last_val, last_val / std::log(2.0),
           file->from_llmc() ? "token" : "byte", unigram);
     }
@@ -567,16 +587,22 @@ int run(const Flags& f) {
     }
   }
   while (const auto report = saver.wait()) say_saved(*report);
-  say("done: %lld steps in %.1f s, %.0f tokens/s on %d rank(s); validation loss %.4f vs unigram "
+  examples::say_on(
+      lead,
+      "done: %lld steps in %.1f s, %.0f tokens/s on %d rank(s); validation loss %.4f vs unigram "
       "%.3f\n",
       static_cast<long long>(step), train_seconds, tokens_per_step * step / train_seconds,
       world.size(), last_val, unigram);
   if (prediction) {
-    say("%s", examples::compare_prediction(*prediction, step_seconds, step_peak_bytes).c_str());
+    examples::say_on(
+        lead, "%s",
+        examples::compare_prediction(*prediction, step_seconds, step_peak_bytes).c_str());
   }
   if (zero.reducer() != nullptr && dp.size() > 1) {
     const double hidden = comm_seconds > 0 ? 1.0 - exposed_seconds / comm_seconds : 1.0;
-    say("overlap: gradient all-reduce %.1f ms per step, %.1f ms exposed after backward; %.0f%% of "
+    examples::say_on(
+        lead,
+        "overlap: gradient all-reduce %.1f ms per step, %.1f ms exposed after backward; %.0f%% of "
         "communication hidden behind backward (rank 0)\n",
         1e3 * comm_seconds / step, 1e3 * exposed_seconds / step, 100.0 * std::max(0.0, hidden));
   }
@@ -599,7 +625,7 @@ int run(const Flags& f) {
         .top_n = 15,
         .precision = f.precision == "bf16" ? trace::Precision::bf16 : trace::Precision::fp32,
         .roofline = &meter.roofline()};
-    say("%s", profiler.report(report).c_str());
+    examples::say_on(lead, "%s", profiler.report(report).c_str());
     if (!f.trace_path.empty()) {
       // Each rank writes its own file; rank 0 merges them into one timeline.
       const auto trace_dir = std::filesystem::path(f.trace_path).parent_path();
@@ -613,7 +639,8 @@ int run(const Flags& f) {
           parts.push_back(f.trace_path + ".rank" + std::to_string(r));
         trace::merge_chrome_traces(f.trace_path, parts);
         for (const auto& part : parts) std::filesystem::remove(part);
-        say("Chrome trace of %d rank(s) written to %s (open in https://ui.perfetto.dev)\n",
+        examples::say_on(
+            lead, "Chrome trace of %d rank(s) written to %s (open in https://ui.perfetto.dev)\n",
             world.size(), f.trace_path.c_str());
       }
     }

@@ -43,6 +43,7 @@
 #include "../common/flag_checks.hpp"
 #include "../common/layout_table.hpp"
 #include "../common/pipeline_flags.hpp"
+#include "../common/say.hpp"
 #include "../common/step_meter.hpp"
 #include "loom/loom.hpp"
 #include "loom/parallel/pipeline/executor.hpp"
@@ -223,9 +224,6 @@ int run(const Flags& f) {
   loom::Context launch = loom::init();
   comm::Communicator& world = *launch.world();
   const bool lead = launch.rank() == 0;
-  auto say = [lead](const char* format, auto... args) {
-    if (lead) std::printf(format, args...);
-  };
   const Device device = parse_device(f.device);
   LOOM_CHECK(f.data == "digits" || f.data == "cifar" || f.data == "imagenet", "--data '", f.data,
              "' is not one of digits, cifar, imagenet");
@@ -310,7 +308,9 @@ int run(const Flags& f) {
 
   int64_t parameters = 0;
   for (const nn::Parameter* p : params) parameters += p->numel();
-  say("%s (%s stem, width %lld): %.2fM parameters%s; data %s %lldx%lldx%lld, %lld classes; "
+  examples::say_on(
+      lead,
+      "%s (%s stem, width %lld): %.2fM parameters%s; data %s %lldx%lldx%lld, %lld classes; "
       "products in %s\n",
       f.arch.c_str(), f.stem.c_str(), static_cast<long long>(f.width), parameters / 1e6,
       pipeline ? " on rank 0's chunks" : "", digits ? "digits" : (f.data + " (synthetic)").c_str(),
@@ -318,13 +318,15 @@ int run(const Flags& f) {
       static_cast<long long>(shape.width), static_cast<long long>(shape.classes),
       f.precision.c_str());
   if (digits) {
-    say("digits: %lld train, %lld test images; chance accuracy %.1f%%\n",
-        static_cast<long long>(split.train.size()), static_cast<long long>(split.test.size()),
-        100.0 / split.train.classes);
+    examples::say_on(lead, "digits: %lld train, %lld test images; chance accuracy %.1f%%\n",
+                     static_cast<long long>(split.train.size()),
+                     static_cast<long long>(split.test.size()), 100.0 / split.train.classes);
   }
   examples::StepMeter meter(
       device, f.precision == "bf16" ? trace::Precision::bf16 : trace::Precision::fp32);
-  say("ranks: %d = dp %d x pp %d, %lld images per replica per step in %d micro-batch(es); device "
+  examples::say_on(
+      lead,
+      "ranks: %d = dp %d x pp %d, %lld images per replica per step in %d micro-batch(es); device "
       "%s, %s\n",
       world.size(), dp.size(), f.pipe.pp, static_cast<long long>(f.batch), micro_batches,
       device.str().c_str(), meter.peak_description().c_str());
@@ -343,7 +345,9 @@ int run(const Flags& f) {
     counted.forward.clear();
     for (const double x : chunk_flops) counted.forward.push_back(x / 3.0);
     counted.backward_input = counted.backward_weight = counted.forward;
-    say("pipeline: schedule %s, pp %d x %d virtual stage(s), layers per chunk %s (%s; counted "
+    examples::say_on(
+        lead,
+        "pipeline: schedule %s, pp %d x %d virtual stage(s), layers per chunk %s (%s; counted "
         "FLOPs %s); expected bubble %.3f (the simulator at those FLOPs)\n",
         f.pipe.schedule.c_str(), f.pipe.pp, pipeline->virtual_stages, cut_text.c_str(),
         f.pipe.stage_layers.empty() ? "balanced by counted FLOPs" : "--stage-layers", costs.c_str(),
@@ -395,7 +399,7 @@ int run(const Flags& f) {
       loss = stats.loss;
       norm = stats.grad_norm;
       if (f.pipe.plans_after(step + 1)) {
-        say("%s", f.pipe.replan(*executor, *groups.pp, stats, step).c_str());
+        examples::say_on(lead, "%s", f.pipe.replan(*executor, *groups.pp, stats, step).c_str());
         pipeline = executor->schedule();
       }
     } else {
@@ -436,7 +440,8 @@ int run(const Flags& f) {
         std::snprintf(loss_text, sizeof(loss_text), "%.4f", parallel::mean_over(dp, loss));
         std::snprintf(norm_text, sizeof(norm_text), "%.4f", norm);
       }
-      say("step %5lld  loss %s  lr %.3f  norm %s  %7.1f ms  %7.1f img/s  MFU %5.1f%%\n",
+      examples::say_on(
+          lead, "step %5lld  loss %s  lr %.3f  norm %s  %7.1f ms  %7.1f img/s  MFU %5.1f%%\n",
           static_cast<long long>(step), loss_text, schedule.lr_at(step), norm_text,
           meter.seconds() * 1e3, meter.items_per_second(), 100.0 * meter.mfu());
     }
@@ -446,18 +451,18 @@ int run(const Flags& f) {
       zero.gather_parameters();
       test_accuracy = accuracy(modules, pipeline, *groups.pp, split.test, 128, device);
       zero.release_parameters();
-      say("epoch %lld  test accuracy %.1f%%\n", static_cast<long long>(step / steps_per_epoch + 1),
-          100.0 * test_accuracy);
+      examples::say_on(lead, "epoch %lld  test accuracy %.1f%%\n",
+                       static_cast<long long>(step / steps_per_epoch + 1), 100.0 * test_accuracy);
     }
   }
-  say("done: %lld steps in %.1f s, %.1f images/s on %d rank(s)\n",
-      static_cast<long long>(total_steps), seconds,
-      static_cast<double>(global_batch * total_steps) / seconds, world.size());
+  examples::say_on(lead, "done: %lld steps in %.1f s, %.1f images/s on %d rank(s)\n",
+                   static_cast<long long>(total_steps), seconds,
+                   static_cast<double>(global_batch * total_steps) / seconds, world.size());
   if (!f.forward_only) {
     zero.gather_parameters();
     const auto [l2, l1] = parameter_norms(params, *groups.pp);
     zero.release_parameters();
-    say("parameters: L2 norm %.6f  L1 norm %.4f\n", l2, l1);
+    examples::say_on(lead, "parameters: L2 norm %.6f  L1 norm %.4f\n", l2, l1);
   }
 
   if (f.require_accuracy > 0 && !(test_accuracy >= f.require_accuracy)) {
@@ -472,11 +477,12 @@ int run(const Flags& f) {
         .top_n = 15,
         .precision = f.precision == "bf16" ? trace::Precision::bf16 : trace::Precision::fp32,
         .roofline = &meter.roofline()};
-    say("%s", profiler.report(report).c_str());
+    examples::say_on(lead, "%s", profiler.report(report).c_str());
     if (!f.trace_path.empty() && lead) {
       profiler.write_chrome_trace(f.trace_path);
-      say("Chrome trace of rank 0 written to %s (open in https://ui.perfetto.dev)\n",
-          f.trace_path.c_str());
+      examples::say_on(lead,
+                       "Chrome trace of rank 0 written to %s (open in https://ui.perfetto.dev)\n",
+                       f.trace_path.c_str());
     }
   }
   return 0;
