@@ -31,9 +31,8 @@ class KvCache {
   // reduced precision, a GPU): generate() then reruns the window every token.
   static std::optional<KvCache> for_model(GPTPart& model);
 
-  int64_t length() const { return length_; }
-  // Runs ids[length(), ids.size()) through the model, keeping their keys and
-  // values; the logits after the last of them, f32 [vocab].
+  // Runs the ids after those it has seen through the model, keeping their
+  // keys and values; the logits after the last of them, f32 [vocab].
   std::vector<float> feed(std::span<const int32_t> ids);
 
  private:
@@ -240,25 +239,22 @@ std::vector<int32_t> generate(GPTPart& model, std::vector<int32_t> prompt,
       // 53 random bits as a double in [0, 1): the same on every platform
       // (std::uniform_real_distribution is not).
       const double uniform = static_cast<double>(random() >> 11) * 0x1.0p-53;
+      std::vector<float> logits;
       if (cache && static_cast<int64_t>(ids.size()) <= config.seq_len) {
-        const std::vector<float> logits = cache->feed(ids);
-        ids.push_back(sample_token(logits, options.temperature, options.top_k, uniform));
-        if (on_token && !on_token(ids.back())) break;
-        if (options.stop_token && ids.back() == *options.stop_token) break;
-        continue;
+        logits = cache->feed(ids);
+      } else {
+        const int64_t length = std::min<int64_t>(static_cast<int64_t>(ids.size()), config.seq_len);
+        const std::span<const int32_t> window(ids.data() + ids.size() - length,
+                                              static_cast<size_t>(length));
+        const Tensor input = Tensor::from_vector(window, {1, length}, device);
+        // The head projects the last position alone: the only logits drawn from.
+        const Tensor x = nn::infer(model.blocks(), nn::infer(*model.embeddings(), input));
+        logits = nn::infer(*model.head(),
+                           x.flat_view((length - 1) * config.d_model, {1, 1, config.d_model}))
+                     .to(DType::f32)
+                     .to_vector<float>();
       }
-      const int64_t length = std::min<int64_t>(static_cast<int64_t>(ids.size()), config.seq_len);
-      const std::span<const int32_t> window(ids.data() + ids.size() - length,
-                                            static_cast<size_t>(length));
-      const Tensor input = Tensor::from_vector(window, {1, length}, device);
-      // The head projects the last position alone: the only logits drawn from.
-      const Tensor x = nn::infer(model.blocks(), nn::infer(*model.embeddings(), input));
-      const Tensor logits = nn::infer(*model.head(), x.flat_view((length - 1) * config.d_model,
-                                                                 {1, 1, config.d_model}))
-                                .to(DType::f32)
-                                .to(Device::cpu());
-      const std::span<const float> last(logits.data<float>(), static_cast<size_t>(config.vocab));
-      const int32_t next = sample_token(last, options.temperature, options.top_k, uniform);
+      const int32_t next = sample_token(logits, options.temperature, options.top_k, uniform);
       ids.push_back(next);
       if (on_token && !on_token(next)) break;
       if (options.stop_token && next == *options.stop_token) break;
