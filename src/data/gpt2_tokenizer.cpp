@@ -5,8 +5,10 @@
 #include <climits>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <queue>
 
 #include "loom/core/error.hpp"
 #include "loom/data/text_corpus.hpp"
@@ -283,7 +285,29 @@ Gpt2Tokenizer Gpt2Tokenizer::from_directory(const fs::path& dir) {
   return Gpt2Tokenizer(dir / "encoder.json", dir / "vocab.bpe");
 }
 
+// NOTE [bpe merge order]
+// GPT-2's own algorithm (OpenAI's encoder.py) repeats: find the pair of
+// adjacent tokens whose merge comes first, merge each of its occurrences left
+// to right. That is O(n^2) in a pre-token's n bytes, fine for words and fatal
+// for a long run of letters (a base64 blob, a DNA sequence: a pre-token of a
+// megabyte would take minutes). Long pre-tokens therefore go through a heap of
+// candidate pairs ordered by (merge rank, position), with the tokens in a
+// linked list: O(n log n). The two agree because a merge's result is a
+// longer token than either side, so the pairs a merge creates are other
+// pairs, later in a trained merges file than the merge that made them: taking
+// candidates by rank, leftmost first, performs the same merges in the same
+// order as the reference's passes (both are checked against Hugging Face's
+// tokenizers, which merges with a heap too).
 void Gpt2Tokenizer::merge(std::vector<int32_t>& parts) const {
+  constexpr size_t kShort = 48;  // bytes; the reference's passes below, the heap above
+  if (parts.size() <= kShort) {
+    merge_short(parts);
+  } else {
+    merge_long(parts);
+  }
+}
+
+void Gpt2Tokenizer::merge_short(std::vector<int32_t>& parts) const {
   while (parts.size() > 1) {
     int32_t best_rank = INT32_MAX;
     Merge best;
@@ -310,6 +334,44 @@ void Gpt2Tokenizer::merge(std::vector<int32_t>& parts) const {
     }
     parts.resize(out);
   }
+}
+
+void Gpt2Tokenizer::merge_long(std::vector<int32_t>& parts) const {
+  const auto n = static_cast<int64_t>(parts.size());
+  std::vector<int64_t> next(static_cast<size_t>(n)), prev(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) next[i] = i + 1, prev[i] = i - 1;
+  struct Candidate {
+    int32_t rank;
+    int64_t position;  // of the left token; a merged token keeps its left one's
+    int32_t left, right, result;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : position > o.position;
+    }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  const auto consider = [&](int64_t position) {
+    const int64_t after = next[position];
+    if (after >= n) return;
+    const auto it = merges_.find(pair_key(parts[position], parts[after]));
+    if (it == merges_.end()) return;
+    heap.push({it->second.rank, position, parts[position], parts[after], it->second.result});
+  };
+  for (int64_t i = 0; i + 1 < n; ++i) consider(i);
+  constexpr int32_t kGone = -1;
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    const int64_t after = next[c.position];
+    // Stale: either side has been merged since the candidate was made.
+    if (parts[c.position] != c.left || after >= n || parts[after] != c.right) continue;
+    parts[c.position] = c.result;
+    parts[after] = kGone;
+    next[c.position] = next[after];
+    if (next[after] < n) prev[next[after]] = c.position;
+    if (prev[c.position] >= 0) consider(prev[c.position]);
+    consider(c.position);
+  }
+  parts.erase(std::remove(parts.begin(), parts.end(), kGone), parts.end());
 }
 
 void Gpt2Tokenizer::encode(std::string_view text, std::vector<int32_t>& ids) const {

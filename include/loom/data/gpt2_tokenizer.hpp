@@ -85,8 +85,10 @@ class Gpt2Tokenizer {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
            static_cast<uint32_t>(right);
   }
-  // Merges the byte tokens of one pre-token in place.
+  // Merges the byte tokens of one pre-token in place (NOTE [bpe merge order]).
   void merge(std::vector<int32_t>& parts) const;
+  void merge_short(std::vector<int32_t>& parts) const;
+  void merge_long(std::vector<int32_t>& parts) const;
 
   std::vector<std::string> token_bytes_;  // by id; empty where the id is unused
   std::vector<bool> has_id_;
