@@ -83,9 +83,8 @@ void check_layout(const Flags& f, int world) {
 
   check_pipeline(f);
   LOOM_CHECK(f.sample_tokens == 0 || (f.tp == 1 && f.pipe.pp == 1),
-             "--sample-tokens needs the "
-             "whole model on rank 0, which --tp ",
-             f.tp, " x --pp ", f.pipe.pp,
+             "--sample-tokens needs the whole model on rank 0, which --tp ", f.tp, " x --pp ",
+             f.pipe.pp,
              " splits; save a checkpoint, `loom-ckpt consolidate --gpt2` it and run "
              "loom-generate on the file");
   LOOM_CHECK(f.checkpoint_dir.empty() == (f.save_every == 0 && !f.resume),
