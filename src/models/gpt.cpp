@@ -7,6 +7,7 @@
 #include "loom/nn/attention.hpp"
 #include "loom/nn/checkpoint.hpp"
 #include "loom/nn/dropout.hpp"
+#include "loom/nn/evaluation.hpp"
 #include "loom/nn/residual.hpp"
 #include "loom/trace/op_scope.hpp"
 
@@ -239,6 +240,25 @@ Tensor GPTEmbeddings::forward(const Tensor& ids, nn::Tape& tape) {
     kernels::add(x, pos, x);
   }
   if (dropout_) x = dropout_->forward(x, tape);
+  return x;
+}
+
+Tensor GPTEmbeddings::embed_at(const Tensor& ids, int64_t first_position) {
+  LOOM_CHECK(!splits_tokens(), "GPT '", name(),
+             "': a rank keeping a slice of the tokens (sequence parallelism) embeds whole "
+             "sequences only");
+  LOOM_CHECK(ids.dim() == 2, "GPT '", name(), "' takes token ids [batch, seq]; got ", ids.str());
+  LOOM_CHECK(first_position >= 0 && first_position + ids.size(1) <= seq_len_, "GPT '", name(),
+             "': positions ", first_position, " to ", first_position + ids.size(1) - 1,
+             " are not inside seq_len ", seq_len_);
+  const int64_t batch = ids.size(0), seq = ids.size(1);
+  std::vector<int32_t> at(static_cast<size_t>(batch * seq));
+  for (size_t i = 0; i < at.size(); ++i) {
+    at[i] = static_cast<int32_t>(first_position + static_cast<int64_t>(i) % seq);
+  }
+  const Tensor positions = Tensor::from_vector(at, {batch, seq}, wpe_.weight().device());
+  Tensor x = nn::infer(*wte_, ids);
+  kernels::add(x, nn::infer(wpe_, positions), x);
   return x;
 }
 

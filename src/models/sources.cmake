@@ -4,5 +4,6 @@ target_sources(loom PRIVATE
   models/gpt_flops.cpp
   models/gpt_generate.cpp
   models/gpt_memory.cpp
+  models/kv_cache.cpp
   models/resnet.cpp
 )

@@ -1,7 +1,8 @@
 // Text generation with a GPT on one rank: a trained model's continuation of
 // a prompt, greedy or sampled, for looking at what a run learned (llm.c
 // prints such samples while it trains), not an inference server: one
-// sequence at a time, on one rank. Each block's keys and values are kept
+// sequence at a time, on one rank (parallel/generate.hpp runs the same loop
+// over a GPT split by tensor and pipeline parallelism). Each block's keys and values are kept
 // while the window starts at position 0, so a new token costs one row through
 // the model; once the context is longer than seq_len the window slides and
 // each token reruns it (nanoGPT's sampler does the same).
@@ -55,6 +56,25 @@ int32_t sample_token(std::span<const float> logits, float temperature, int64_t t
 // the rule.
 void check_generate_inputs(const GPTConfig& config, std::span<const int32_t> prompt,
                            const GenerateOptions& options);
+
+// The logits that follow `ids` (the whole sequence so far, of which the
+// model sees the last seq_len), f32 [vocab]: what the sampling loop asks a
+// model for, one rank's GPT here or one spread over ranks
+// (parallel/generate.hpp).
+using NextTokenLogits = std::function<std::vector<float>(std::span<const int32_t> ids)>;
+
+// The sampling loop of generate() over any model: draws from
+// `next_logits(ids)` until max_new_tokens, the stop token or `on_token`
+// returning false. Checks its inputs as check_generate_inputs does before
+// the first call; a row of logits of another size than config.vocab throws.
+// Ranks that run it with the same options and the same logits draw the same
+// ids.
+std::vector<int32_t> generate_with(const NextTokenLogits& next_logits, const GPTConfig& config,
+                                   std::vector<int32_t> prompt, const GenerateOptions& options,
+                                   const std::function<bool(int32_t)>& on_token = {});
+
+// The ids of the window a model of `seq_len` positions sees after `ids`: the last seq_len.
+std::span<const int32_t> generation_window(std::span<const int32_t> ids, int64_t seq_len);
 
 // The prompt followed by up to max_new_tokens generated ids. `on_token`, when
 // given, sees each new id as it is drawn and may return false to stop.

@@ -120,6 +120,13 @@ class GPTEmbeddings : public GPTEnd {
 
   // ids [B, T] (i32/i64, T <= seq_len) -> [B, T / slice.count, d_model].
   Tensor forward(const Tensor& ids, nn::Tape& tape) override;
+  // Inference on rows that do not start at position 0 (cached generation,
+  // NOTE [cached generation]): ids [B, T] at positions first_position ..
+  // first_position + T - 1 (at most seq_len) -> [B, T, d_model], no dropout.
+  // Throws when this rank keeps a slice of the tokens (sequence parallelism).
+  Tensor embed_at(const Tensor& ids, int64_t first_position);
+  // Whether this rank keeps only a slice of each batch's tokens (sequence parallelism).
+  bool splits_tokens() const { return slice_.count > 1; }
   // Returns an undefined tensor (token ids have no gradient).
   Tensor backward_input(const Tensor& dx, nn::Tape& tape) override;
   void backward_weight(nn::Tape& tape) override;

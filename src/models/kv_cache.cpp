@@ -1,0 +1,144 @@
+// The key/value cache of cached generation.
+#include "models/kv_cache.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "loom/core/error.hpp"
+#include "loom/nn/evaluation.hpp"
+
+namespace loom::models {
+
+// NOTE [cached generation]
+// While the window still starts at position 0 (no more ids than seq_len), a
+// new token's logits need only its own row through every layer that works
+// row by row (LayerNorm, the linear layers, the MLP branch, the head) and, in
+// attention, its own query against the keys and values of every position so
+// far, which appending tokens does not change. KvCache keeps those keys and
+// values per block and runs the part's own modules on the new rows alone;
+// the attention over the cache is computed here, in f32 on the host. Once
+// the window slides every position moves, the cache no longer holds, and the
+// generation loop reruns the window for each further token.
+//
+// The modules may be tensor-parallel shards: c_attn then gives this rank's
+// heads' q, k and v (its width / 3 columns each, which fixes the heads it
+// holds), c_proj and the MLP's second product sum over tp, and the embeddings
+// and the head are vocabulary-parallel (the caller gathers the head's
+// columns). Under sequence parallelism every layer expects 1/tp of the rows,
+// which one new row cannot be split into: no cache there.
+
+namespace {
+
+nn::Module* child_named(nn::Module& parent, const std::string& name) {
+  for (nn::Module* child : parent.children()) {
+    if (child->name() == name) return child;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::optional<KvCache> KvCache::for_part(GPTPart& part) {
+  const GPTConfig& config = part.config();
+  if (config.checkpoint_blocks || config.module.precision.reduced() ||
+      config.module.precision.activations != DType::f32 ||
+      part.parameters().front()->value().device() != Device::cpu()) {
+    return std::nullopt;
+  }
+  KvCache cache;
+  cache.part_ = &part;
+  if (part.embeddings() != nullptr) {
+    cache.embeddings_ = dynamic_cast<GPTEmbeddings*>(part.embeddings());
+    if (cache.embeddings_ == nullptr || cache.embeddings_->splits_tokens()) return std::nullopt;
+  }
+  const std::vector<nn::Module*> blocks = part.blocks().children();
+  const int64_t first = part.spec().first_block;
+  for (int64_t i = 0; i < static_cast<int64_t>(blocks.size()); ++i) {
+    const std::string h = str_cat(part.name().empty() ? "" : part.name() + ".", "h.", first + i);
+    nn::Module* attn_residual = child_named(*blocks[i], h + ".attn_residual");
+    Block block;
+    block.mlp_residual = child_named(*blocks[i], h + ".mlp_residual");
+    if (attn_residual == nullptr || block.mlp_residual == nullptr ||
+        attn_residual->children().size() != 1) {
+      return std::nullopt;
+    }
+    nn::Module& branch = *attn_residual->children().front();
+    block.ln_1 = child_named(branch, h + ".ln_1");
+    block.c_attn = child_named(branch, h + ".attn.c_attn");
+    block.c_proj = child_named(branch, h + ".attn.c_proj");
+    if (block.ln_1 == nullptr || block.c_attn == nullptr || block.c_proj == nullptr) {
+      return std::nullopt;
+    }
+    cache.blocks_.push_back(std::move(block));
+  }
+  return cache;
+}
+
+Tensor KvCache::feed(const Tensor& input) {
+  const GPTConfig& config = part_->config();
+  const int64_t d = config.d_model, hd = d / config.heads;
+  Tensor x;
+  if (embeddings_ != nullptr) {
+    LOOM_CHECK(input.dim() == 2 && input.size(0) == 1,
+               "KvCache: ids [1, n] enter a part with the "
+               "embeddings; got ",
+               input.str());
+    x = embeddings_->embed_at(input, length_);
+  } else {
+    LOOM_CHECK(input.dim() == 3 && input.size(0) == 1 && input.size(2) == d,
+               "KvCache: activations [1, n, ", d, "] enter a part without the embeddings; got ",
+               input.str());
+    x = input;
+  }
+  const int64_t n = x.size(1), total = length_ + n;
+  LOOM_ASSERT(n >= 1 && total <= config.seq_len);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  std::vector<float> attended, scores(static_cast<size_t>(total));
+  for (Block& block : blocks_) {
+    const Tensor qkv = nn::infer(*block.c_attn, nn::infer(*block.ln_1, x)).to(DType::f32);
+    // This rank's heads: all of them on one rank, heads / tp under tp.
+    const int64_t width = qkv.size(2) / 3, heads = width / hd;
+    LOOM_ASSERT(width * 3 == qkv.size(2) && heads * hd == width);
+    const float* row = qkv.data<float>();
+    for (int64_t r = 0; r < n; ++r) {
+      block.keys.insert(block.keys.end(), row + r * 3 * width + width,
+                        row + r * 3 * width + 2 * width);
+      block.values.insert(block.values.end(), row + r * 3 * width + 2 * width,
+                          row + (r + 1) * 3 * width);
+    }
+    // Causal attention of each new row (position length_ + r) over positions 0 .. itself.
+    attended.assign(static_cast<size_t>(n * width), 0.0f);
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t seen = length_ + r + 1;
+      for (int64_t head = 0; head < heads; ++head) {
+        const float* q = row + r * 3 * width + head * hd;
+        float top = -INFINITY;
+        for (int64_t t = 0; t < seen; ++t) {
+          const float* k = block.keys.data() + t * width + head * hd;
+          float dot = 0;
+          for (int64_t j = 0; j < hd; ++j) dot += q[j] * k[j];
+          scores[t] = dot * scale;
+          top = std::max(top, scores[t]);
+        }
+        float sum = 0;
+        for (int64_t t = 0; t < seen; ++t) sum += scores[t] = std::exp(scores[t] - top);
+        float* out = attended.data() + r * width + head * hd;
+        for (int64_t t = 0; t < seen; ++t) {
+          const float p = scores[t] / sum;
+          const float* v = block.values.data() + t * width + head * hd;
+          for (int64_t j = 0; j < hd; ++j) out[j] += p * v[j];
+        }
+      }
+    }
+    const Tensor y = nn::infer(*block.c_proj, Tensor::from_vector(attended, {1, n, width}));
+    std::vector<float> sum = x.to_vector<float>();
+    const std::vector<float> branch = y.to_vector<float>();
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += branch[i];
+    x = nn::infer(*block.mlp_residual, Tensor::from_vector(sum, {1, n, d}));
+  }
+  length_ = total;
+  if (part_->head() == nullptr) return x;
+  return nn::infer(*part_->head(), x.flat_view((n - 1) * d, {1, 1, d})).to(DType::f32);
+}
+
+}  // namespace loom::models

@@ -1,0 +1,53 @@
+// The key/value cache of cached generation (NOTE [cached generation] in
+// kv_cache.cpp): a GPT part's blocks keep each position's keys and values so
+// that a new token runs through the part as one row. Internal to the library:
+// models::generate uses it for a whole model on one rank, parallel::generate
+// for each rank's part of a model split by tp (without sequence parallelism)
+// and pp.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "loom/models/gpt_parts.hpp"
+
+namespace loom::models {
+
+class KvCache {
+ public:
+  // The cache for `part` (the whole GPT or a range of its blocks, with or
+  // without the embeddings and the head), or nullopt where the part is not
+  // what the cache reads: checkpointed blocks, reduced precision, parameters
+  // off the host, embeddings that keep a slice of the tokens. A part without
+  // the embeddings cannot tell whether its layers split the tokens (sequence
+  // parallelism): the caller must not ask for a cache there.
+  static std::optional<KvCache> for_part(GPTPart& part);
+
+  // The rows after those seen, through the part: their ids [1, n] when the
+  // part holds the embeddings, else their activations [1, n, d_model] from
+  // the part before. Returns their activations [1, n, d_model], or with the
+  // head the logits of the last of them, [1, 1, the head's columns], in f32.
+  // The rows seen and new together must fit seq_len.
+  Tensor feed(const Tensor& input);
+
+  // Positions seen so far.
+  int64_t length() const { return length_; }
+
+ private:
+  struct Block {
+    nn::Module* ln_1 = nullptr;
+    nn::Module* c_attn = nullptr;
+    nn::Module* c_proj = nullptr;
+    nn::Module* mlp_residual = nullptr;
+    // [length, width]: this rank's heads side by side (width d_model / tp)
+    std::vector<float> keys, values;
+  };
+
+  GPTPart* part_ = nullptr;
+  GPTEmbeddings* embeddings_ = nullptr;
+  std::vector<Block> blocks_;
+  int64_t length_ = 0;
+};
+
+}  // namespace loom::models
