@@ -76,6 +76,7 @@
 #include "loom/optim/optimizer.hpp"
 #include "loom/optim/param_slot.hpp"
 #include "loom/optim/sgd.hpp"
+#include "loom/parallel/generate.hpp"
 #include "loom/parallel/grad_reducer.hpp"
 #include "loom/parallel/layout.hpp"
 #include "loom/parallel/mean_over.hpp"

@@ -2,6 +2,7 @@
 # ZeRO), tensor-parallel layers and pipeline schedules (pipeline/).
 target_sources(loom PRIVATE
   parallel/control.cpp
+  parallel/generate.cpp
   parallel/grad_buckets.cpp
   parallel/grad_clip.cpp
   parallel/grad_reducer.cpp

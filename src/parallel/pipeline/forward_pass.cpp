@@ -54,11 +54,20 @@ Tensor recv_from_stage(comm::Communicator& pp, int peer, Device device) {
 Tensor forward_through_stages(const Schedule& schedule, comm::Communicator& pp,
                               const std::vector<nn::Module*>& chunks, const Tensor& input,
                               Device device) {
-  LOOM_CHECK(pp.size() == schedule.pp, "pipeline forward pass: a pp group of ", pp.size(),
-             " ranks runs schedule '", schedule.name, "' of pp ", schedule.pp);
   LOOM_CHECK(static_cast<int>(chunks.size()) == schedule.virtual_stages,
              "pipeline forward pass: ", chunks.size(), " chunk modules for the ",
              schedule.virtual_stages, " virtual stage(s) of schedule '", schedule.name, "'");
+  const RunChunk run = [&](int stage, const Tensor& x) {
+    nn::Tape tape;
+    return chunks[static_cast<size_t>(stage)]->forward(x, tape);
+  };
+  return forward_through_stages(schedule, pp, run, input, device);
+}
+
+Tensor forward_through_stages(const Schedule& schedule, comm::Communicator& pp,
+                              const RunChunk& run_chunk, const Tensor& input, Device device) {
+  LOOM_CHECK(pp.size() == schedule.pp, "pipeline forward pass: a pp group of ", pp.size(),
+             " ranks runs schedule '", schedule.name, "' of pp ", schedule.pp);
   const int me = pp.rank();
   const int last = schedule.chunks() - 1;
   Outgoing sends;
@@ -71,10 +80,7 @@ Tensor forward_through_stages(const Schedule& schedule, comm::Communicator& pp,
     } else if (schedule.rank_of(c - 1) != me) {
       x = recv_from_stage(pp, schedule.rank_of(c - 1), device);
     }
-    nn::Tape tape;
-    const auto stage =
-        static_cast<size_t>(schedule.placement[static_cast<size_t>(c)].virtual_stage);
-    x = chunks[stage]->forward(x, tape);
+    x = run_chunk(schedule.placement[static_cast<size_t>(c)].virtual_stage, x);
     if (c == last) {
       out = x;
     } else if (schedule.rank_of(c + 1) != me) {

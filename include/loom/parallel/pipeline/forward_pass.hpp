@@ -17,6 +17,7 @@
 // evaluation (BatchNorm's running statistics, no dropout).
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "loom/comm/communicator.hpp"
@@ -32,6 +33,13 @@ inline constexpr int kForwardPassPayloadTag = (1 << 15) - 1;
 Tensor forward_through_stages(const Schedule& schedule, comm::Communicator& pp,
                               const std::vector<nn::Module*>& chunks, const Tensor& input,
                               Device device);
+
+// The same with what runs each chunk given as a function of this rank's
+// virtual stage and the chunk's input (e.g. cached generation's rows through
+// a part, parallel/generate.hpp).
+using RunChunk = std::function<Tensor(int virtual_stage, const Tensor& input)>;
+Tensor forward_through_stages(const Schedule& schedule, comm::Communicator& pp,
+                              const RunChunk& run_chunk, const Tensor& input, Device device);
 
 // `value` as the rank `root` of `group` holds it, on every rank (its 8 bytes
 // broadcast bit for bit).

@@ -1,0 +1,183 @@
+// Text generation with a GPT split over tp and pp ranks: the window through
+// the stages, the last position's logits gathered and shared.
+#include "loom/parallel/generate.hpp"
+
+#include <algorithm>
+
+#include "loom/core/error.hpp"
+#include "loom/kernels/gemm.hpp"
+#include "loom/nn/evaluation.hpp"
+#include "loom/parallel/pipeline/forward_pass.hpp"
+#include "loom/parallel/vocab_parallel.hpp"
+#include "models/kv_cache.hpp"
+
+namespace loom::parallel {
+
+namespace {
+
+// The pieces of `gpt` on this rank, checked.
+std::vector<models::GPTPart*> pieces(const DistributedGPT& gpt) {
+  const bool pipelined = gpt.schedule != nullptr;
+  LOOM_CHECK(pipelined ? gpt.model == nullptr && gpt.pp != nullptr && !gpt.chunks.empty()
+                       : gpt.model != nullptr && gpt.pp == nullptr && gpt.chunks.empty(),
+             "parallel::generate: give either the whole model or a pipeline's schedule, pp "
+             "group and chunks");
+  std::vector<models::GPTPart*> parts = pipelined ? gpt.chunks : std::vector{gpt.model};
+  for (const models::GPTPart* part : parts) {
+    LOOM_CHECK(part != nullptr, "parallel::generate: a null chunk");
+  }
+  if (pipelined) {
+    LOOM_CHECK(static_cast<int>(parts.size()) == gpt.schedule->virtual_stages,
+               "parallel::generate: ", parts.size(), " chunks for the ",
+               gpt.schedule->virtual_stages, " virtual stage(s) of schedule '", gpt.schedule->name,
+               "'");
+  } else {
+    LOOM_CHECK(gpt.model->embeddings() != nullptr && gpt.model->head() != nullptr,
+               "parallel::generate: without a pipeline the model must hold the whole GPT "
+               "(embeddings to head)");
+  }
+  return parts;
+}
+
+// Row `row` of the logits the last stage's tp ranks hold ([1, rows, columns]
+// each), its columns gathered over tp and the padding dropped, on every rank
+// of the pp group.
+std::vector<float> share_row(const DistributedGPT& gpt, const models::GPTConfig& config,
+                             const Tensor& logits, int64_t row, Device device) {
+  const bool pipelined = gpt.schedule != nullptr;
+  const int tp = gpt.tp != nullptr ? gpt.tp->group()->size() : 1;
+  const int64_t columns = padded_vocab(config.vocab, tp) / tp;  // logits per tp rank
+  const int last_rank = pipelined ? gpt.schedule->rank_of(gpt.schedule->chunks() - 1) : 0;
+  std::vector<float> out(static_cast<size_t>(config.vocab));
+  if (!pipelined || gpt.pp->rank() == last_rank) {
+    LOOM_CHECK(logits.dim() == 3 && logits.size(0) == 1 && row < logits.size(1) &&
+                   logits.size(2) == columns,
+               "parallel::generate: the head gave logits ", shape_str(logits.shape()),
+               ", expected [1, > ", row, ", ", columns, "]");
+    Tensor mine = logits.flat_view(row * columns, {columns}).to(DType::f32);
+    if (tp > 1) {
+      Tensor all = Tensor::empty({tp * columns}, DType::f32, mine.device());
+      gpt.tp->group()->all_gather(mine, all).wait();
+      mine = all;
+    }
+    const std::vector<float> gathered = mine.to_vector<float>();
+    std::copy_n(gathered.begin(), config.vocab, out.begin());
+  }
+  if (pipelined) {
+    Tensor shared = Tensor::from_vector(out, {config.vocab}, device);
+    gpt.pp->broadcast(shared, {.root = last_rank}).wait();
+    return shared.to_vector<float>();
+  }
+  return out;
+}
+
+Device device_of(const std::vector<models::GPTPart*>& parts) {
+  return parts.front()->parameters().front()->value().device();
+}
+
+// Each part's key/value cache (NOTE [cached generation]), or none when some
+// rank of the tp × pp group cannot keep one for all its parts: every rank
+// then reruns the window, as every rank must take the same path.
+std::vector<models::KvCache> caches_for(const DistributedGPT& gpt,
+                                        const std::vector<models::GPTPart*>& parts) {
+  // Under SP every rank knows there is none.
+  std::vector<models::KvCache> caches;
+  if (gpt.tp != nullptr && gpt.tp->options().sequence_parallel) return caches;
+  for (models::GPTPart* part : parts) {
+    std::optional<models::KvCache> cache = models::KvCache::for_part(*part);
+    if (!cache) break;
+    caches.push_back(std::move(*cache));
+  }
+  Tensor usable = Tensor::from_vector(std::vector<int32_t>{caches.size() == parts.size() ? 1 : 0},
+                                      {1}, device_of(parts));
+  if (gpt.tp != nullptr) gpt.tp->group()->all_reduce(usable, {.op = comm::ReduceOp::min}).wait();
+  if (gpt.pp != nullptr) gpt.pp->all_reduce(usable, {.op = comm::ReduceOp::min}).wait();
+  if (usable.to(Device::cpu()).item<int32_t>() == 0) caches.clear();
+  return caches;
+}
+
+}  // namespace
+
+std::vector<float> next_token_logits(const DistributedGPT& gpt, std::span<const int32_t> ids) {
+  const std::vector<models::GPTPart*> parts = pieces(gpt);
+  const models::GPTConfig& config = parts.front()->config();
+  LOOM_CHECK(!ids.empty(), "parallel::next_token_logits: no ids");
+  const int tp = gpt.tp != nullptr ? gpt.tp->group()->size() : 1;
+  const bool sequence_parallel = gpt.tp != nullptr && gpt.tp->options().sequence_parallel;
+  const Device device = device_of(parts);
+
+  const std::span<const int32_t> window = models::generation_window(ids, config.seq_len);
+  const auto length = static_cast<int64_t>(window.size());
+  // Under SP every rank keeps 1/tp of the positions: ids after the window
+  // fill it to a multiple of tp (seq_len is one), and causal attention keeps
+  // them out of the positions before them.
+  const int64_t padded = sequence_parallel ? (length + tp - 1) / tp * tp : length;
+  std::vector<int32_t> input_ids(window.begin(), window.end());
+  input_ids.resize(static_cast<size_t>(padded), 0);
+  const Tensor input = Tensor::from_vector(input_ids, {1, padded}, device);
+  const Tensor logits =
+      gpt.schedule != nullptr
+          ? pipeline::forward_through_stages(*gpt.schedule, *gpt.pp,
+                                             std::vector<nn::Module*>(parts.begin(), parts.end()),
+                                             input, device)
+          : nn::infer(*gpt.model, input);
+  return share_row(gpt, config, logits, length - 1, device);
+}
+
+std::vector<int32_t> generate(const DistributedGPT& gpt, std::vector<int32_t> prompt,
+                              const models::GenerateOptions& options,
+                              const std::function<bool(int32_t)>& on_token) {
+  const std::vector<models::GPTPart*> parts = pieces(gpt);
+  const models::GPTConfig& config = parts.front()->config();
+  models::check_generate_inputs(config, prompt, options);
+  const Device device = device_of(parts);
+  std::vector<models::KvCache> caches;
+  if (options.use_cache) caches = caches_for(gpt, parts);
+  // While the window starts at position 0: the new ids through the caches.
+  const models::NextTokenLogits next_logits = [&](std::span<const int32_t> ids) {
+    if (caches.empty() || static_cast<int64_t>(ids.size()) > config.seq_len) {
+      return next_token_logits(gpt, ids);
+    }
+    const std::span<const int32_t> added = ids.subspan(static_cast<size_t>(caches[0].length()));
+    const Tensor input =
+        Tensor::from_vector(added, {1, static_cast<int64_t>(added.size())}, device);
+    const Tensor logits = gpt.schedule != nullptr
+                              ? pipeline::forward_through_stages(
+                                    *gpt.schedule, *gpt.pp,
+                                    [&](int stage, const Tensor& x) {
+                                      return caches[static_cast<size_t>(stage)].feed(x);
+                                    },
+                                    input, device)
+                              : caches[0].feed(input);
+    return share_row(gpt, config, logits, 0, device);
+  };
+
+  std::vector<bool> was_training;
+  for (models::GPTPart* part : parts) {
+    was_training.push_back(part->training());
+    part->set_training(false);
+  }
+  const auto restore = [&] {
+    for (size_t i = 0; i < parts.size(); ++i) parts[i]->set_training(was_training[i]);
+  };
+  // Each weight packed for the host GEMM once for the whole call (NOTE
+  // [packed weight reuse]).
+  int64_t weight_bytes = 0;
+  for (models::GPTPart* part : parts) {
+    for (const nn::Parameter* p : part->parameters()) {
+      weight_bytes += static_cast<int64_t>(p->value().nbytes());
+    }
+  }
+  const kernels::PackedWeightScope packed(weight_bytes + weight_bytes / 4 + (int64_t{16} << 20));
+  try {
+    std::vector<int32_t> ids =
+        models::generate_with(next_logits, config, std::move(prompt), options, on_token);
+    restore();
+    return ids;
+  } catch (...) {
+    restore();
+    throw;
+  }
+}
+
+}  // namespace loom::parallel
