@@ -27,11 +27,15 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 mkdir -p "$root/out" "$root/data"
 cd "$root"
-# A sample of the trained model's text at the end, where rank 0 holds the
-# whole model (not when the arguments split it with --tp or --pp).
+# A sample of the trained model's text at the end (under any layout), unless
+# the arguments ask for their own; another token file's text starts from the
+# start of a document (its tokens may not be Loom's bytes).
 sample=(--sample-tokens 200 --sample-prompt "def ")
 for arg in "$@"; do
-  case $arg in --tp | --tp=* | --pp | --pp=* | --sample-*) sample=() ;; esac
+  case $arg in --sample-*) sample=() ;; esac
+done
+for arg in "$@"; do
+  case $arg in --token-file | --token-file=*) [ ${#sample[@]} -gt 0 ] && sample=(--sample-tokens 200) ;; esac
 done
 mpirun "${mpirun_args[@]}" "$build_dir/examples/train_gpt" \
   --steps 300 --max-seconds "${LOOM_TRAIN_SECONDS:-90}" --log-every 10 --eval-every 50 \

@@ -378,10 +378,21 @@ int run(const Flags& f) {
         r.write_bandwidth() / (1 << 20), r.complete_seconds * 1e3);
   };
   // The model's text after step `after` (--sample-tokens): every rank
-  // gathers (ZeRO-3's parameters are shards at rest), rank 0 writes.
+  // gathers (ZeRO-3's parameters are shards at rest), rank 0 writes. One rank
+  // holding the whole model draws alone (with the key/value cache); a model
+  // split by --tp or --pp draws on every rank of every replica together.
+  const bool split_model = f.tp > 1 || pipeline;
+  parallel::DistributedGPT distributed{.tp = f.tp > 1 ? &tp_layers : nullptr};
+  if (pipeline) {
+    distributed.schedule = &*pipeline;
+    distributed.pp = groups.pp.get();
+    for (const auto& part : chunks.parts) distributed.chunks.push_back(part.get());
+  } else {
+    distributed.model = whole_gpt;
+  }
   auto write_sample = [&](int64_t after) {
     zero.gather_parameters();
-    if (lead) {
+    if (lead || split_model) {
       // A document starts after the end-of-text token: GPT-2's (50256) or Loom's bytes' (256).
       int32_t start = file->vocab_size() == data::kGpt2VocabSize ? 50256 : data::kEndOfDocument;
       if (sample_text && sample_text->end_of_text()) start = *sample_text->end_of_text();
@@ -394,7 +405,9 @@ int run(const Flags& f) {
           .top_k = std::min<int64_t>(f.sample_top_k, config.vocab),
           .seed = f.seed};
       const auto begin = std::chrono::steady_clock::now();
-      const std::vector<int32_t> ids = models::generate(*whole_gpt, prompt, options);
+      const std::vector<int32_t> ids = split_model
+                                           ? parallel::generate(distributed, prompt, options)
+                                           : models::generate(*whole_gpt, prompt, options);
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
       std::string text;
@@ -587,24 +600,34 @@ int run(const Flags& f) {
     }
   }
   while (const auto report = saver.wait()) say_saved(*report);
-  examples::say_on(
-      lead,
-      "done: %lld steps in %.1f s, %.0f tokens/s on %d rank(s); validation loss %.4f vs unigram "
-      "%.3f\n",
-      static_cast<long long>(step), train_seconds, tokens_per_step * step / train_seconds,
-      world.size(), last_val, unigram);
+  // Steps of this run (a resumed one started at first_step).
+  const int64_t ran = step - first_step;
+  if (ran == 0) {
+    examples::say_on(lead, "done: no step to run (resumed at step %lld of --steps %lld)\n",
+                     static_cast<long long>(first_step), static_cast<long long>(f.steps));
+  } else {
+    examples::say_on(
+        lead,
+        "done: %lld steps%s in %.1f s, %.0f tokens/s on %d rank(s); validation loss %.4f vs "
+        "unigram %.3f\n",
+        static_cast<long long>(ran),
+        first_step > 0 ? str_cat(" (", first_step, " to ", step - 1, ")").c_str() : "",
+        train_seconds, tokens_per_step * static_cast<double>(ran) / train_seconds, world.size(),
+        last_val, unigram);
+  }
   if (prediction) {
     examples::say_on(
         lead, "%s",
         examples::compare_prediction(*prediction, step_seconds, step_peak_bytes).c_str());
   }
-  if (zero.reducer() != nullptr && dp.size() > 1) {
+  if (zero.reducer() != nullptr && dp.size() > 1 && ran > 0) {
     const double hidden = comm_seconds > 0 ? 1.0 - exposed_seconds / comm_seconds : 1.0;
     examples::say_on(
         lead,
         "overlap: gradient all-reduce %.1f ms per step, %.1f ms exposed after backward; %.0f%% of "
         "communication hidden behind backward (rank 0)\n",
-        1e3 * comm_seconds / step, 1e3 * exposed_seconds / step, 100.0 * std::max(0.0, hidden));
+        1e3 * comm_seconds / static_cast<double>(ran),
+        1e3 * exposed_seconds / static_cast<double>(ran), 100.0 * std::max(0.0, hidden));
   }
 
   if (f.sample_tokens > 0) {

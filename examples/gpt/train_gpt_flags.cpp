@@ -82,11 +82,6 @@ void check_layout(const Flags& f, int world) {
              " (under --sequence-parallel each rank holds seq / tp tokens of every sequence)");
 
   check_pipeline(f);
-  LOOM_CHECK(f.sample_tokens == 0 || (f.tp == 1 && f.pipe.pp == 1),
-             "--sample-tokens needs the whole model on rank 0, which --tp ", f.tp, " x --pp ",
-             f.pipe.pp,
-             " splits; save a checkpoint, `loom-ckpt consolidate --gpt2` it and run "
-             "loom-generate on the file");
   LOOM_CHECK(f.checkpoint_dir.empty() == (f.save_every == 0 && !f.resume),
              f.checkpoint_dir.empty()
                  ? "--save-every and --resume need --checkpoint-dir (where checkpoints live)"
@@ -216,8 +211,8 @@ void add_flags(CLI::App& app, Flags& f) {
   CLI::Option* sample =
       app.add_option("--sample-tokens", f.sample_tokens,
                      "at the end, rank 0 prints the model's continuation of --sample-prompt, this "
-                     "many tokens (0: none; not with --tp or --pp: consolidate a checkpoint and "
-                     "run loom-generate)")
+                     "many tokens (0: none; under --tp / --pp every rank of the model takes "
+                     "part)")
           ->check(flags::at_least(0));
   app.add_option("--sample-every", f.sample_every,
                  "a sample also every N steps (0: at the end only); sampling leaves training as "

@@ -7,7 +7,9 @@ On Loom's byte-level corpus, a small GPT trains 400 steps and writes 40
 greedy tokens after "def ": the sample starts with the prompt, holds 40
 tokens' bytes, and is the same in a second run; dp 2 with ZeRO-3 (whose
 parameters are shards at rest, gathered for the sample) on the same global
-batch writes the same text as one rank. A sampled run (temperature 1) differs
+batch writes the same text as one rank. Models split by tp 2 with sequence
+parallelism, pp 2 (1F1B) and tp 2 x pp 2 (interleaved) draw on every rank
+(parallel/generate.hpp) the text one rank draws from their final checkpoint. A sampled run (temperature 1) differs
 from the greedy one and repeats itself. --sample-prompt with an llm.c file of
 GPT-2 tokens and no --tokenizer is refused, naming the file.
 """
@@ -59,6 +61,25 @@ def main():
                          "--zero-stage", "3", *common, *greedy])[0])
     assert two == one, f"dp 2 ZeRO-3 wrote {two!r}"
     print("the same text again, and from dp 2 with ZeRO-3")
+    # A model split by tp or pp draws on all its ranks. 400 steps under
+    # another layout drift from one rank's by rounding, so the split run's
+    # sample is compared with one rank's from the same weights: its final
+    # checkpoint, resumed on one rank with no step left to run.
+    for ranks, layers, layout in (
+            (2, "2", ["--tp", "2", "--sequence-parallel"]),
+            (2, "2", ["--pp", "2", "--schedule", "1f1b", "--micro-batches", "2"]),
+            (4, "4", ["--tp", "2", "--pp", "2", "--schedule", "interleaved", "--virtual-stages",
+                      "2", "--micro-batches", "2"])):
+        model = [layers if previous == "--layers" else a for previous, a in zip([""] + common, common)]
+        where = os.path.join(work, "checkpoints_" + "_".join(a.strip("-") for a in layout))
+        saved = ["--checkpoint-dir", where, "--save-every", "400"]
+        split = sample_of(run([mpirun, "-np", str(ranks), "--oversubscribe", program, "--batch",
+                               "8", *model, *greedy, *layout, *saved])[0])
+        assert split.startswith(b"def "), split
+        resumed = sample_of(run([program, "--batch", "8", *model, *greedy, "--checkpoint-dir",
+                                 where, "--resume"])[0])
+        assert split == resumed, f"{' '.join(layout)} wrote {split!r}, one rank {resumed!r}"
+        print(f"{' '.join(layout)}: {split!r}, as one rank with its weights")
 
     # --sample-every: a sample at step 199 and the last; training as without.
     out, _ = run([program, "--batch", "8", *common, *greedy, "--sample-every", "200"])
