@@ -1,11 +1,13 @@
 // loom-generate: a GPT's continuation of a prompt, from one safetensors file
 // of whole tensors (what `loom-ckpt consolidate --gpt2` writes, or Hugging
 // Face's GPT-2 model.safetensors) and its config.json, on one CPU rank
-// (models/gpt_generate.hpp).
+// (models/gpt_generate.hpp), or split over the ranks of an mpirun/srun launch
+// by tensor and pipeline parallelism (--tp, --pp; parallel/generate.hpp).
 //
 //   loom-generate --model gpt2/ --prompt "The meaning of life is" --tokens 40
 //   loom-generate --weights ckpt.safetensors --tokenizer bytes --prompt "def " --temperature 0
 //   loom-generate --weights small.safetensors --prompt-ids 1,2,3 --ids
+//   mpirun -np 4 loom-generate --model gpt2/ --tp 2 --pp 2 --prompt "Hello"
 //
 // --model DIR reads DIR/model.safetensors and DIR/config.json, and the
 // tokenizer in DIR when it has one (vocab.json and merges.txt): the folder
@@ -14,7 +16,10 @@
 // tokenizer: GPT-2's BPE files in DIR, or Loom's byte-level one (what
 // train_gpt's text corpus uses: ids 0-255 are bytes, 256 ends a document).
 // Without a tokenizer, prompts and output are ids. The text goes to standard
-// output as it is generated; the time per token to standard error.
+// output as it is generated; the time per token to standard error. Split
+// over ranks, each rank reads its slices of the weights (its tp shard of the
+// blocks of its pipeline stage), every rank draws the same ids and rank 0
+// prints them.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -29,8 +34,14 @@
 #include "loom/checkpoint/gpt2.hpp"
 #include "loom/core/error.hpp"
 #include "loom/data/gpt2_tokenizer.hpp"
+#include "loom/loom.hpp"
 #include "loom/models/gpt.hpp"
 #include "loom/models/gpt_generate.hpp"
+#include "loom/parallel/generate.hpp"
+#include "loom/parallel/layout.hpp"
+#include "loom/parallel/pipeline/generators.hpp"
+#include "loom/parallel/pipeline/gpt_chunks.hpp"
+#include "loom/parallel/tensor_parallel_gpt.hpp"
 
 namespace fs = std::filesystem;
 
@@ -56,7 +67,9 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"Generate text with a GPT from its safetensors weights, on one CPU rank"};
+  CLI::App app{
+      "Generate text with a GPT from its safetensors weights, on one CPU rank or split over "
+      "the ranks of a launch (--tp, --pp)"};
   std::string model_dir, weights, config_path, tokenizer_choice, prompt, prompt_ids;
   loom::models::GenerateOptions options;
   options.temperature = 0.8f;
@@ -82,6 +95,11 @@ int run(int argc, char** argv) {
   app.add_option("--seed", options.seed, "random seed of the sampler")->capture_default_str();
   app.add_flag("--ids", print_ids, "print token ids instead of text");
   app.add_flag("--stop-at-end", stop_at_end, "stop after an end-of-text token");
+  int tp = 1, pp = 1;
+  app.add_option("--tp", tp, "tensor-parallel ranks (they split every layer's heads and columns)")
+      ->capture_default_str();
+  app.add_option("--pp", pp, "pipeline stages (each holds consecutive blocks)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -136,30 +154,72 @@ int run(int argc, char** argv) {
   }
 
   loom::models::check_generate_inputs(config, ids, options);
-  loom::models::GPT gpt("", config);
-  const loom::checkpoint::WeightsReport report = loom::checkpoint::load_weights(weights_file, gpt);
-  std::fprintf(
-      stderr,
-      "loom-generate: %lld layers, d_model %lld, %lld heads, vocabulary %lld, window %lld; "
-      "%lld tensors from %s%s\n",
-      static_cast<long long>(config.layers), static_cast<long long>(config.d_model),
-      static_cast<long long>(config.heads), static_cast<long long>(config.vocab),
-      static_cast<long long>(config.seq_len), static_cast<long long>(report.tensors),
-      weights_file.string().c_str(), report.gpt2_layout ? " (GPT-2's layout)" : "");
+  // The layout, checked on every rank before any communication.
+  LOOM_CHECK(tp >= 1 && pp >= 1, "--tp ", tp, " and --pp ", pp, " must be at least 1");
+  loom::Context launch = loom::init();
+  LOOM_CHECK(launch.world()->size() == tp * pp, "--tp ", tp, " x --pp ", pp, " = ", tp * pp,
+             " ranks, but the launch has ", launch.world()->size(),
+             " (generation splits the model over every rank; there are no replicas)");
+  LOOM_CHECK(config.heads % tp == 0, "--tp ", tp, " does not divide the model's ", config.heads,
+             " heads (each rank holds whole heads)");
+  LOOM_CHECK(config.layers >= pp, "--pp ", pp, " is more stages than the model's ", config.layers,
+             " blocks");
+  const bool lead = launch.rank() == 0;
+  const loom::parallel::ParallelGroups groups = loom::parallel::make_parallel_groups(
+      launch.world(), loom::parallel::ParallelLayout(tp * pp, tp, pp));
+  const loom::parallel::TensorParallelGPTLayers tp_layers(groups.tp);
+  const loom::models::GPTLayerFactory& layers =
+      tp > 1 ? static_cast<const loom::models::GPTLayerFactory&>(tp_layers)
+             : loom::models::default_gpt_layers();
+  // One chunk per rank, placed as 1F1B places them (stage s on pp rank s), the
+  // blocks balanced by counted FLOPs; without --pp the whole model.
+  namespace pl = loom::parallel::pipeline;
+  std::optional<pl::Schedule> schedule;
+  pl::GPTChunks chunks;
+  std::unique_ptr<loom::models::GPT> whole;
+  loom::parallel::DistributedGPT split{.tp = tp > 1 ? &tp_layers : nullptr};
+  loom::checkpoint::WeightsReport report;
+  if (pp > 1) {
+    schedule = pl::make_schedule(pl::ScheduleKind::one_f_one_b, {.pp = pp, .micro_batches = pp});
+    chunks = pl::build_gpt_chunks(config, *schedule, groups.coord.pp, {}, layers);
+    split.schedule = &*schedule;
+    split.pp = groups.pp.get();
+    for (const auto& part : chunks.parts) {
+      report = loom::checkpoint::load_weights(weights_file, *part);
+      split.chunks.push_back(part.get());
+    }
+  } else {
+    whole = std::make_unique<loom::models::GPT>("", config, layers);
+    report = loom::checkpoint::load_weights(weights_file, *whole);
+    split.model = whole.get();
+  }
+  if (lead) {
+    std::fprintf(
+        stderr,
+        "loom-generate: %lld layers, d_model %lld, %lld heads, vocabulary %lld, window %lld; "
+        "weights from %s%s; %s\n",
+        static_cast<long long>(config.layers), static_cast<long long>(config.d_model),
+        static_cast<long long>(config.heads), static_cast<long long>(config.vocab),
+        static_cast<long long>(config.seq_len), weights_file.string().c_str(),
+        report.gpt2_layout ? " (GPT-2's layout)" : "",
+        tp * pp == 1 ? "one rank" : loom::str_cat("tp ", tp, " x pp ", pp, " ranks").c_str());
+  }
 
-  const bool text = tokenizer && !print_ids;
+  const bool text = lead && tokenizer && !print_ids;
   if (text) {
     for (const int32_t id : ids) {
       const std::string piece = tokenizer->decode(id);
       std::fwrite(piece.data(), 1, piece.size(), stdout);
     }
-  } else {
+  } else if (lead) {
     for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
   }
   std::fflush(stdout);
   const auto start = std::chrono::steady_clock::now();
   int64_t generated = 0;
-  loom::models::generate(gpt, ids, options, [&](int32_t id) {
+  const auto on_token = [&](int32_t id) {
+    ++generated;
+    if (!lead) return true;
     if (text) {
       const std::string piece = tokenizer->decode(id);
       std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -167,9 +227,14 @@ int run(int argc, char** argv) {
       std::printf(" %d", id);
     }
     std::fflush(stdout);
-    ++generated;
     return true;
-  });
+  };
+  if (tp * pp == 1) {
+    loom::models::generate(*whole, ids, options, on_token);
+  } else {
+    loom::parallel::generate(split, ids, options, on_token);
+  }
+  if (!lead) return 0;
   std::printf("\n");
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

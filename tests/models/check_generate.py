@@ -9,10 +9,12 @@ Hugging Face's tokenizers trains here), then checks:
     ids GPT-2's forward pass in numpy (float64, tests/support/gpt2_numpy.py)
     picks, and the text is the prompt and those tokens' bytes;
   - sampling: top-k 1 is greedy, a seed repeats its ids, another seed does not;
+  - under mpirun, the model split by --tp 2, --pp 2 and both draws the same
+    greedy ids; layouts the model or the launch cannot take are refused;
   - Loom's byte-level tokens (--tokenizer bytes) on a model of 257 ids;
   - bad input ends with a message naming it.
 
-  check_generate.py LOOM_GENERATE WORK_DIR
+  check_generate.py MPIRUN LOOM_GENERATE WORK_DIR
 """
 import json
 import os
@@ -101,7 +103,7 @@ def ids_of(tool, *args):
 
 
 def main():
-    tool, work = sys.argv[1], sys.argv[2]
+    mpirun, tool, work = sys.argv[1:4]
     os.makedirs(work, exist_ok=True)
 
     # A GPT-2 folder: weights, config.json and a tokenizer of ~300 ids.
@@ -137,6 +139,29 @@ def main():
     assert ids_of(tool, *sampled, "--temperature", "1.5", "--top-k", "0", "--seed", "2") != one
     assert one[:len(prompt_ids)] == prompt_ids and len(one) == len(prompt_ids) + 30
     print("top-k 1 is greedy; seed 1 repeats its ids, seed 2 draws others")
+
+    # The model split over ranks: each reads its slices of the weights, rank 0
+    # prints what every rank draws (parallel/generate.hpp).
+    # The 16-id prompt fills the window (every token reruns it); a 3-id one
+    # runs 13 tokens through the key/value caches before the window slides.
+    greedy_args = ["--model", folder, "--tokens", "30", "--temperature", "0"]
+    short_ids = reference.encode("def").ids
+    want_short, gap = greedy(params, config, short_ids, 30)
+    assert gap > 1e-4 and len(short_ids) < SEQ // 2
+    for ranks, layout in ((2, ["--tp", "2"]), (2, ["--pp", "2"]), (4, ["--tp", "2", "--pp", "2"])):
+        for text, expected in ((prompt, want), ("def", want_short)):
+            rc, out, err = run(mpirun, "-np", str(ranks), "--oversubscribe", tool, *greedy_args,
+                               "--prompt", text, *layout, "--ids")
+            assert rc == 0, err
+            split = [int(t) for t in out.split()]
+            assert split == expected, f"{' '.join(layout)}: {split[-30:]}, numpy {expected[-30:]}"
+        print(f"{' '.join(layout)}: numpy's greedy ids; " + err.strip().splitlines()[-1])
+    rc, _, err = run(mpirun, "-np", "3", "--oversubscribe", tool, *greedy_args, "--prompt", "a",
+                     "--tp", "3")
+    assert rc != 0 and "--tp 3 does not divide the model's 4 heads" in err, err
+    rc, _, err = run(tool, *greedy_args, "--prompt", "a", "--tp", "2")
+    assert rc == 1 and "--tp 2 x --pp 1 = 2 ranks, but the launch has 1" in err, err
+    print("a layout the model or the launch cannot take is refused, naming the numbers")
 
     # Loom's byte-level tokens: a model of 257 ids, weights named by --weights.
     byte_folder = os.path.join(work, "bytes")
