@@ -95,6 +95,10 @@ int run(int argc, char** argv) {
   app.add_option("--seed", options.seed, "random seed of the sampler")->capture_default_str();
   app.add_flag("--ids", print_ids, "print token ids instead of text");
   app.add_flag("--stop-at-end", stop_at_end, "stop after an end-of-text token");
+  bool no_cache = false;
+  app.add_flag("--no-cache", no_cache,
+               "rerun the window for every token instead of keeping keys and values (slower; "
+               "for comparison)");
   int tp = 1, pp = 1;
   app.add_option("--tp", tp, "tensor-parallel ranks (they split every layer's heads and columns)")
       ->capture_default_str();
@@ -153,6 +157,7 @@ int run(int argc, char** argv) {
     options.stop_token = end_of_text;
   }
 
+  options.use_cache = !no_cache;
   loom::models::check_generate_inputs(config, ids, options);
   // The layout, checked on every rank before any communication.
   LOOM_CHECK(tp >= 1 && pp >= 1, "--tp ", tp, " and --pp ", pp, " must be at least 1");

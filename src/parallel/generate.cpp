@@ -71,6 +71,20 @@ std::vector<float> share_row(const DistributedGPT& gpt, const models::GPTConfig&
   return out;
 }
 
+// A part's forward for generation: its embeddings (when it holds them) and
+// blocks over every row, and its head (when it holds it) over row `last`
+// alone, or over every row when `last` is -1.
+Tensor run_part(models::GPTPart& part, const Tensor& input, int64_t last) {
+  Tensor x = part.embeddings() != nullptr ? nn::infer(*part.embeddings(), input) : input;
+  x = nn::infer(part.blocks(), x);
+  if (part.head() == nullptr) return x;
+  if (last >= 0) {
+    const int64_t d = part.config().d_model;
+    x = x.flat_view(last * d, {1, 1, d});
+  }
+  return nn::infer(*part.head(), x);
+}
+
 Device device_of(const std::vector<models::GPTPart*>& parts) {
   return parts.front()->parameters().front()->value().device();
 }
@@ -115,13 +129,17 @@ std::vector<float> next_token_logits(const DistributedGPT& gpt, std::span<const 
   std::vector<int32_t> input_ids(window.begin(), window.end());
   input_ids.resize(static_cast<size_t>(padded), 0);
   const Tensor input = Tensor::from_vector(input_ids, {1, padded}, device);
-  const Tensor logits =
-      gpt.schedule != nullptr
-          ? pipeline::forward_through_stages(*gpt.schedule, *gpt.pp,
-                                             std::vector<nn::Module*>(parts.begin(), parts.end()),
-                                             input, device)
-          : nn::infer(*gpt.model, input);
-  return share_row(gpt, config, logits, length - 1, device);
+  // The head projects the last position alone, as on one rank; under SP
+  // each rank holds a slice of the positions, which the head gathers.
+  const int64_t last = sequence_parallel ? -1 : length - 1;
+  const auto run = [&](int stage, const Tensor& x) {
+    return run_part(*parts[static_cast<size_t>(stage)], x, last);
+  };
+  const Tensor logits = gpt.schedule != nullptr
+                            ? pipeline::forward_through_stages(*gpt.schedule, *gpt.pp, run,
+                                                               input, device)
+                            : run(0, input);
+  return share_row(gpt, config, logits, sequence_parallel ? length - 1 : 0, device);
 }
 
 std::vector<int32_t> generate(const DistributedGPT& gpt, std::vector<int32_t> prompt,
