@@ -99,6 +99,11 @@ int run(int argc, char** argv) {
   app.add_flag("--no-cache", no_cache,
                "rerun the window for every token instead of keeping keys and values (slower; "
                "for comparison)");
+  std::string precision = "fp32";
+  app.add_option("--precision", precision,
+                 "matrix products in fp32, bf16 or fp16 (weights stay as read, rounded for "
+                 "each product; docs/nn.md)")
+      ->capture_default_str();
   int tp = 1, pp = 1;
   app.add_option("--tp", tp, "tensor-parallel ranks (they split every layer's heads and columns)")
       ->capture_default_str();
@@ -135,6 +140,7 @@ int run(int argc, char** argv) {
       "--prompt needs a tokenizer (--tokenizer DIR or bytes); without one give --prompt-ids");
 
   loom::models::GPTConfig config = loom::checkpoint::read_gpt2_config(config_file);
+  config.module.precision = loom::nn::precision_from_string(precision);
   if (tokenizer) {
     LOOM_CHECK(tokenizer->vocab_size() <= config.vocab, "the tokenizer has ",
                tokenizer->vocab_size(), " ids but the model's vocabulary only ", config.vocab);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "loom/core/error.hpp"
+#include "loom/core/half.hpp"
 #include "loom/nn/evaluation.hpp"
 
 namespace loom::models {
@@ -20,6 +21,14 @@ namespace loom::models {
 // the window slides every position moves, the cache no longer holds, and the
 // generation loop reruns the window for each further token.
 //
+// Under reduced precision the modules round their operands as they do in
+// the model; the attention here follows NOTE [attention precision]: with
+// 16-bit q, k and v (c_attn writes them so under bf16) the scores and the
+// softmax are f32, the probabilities are rounded to 16 bits before P V and
+// the output once from its f32 sum, so the cached tokens see the numbers the
+// rerun window computes up to summation order and the exponential's last
+// bit.
+//
 // The modules may be tensor-parallel shards: c_attn then gives this rank's
 // heads' q, k and v (its width / 3 columns each, which fixes the heads it
 // holds), c_proj and the MLP's second product sum over tp, and the embeddings
@@ -28,6 +37,18 @@ namespace loom::models {
 // which one new row cannot be split into: no cache there.
 
 namespace {
+
+// `value` rounded to `dtype` (f32: as it is).
+float rounded_to(DType dtype, float value) {
+  switch (dtype) {
+    case DType::bf16:
+      return static_cast<float>(bfloat16(value));
+    case DType::f16:
+      return static_cast<float>(float16(value));
+    default:
+      return value;
+  }
+}
 
 nn::Module* child_named(nn::Module& parent, const std::string& name) {
   for (nn::Module* child : parent.children()) {
@@ -40,9 +61,7 @@ nn::Module* child_named(nn::Module& parent, const std::string& name) {
 
 std::optional<KvCache> KvCache::for_part(GPTPart& part) {
   const GPTConfig& config = part.config();
-  if (config.checkpoint_blocks || config.module.precision.reduced() ||
-      config.module.precision.activations != DType::f32 ||
-      part.parameters().front()->value().device() != Device::cpu()) {
+  if (config.checkpoint_blocks || part.parameters().front()->value().device() != Device::cpu()) {
     return std::nullopt;
   }
   KvCache cache;
@@ -95,7 +114,9 @@ Tensor KvCache::feed(const Tensor& input) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<float> attended, scores(static_cast<size_t>(total));
   for (Block& block : blocks_) {
-    const Tensor qkv = nn::infer(*block.c_attn, nn::infer(*block.ln_1, x)).to(DType::f32);
+    const Tensor qkv_out = nn::infer(*block.c_attn, nn::infer(*block.ln_1, x));
+    const DType rounding = qkv_out.dtype();  // what P and the output are rounded to
+    const Tensor qkv = qkv_out.to(DType::f32);
     // This rank's heads: all of them on one rank, heads / tp under tp.
     const int64_t width = qkv.size(2) / 3, heads = width / hd;
     LOOM_ASSERT(width * 3 == qkv.size(2) && heads * hd == width);
@@ -124,11 +145,14 @@ Tensor KvCache::feed(const Tensor& input) {
         for (int64_t t = 0; t < seen; ++t) sum += scores[t] = std::exp(scores[t] - top);
         float* out = attended.data() + r * width + head * hd;
         for (int64_t t = 0; t < seen; ++t) {
-          const float p = scores[t] / sum;
+          const float p = rounded_to(rounding, scores[t] / sum);
           const float* v = block.values.data() + t * width + head * hd;
           for (int64_t j = 0; j < hd; ++j) out[j] += p * v[j];
         }
       }
+    }
+    if (rounding != DType::f32) {
+      for (float& value : attended) value = rounded_to(rounding, value);
     }
     const Tensor y = nn::infer(*block.c_proj, Tensor::from_vector(attended, {1, n, width}));
     std::vector<float> sum = x.to_vector<float>();

@@ -18,8 +18,8 @@ class KvCache {
  public:
   // The cache for `part` (the whole GPT or a range of its blocks, with or
   // without the embeddings and the head), or nullopt where the part is not
-  // what the cache reads: checkpointed blocks, reduced precision, parameters
-  // off the host, embeddings that keep a slice of the tokens. A part without
+  // what the cache reads: checkpointed blocks, parameters off the host,
+  // embeddings that keep a slice of the tokens. A part without
   // the embeddings cannot tell whether its layers split the tokens (sequence
   // parallelism): the caller must not ask for a cache there.
   static std::optional<KvCache> for_part(GPTPart& part);

@@ -6,12 +6,14 @@
 //
 // Tolerance: the row-parallel layers and the vocabulary-parallel embedding sum
 // partial products over tp, another summation order than one rank's, so the
-// logits agree to 1e-5 of the row's largest magnitude; the ids drawn from them
-// (greedy and sampled at a fixed seed) are equal.
+// logits agree to 1e-5 of the row's largest magnitude (bf16 logits, rounded
+// to 8 bits of mantissa, to two units in their last place); the ids drawn
+// from them (greedy and sampled at a fixed seed) are equal.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "loom/models/gpt.hpp"
 #include "loom/models/gpt_generate.hpp"
 #include "loom/nn/evaluation.hpp"
+#include "loom/nn/precision.hpp"
 #include "loom/parallel/generate.hpp"
 #include "loom/parallel/layout.hpp"
 #include "loom/parallel/pipeline/generators.hpp"
@@ -38,9 +41,10 @@ namespace {
 // The tests' small GPT with 4 blocks (an interleaved pipeline of 2 x 2
 // chunks), dropout on (generation must switch it off) and 16 positions, so
 // that 20 new tokens slide the window.
-models::GPTConfig config() {
+models::GPTConfig config(const char* precision = "fp32") {
   models::GPTConfig c = test::small_gpt(32, 4);
   c.dropout = 0.1f;
+  c.module.precision = nn::precision_from_string(precision);
   return c;
 }
 
@@ -49,11 +53,12 @@ struct Layout {
   bool sequence_parallel = false;
   pl::ScheduleKind schedule = pl::ScheduleKind::one_f_one_b;
   int virtual_stages = 1;
+  const char* precision = "fp32";
 };
 
 std::string describe(const Layout& l) {
   return str_cat("dp ", l.dp, " tp ", l.tp, l.sequence_parallel ? " (SP)" : "", " pp ", l.pp, " ",
-                 pl::to_string(l.schedule), " v ", l.virtual_stages);
+                 pl::to_string(l.schedule), " v ", l.virtual_stages, " ", l.precision);
 }
 
 // Id sequences the logits are compared on: one id, a few, the whole window
@@ -101,15 +106,15 @@ uint64_t last_seq(comm::Communicator& group) {
 
 // One rank, the whole model: the logits at each probe's last position (the
 // whole window through nn::infer), and generate()'s ids.
-Result single_rank() {
-  models::GPT gpt("", config());
+Result single_rank(const char* precision) {
+  models::GPT gpt("", config(precision));
   gpt.set_training(false);
   Result r;
   for (const std::vector<int32_t>& ids : probes()) {
     const std::span<const int32_t> window = models::generation_window(ids, config().seq_len);
     const auto length = static_cast<int64_t>(window.size());
     const std::vector<float> all =
-        nn::infer(gpt, Tensor::from_vector(window, {1, length})).to_vector<float>();
+        nn::infer(gpt, Tensor::from_vector(window, {1, length})).to(DType::f32).to_vector<float>();
     r.logits.emplace_back(all.end() - config().vocab, all.end());
   }
   gpt.set_training(true);
@@ -133,12 +138,12 @@ Result run_rank(const Layout& l, comm::Communicator& world) {
   if (l.pp > 1) {
     schedule = pl::make_schedule(
         l.schedule, {.pp = l.pp, .micro_batches = l.pp, .virtual_stages = l.virtual_stages});
-    chunks = pl::build_gpt_chunks(config(), *schedule, groups.coord.pp, {}, layers);
+    chunks = pl::build_gpt_chunks(config(l.precision), *schedule, groups.coord.pp, {}, layers);
     gpt.schedule = &*schedule;
     gpt.pp = groups.pp.get();
     for (const auto& part : chunks.parts) gpt.chunks.push_back(part.get());
   } else {
-    whole = std::make_unique<models::GPT>("", config(), layers);
+    whole = std::make_unique<models::GPT>("", config(l.precision), layers);
     gpt.model = whole.get();
   }
   Result r;
@@ -166,23 +171,27 @@ Result run_rank(const Layout& l, comm::Communicator& world) {
   return r;
 }
 
-std::string compare_to_row(const std::vector<float>& got, const std::vector<float>& want) {
+std::string compare_to_row(const std::vector<float>& got, const std::vector<float>& want,
+                           double relative) {
   float magnitude = 0;
   for (const float v : want) magnitude = std::max(magnitude, std::abs(v));
   return test::out_of_tolerance(std::span<const float>(got), std::span<const float>(want),
-                                1e-5 * magnitude + 1e-12);
+                                relative * magnitude + 1e-12);
 }
 
 }  // namespace
 
 TEST_CASE("generation under tp, SP, pipelines and replicas draws one rank's ids on every rank",
           "[tp][generate]") {
-  const Result want = single_rank();
-  // Generation reads the model, so the one-rank ids must be worth comparing:
-  // the window slides and the draws are not one token repeated.
-  REQUIRE(want.greedy.size() == kPrompt.size() + 20);
-  REQUIRE(std::count(want.sampled.begin() + 3, want.sampled.end(), want.sampled.back()) < 20);
-  REQUIRE(want.sampled != want.greedy);
+  std::map<std::string, Result> single;
+  for (const char* precision : {"fp32", "bf16"}) {
+    const Result& want = single[precision] = single_rank(precision);
+    // Generation reads the model, so the one-rank ids must be worth comparing:
+    // the window slides and the draws are not one token repeated.
+    REQUIRE(want.greedy.size() == kPrompt.size() + 20);
+    REQUIRE(std::count(want.sampled.begin() + 3, want.sampled.end(), want.sampled.back()) < 20);
+    REQUIRE(want.sampled != want.greedy);
+  }
   const std::vector<Layout> layouts = {
       {.tp = 2},
       {.tp = 2, .sequence_parallel = true},
@@ -192,9 +201,15 @@ TEST_CASE("generation under tp, SP, pipelines and replicas draws one rank's ids 
       {.pp = 2, .schedule = pl::ScheduleKind::zb_v, .virtual_stages = 2},
       {.tp = 2, .pp = 2, .sequence_parallel = true},
       {.dp = 2, .tp = 2},
+      {.tp = 2, .precision = "bf16"},
+      {.tp = 2, .pp = 2, .precision = "bf16"},
   };
   for (const Layout& l : layouts) {
     INFO(describe(l));
+    const Result& want = single.at(l.precision);
+    // bf16 logits: up to two units in the last place of the largest where
+    // another summation order tips a rounding.
+    const double tolerance = std::string(l.precision) == "bf16" ? 2.0 / 128 : 1e-5;
     const int world = l.dp * l.tp * l.pp;
     std::vector<Result> got(static_cast<size_t>(world));
     comm::run_local_ranks(comm::make_local_group(world), [&](comm::Communicator& c) {
@@ -205,7 +220,7 @@ TEST_CASE("generation under tp, SP, pipelines and replicas draws one rank's ids 
       const Result& r = got[static_cast<size_t>(rank)];
       for (size_t p = 0; p < want.logits.size(); ++p) {
         INFO("probe of " << probes()[p].size() << " ids");
-        CHECK(compare_to_row(r.logits[p], want.logits[p]) == "");
+        CHECK(compare_to_row(r.logits[p], want.logits[p], tolerance) == "");
       }
       CHECK(r.greedy == want.greedy);
       CHECK(r.sampled == want.sampled);
