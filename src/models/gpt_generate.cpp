@@ -7,8 +7,6 @@
 #include <random>
 
 #include "loom/core/error.hpp"
-#include "loom/kernels/gemm.hpp"
-#include "loom/nn/evaluation.hpp"
 #include "models/kv_cache.hpp"
 
 namespace loom::models {
@@ -127,31 +125,12 @@ std::vector<int32_t> generate(GPTPart& model, std::vector<int32_t> prompt,
     }
     const std::span<const int32_t> window = generation_window(ids, config.seq_len);
     const auto length = static_cast<int64_t>(window.size());
-    const Tensor input = Tensor::from_vector(window, {1, length}, device);
-    // The head projects the last position alone: the only logits drawn from.
-    const Tensor x = nn::infer(model.blocks(), nn::infer(*model.embeddings(), input));
-    return nn::infer(*model.head(),
-                     x.flat_view((length - 1) * config.d_model, {1, 1, config.d_model}))
+    return generation_forward(model, Tensor::from_vector(window, {1, length}, device), length - 1)
         .to(DType::f32)
         .to_vector<float>();
   };
-  const bool was_training = model.training();
-  model.set_training(false);
-  // The weights stay as they are for the whole call: each is packed for the
-  // host GEMM once, not once per token (NOTE [packed weight reuse]).
-  int64_t weight_bytes = 0;
-  for (const nn::Parameter* p : model.parameters())
-    weight_bytes += static_cast<int64_t>(p->value().nbytes());
-  const kernels::PackedWeightScope packed(weight_bytes + weight_bytes / 4 + (int64_t{16} << 20));
-  try {
-    std::vector<int32_t> ids =
-        generate_with(next_logits, config, std::move(prompt), options, on_token);
-    model.set_training(was_training);
-    return ids;
-  } catch (...) {
-    model.set_training(was_training);
-    throw;
-  }
+  const GenerationScope scope({&model});
+  return generate_with(next_logits, config, std::move(prompt), options, on_token);
 }
 
 }  // namespace loom::models

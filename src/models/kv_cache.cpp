@@ -59,6 +59,34 @@ nn::Module* child_named(nn::Module& parent, const std::string& name) {
 
 }  // namespace
 
+Tensor generation_forward(GPTPart& part, const Tensor& input, int64_t last_row) {
+  Tensor x = part.embeddings() != nullptr ? nn::infer(*part.embeddings(), input) : input;
+  x = nn::infer(part.blocks(), x);
+  if (part.head() == nullptr) return x;
+  if (last_row >= 0) {
+    const int64_t d = part.config().d_model;
+    x = x.flat_view(last_row * d, {1, 1, d});
+  }
+  return nn::infer(*part.head(), x);
+}
+
+GenerationScope::GenerationScope(std::vector<nn::Module*> modules) : modules_(std::move(modules)) {
+  int64_t weight_bytes = 0;
+  for (nn::Module* module : modules_) {
+    was_training_.push_back(module->training());
+    module->set_training(false);
+    for (const nn::Parameter* p : module->parameters()) {
+      weight_bytes += static_cast<int64_t>(p->value().nbytes());
+    }
+  }
+  // Room for every weight packed (its f32 panels, or a 16-bit copy and its panels).
+  packed_.emplace(weight_bytes + weight_bytes / 4 + (int64_t{16} << 20));
+}
+
+GenerationScope::~GenerationScope() {
+  for (size_t i = 0; i < modules_.size(); ++i) modules_[i]->set_training(was_training_[i]);
+}
+
 std::optional<KvCache> KvCache::for_part(GPTPart& part) {
   const GPTConfig& config = part.config();
   if (config.checkpoint_blocks || part.parameters().front()->value().device() != Device::cpu()) {

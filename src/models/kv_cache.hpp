@@ -10,9 +10,34 @@
 #include <optional>
 #include <vector>
 
+#include "loom/kernels/gemm.hpp"
 #include "loom/models/gpt_parts.hpp"
 
 namespace loom::models {
+
+// A part's forward when no cache holds (the window rerun): its embeddings
+// (when it holds them) and blocks over every row, its head (when it holds
+// it) over row `last_row` alone, the only logits drawn from, or over every
+// row when last_row is -1 (sequence parallelism, whose head gathers the
+// rows).
+Tensor generation_forward(GPTPart& part, const Tensor& input, int64_t last_row);
+
+// What a generation call holds while it runs: the modules in evaluation mode
+// (no dropout), back in their own mode when it ends (or throws), and every
+// weight packed for the host GEMM once for the whole call (NOTE [packed
+// weight reuse] in loom/kernels/gemm.hpp), not once per token.
+class GenerationScope {
+ public:
+  explicit GenerationScope(std::vector<nn::Module*> modules);
+  ~GenerationScope();
+  GenerationScope(const GenerationScope&) = delete;
+  GenerationScope& operator=(const GenerationScope&) = delete;
+
+ private:
+  std::vector<nn::Module*> modules_;
+  std::vector<bool> was_training_;
+  std::optional<kernels::PackedWeightScope> packed_;
+};
 
 class KvCache {
  public:

@@ -5,8 +5,6 @@
 #include <algorithm>
 
 #include "loom/core/error.hpp"
-#include "loom/kernels/gemm.hpp"
-#include "loom/nn/evaluation.hpp"
 #include "loom/parallel/pipeline/forward_pass.hpp"
 #include "loom/parallel/vocab_parallel.hpp"
 #include "models/kv_cache.hpp"
@@ -71,20 +69,6 @@ std::vector<float> share_row(const DistributedGPT& gpt, const models::GPTConfig&
   return out;
 }
 
-// A part's forward for generation: its embeddings (when it holds them) and
-// blocks over every row, and its head (when it holds it) over row `last`
-// alone, or over every row when `last` is -1.
-Tensor run_part(models::GPTPart& part, const Tensor& input, int64_t last) {
-  Tensor x = part.embeddings() != nullptr ? nn::infer(*part.embeddings(), input) : input;
-  x = nn::infer(part.blocks(), x);
-  if (part.head() == nullptr) return x;
-  if (last >= 0) {
-    const int64_t d = part.config().d_model;
-    x = x.flat_view(last * d, {1, 1, d});
-  }
-  return nn::infer(*part.head(), x);
-}
-
 Device device_of(const std::vector<models::GPTPart*>& parts) {
   return parts.front()->parameters().front()->value().device();
 }
@@ -133,12 +117,11 @@ std::vector<float> next_token_logits(const DistributedGPT& gpt, std::span<const 
   // each rank holds a slice of the positions, which the head gathers.
   const int64_t last = sequence_parallel ? -1 : length - 1;
   const auto run = [&](int stage, const Tensor& x) {
-    return run_part(*parts[static_cast<size_t>(stage)], x, last);
+    return models::generation_forward(*parts[static_cast<size_t>(stage)], x, last);
   };
-  const Tensor logits = gpt.schedule != nullptr
-                            ? pipeline::forward_through_stages(*gpt.schedule, *gpt.pp, run,
-                                                               input, device)
-                            : run(0, input);
+  const Tensor logits = gpt.schedule != nullptr ? pipeline::forward_through_stages(
+                                                      *gpt.schedule, *gpt.pp, run, input, device)
+                                                : run(0, input);
   return share_row(gpt, config, logits, sequence_parallel ? length - 1 : 0, device);
 }
 
@@ -170,32 +153,8 @@ std::vector<int32_t> generate(const DistributedGPT& gpt, std::vector<int32_t> pr
     return share_row(gpt, config, logits, 0, device);
   };
 
-  std::vector<bool> was_training;
-  for (models::GPTPart* part : parts) {
-    was_training.push_back(part->training());
-    part->set_training(false);
-  }
-  const auto restore = [&] {
-    for (size_t i = 0; i < parts.size(); ++i) parts[i]->set_training(was_training[i]);
-  };
-  // Each weight packed for the host GEMM once for the whole call (NOTE
-  // [packed weight reuse]).
-  int64_t weight_bytes = 0;
-  for (models::GPTPart* part : parts) {
-    for (const nn::Parameter* p : part->parameters()) {
-      weight_bytes += static_cast<int64_t>(p->value().nbytes());
-    }
-  }
-  const kernels::PackedWeightScope packed(weight_bytes + weight_bytes / 4 + (int64_t{16} << 20));
-  try {
-    std::vector<int32_t> ids =
-        models::generate_with(next_logits, config, std::move(prompt), options, on_token);
-    restore();
-    return ids;
-  } catch (...) {
-    restore();
-    throw;
-  }
+  const models::GenerationScope scope(std::vector<nn::Module*>(parts.begin(), parts.end()));
+  return models::generate_with(next_logits, config, std::move(prompt), options, on_token);
 }
 
 }  // namespace loom::parallel
