@@ -102,9 +102,15 @@ std::optional<KvCache> KvCache::for_part(GPTPart& part) {
   const int64_t first = part.spec().first_block;
   for (int64_t i = 0; i < static_cast<int64_t>(blocks.size()); ++i) {
     const std::string h = str_cat(part.name().empty() ? "" : part.name() + ".", "h.", first + i);
-    nn::Module* attn_residual = child_named(*blocks[i], h + ".attn_residual");
+    // A wrapper of the same name (ZeRO stage 3's parallel::ShardedModule,
+    // whose parameters the caller has gathered) holds the block as its one child.
+    nn::Module* inner = blocks[i];
+    while (inner->children().size() == 1 && inner->children().front()->name() == inner->name()) {
+      inner = inner->children().front();
+    }
+    nn::Module* attn_residual = child_named(*inner, h + ".attn_residual");
     Block block;
-    block.mlp_residual = child_named(*blocks[i], h + ".mlp_residual");
+    block.mlp_residual = child_named(*inner, h + ".mlp_residual");
     if (attn_residual == nullptr || block.mlp_residual == nullptr ||
         attn_residual->children().size() != 1) {
       return std::nullopt;

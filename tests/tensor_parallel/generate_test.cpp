@@ -24,11 +24,15 @@
 #include "loom/models/gpt_generate.hpp"
 #include "loom/nn/evaluation.hpp"
 #include "loom/nn/precision.hpp"
+#include "loom/optim/sgd.hpp"
 #include "loom/parallel/generate.hpp"
 #include "loom/parallel/layout.hpp"
 #include "loom/parallel/pipeline/generators.hpp"
 #include "loom/parallel/pipeline/gpt_chunks.hpp"
+#include "loom/parallel/reduction.hpp"
+#include "loom/parallel/sharded_module.hpp"
 #include "loom/parallel/tensor_parallel_gpt.hpp"
+#include "loom/parallel/zero.hpp"
 #include "support/compare.hpp"
 #include "support/small_gpt.hpp"
 
@@ -54,11 +58,13 @@ struct Layout {
   pl::ScheduleKind schedule = pl::ScheduleKind::one_f_one_b;
   int virtual_stages = 1;
   const char* precision = "fp32";
+  int zero_stage = 0;  // 3: parameters sharded over dp at rest, gathered for generation
 };
 
 std::string describe(const Layout& l) {
   return str_cat("dp ", l.dp, " tp ", l.tp, l.sequence_parallel ? " (SP)" : "", " pp ", l.pp, " ",
-                 pl::to_string(l.schedule), " v ", l.virtual_stages, " ", l.precision);
+                 pl::to_string(l.schedule), " v ", l.virtual_stages, " ", l.precision, " ZeRO ",
+                 l.zero_stage);
 }
 
 // Id sequences the logits are compared on: one id, a few, the whole window
@@ -146,6 +152,21 @@ Result run_rank(const Layout& l, comm::Communicator& world) {
     whole = std::make_unique<models::GPT>("", config(l.precision), layers);
     gpt.model = whole.get();
   }
+  // ZeRO stage 3: every block and the whole (or each chunk) wrapped, the
+  // parameters shards at rest; generation runs on them gathered.
+  std::vector<parallel::ShardedModule*> units;
+  std::unique_ptr<parallel::ShardedModule> root;
+  if (l.zero_stage == 3 && l.pp > 1) units = chunks.shard_parameters();
+  if (l.zero_stage == 3 && l.pp == 1) {
+    units = parallel::shard_children(whole->blocks());
+    root = std::make_unique<parallel::ShardedModule>(*whole);
+    units.insert(units.begin(), root.get());
+  }
+  parallel::ZeroOptimizer zero(
+      l.pp > 1 ? chunks.parameters() : whole->parameters(), *groups.dp,
+      optim::SgdOptions{.lr = 0.1},
+      {.stage = l.zero_stage, .modules = units, .groups = parallel::reduction_groups(groups)});
+  zero.gather_parameters();
   Result r;
   for (models::GPTPart* part : gpt.chunks) part->set_training(false);
   if (whole) whole->set_training(false);
@@ -168,6 +189,7 @@ Result run_rank(const Layout& l, comm::Communicator& world) {
         bytes_after(*groups.tp, tp_seq) + bytes_after(*groups.pp, pp_seq);
   }
   r.training_after = whole ? whole->training() : gpt.chunks.front()->training();
+  zero.release_parameters();
   return r;
 }
 
@@ -203,6 +225,8 @@ TEST_CASE("generation under tp, SP, pipelines and replicas draws one rank's ids 
       {.dp = 2, .tp = 2},
       {.tp = 2, .precision = "bf16"},
       {.tp = 2, .pp = 2, .precision = "bf16"},
+      {.dp = 2, .tp = 2, .zero_stage = 3},
+      {.dp = 2, .pp = 2, .zero_stage = 3},
   };
   for (const Layout& l : layouts) {
     INFO(describe(l));
