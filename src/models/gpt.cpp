@@ -1,5 +1,6 @@
 #include "loom/models/gpt.hpp"
 
+#include <algorithm>
 #include <numeric>
 
 #include "loom/kernels/elementwise.hpp"
@@ -244,19 +245,21 @@ Tensor GPTEmbeddings::forward(const Tensor& ids, nn::Tape& tape) {
 }
 
 Tensor GPTEmbeddings::embed_at(const Tensor& ids, int64_t first_position) {
-  LOOM_CHECK(!splits_tokens(), "GPT '", name(),
-             "': a rank keeping a slice of the tokens (sequence parallelism) embeds whole "
-             "sequences only");
-  LOOM_CHECK(ids.dim() == 2, "GPT '", name(), "' takes token ids [batch, seq]; got ", ids.str());
-  LOOM_CHECK(first_position >= 0 && first_position + ids.size(1) <= seq_len_, "GPT '", name(),
-             "': positions ", first_position, " to ", first_position + ids.size(1) - 1,
-             " are not inside seq_len ", seq_len_);
-  const int64_t batch = ids.size(0), seq = ids.size(1);
-  std::vector<int32_t> at(static_cast<size_t>(batch * seq));
-  for (size_t i = 0; i < at.size(); ++i) {
-    at[i] = static_cast<int32_t>(first_position + static_cast<int64_t>(i) % seq);
+  LOOM_CHECK(ids.dim() == 2 && ids.size(0) == 1, "GPT '", name(),
+             "' embeds one sequence's ids [1, seq] at a position; got ", ids.str());
+  LOOM_CHECK(first_position >= 0 && first_position < seq_len_, "GPT '", name(), "': position ",
+             first_position, " is not inside seq_len ", seq_len_);
+  const int64_t seq = ids.size(1);
+  LOOM_CHECK(seq % slice_.count == 0, "GPT '", name(), "': ", seq, " ids are not divisible by the ",
+             slice_.count, " token slices (sequence parallelism: tp)");
+  // This rank's rows of the sequence and their positions.
+  const int64_t count = seq / slice_.count, first = slice_.index * count;
+  std::vector<int32_t> at(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    at[static_cast<size_t>(i)] =
+        static_cast<int32_t>(std::min(first_position + first + i, seq_len_ - 1));
   }
-  const Tensor positions = Tensor::from_vector(at, {batch, seq}, wpe_.weight().device());
+  const Tensor positions = Tensor::from_vector(at, {1, count}, wpe_.weight().device());
   Tensor x = nn::infer(*wte_, ids);
   kernels::add(x, nn::infer(wpe_, positions), x);
   return x;

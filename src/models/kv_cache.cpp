@@ -33,8 +33,16 @@ namespace loom::models {
 // heads' q, k and v (its width / 3 columns each, which fixes the heads it
 // holds), c_proj and the MLP's second product sum over tp, and the embeddings
 // and the head are vocabulary-parallel (the caller gathers the head's
-// columns). Under sequence parallelism every layer expects 1/tp of the rows,
-// which one new row cannot be split into: no cache there.
+// columns).
+//
+// Under sequence parallelism every layer outside the products takes 1/tp of
+// the rows: the caller pads the new rows to a multiple of tp (feed's
+// new_rows says how many are real), each rank's LayerNorms, residual adds
+// and MLP work on its slice, c_attn gathers every row for the rank's heads
+// (so each rank caches every position's keys and values of its heads),
+// c_proj reduce-scatters them back, and the head gathers the rows again.
+// Padding rows are neither cached nor attended from; whatever they compute
+// is dropped.
 
 namespace {
 
@@ -96,7 +104,7 @@ std::optional<KvCache> KvCache::for_part(GPTPart& part) {
   cache.part_ = &part;
   if (part.embeddings() != nullptr) {
     cache.embeddings_ = dynamic_cast<GPTEmbeddings*>(part.embeddings());
-    if (cache.embeddings_ == nullptr || cache.embeddings_->splits_tokens()) return std::nullopt;
+    if (cache.embeddings_ == nullptr) return std::nullopt;
   }
   const std::vector<nn::Module*> blocks = part.blocks().children();
   const int64_t first = part.spec().first_block;
@@ -127,15 +135,13 @@ std::optional<KvCache> KvCache::for_part(GPTPart& part) {
   return cache;
 }
 
-Tensor KvCache::feed(const Tensor& input) {
+Tensor KvCache::feed(const Tensor& input, int64_t new_rows) {
   const GPTConfig& config = part_->config();
   const int64_t d = config.d_model, hd = d / config.heads;
   Tensor x;
   if (embeddings_ != nullptr) {
     LOOM_CHECK(input.dim() == 2 && input.size(0) == 1,
-               "KvCache: ids [1, n] enter a part with the "
-               "embeddings; got ",
-               input.str());
+               "KvCache: ids [1, n] enter a part with the embeddings; got ", input.str());
     x = embeddings_->embed_at(input, length_);
   } else {
     LOOM_CHECK(input.dim() == 3 && input.size(0) == 1 && input.size(2) == d,
@@ -143,14 +149,18 @@ Tensor KvCache::feed(const Tensor& input) {
                input.str());
     x = input;
   }
-  const int64_t n = x.size(1), total = length_ + n;
-  LOOM_ASSERT(n >= 1 && total <= config.seq_len);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<float> attended, scores(static_cast<size_t>(total));
+  const int64_t rows = x.size(1);  // this rank's: 1/tp of the new rows under SP
+  std::vector<float> attended, scores;
+  int64_t n = new_rows;  // the new rows that are not padding
   for (Block& block : blocks_) {
+    // Under SP c_attn gathers the rows: every rank sees all of them, for its heads.
     const Tensor qkv_out = nn::infer(*block.c_attn, nn::infer(*block.ln_1, x));
     const DType rounding = qkv_out.dtype();  // what P and the output are rounded to
     const Tensor qkv = qkv_out.to(DType::f32);
+    const int64_t all = qkv.size(1);
+    if (n < 0) n = all;
+    LOOM_CHECK(n >= 1 && n <= all && length_ + n <= config.seq_len, "KvCache: ", n, " new rows of ",
+               all, " after ", length_, " do not fit seq_len ", config.seq_len);
     // This rank's heads: all of them on one rank, heads / tp under tp.
     const int64_t width = qkv.size(2) / 3, heads = width / hd;
     LOOM_ASSERT(width * 3 == qkv.size(2) && heads * hd == width);
@@ -161,8 +171,11 @@ Tensor KvCache::feed(const Tensor& input) {
       block.values.insert(block.values.end(), row + r * 3 * width + 2 * width,
                           row + (r + 1) * 3 * width);
     }
-    // Causal attention of each new row (position length_ + r) over positions 0 .. itself.
-    attended.assign(static_cast<size_t>(n * width), 0.0f);
+    // Causal attention of each new row (position length_ + r) over positions
+    // 0 .. itself; padding rows attend to nothing (zeros).
+    attended.assign(static_cast<size_t>(all * width), 0.0f);
+    scores.resize(static_cast<size_t>(length_ + n));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     for (int64_t r = 0; r < n; ++r) {
       const int64_t seen = length_ + r + 1;
       for (int64_t head = 0; head < heads; ++head) {
@@ -188,15 +201,24 @@ Tensor KvCache::feed(const Tensor& input) {
     if (rounding != DType::f32) {
       for (float& value : attended) value = rounded_to(rounding, value);
     }
-    const Tensor y = nn::infer(*block.c_proj, Tensor::from_vector(attended, {1, n, width}));
+    // Under SP c_proj reduce-scatters the rows back to this rank's.
+    const Tensor y = nn::infer(*block.c_proj, Tensor::from_vector(attended, {1, all, width}));
     std::vector<float> sum = x.to_vector<float>();
     const std::vector<float> branch = y.to_vector<float>();
     for (size_t i = 0; i < sum.size(); ++i) sum[i] += branch[i];
-    x = nn::infer(*block.mlp_residual, Tensor::from_vector(sum, {1, n, d}));
+    x = nn::infer(*block.mlp_residual, Tensor::from_vector(sum, {1, rows, d}));
   }
-  length_ = total;
+  if (n < 0) n = rows;  // a part without blocks
+  length_ += n;
   if (part_->head() == nullptr) return x;
-  return nn::infer(*part_->head(), x.flat_view((n - 1) * d, {1, 1, d})).to(DType::f32);
+  // The logits of the last new row: project it alone, or, where this rank
+  // holds a slice of the rows (SP), all of them (the head gathers them).
+  if (rows == n) {
+    return nn::infer(*part_->head(), x.flat_view((n - 1) * d, {1, 1, d})).to(DType::f32);
+  }
+  const Tensor logits = nn::infer(*part_->head(), x);
+  const int64_t columns = logits.size(2);
+  return logits.flat_view((n - 1) * columns, {1, 1, columns}).to(DType::f32);
 }
 
 }  // namespace loom::models

@@ -42,19 +42,20 @@ class GenerationScope {
 class KvCache {
  public:
   // The cache for `part` (the whole GPT or a range of its blocks, with or
-  // without the embeddings and the head), or nullopt where the part is not
-  // what the cache reads: checkpointed blocks, parameters off the host,
-  // embeddings that keep a slice of the tokens. A part without
-  // the embeddings cannot tell whether its layers split the tokens (sequence
-  // parallelism): the caller must not ask for a cache there.
+  // without the embeddings and the head, tensor-parallel with or without
+  // sequence parallelism), or nullopt where the part is not what the cache
+  // reads: checkpointed blocks, parameters off the host.
   static std::optional<KvCache> for_part(GPTPart& part);
 
   // The rows after those seen, through the part: their ids [1, n] when the
-  // part holds the embeddings, else their activations [1, n, d_model] from
-  // the part before. Returns their activations [1, n, d_model], or with the
-  // head the logits of the last of them, [1, 1, the head's columns], in f32.
-  // The rows seen and new together must fit seq_len.
-  Tensor feed(const Tensor& input);
+  // part holds the embeddings, else their activations from the part before
+  // ([1, n, d_model]; under SP this rank's [1, n / tp, d_model]). Under SP
+  // the caller pads the new ids to a multiple of tp and says in `new_rows`
+  // how many are real (-1: all of them). Returns the rows' activations as
+  // the next part takes them, or with the head the logits of the last real
+  // row, [1, 1, the head's columns], in f32. The rows seen and the real new
+  // ones together must fit seq_len.
+  Tensor feed(const Tensor& input, int64_t new_rows = -1);
 
   // Positions seen so far.
   int64_t length() const { return length_; }

@@ -78,9 +78,7 @@ Device device_of(const std::vector<models::GPTPart*>& parts) {
 // then reruns the window, as every rank must take the same path.
 std::vector<models::KvCache> caches_for(const DistributedGPT& gpt,
                                         const std::vector<models::GPTPart*>& parts) {
-  // Under SP every rank knows there is none.
   std::vector<models::KvCache> caches;
-  if (gpt.tp != nullptr && gpt.tp->options().sequence_parallel) return caches;
   for (models::GPTPart* part : parts) {
     std::optional<models::KvCache> cache = models::KvCache::for_part(*part);
     if (!cache) break;
@@ -132,6 +130,8 @@ std::vector<int32_t> generate(const DistributedGPT& gpt, std::vector<int32_t> pr
   const models::GPTConfig& config = parts.front()->config();
   models::check_generate_inputs(config, prompt, options);
   const Device device = device_of(parts);
+  const int tp = gpt.tp != nullptr ? gpt.tp->group()->size() : 1;
+  const bool sequence_parallel = gpt.tp != nullptr && gpt.tp->options().sequence_parallel;
   std::vector<models::KvCache> caches;
   if (options.use_cache) caches = caches_for(gpt, parts);
   // While the window starts at position 0: the new ids through the caches.
@@ -140,16 +140,18 @@ std::vector<int32_t> generate(const DistributedGPT& gpt, std::vector<int32_t> pr
       return next_token_logits(gpt, ids);
     }
     const std::span<const int32_t> added = ids.subspan(static_cast<size_t>(caches[0].length()));
+    // Under SP the new ids padded to a multiple of tp (the cache drops the padding).
+    const auto rows = static_cast<int64_t>(added.size());
+    std::vector<int32_t> input_ids(added.begin(), added.end());
+    input_ids.resize(static_cast<size_t>(sequence_parallel ? (rows + tp - 1) / tp * tp : rows), 0);
     const Tensor input =
-        Tensor::from_vector(added, {1, static_cast<int64_t>(added.size())}, device);
-    const Tensor logits = gpt.schedule != nullptr
-                              ? pipeline::forward_through_stages(
-                                    *gpt.schedule, *gpt.pp,
-                                    [&](int stage, const Tensor& x) {
-                                      return caches[static_cast<size_t>(stage)].feed(x);
-                                    },
-                                    input, device)
-                              : caches[0].feed(input);
+        Tensor::from_vector(input_ids, {1, static_cast<int64_t>(input_ids.size())}, device);
+    const auto run = [&](int stage, const Tensor& x) {
+      return caches[static_cast<size_t>(stage)].feed(x, rows);
+    };
+    const Tensor logits = gpt.schedule != nullptr ? pipeline::forward_through_stages(
+                                                        *gpt.schedule, *gpt.pp, run, input, device)
+                                                  : run(0, input);
     return share_row(gpt, config, logits, 0, device);
   };
 

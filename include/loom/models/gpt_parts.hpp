@@ -121,9 +121,10 @@ class GPTEmbeddings : public GPTEnd {
   // ids [B, T] (i32/i64, T <= seq_len) -> [B, T / slice.count, d_model].
   Tensor forward(const Tensor& ids, nn::Tape& tape) override;
   // Inference on rows that do not start at position 0 (cached generation,
-  // NOTE [cached generation]): ids [B, T] at positions first_position ..
-  // first_position + T - 1 (at most seq_len) -> [B, T, d_model], no dropout.
-  // Throws when this rank keeps a slice of the tokens (sequence parallelism).
+  // NOTE [cached generation]): ids [1, T] at positions first_position ..
+  // first_position + T - 1 -> [1, T / slice.count, d_model] (this rank's
+  // slice of the rows), no dropout. Positions past seq_len - 1 (padding rows
+  // under sequence parallelism) take the last position's embedding.
   Tensor embed_at(const Tensor& ids, int64_t first_position);
   // Whether this rank keeps only a slice of each batch's tokens (sequence parallelism).
   bool splits_tokens() const { return slice_.count > 1; }

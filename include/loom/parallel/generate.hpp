@@ -15,10 +15,10 @@
 // Data-parallel replicas each run their own copy (the same ids); collectives
 // of other groups must not interleave with the call. Each rank's parts keep
 // a key/value cache of their heads (NOTE [cached generation]), so a new token
-// crosses the stages as one row, while the context fits the window; under
-// sequence parallelism, whose layers take 1/tp of the rows, every token
-// reruns the window, padded on the right to a multiple of tp (causal
-// attention keeps the padding from the positions read).
+// crosses the stages as one row (tp rows under sequence parallelism, the
+// padding dropped) while the context fits the window; once it slides every
+// token reruns the window (under SP padded on the right to a multiple of tp,
+// which causal attention keeps from the positions read).
 #pragma once
 
 #include <cstdint>
