@@ -58,6 +58,21 @@ float rounded_to(DType dtype, float value) {
   }
 }
 
+// q . k over n floats, summed in 16 independent lanes, which the compiler
+// vectorises (one running sum it may not reorder), then across the lanes.
+float dot(const float* q, const float* k, int64_t n) {
+  constexpr int kLanes = 16;
+  float lanes[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) lanes[l] += q[j + l] * k[j + l];
+  }
+  float sum = 0;
+  for (; j < n; ++j) sum += q[j] * k[j];
+  for (const float lane : lanes) sum += lane;
+  return sum;
+}
+
 nn::Module* child_named(nn::Module& parent, const std::string& name) {
   for (nn::Module* child : parent.children()) {
     if (child->name() == name) return child;
@@ -182,10 +197,7 @@ Tensor KvCache::feed(const Tensor& input, int64_t new_rows) {
         const float* q = row + r * 3 * width + head * hd;
         float top = -INFINITY;
         for (int64_t t = 0; t < seen; ++t) {
-          const float* k = block.keys.data() + t * width + head * hd;
-          float dot = 0;
-          for (int64_t j = 0; j < hd; ++j) dot += q[j] * k[j];
-          scores[t] = dot * scale;
+          scores[t] = dot(q, block.keys.data() + t * width + head * hd, hd) * scale;
           top = std::max(top, scores[t]);
         }
         float sum = 0;

@@ -260,20 +260,42 @@ TEST_CASE("generation under tp, SP, pipelines and replicas draws one rank's ids 
 
 TEST_CASE("distributed generation refuses a bad model or prompt before communicating",
           "[tp][generate]") {
+  // Each rank's error texts, asserted after the ranks joined (Catch2 is not
+  // thread-safe), and the ids of a real call made after the refusals.
+  struct Seen {
+    std::vector<std::string> errors;
+    std::vector<int32_t> ids;
+  };
+  std::vector<Seen> seen(2);
   comm::run_local_ranks(comm::make_local_group(2), [&](comm::Communicator& c) {
     const parallel::ParallelGroups groups = parallel::make_parallel_groups(
         c.shared_from_this(), parallel::ParallelLayout(c.size(), 2, 1));
     parallel::TensorParallelGPTLayers tp_layers(groups.tp);
     models::GPT gpt("", config(), tp_layers);
-    CHECK_THROWS_WITH(parallel::generate(parallel::DistributedGPT{}, kPrompt, kGreedy),
-                      Contains("either the whole model or a pipeline"));
     const parallel::DistributedGPT split{.model = &gpt, .tp = &tp_layers};
-    CHECK_THROWS_WITH(parallel::generate(split, {3, 61}, kGreedy),
-                      Contains("prompt token 1 is 61, outside the vocabulary [0, 61)"));
-    CHECK_THROWS_WITH(parallel::generate(split, kPrompt, {.top_k = 62}),
-                      Contains("top_k 62 is not in [0, 61]"));
+    Seen& mine = seen[static_cast<size_t>(c.rank())];
+    const auto refused = [&](const parallel::DistributedGPT& model,
+                             const std::vector<int32_t>& prompt,
+                             const models::GenerateOptions& options) {
+      try {
+        parallel::generate(model, prompt, options);
+        mine.errors.push_back("(no error)");
+      } catch (const Error& e) {
+        mine.errors.push_back(e.what());
+      }
+    };
+    refused(parallel::DistributedGPT{}, kPrompt, kGreedy);
+    refused(split, {3, 61}, kGreedy);
+    refused(split, kPrompt, {.top_k = 62});
     // Still in step after the refusals: a real call agrees.
-    CHECK(parallel::generate(split, kPrompt, {.max_new_tokens = 2, .temperature = 0.0f}).size() ==
-          5);
+    mine.ids = parallel::generate(split, kPrompt, {.max_new_tokens = 2, .temperature = 0.0f});
   });
+  for (const Seen& rank : seen) {
+    REQUIRE(rank.errors.size() == 3);
+    CHECK_THAT(rank.errors[0], Contains("either the whole model or a pipeline"));
+    CHECK_THAT(rank.errors[1], Contains("prompt token 1 is 61, outside the vocabulary [0, 61)"));
+    CHECK_THAT(rank.errors[2], Contains("top_k 62 is not in [0, 61]"));
+    CHECK(rank.ids.size() == 5);
+  }
+  CHECK(seen[0].ids == seen[1].ids);
 }
