@@ -17,7 +17,8 @@ namespace loom::models {
 // attention, its own query against the keys and values of every position so
 // far, which appending tokens does not change. KvCache keeps those keys and
 // values per block and runs the part's own modules on the new rows alone;
-// the attention over the cache is computed here, in f32 on the host. Once
+// the first rows (the prompt) go through the part's own attention too, later
+// ones attend over the cache here, in f32 on the host. Once
 // the window slides every position moves, the cache no longer holds, and the
 // generation loop reruns the window for each further token.
 //
@@ -142,7 +143,10 @@ std::optional<KvCache> KvCache::for_part(GPTPart& part) {
     block.ln_1 = child_named(branch, h + ".ln_1");
     block.c_attn = child_named(branch, h + ".attn.c_attn");
     block.c_proj = child_named(branch, h + ".attn.c_proj");
-    if (block.ln_1 == nullptr || block.c_attn == nullptr || block.c_proj == nullptr) {
+    block.core = child_named(branch, h + ".attn.core");
+    if (block.core == nullptr) block.core = child_named(branch, h + ".attn.core.checkpoint");
+    if (block.ln_1 == nullptr || block.c_attn == nullptr || block.core == nullptr ||
+        block.c_proj == nullptr) {
       return std::nullopt;
     }
     cache.blocks_.push_back(std::move(block));
@@ -186,35 +190,44 @@ Tensor KvCache::feed(const Tensor& input, int64_t new_rows) {
       block.values.insert(block.values.end(), row + r * 3 * width + 2 * width,
                           row + (r + 1) * 3 * width);
     }
-    // Causal attention of each new row (position length_ + r) over positions
-    // 0 .. itself; padding rows attend to nothing (zeros).
-    attended.assign(static_cast<size_t>(all * width), 0.0f);
-    scores.resize(static_cast<size_t>(length_ + n));
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    for (int64_t r = 0; r < n; ++r) {
-      const int64_t seen = length_ + r + 1;
-      for (int64_t head = 0; head < heads; ++head) {
-        const float* q = row + r * 3 * width + head * hd;
-        float top = -INFINITY;
-        for (int64_t t = 0; t < seen; ++t) {
-          scores[t] = dot(q, block.keys.data() + t * width + head * hd, hd) * scale;
-          top = std::max(top, scores[t]);
-        }
-        float sum = 0;
-        for (int64_t t = 0; t < seen; ++t) sum += scores[t] = std::exp(scores[t] - top);
-        float* out = attended.data() + r * width + head * hd;
-        for (int64_t t = 0; t < seen; ++t) {
-          const float p = rounded_to(rounding, scores[t] / sum);
-          const float* v = block.values.data() + t * width + head * hd;
-          for (int64_t j = 0; j < hd; ++j) out[j] += p * v[j];
+    Tensor attention;
+    if (length_ == 0) {
+      // The first rows (the prompt): the model's own attention over them, as
+      // the rerun window computes it (padding rows come last, so causal
+      // attention keeps them from the real ones).
+      attention = nn::infer(*block.core, qkv_out);
+    } else {
+      // Each new row (position length_ + r) over positions 0 .. itself;
+      // padding rows attend to nothing (zeros).
+      attended.assign(static_cast<size_t>(all * width), 0.0f);
+      scores.resize(static_cast<size_t>(length_ + n));
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t seen = length_ + r + 1;
+        for (int64_t head = 0; head < heads; ++head) {
+          const float* q = row + r * 3 * width + head * hd;
+          float top = -INFINITY;
+          for (int64_t t = 0; t < seen; ++t) {
+            scores[t] = dot(q, block.keys.data() + t * width + head * hd, hd) * scale;
+            top = std::max(top, scores[t]);
+          }
+          float sum = 0;
+          for (int64_t t = 0; t < seen; ++t) sum += scores[t] = std::exp(scores[t] - top);
+          float* out = attended.data() + r * width + head * hd;
+          for (int64_t t = 0; t < seen; ++t) {
+            const float p = rounded_to(rounding, scores[t] / sum);
+            const float* v = block.values.data() + t * width + head * hd;
+            for (int64_t j = 0; j < hd; ++j) out[j] += p * v[j];
+          }
         }
       }
-    }
-    if (rounding != DType::f32) {
-      for (float& value : attended) value = rounded_to(rounding, value);
+      if (rounding != DType::f32) {
+        for (float& value : attended) value = rounded_to(rounding, value);
+      }
+      attention = Tensor::from_vector(attended, {1, all, width});
     }
     // Under SP c_proj reduce-scatters the rows back to this rank's.
-    const Tensor y = nn::infer(*block.c_proj, Tensor::from_vector(attended, {1, all, width}));
+    const Tensor y = nn::infer(*block.c_proj, attention);
     std::vector<float> sum = x.to_vector<float>();
     const std::vector<float> branch = y.to_vector<float>();
     for (size_t i = 0; i < sum.size(); ++i) sum[i] += branch[i];

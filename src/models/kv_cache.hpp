@@ -64,6 +64,7 @@ class KvCache {
   struct Block {
     nn::Module* ln_1 = nullptr;
     nn::Module* c_attn = nullptr;
+    nn::Module* core = nullptr;  // the causal attention (for the first rows)
     nn::Module* c_proj = nullptr;
     nn::Module* mlp_residual = nullptr;
     // [length, width]: this rank's heads side by side (width d_model / tp)
