@@ -68,7 +68,7 @@ set_tests_properties(examples.train_gpt_llmc_tokens PROPERTIES TIMEOUT 300 PROCE
 # with ZeRO-3, tp 2 with SP and pp 2.
 add_test(NAME examples.train_gpt_sample
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/models/check_train_gpt_sample.py
-                 ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_gpt>
+                 ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_gpt> $<TARGET_FILE:loom-generate>
                  ${CMAKE_CURRENT_BINARY_DIR}/train_gpt_sample)
 set_tests_properties(examples.train_gpt_sample PROPERTIES TIMEOUT 300 PROCESSORS 2
                      LABELS "examples;mpi;models" ENVIRONMENT "${LOOM_MPI_TEST_ENV}")

@@ -8,11 +8,15 @@
 //   loom-generate --weights ckpt.safetensors --tokenizer bytes --prompt "def " --temperature 0
 //   loom-generate --weights small.safetensors --prompt-ids 1,2,3 --ids
 //   mpirun -np 4 loom-generate --model gpt2/ --tp 2 --pp 2 --prompt "Hello"
+//   mpirun -np 2 loom-generate --checkpoint ckpt/ --tp 2 --tokenizer bytes --prompt "def "
 //
 // --model DIR reads DIR/model.safetensors and DIR/config.json, and the
 // tokenizer in DIR when it has one (vocab.json and merges.txt): the folder
 // layout of Hugging Face's GPT-2. --weights FILE reads FILE and the
-// config.json beside it (or --config). --tokenizer DIR|bytes chooses the
+// config.json beside it (or --config). --checkpoint DIR reads a distributed
+// checkpoint (train_gpt --checkpoint-dir's newest complete step, or one step's
+// folder) saved under any layout, each rank its slices, the model's sizes
+// from the checkpoint's info. --tokenizer DIR|bytes chooses the
 // tokenizer: GPT-2's BPE files in DIR, or Loom's byte-level one (what
 // train_gpt's text corpus uses: ids 0-255 are bytes, 256 ends a document).
 // Without a tokenizer, prompts and output are ids. The text goes to standard
@@ -70,7 +74,7 @@ int run(int argc, char** argv) {
   CLI::App app{
       "Generate text with a GPT from its safetensors weights, on one CPU rank or split over "
       "the ranks of a launch (--tp, --pp)"};
-  std::string model_dir, weights, config_path, tokenizer_choice, prompt, prompt_ids;
+  std::string model_dir, weights, checkpoint_dir, config_path, tokenizer_choice, prompt, prompt_ids;
   loom::models::GenerateOptions options;
   options.temperature = 0.8f;
   options.top_k = 40;
@@ -79,8 +83,14 @@ int run(int argc, char** argv) {
   auto* model_option =
       app.add_option("--model", model_dir,
                      "folder with model.safetensors and config.json (and vocab.json, merges.txt)");
-  app.add_option("--weights", weights, "safetensors file of whole tensors (GPT-2 names)")
-      ->excludes(model_option);
+  auto* weights_option =
+      app.add_option("--weights", weights, "safetensors file of whole tensors (GPT-2 names)")
+          ->excludes(model_option);
+  app.add_option("--checkpoint", checkpoint_dir,
+                 "a distributed checkpoint (train_gpt --checkpoint-dir, its newest complete step, "
+                 "or one step's folder), saved under any layout")
+      ->excludes(model_option)
+      ->excludes(weights_option);
   app.add_option("--config", config_path, "config.json (default: beside the weights)");
   app.add_option("--tokenizer", tokenizer_choice,
                  "folder with GPT-2's vocab.json and merges.txt, or 'bytes'");
@@ -115,15 +125,29 @@ int run(int argc, char** argv) {
     return app.exit(e);
   }
 
-  LOOM_CHECK(!model_dir.empty() || !weights.empty(), "give --model DIR or --weights FILE");
+  LOOM_CHECK(!model_dir.empty() || !weights.empty() || !checkpoint_dir.empty(),
+             "give --model DIR, --weights FILE or --checkpoint DIR");
+  // A checkpoint: its newest complete step (or the step folder given), whose
+  // saved info holds the model's sizes.
+  std::optional<fs::path> step_dir;
+  if (!checkpoint_dir.empty()) {
+    step_dir = fs::exists(fs::path(checkpoint_dir) / "manifest.json")
+                   ? std::optional<fs::path>(checkpoint_dir)
+                   : loom::checkpoint::latest_checkpoint(checkpoint_dir);
+    LOOM_CHECK(step_dir, "--checkpoint ", checkpoint_dir,
+               ": no complete checkpoint there (a step folder with its manifest.json, or a "
+               "folder of them)");
+  }
   const fs::path weights_file =
       model_dir.empty() ? fs::path(weights) : fs::path(model_dir) / "model.safetensors";
   const fs::path config_file =
       !config_path.empty() ? fs::path(config_path) : weights_file.parent_path() / "config.json";
-  LOOM_CHECK(fs::exists(weights_file), "weights file ", weights_file.string(), " does not exist");
-  LOOM_CHECK(fs::exists(config_file), "config ", config_file.string(),
-             " does not exist: the model's sizes come from Hugging Face's config.json (`loom-ckpt "
-             "consolidate --gpt2` writes it beside the weights), or give --config");
+  if (!step_dir) {
+    LOOM_CHECK(fs::exists(weights_file), "weights file ", weights_file.string(), " does not exist");
+    LOOM_CHECK(fs::exists(config_file), "config ", config_file.string(),
+               " does not exist: the model's sizes come from Hugging Face's config.json "
+               "(`loom-ckpt consolidate --gpt2` writes it beside the weights), or give --config");
+  }
 
   std::optional<loom::data::TextTokens> tokenizer;  // none: ids in and out
   if (tokenizer_choice == "bytes") {
@@ -139,7 +163,16 @@ int run(int argc, char** argv) {
       prompt.empty() || tokenizer,
       "--prompt needs a tokenizer (--tokenizer DIR or bytes); without one give --prompt-ids");
 
-  loom::models::GPTConfig config = loom::checkpoint::read_gpt2_config(config_file);
+  loom::models::GPTConfig config;
+  if (step_dir && config_path.empty()) {
+    const loom::checkpoint::CheckpointReader reader(*step_dir);
+    const std::optional<std::string> json = loom::checkpoint::gpt2_config_json(reader.state().info);
+    LOOM_CHECK(json, "--checkpoint ", step_dir->string(),
+               ": it does not record the model's sizes (train_gpt records them); give --config");
+    config = loom::checkpoint::parse_gpt2_config(*json, "checkpoint " + step_dir->string());
+  } else {
+    config = loom::checkpoint::read_gpt2_config(config_file);
+  }
   config.module.precision = loom::nn::precision_from_string(precision);
   if (tokenizer) {
     LOOM_CHECK(tokenizer->vocab_size() <= config.vocab, "the tokenizer has ",
@@ -195,24 +228,32 @@ int run(int argc, char** argv) {
     chunks = pl::build_gpt_chunks(config, *schedule, groups.coord.pp, {}, layers);
     split.schedule = &*schedule;
     split.pp = groups.pp.get();
-    for (const auto& part : chunks.parts) {
-      report = loom::checkpoint::load_weights(weights_file, *part);
-      split.chunks.push_back(part.get());
-    }
+    for (const auto& part : chunks.parts) split.chunks.push_back(part.get());
   } else {
     whole = std::make_unique<loom::models::GPT>("", config, layers);
-    report = loom::checkpoint::load_weights(weights_file, *whole);
     split.model = whole.get();
   }
+  // Each rank's slices of the weights.
+  std::vector<loom::models::GPTPart*> parts = split.chunks;
+  if (whole) parts = {whole.get()};
+  for (loom::models::GPTPart* part : parts) {
+    if (step_dir) {
+      loom::checkpoint::load_checkpoint_weights(*step_dir, *part);
+    } else {
+      report = loom::checkpoint::load_weights(weights_file, *part);
+    }
+  }
+  const std::string source =
+      step_dir ? "checkpoint " + step_dir->string()
+               : weights_file.string() + (report.gpt2_layout ? " (GPT-2's layout)" : "");
   if (lead) {
     std::fprintf(
         stderr,
         "loom-generate: %lld layers, d_model %lld, %lld heads, vocabulary %lld, window %lld; "
-        "weights from %s%s; %s\n",
+        "weights from %s; %s\n",
         static_cast<long long>(config.layers), static_cast<long long>(config.d_model),
         static_cast<long long>(config.heads), static_cast<long long>(config.vocab),
-        static_cast<long long>(config.seq_len), weights_file.string().c_str(),
-        report.gpt2_layout ? " (GPT-2's layout)" : "",
+        static_cast<long long>(config.seq_len), source.c_str(),
         tp * pp == 1 ? "one rank" : loom::str_cat("tp ", tp, " x pp ", pp, " ranks").c_str());
   }
 

@@ -286,6 +286,33 @@ TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::Z
   return state;
 }
 
+TrainingState load_checkpoint_weights(const std::filesystem::path& step_dir, nn::Module& model) {
+  const CheckpointReader reader(step_dir);
+  const CheckpointReader::Impl& c = reader.impl();
+  const std::vector<nn::Parameter*> params = model.parameters();
+  for (const nn::Parameter* p : params) {
+    LOOM_CHECK(c.by_param.count(p->name()) > 0, "checkpoint ", step_dir, ": parameter '",
+               p->name(), "' of the model is in no file (a checkpoint of another model?)");
+    const Shape saved = c.params.at(p->name()).global_shape;
+    const Shape wanted = Layout{p->shape(), p->placement()}.model_shape();
+    LOOM_CHECK(saved == wanted, "checkpoint ", step_dir, ": parameter '", p->name(),
+               "' was saved as ", shape_str(saved), " where the model needs ", shape_str(wanted),
+               ": the model's sizes (vocabulary, layers, width, sequence) must be the run's");
+  }
+  for (nn::Parameter* p : params) {
+    const std::vector<const on_disk::Record*>& records = c.by_param.at(p->name());
+    // NOTE [master records]: an f32 model takes the precise weights.
+    const std::vector<std::string>& kinds = c.params.at(p->name()).kinds;
+    const bool saved_master = std::find(kinds.begin(), kinds.end(), kMaster) != kinds.end();
+    const std::string kind = p->dtype() == DType::f32 && saved_master ? kMaster : "value";
+    copy_into(on_disk::read_local(records, p->name(), kind, Layout{p->shape(), p->placement()}, 0,
+                                  p->numel()),
+              p->value());
+    for (const on_disk::Record* r : records) r->release();
+  }
+  return c.state;
+}
+
 TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::ZeroOptimizer& zero,
                               int dp_rank, comm::Communicator& world) {
   return load_agreed(world, str_cat("checkpoint ", step_dir),

@@ -114,9 +114,13 @@ models::GPTConfig read_gpt2_config(const std::filesystem::path& path) {
   const std::string where = str_cat("GPT-2 config ", path.string());
   std::ifstream in(path, std::ios::binary);
   LOOM_CHECK(in, where, ": cannot open it");
+  return parse_gpt2_config(std::string(std::istreambuf_iterator<char>(in), {}), where);
+}
+
+models::GPTConfig parse_gpt2_config(const std::string& text, const std::string& where) {
   nlohmann::json json;
   try {
-    json = nlohmann::json::parse(std::string(std::istreambuf_iterator<char>(in), {}));
+    json = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw Error(str_cat(where, ": not JSON: ", e.what()));
   }

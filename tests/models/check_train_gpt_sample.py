@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """train_gpt --sample-tokens: the trained model's text at the end of a run.
 
-  check_train_gpt_sample.py MPIRUN TRAIN_GPT WORK_DIR
+  check_train_gpt_sample.py MPIRUN TRAIN_GPT LOOM_GENERATE WORK_DIR
 
 On Loom's byte-level corpus, a small GPT trains 400 steps and writes 40
 greedy tokens after "def ": the sample starts with the prompt, holds 40
@@ -9,7 +9,8 @@ tokens' bytes, and is the same in a second run; dp 2 with ZeRO-3 (whose
 parameters are shards at rest, gathered for the sample) on the same global
 batch writes the same text as one rank. Models split by tp 2 with sequence
 parallelism, pp 2 (1F1B) and tp 2 x pp 2 (interleaved) draw on every rank
-(parallel/generate.hpp) the text one rank draws from their final checkpoint. A sampled run (temperature 1) differs
+(parallel/generate.hpp) the text one rank draws from their final checkpoint,
+and loom-generate --checkpoint writes it too under yet another layout. A sampled run (temperature 1) differs
 from the greedy one and repeats itself. --sample-prompt with an llm.c file of
 GPT-2 tokens and no --tokenizer is refused, naming the file.
 """
@@ -43,7 +44,7 @@ def sample_of(stdout):
 
 
 def main():
-    mpirun, program, work = sys.argv[1:4]
+    mpirun, program, generate, work = sys.argv[1:5]
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     tokens = os.path.join(work, "python_stdlib.tokens")
@@ -65,11 +66,11 @@ def main():
     # another layout drift from one rank's by rounding, so the split run's
     # sample is compared with one rank's from the same weights: its final
     # checkpoint, resumed on one rank with no step left to run.
-    for ranks, layers, layout in (
-            (2, "2", ["--tp", "2", "--sequence-parallel"]),
-            (2, "2", ["--pp", "2", "--schedule", "1f1b", "--micro-batches", "2"]),
+    for ranks, layers, layout, other in (
+            (2, "2", ["--tp", "2", "--sequence-parallel"], ["--pp", "2"]),
+            (2, "2", ["--pp", "2", "--schedule", "1f1b", "--micro-batches", "2"], ["--tp", "2"]),
             (4, "4", ["--tp", "2", "--pp", "2", "--schedule", "interleaved", "--virtual-stages",
-                      "2", "--micro-batches", "2"])):
+                      "2", "--micro-batches", "2"], [])):
         model = [layers if previous == "--layers" else a for previous, a in zip([""] + common, common)]
         where = os.path.join(work, "checkpoints_" + "_".join(a.strip("-") for a in layout))
         saved = ["--checkpoint-dir", where, "--save-every", "400"]
@@ -79,7 +80,24 @@ def main():
         resumed = sample_of(run([program, "--batch", "8", *model, *greedy, "--checkpoint-dir",
                                  where, "--resume"])[0])
         assert split == resumed, f"{' '.join(layout)} wrote {split!r}, one rank {resumed!r}"
-        print(f"{' '.join(layout)}: {split!r}, as one rank with its weights")
+        # loom-generate reads the checkpoint under another layout.
+        out, _ = run([mpirun, "-np", other[1] if other else "1", "--oversubscribe", generate,
+                      "--checkpoint", where, *other, "--tokenizer", "bytes", "--prompt", "def ",
+                      "--tokens", "40", "--temperature", "0"])
+        assert out.rstrip(b"\n") == split, f"loom-generate {' '.join(other)} wrote {out!r}"
+        print(f"{' '.join(layout)}: {split!r}, as one rank with its weights and loom-generate "
+              f"{' '.join(other) or 'on one rank'} from its checkpoint")
+
+    # A checkpoint of another model, or none, is refused naming it.
+    other_sizes = os.path.join(work, "other_config.json")
+    with open(other_sizes, "w") as f:
+        f.write('{"vocab_size": 257, "n_positions": 32, "n_embd": 32, "n_layer": 2, "n_head": 4}')
+    _, err = run([generate, "--checkpoint", where, "--config", other_sizes, "--prompt-ids", "1"],
+                 expect_ok=False)
+    assert "was saved as [257, 64] where the model needs [257, 32]" in err, err
+    _, err = run([generate, "--checkpoint", work, "--prompt-ids", "1"], expect_ok=False)
+    assert "no complete checkpoint there" in err, err
+    print("loom-generate refuses a checkpoint of other sizes, and a folder without one")
 
     # --sample-every: a sample at step 199 and the last; training as without.
     out, _ = run([program, "--batch", "8", *common, *greedy, "--sample-every", "200"])

@@ -203,6 +203,16 @@ TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::Z
 TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::ZeroOptimizer& zero,
                               int dp_rank, comm::Communicator& world);
 
+// The parameter values alone of the checkpoint in `step_dir`, into a model
+// without an optimizer (inference, e.g. loom-generate --checkpoint): each
+// parameter takes its slice (its tp shard, padding rows zero) of the saved
+// tensor, whatever layout saved it; an f32 model takes the f32 masters of a
+// bf16/f16 run where they were saved. Not collective. Throws loom::Error,
+// before any parameter changes, naming the parameter when one is missing or
+// was saved with another global shape; corrupt files as CheckpointReader
+// does. Returns the saved training state (step, info).
+TrainingState load_checkpoint_weights(const std::filesystem::path& step_dir, nn::Module& model);
+
 // Initial weights from one safetensors file of whole tensors named as the
 // model's parameters: what `loom-ckpt consolidate` writes (with or without
 // --gpt2), or Hugging Face's GPT-2 `model.safetensors`. Each rank sets what

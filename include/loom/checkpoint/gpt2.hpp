@@ -50,5 +50,8 @@ bool write_gpt2_config(const std::filesystem::path& path,
 // LayerNorm epsilon other than 1e-5, untied head, GPT-2's optional attention
 // variants).
 models::GPTConfig read_gpt2_config(const std::filesystem::path& path);
+// The same from the text of such a config (gpt2_config_json's, say);
+// `where` names it in errors.
+models::GPTConfig parse_gpt2_config(const std::string& text, const std::string& where);
 
 }  // namespace loom::checkpoint
