@@ -46,6 +46,7 @@
 #include "loom/parallel/pipeline/generators.hpp"
 #include "loom/parallel/pipeline/gpt_chunks.hpp"
 #include "loom/parallel/tensor_parallel_gpt.hpp"
+#include "loom/trace/profiler.hpp"
 
 namespace fs = std::filesystem;
 
@@ -114,6 +115,10 @@ int run(int argc, char** argv) {
                  "matrix products in fp32, bf16 or fp16 (weights stay as read, rounded for "
                  "each product; docs/nn.md)")
       ->capture_default_str();
+  bool profile = false;
+  app.add_flag("--profile", profile,
+               "at the end, each rank's per-op table (time, GFLOP/s, roofline verdict; "
+               "docs/profiler.md) on standard error");
   int tp = 1, pp = 1;
   app.add_option("--tp", tp, "tensor-parallel ranks (they split every layer's heads and columns)")
       ->capture_default_str();
@@ -281,10 +286,22 @@ int run(int argc, char** argv) {
     std::fflush(stdout);
     return true;
   };
+  if (profile) loom::trace::Profiler::instance().enable();
   if (tp * pp == 1) {
     loom::models::generate(*whole, ids, options, on_token);
   } else {
     loom::parallel::generate(split, ids, options, on_token);
+  }
+  if (profile) {
+    // Rank by rank, so that the tables do not interleave.
+    const std::string table = loom::trace::Profiler::instance().report(
+        {.top_n = 12,
+         .precision = config.module.precision.reduced() ? loom::trace::Precision::bf16
+                                                        : loom::trace::Precision::fp32});
+    for (int r = 0; r < tp * pp; ++r) {
+      launch.world()->barrier().wait();
+      if (r == launch.rank()) std::fprintf(stderr, "loom-generate: rank %d\n%s", r, table.c_str());
+    }
   }
   if (!lead) return 0;
   std::printf("\n");
