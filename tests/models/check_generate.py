@@ -156,6 +156,13 @@ def main():
             split = [int(t) for t in out.split()]
             assert split == expected, f"{' '.join(layout)}: {split[-30:]}, numpy {expected[-30:]}"
         print(f"{' '.join(layout)}: numpy's greedy ids; " + err.strip().splitlines()[-1])
+    # --profile: each rank's per-op table, rank by rank.
+    rc, _, err = run(mpirun, "-np", "2", "--oversubscribe", tool, *greedy_args, "--prompt", "a",
+                     "--tp", "2", "--profile")
+    assert rc == 0, err
+    tables = [err.find("loom-generate: rank 0\n"), err.find("loom-generate: rank 1\n")]
+    assert 0 <= tables[0] < tables[1] and err.count("linear.forward") == 2, err
+    print("--profile: each rank's per-op table, in rank order")
     rc, _, err = run(mpirun, "-np", "3", "--oversubscribe", tool, *greedy_args, "--prompt", "a",
                      "--tp", "3")
     assert rc != 0 and "--tp 3 does not divide the model's 4 heads" in err, err
