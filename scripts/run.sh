@@ -8,7 +8,8 @@
 # out/gpt_trace.json (open it in https://ui.perfetto.dev).
 #
 # Environment: LOOM_RANKS (default 4), LOOM_TRAIN_SECONDS (default 90); extra
-# arguments go to train_gpt (see build/examples/train_gpt --help).
+# arguments go to train_gpt (see build/examples/train_gpt --help) and replace
+# the settings below they name (`bash scripts/run.sh --steps 50`).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${LOOM_BUILD_DIR:-$root/build}
@@ -37,6 +38,21 @@ done
 for arg in "$@"; do
   case $arg in --token-file | --token-file=*) [ ${#sample[@]} -gt 0 ] && sample=(--sample-tokens 200) ;; esac
 done
-mpirun "${mpirun_args[@]}" "$build_dir/examples/train_gpt" \
-  --steps 300 --max-seconds "${LOOM_TRAIN_SECONDS:-90}" --log-every 10 --eval-every 50 \
-  --profile --trace out/gpt_trace.json "${sample[@]}" "$@"
+# The main job's settings, each left out where the arguments give that flag
+# (train_gpt refuses a flag given twice).
+given() {
+  local flag=$1 arg
+  shift
+  for arg in "$@"; do
+    case $arg in "$flag" | "$flag"=*) return 0 ;; esac
+  done
+  return 1
+}
+settings=()
+given --steps "$@" || settings+=(--steps 300)
+given --max-seconds "$@" || settings+=(--max-seconds "${LOOM_TRAIN_SECONDS:-90}")
+given --log-every "$@" || settings+=(--log-every 10)
+given --eval-every "$@" || settings+=(--eval-every 50)
+given --profile "$@" || settings+=(--profile)
+given --trace "$@" || settings+=(--trace out/gpt_trace.json)
+mpirun "${mpirun_args[@]}" "$build_dir/examples/train_gpt" "${settings[@]}" "${sample[@]}" "$@"
