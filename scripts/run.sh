@@ -36,7 +36,11 @@ for arg in "$@"; do
   case $arg in --sample-*) sample=() ;; esac
 done
 for arg in "$@"; do
-  case $arg in --token-file | --token-file=*) [ ${#sample[@]} -gt 0 ] && sample=(--sample-tokens 200) ;; esac
+  case $arg in
+    --token-file | --token-file=*)
+      if [ ${#sample[@]} -gt 0 ]; then sample=(--sample-tokens 200); fi
+      ;;
+  esac
 done
 # The main job's settings, each left out where the arguments give that flag
 # (train_gpt refuses a flag given twice).
