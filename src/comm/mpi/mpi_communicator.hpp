@@ -79,6 +79,8 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   void report_layered_progress(std::shared_ptr<const std::atomic<uint64_t>> issued) override {
     layered_.store(std::move(issued));
   }
+  // The process's progress engine (tests submit their own ops to it).
+  ProgressEngine& engine() const { return *engine_; }
 
  private:
   MpiCommunicator(std::shared_ptr<ProgressEngine> engine, uint64_t id, const std::string& name,

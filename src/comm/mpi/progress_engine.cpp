@@ -327,7 +327,9 @@ void ProgressEngine::drive_until(const std::function<bool()>& done,
     // for a peer's write that a load sees at once); nothing is skipped
     // otherwise.
     if (drive_round(rounds++ % kPolledMpiRounds == 0) > 0) {
-      last_moved = now;
+      // After the round, not `now`: a round may copy for longer than
+      // kDriveIdle (a direct all-gather of megabytes), which is movement.
+      last_moved = std::chrono::steady_clock::now();
     } else if (now - last_moved > (polling() ? kPolledDriveSpin : kDriveSpin)) {
       // (MPI's test calls yield too, when idle; a shared-memory op waits on
       // its peers' writes, which a yield per round delays by a system call,

@@ -60,7 +60,8 @@
 //   publish my input's address and size                       -> signal 3g+1
 //   wait until every rank has signalled 3g+1
 //   read every other rank's block straight from its input into my output;
-//   copy mine (nothing when my input already is my block of the output)
+//   copy mine (nothing when my input already is my block of the output;
+//   streaming stores from kStreamOwnBlockMinBytes)
 //                                                              -> signal 3g+2
 //   wait until every rank has signalled 3g+2 (nobody reads my input any more,
 //   so the caller may reuse it)                                -> signal 3g+3
