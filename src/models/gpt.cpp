@@ -265,6 +265,26 @@ Tensor GPTEmbeddings::embed_at(const Tensor& ids, int64_t first_position) {
   return x;
 }
 
+Tensor GPTEmbeddings::embed_rows(const Tensor& ids, std::span<const int64_t> positions) {
+  LOOM_CHECK(
+      ids.dim() == 2 && ids.size(1) == 1 && ids.size(0) == static_cast<int64_t>(positions.size()),
+      "GPT '", name(), "' embeds one id per sequence [", positions.size(),
+      ", 1] at the sequences' positions; got ", ids.str());
+  LOOM_CHECK(slice_.count == 1, "GPT '", name(), "': one row per sequence cannot be split into ",
+             slice_.count, " token slices (sequence parallelism)");
+  std::vector<int32_t> at(positions.size());
+  for (size_t b = 0; b < positions.size(); ++b) {
+    LOOM_CHECK(positions[b] >= 0 && positions[b] < seq_len_, "GPT '", name(), "': position ",
+               positions[b], " is not inside seq_len ", seq_len_);
+    at[b] = static_cast<int32_t>(positions[b]);
+  }
+  const Tensor where =
+      Tensor::from_vector(at, {static_cast<int64_t>(at.size()), 1}, wpe_.weight().device());
+  Tensor x = nn::infer(*wte_, ids);
+  kernels::add(x, nn::infer(wpe_, where), x);
+  return x;
+}
+
 Tensor GPTEmbeddings::backward_input(const Tensor& dx, nn::Tape& tape) {
   // The sum's gradient goes to both tables unchanged.
   const Tensor d = dropout_ ? dropout_->backward_input(dx, tape) : dx;

@@ -105,6 +105,50 @@ std::vector<int32_t> generate_with(const NextTokenLogits& next_logits, const GPT
   return ids;
 }
 
+std::vector<std::vector<int32_t>> generate_batch_with(
+    const NextTokenLogitsBatch& next_logits, const GPTConfig& config,
+    std::vector<std::vector<int32_t>> prompts, const GenerateOptions& options,
+    const std::function<bool(size_t, int32_t)>& on_token) {
+  LOOM_CHECK(!prompts.empty(), "generate: no prompt in the batch");
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    try {
+      check_generate_inputs(config, prompts[b], options);
+    } catch (const Error& e) {
+      throw Error(str_cat("sequence ", b, " of the batch: ", e.what()));
+    }
+  }
+  std::vector<std::mt19937_64> random;
+  for (size_t b = 0; b < prompts.size(); ++b) random.emplace_back(options.seed + b);
+  std::vector<std::vector<int32_t>> ids = std::move(prompts);
+  std::vector<bool> ended(ids.size(), false);
+  for (int64_t step = 0; step < options.max_new_tokens; ++step) {
+    std::vector<size_t> active;
+    std::vector<double> uniform;
+    for (size_t b = 0; b < ids.size(); ++b) {
+      if (ended[b]) continue;
+      active.push_back(b);
+      // As generate_with draws: one uniform per step, before the logits.
+      uniform.push_back(static_cast<double>(random[b]() >> 11) * 0x1.0p-53);
+    }
+    if (active.empty()) break;
+    const std::vector<std::vector<float>> logits = next_logits(ids, active);
+    LOOM_CHECK(logits.size() == active.size(), "generate: the model gave ", logits.size(),
+               " rows of logits for ", active.size(), " sequences");
+    for (size_t i = 0; i < active.size(); ++i) {
+      const size_t b = active[i];
+      LOOM_CHECK(static_cast<int64_t>(logits[i].size()) == config.vocab,
+                 "generate: the model gave ", logits[i].size(), " logits for a vocabulary of ",
+                 config.vocab);
+      const int32_t next = sample_token(logits[i], options.temperature, options.top_k, uniform[i]);
+      ids[b].push_back(next);
+      if ((on_token && !on_token(b, next)) || (options.stop_token && next == *options.stop_token)) {
+        ended[b] = true;
+      }
+    }
+  }
+  return ids;
+}
+
 std::vector<int32_t> generate(GPTPart& model, std::vector<int32_t> prompt,
                               const GenerateOptions& options,
                               const std::function<bool(int32_t)>& on_token) {
@@ -131,6 +175,67 @@ std::vector<int32_t> generate(GPTPart& model, std::vector<int32_t> prompt,
   };
   const GenerationScope scope({&model});
   return generate_with(next_logits, config, std::move(prompt), options, on_token);
+}
+
+std::vector<std::vector<int32_t>> generate_batch(
+    GPTPart& model, std::vector<std::vector<int32_t>> prompts, const GenerateOptions& options,
+    const std::function<bool(size_t, int32_t)>& on_token) {
+  const GPTConfig& config = model.config();
+  LOOM_CHECK(model.embeddings() != nullptr && model.head() != nullptr,
+             "generate: the model must hold the whole GPT (embeddings to head), not a pipeline "
+             "stage");
+  const Device device = model.parameters().front()->value().device();
+  // NOTE [batched generation] in kv_cache.cpp.
+  std::optional<KvCache> cache =
+      options.use_cache && !prompts.empty()
+          ? KvCache::for_part(model, static_cast<int64_t>(prompts.size()))
+          : std::nullopt;
+  const NextTokenLogitsBatch next_logits = [&](const std::vector<std::vector<int32_t>>& ids,
+                                               std::span<const size_t> active) {
+    std::vector<std::vector<float>> out(active.size());
+    std::vector<size_t> stepping;  // indices into `active` that add one row to their cache
+    for (size_t i = 0; i < active.size(); ++i) {
+      const auto b = static_cast<int64_t>(active[i]);
+      const std::vector<int32_t>& seq = ids[active[i]];
+      const auto n = static_cast<int64_t>(seq.size());
+      if (cache && n <= config.seq_len) {
+        if (cache->length(b) > 0 && cache->length(b) == n - 1) {
+          stepping.push_back(i);
+          continue;
+        }
+        const auto added = std::span(seq).subspan(static_cast<size_t>(cache->length(b)));
+        out[i] =
+            cache->feed(Tensor::from_vector(added, {1, static_cast<int64_t>(added.size())}), -1, b)
+                .to_vector<float>();
+        continue;
+      }
+      const std::span<const int32_t> window = generation_window(seq, config.seq_len);
+      const auto length = static_cast<int64_t>(window.size());
+      out[i] =
+          generation_forward(model, Tensor::from_vector(window, {1, length}, device), length - 1)
+              .to(DType::f32)
+              .to_vector<float>();
+    }
+    if (!stepping.empty()) {
+      std::vector<int32_t> last;
+      std::vector<int64_t> sequences;
+      for (const size_t i : stepping) {
+        last.push_back(ids[active[i]].back());
+        sequences.push_back(static_cast<int64_t>(active[i]));
+      }
+      const auto rows = static_cast<int64_t>(stepping.size());
+      const std::vector<float> logits =
+          cache->step(Tensor::from_vector(last, {rows, 1}), sequences).to_vector<float>();
+      const auto columns = static_cast<int64_t>(logits.size()) / rows;
+      for (int64_t r = 0; r < rows; ++r) {
+        out[stepping[static_cast<size_t>(r)]].assign(logits.begin() + r * columns,
+                                                     logits.begin() + (r + 1) * columns);
+      }
+    }
+    return out;
+  };
+  const GenerationScope scope({&model});
+  return generate_batch_with(next_logits, config, std::move(prompts), options, on_token);
 }
 
 }  // namespace loom::models

@@ -44,6 +44,18 @@ namespace loom::models {
 // c_proj reduce-scatters them back, and the head gathers the rows again.
 // Padding rows are neither cached nor attended from; whatever they compute
 // is dropped.
+//
+// NOTE [batched generation]
+// A cache may hold several sequences, each with its own keys, values and
+// length. A prompt (or any several rows) goes through feed() one sequence at
+// a time, since the sequences' lengths differ and the model's attention
+// takes one causal sequence; after it, step() takes one new row of each of
+// several sequences as one batch [A, 1] through every row-wise layer
+// (LayerNorm, the products, the MLP, the head), so a token of A sequences
+// reads each weight once instead of A times, and only the attention runs per
+// sequence, over its own cache. Under sequence parallelism a single row
+// cannot be split over the ranks: there every sequence goes through feed()
+// alone.
 
 namespace {
 
@@ -72,6 +84,33 @@ float dot(const float* q, const float* k, int64_t n) {
   for (; j < n; ++j) sum += q[j] * k[j];
   for (const float lane : lanes) sum += lane;
   return sum;
+}
+
+// One new row's attention for every head of this rank: its queries q (heads
+// x hd floats) over the `seen` positions of `keys` and `values` ([seen,
+// width]), softmax in f32, the probabilities rounded to `rounding` before
+// P V; adds into `out` (width floats, zero on entry).
+void attend_row(const float* q, const std::vector<float>& keys, const std::vector<float>& values,
+                int64_t seen, int64_t width, int64_t hd, DType rounding, float* out,
+                std::vector<float>& scores) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  scores.resize(static_cast<size_t>(seen));
+  for (int64_t head = 0; head < width / hd; ++head) {
+    const float* qh = q + head * hd;
+    float top = -INFINITY;
+    for (int64_t t = 0; t < seen; ++t) {
+      scores[t] = dot(qh, keys.data() + t * width + head * hd, hd) * scale;
+      top = std::max(top, scores[t]);
+    }
+    float sum = 0;
+    for (int64_t t = 0; t < seen; ++t) sum += scores[t] = std::exp(scores[t] - top);
+    float* o = out + head * hd;
+    for (int64_t t = 0; t < seen; ++t) {
+      const float p = rounded_to(rounding, scores[t] / sum);
+      const float* v = values.data() + t * width + head * hd;
+      for (int64_t j = 0; j < hd; ++j) o[j] += p * v[j];
+    }
+  }
 }
 
 nn::Module* child_named(nn::Module& parent, const std::string& name) {
@@ -111,7 +150,8 @@ GenerationScope::~GenerationScope() {
   for (size_t i = 0; i < modules_.size(); ++i) modules_[i]->set_training(was_training_[i]);
 }
 
-std::optional<KvCache> KvCache::for_part(GPTPart& part) {
+std::optional<KvCache> KvCache::for_part(GPTPart& part, int64_t sequences) {
+  LOOM_CHECK(sequences >= 1, "KvCache: ", sequences, " sequences (at least 1)");
   const GPTConfig& config = part.config();
   if (config.checkpoint_blocks || part.parameters().front()->value().device() != Device::cpu()) {
     return std::nullopt;
@@ -149,19 +189,35 @@ std::optional<KvCache> KvCache::for_part(GPTPart& part) {
         block.c_proj == nullptr) {
       return std::nullopt;
     }
+    block.keys.resize(static_cast<size_t>(sequences));
+    block.values.resize(static_cast<size_t>(sequences));
     cache.blocks_.push_back(std::move(block));
   }
+  cache.lengths_.assign(static_cast<size_t>(sequences), 0);
   return cache;
 }
 
-Tensor KvCache::feed(const Tensor& input, int64_t new_rows) {
+Tensor KvCache::finish_block(const Block& block, const Tensor& x, const Tensor& attention) {
+  // Under SP c_proj reduce-scatters the rows back to this rank's.
+  const Tensor y = nn::infer(*block.c_proj, attention);
+  std::vector<float> sum = x.to_vector<float>();
+  const std::vector<float> branch = y.to_vector<float>();
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] += branch[i];
+  return nn::infer(*block.mlp_residual, Tensor::from_vector(sum, x.shape()));
+}
+
+Tensor KvCache::feed(const Tensor& input, int64_t new_rows, int64_t sequence) {
   const GPTConfig& config = part_->config();
   const int64_t d = config.d_model, hd = d / config.heads;
+  LOOM_CHECK(sequence >= 0 && sequence < sequences(), "KvCache: sequence ", sequence,
+             " of a cache for ", sequences());
+  const auto s = static_cast<size_t>(sequence);
+  int64_t& length = lengths_[s];
   Tensor x;
   if (embeddings_ != nullptr) {
     LOOM_CHECK(input.dim() == 2 && input.size(0) == 1,
                "KvCache: ids [1, n] enter a part with the embeddings; got ", input.str());
-    x = embeddings_->embed_at(input, length_);
+    x = embeddings_->embed_at(input, length);
   } else {
     LOOM_CHECK(input.dim() == 3 && input.size(0) == 1 && input.size(2) == d,
                "KvCache: activations [1, n, ", d, "] enter a part without the embeddings; got ",
@@ -178,63 +234,41 @@ Tensor KvCache::feed(const Tensor& input, int64_t new_rows) {
     const Tensor qkv = qkv_out.to(DType::f32);
     const int64_t all = qkv.size(1);
     if (n < 0) n = all;
-    LOOM_CHECK(n >= 1 && n <= all && length_ + n <= config.seq_len, "KvCache: ", n, " new rows of ",
-               all, " after ", length_, " do not fit seq_len ", config.seq_len);
+    LOOM_CHECK(n >= 1 && n <= all && length + n <= config.seq_len, "KvCache: ", n, " new rows of ",
+               all, " after ", length, " do not fit seq_len ", config.seq_len);
     // This rank's heads: all of them on one rank, heads / tp under tp.
-    const int64_t width = qkv.size(2) / 3, heads = width / hd;
-    LOOM_ASSERT(width * 3 == qkv.size(2) && heads * hd == width);
+    const int64_t width = qkv.size(2) / 3;
+    LOOM_ASSERT(width * 3 == qkv.size(2) && width % hd == 0);
+    std::vector<float>& keys = block.keys[s];
+    std::vector<float>& values = block.values[s];
     const float* row = qkv.data<float>();
     for (int64_t r = 0; r < n; ++r) {
-      block.keys.insert(block.keys.end(), row + r * 3 * width + width,
-                        row + r * 3 * width + 2 * width);
-      block.values.insert(block.values.end(), row + r * 3 * width + 2 * width,
-                          row + (r + 1) * 3 * width);
+      keys.insert(keys.end(), row + r * 3 * width + width, row + r * 3 * width + 2 * width);
+      values.insert(values.end(), row + r * 3 * width + 2 * width, row + (r + 1) * 3 * width);
     }
     Tensor attention;
-    if (length_ == 0) {
+    if (length == 0) {
       // The first rows (the prompt): the model's own attention over them, as
       // the rerun window computes it (padding rows come last, so causal
       // attention keeps them from the real ones).
       attention = nn::infer(*block.core, qkv_out);
     } else {
-      // Each new row (position length_ + r) over positions 0 .. itself;
+      // Each new row (position length + r) over positions 0 .. itself;
       // padding rows attend to nothing (zeros).
       attended.assign(static_cast<size_t>(all * width), 0.0f);
-      scores.resize(static_cast<size_t>(length_ + n));
-      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
       for (int64_t r = 0; r < n; ++r) {
-        const int64_t seen = length_ + r + 1;
-        for (int64_t head = 0; head < heads; ++head) {
-          const float* q = row + r * 3 * width + head * hd;
-          float top = -INFINITY;
-          for (int64_t t = 0; t < seen; ++t) {
-            scores[t] = dot(q, block.keys.data() + t * width + head * hd, hd) * scale;
-            top = std::max(top, scores[t]);
-          }
-          float sum = 0;
-          for (int64_t t = 0; t < seen; ++t) sum += scores[t] = std::exp(scores[t] - top);
-          float* out = attended.data() + r * width + head * hd;
-          for (int64_t t = 0; t < seen; ++t) {
-            const float p = rounded_to(rounding, scores[t] / sum);
-            const float* v = block.values.data() + t * width + head * hd;
-            for (int64_t j = 0; j < hd; ++j) out[j] += p * v[j];
-          }
-        }
+        attend_row(row + r * 3 * width, keys, values, length + r + 1, width, hd, rounding,
+                   attended.data() + r * width, scores);
       }
       if (rounding != DType::f32) {
         for (float& value : attended) value = rounded_to(rounding, value);
       }
       attention = Tensor::from_vector(attended, {1, all, width});
     }
-    // Under SP c_proj reduce-scatters the rows back to this rank's.
-    const Tensor y = nn::infer(*block.c_proj, attention);
-    std::vector<float> sum = x.to_vector<float>();
-    const std::vector<float> branch = y.to_vector<float>();
-    for (size_t i = 0; i < sum.size(); ++i) sum[i] += branch[i];
-    x = nn::infer(*block.mlp_residual, Tensor::from_vector(sum, {1, rows, d}));
+    x = finish_block(block, x, attention);
   }
   if (n < 0) n = rows;  // a part without blocks
-  length_ += n;
+  length += n;
   if (part_->head() == nullptr) return x;
   // The logits of the last new row: project it alone, or, where this rank
   // holds a slice of the rows (SP), all of them (the head gathers them).
@@ -244,6 +278,63 @@ Tensor KvCache::feed(const Tensor& input, int64_t new_rows) {
   const Tensor logits = nn::infer(*part_->head(), x);
   const int64_t columns = logits.size(2);
   return logits.flat_view((n - 1) * columns, {1, 1, columns}).to(DType::f32);
+}
+
+Tensor KvCache::step(const Tensor& input, std::span<const int64_t> sequences) {
+  const GPTConfig& config = part_->config();
+  const int64_t d = config.d_model, hd = d / config.heads;
+  const auto batch = static_cast<int64_t>(sequences.size());
+  LOOM_CHECK(batch >= 1, "KvCache::step: no sequence");
+  std::vector<int64_t> positions(sequences.size());
+  std::vector<bool> seen_sequence(lengths_.size(), false);
+  for (size_t a = 0; a < sequences.size(); ++a) {
+    const int64_t q = sequences[a];
+    LOOM_CHECK(q >= 0 && q < this->sequences(), "KvCache::step: sequence ", q, " of a cache for ",
+               this->sequences());
+    LOOM_CHECK(!seen_sequence[static_cast<size_t>(q)], "KvCache::step: sequence ", q, " twice");
+    seen_sequence[static_cast<size_t>(q)] = true;
+    positions[a] = lengths_[static_cast<size_t>(q)];
+    LOOM_CHECK(positions[a] >= 1 && positions[a] < config.seq_len, "KvCache::step: sequence ", q,
+               " has ", positions[a], " positions; a step needs at least 1 and adds one within ",
+               "seq_len ", config.seq_len);
+  }
+  Tensor x;
+  if (embeddings_ != nullptr) {
+    x = embeddings_->embed_rows(input, positions);
+  } else {
+    LOOM_CHECK(
+        input.dim() == 3 && input.size(0) == batch && input.size(1) == 1 && input.size(2) == d,
+        "KvCache::step: activations [", batch, ", 1, ", d,
+        "] enter a part without the embeddings; got ", input.str());
+    x = input;
+  }
+  std::vector<float> attended, scores;
+  for (Block& block : blocks_) {
+    const Tensor qkv_out = nn::infer(*block.c_attn, nn::infer(*block.ln_1, x));
+    const DType rounding = qkv_out.dtype();
+    const Tensor qkv = qkv_out.to(DType::f32);
+    LOOM_CHECK(qkv.size(0) == batch && qkv.size(1) == 1, "KvCache::step: c_attn gave ", qkv.str(),
+               " for ", batch, " rows (sequence parallelism cannot split one row)");
+    const int64_t width = qkv.size(2) / 3;
+    LOOM_ASSERT(width * 3 == qkv.size(2) && width % hd == 0);
+    const float* rows = qkv.data<float>();
+    attended.assign(static_cast<size_t>(batch * width), 0.0f);
+    for (int64_t a = 0; a < batch; ++a) {
+      const auto q = static_cast<size_t>(sequences[static_cast<size_t>(a)]);
+      const float* row = rows + a * 3 * width;
+      block.keys[q].insert(block.keys[q].end(), row + width, row + 2 * width);
+      block.values[q].insert(block.values[q].end(), row + 2 * width, row + 3 * width);
+      attend_row(row, block.keys[q], block.values[q], positions[static_cast<size_t>(a)] + 1, width,
+                 hd, rounding, attended.data() + a * width, scores);
+    }
+    if (rounding != DType::f32) {
+      for (float& value : attended) value = rounded_to(rounding, value);
+    }
+    x = finish_block(block, x, Tensor::from_vector(attended, {batch, 1, width}));
+  }
+  for (const int64_t q : sequences) ++lengths_[static_cast<size_t>(q)];
+  if (part_->head() == nullptr) return x;
+  return nn::infer(*part_->head(), x).to(DType::f32);
 }
 
 }  // namespace loom::models

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "loom/kernels/gemm.hpp"
@@ -43,22 +44,31 @@ class KvCache {
  public:
   // The cache for `part` (the whole GPT or a range of its blocks, with or
   // without the embeddings and the head, tensor-parallel with or without
-  // sequence parallelism), or nullopt where the part is not what the cache
-  // reads: checkpointed blocks, parameters off the host.
-  static std::optional<KvCache> for_part(GPTPart& part);
+  // sequence parallelism) holding `sequences` sequences, or nullopt where the
+  // part is not what the cache reads: checkpointed blocks, parameters off
+  // the host.
+  static std::optional<KvCache> for_part(GPTPart& part, int64_t sequences = 1);
 
-  // The rows after those seen, through the part: their ids [1, n] when the
-  // part holds the embeddings, else their activations from the part before
-  // ([1, n, d_model]; under SP this rank's [1, n / tp, d_model]). Under SP
-  // the caller pads the new ids to a multiple of tp and says in `new_rows`
-  // how many are real (-1: all of them). Returns the rows' activations as
-  // the next part takes them, or with the head the logits of the last real
-  // row, [1, 1, the head's columns], in f32. The rows seen and the real new
-  // ones together must fit seq_len.
-  Tensor feed(const Tensor& input, int64_t new_rows = -1);
+  // The rows of `sequence` after those seen, through the part: their ids
+  // [1, n] when the part holds the embeddings, else their activations from
+  // the part before ([1, n, d_model]; under SP this rank's [1, n / tp,
+  // d_model]). Under SP the caller pads the new ids to a multiple of tp and
+  // says in `new_rows` how many are real (-1: all of them). Returns the rows'
+  // activations as the next part takes them, or with the head the logits of
+  // the last real row, [1, 1, the head's columns], in f32. The rows seen and
+  // the real new ones together must fit seq_len.
+  Tensor feed(const Tensor& input, int64_t new_rows = -1, int64_t sequence = 0);
 
-  // Positions seen so far.
-  int64_t length() const { return length_; }
+  // One new row for each of `sequences` (distinct, each fed before), in one
+  // pass through the row-wise layers (NOTE [batched generation]): ids [A, 1]
+  // when the part holds the embeddings, else activations [A, 1, d_model].
+  // Returns [A, 1, d_model] activations, or with the head the rows' logits
+  // [A, 1, the head's columns] in f32. Not under sequence parallelism.
+  Tensor step(const Tensor& input, std::span<const int64_t> sequences);
+
+  // Positions of `sequence` seen so far.
+  int64_t length(int64_t sequence = 0) const { return lengths_.at(static_cast<size_t>(sequence)); }
+  int64_t sequences() const { return static_cast<int64_t>(lengths_.size()); }
 
  private:
   struct Block {
@@ -67,14 +77,17 @@ class KvCache {
     nn::Module* core = nullptr;  // the causal attention (for the first rows)
     nn::Module* c_proj = nullptr;
     nn::Module* mlp_residual = nullptr;
-    // [length, width]: this rank's heads side by side (width d_model / tp)
-    std::vector<float> keys, values;
+    // Per sequence, [length, width]: this rank's heads side by side (width d_model / tp)
+    std::vector<std::vector<float>> keys, values;
   };
+
+  // x + c_proj(attention) through the MLP's residual block: the block's output.
+  static Tensor finish_block(const Block& block, const Tensor& x, const Tensor& attention);
 
   GPTPart* part_ = nullptr;
   GPTEmbeddings* embeddings_ = nullptr;
   std::vector<Block> blocks_;
-  int64_t length_ = 0;
+  std::vector<int64_t> lengths_;
 };
 
 }  // namespace loom::models

@@ -239,3 +239,117 @@ TEST_CASE("the key/value cache under bf16 and fp16 computes what the rerun windo
     }
   }
 }
+
+TEST_CASE("a batch of sequences draws for each what generating it alone draws",
+          "[models][generate]") {
+  // NOTE [batched generation]: prompts of different lengths, one that fills
+  // the window at once (so it slides and reruns after one token) and the
+  // same prompt twice (sampled with seeds seed + 0 and seed + 4: different).
+  for (const char* precision : {"fp32", "bf16"}) {
+    INFO(precision);
+    GPTConfig config = loom::test::small_gpt();
+    config.module.precision = loom::nn::precision_from_string(precision);
+    loom::models::GPT gpt("", config);
+    const std::vector<std::vector<int32_t>> prompts = {
+        {1, 2, 3}, {9}, std::vector<int32_t>(15, 7), {4, 5, 6, 7, 8}, {1, 2, 3}};
+    for (const float temperature : {0.0f, 1.0f}) {
+      INFO("temperature " << temperature);
+      const GenerateOptions options{.max_new_tokens = 20, .temperature = temperature, .seed = 11};
+      const auto batch = loom::models::generate_batch(gpt, prompts, options);
+      REQUIRE(batch.size() == prompts.size());
+      for (size_t b = 0; b < prompts.size(); ++b) {
+        INFO("sequence " << b);
+        GenerateOptions alone = options;
+        alone.seed = options.seed + b;
+        CHECK(batch[b] == loom::models::generate(gpt, prompts[b], alone));
+        GenerateOptions rerun = alone;
+        rerun.use_cache = false;
+        CHECK(batch[b] == loom::models::generate(gpt, prompts[b], rerun));
+      }
+      if (temperature > 0) CHECK(batch[0] != batch[4]);
+    }
+  }
+}
+
+TEST_CASE("a batched step through the key/value cache gives each sequence's logits",
+          "[models][generate]") {
+  GPTConfig config = loom::test::small_gpt();
+  loom::models::GPT gpt("", config);
+  gpt.set_training(false);
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {9}, {4, 5, 6, 7, 8, 9, 10}};
+  std::optional<loom::models::KvCache> batch = loom::models::KvCache::for_part(gpt, 3);
+  REQUIRE(batch);
+  std::vector<loom::models::KvCache> alone;
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    const auto n = static_cast<int64_t>(prompts[b].size());
+    batch->feed(loom::Tensor::from_vector(prompts[b], {1, n}), -1, static_cast<int64_t>(b));
+    alone.push_back(*loom::models::KvCache::for_part(gpt));
+    alone.back().feed(loom::Tensor::from_vector(prompts[b], {1, n}));
+  }
+  double worst = 0;
+  for (int step = 0; step < 6; ++step) {
+    // Sequences 2 and 0 (in that order) step every time, sequence 1 every other time.
+    std::vector<int64_t> stepping = {2, 0};
+    if (step % 2 == 0) stepping.push_back(1);
+    std::vector<int32_t> next;
+    for (const int64_t q : stepping) next.push_back(static_cast<int32_t>((step * 7 + q * 5) % 61));
+    const auto rows = static_cast<int64_t>(stepping.size());
+    const std::vector<float> logits =
+        batch->step(loom::Tensor::from_vector(next, {rows, 1}), stepping).to_vector<float>();
+    REQUIRE(static_cast<int64_t>(logits.size()) == rows * config.vocab);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto q = static_cast<size_t>(stepping[static_cast<size_t>(r)]);
+      const std::vector<float> want =
+          alone[q]
+              .feed(loom::Tensor::from_vector(std::vector<int32_t>{next[r]}, {1, 1}))
+              .to_vector<float>();
+      float largest = 0, error = 0;
+      for (int64_t i = 0; i < config.vocab; ++i) {
+        largest = std::max(largest, std::abs(want[i]));
+        error = std::max(error, std::abs(logits[r * config.vocab + i] - want[i]));
+      }
+      worst = std::max(worst, static_cast<double>(error / largest));
+      CHECK(batch->length(stepping[static_cast<size_t>(r)]) == alone[q].length());
+    }
+  }
+  CHECK(worst <= 1e-5);
+  // A sequence twice in one step, one never fed, or one out of range.
+  const std::vector<int32_t> two = {1, 2};
+  CHECK_THROWS_WITH(batch->step(loom::Tensor::from_vector(two, {2, 1}), std::vector<int64_t>{0, 0}),
+                    Contains("sequence 0 twice"));
+  std::optional<loom::models::KvCache> fresh = loom::models::KvCache::for_part(gpt, 2);
+  CHECK_THROWS_WITH(fresh->step(loom::Tensor::from_vector(two, {2, 1}), std::vector<int64_t>{0, 1}),
+                    Contains("sequence 0 has 0 positions"));
+  CHECK_THROWS_WITH(fresh->feed(loom::Tensor::from_vector(two, {1, 2}), -1, 2),
+                    Contains("sequence 2 of a cache for 2"));
+}
+
+TEST_CASE("a batch ends each sequence on its own and refuses a bad prompt naming it",
+          "[models][generate]") {
+  GPTConfig config = loom::test::small_gpt();
+  loom::models::GPT gpt("", config);
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {4}, {5, 6}};
+  const GenerateOptions options{.max_new_tokens = 10, .temperature = 1.0f, .seed = 2};
+  // on_token ends sequence 1 after its third token; the others go on.
+  std::vector<int> seen(3, 0);
+  const auto batch = loom::models::generate_batch(
+      gpt, prompts, options, [&](size_t b, int32_t) { return ++seen[b] < 3 || b != 1; });
+  CHECK(batch[0].size() == 13);
+  CHECK(batch[1].size() == 4);
+  CHECK(batch[2].size() == 12);
+  CHECK(seen == std::vector<int>{10, 3, 10});
+  // A stop token ends the sequences that draw it, where generate() alone ends them.
+  GenerateOptions stopping = options;
+  stopping.stop_token = batch[0][5];  // drawn by sequence 0 at its third new token
+  const auto stopped = loom::models::generate_batch(gpt, prompts, stopping);
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    GenerateOptions alone = stopping;
+    alone.seed = stopping.seed + b;
+    CHECK(stopped[b] == loom::models::generate(gpt, prompts[b], alone));
+  }
+  CHECK(stopped[0].size() <= 6);
+  CHECK_THROWS_WITH(loom::models::generate_batch(gpt, {}, options),
+                    Contains("no prompt in the batch"));
+  CHECK_THROWS_WITH(loom::models::generate_batch(gpt, {{1}, {2, 99}}, options),
+                    Contains("sequence 1 of the batch") && Contains("prompt token 1 is 99"));
+}

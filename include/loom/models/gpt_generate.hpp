@@ -1,8 +1,8 @@
 // Text generation with a GPT on one rank: a trained model's continuation of
 // a prompt, greedy or sampled, for looking at what a run learned (llm.c
 // prints such samples while it trains), not an inference server: one
-// sequence at a time, on one rank (parallel/generate.hpp runs the same loop
-// over a GPT split by tensor and pipeline parallelism). Each block's keys and values are kept
+// sequence or a batch of them (generate_batch), on one rank (parallel/generate.hpp runs the same
+// loop over a GPT split by tensor and pipeline parallelism). Each block's keys and values are kept
 // while the window starts at position 0, so a new token costs one row through
 // the model; once the context is longer than seq_len the window slides and
 // each token reruns it (nanoGPT's sampler does the same).
@@ -76,6 +76,23 @@ std::vector<int32_t> generate_with(const NextTokenLogits& next_logits, const GPT
 // The ids of the window a model of `seq_len` positions sees after `ids`: the last seq_len.
 std::span<const int32_t> generation_window(std::span<const int32_t> ids, int64_t seq_len);
 
+// Several sequences at once (NOTE [batched generation] in
+// src/models/kv_cache.cpp): what the batched sampling loop asks a model for,
+// one row of logits (f32 [vocab]) for each sequence `active` names, in that
+// order, after ids[b] (of which the model sees the last seq_len).
+using NextTokenLogitsBatch = std::function<std::vector<std::vector<float>>(
+    const std::vector<std::vector<int32_t>>& ids, std::span<const size_t> active)>;
+
+// generate_with() for several prompts: each sequence draws as generate_with
+// would with the seed options.seed + its index (so two equal prompts give
+// two samples) and ends at max_new_tokens, its stop token or `on_token`
+// returning false for it; the others go on. Checks every prompt as
+// check_generate_inputs does (naming the sequence) before the first call.
+std::vector<std::vector<int32_t>> generate_batch_with(
+    const NextTokenLogitsBatch& next_logits, const GPTConfig& config,
+    std::vector<std::vector<int32_t>> prompts, const GenerateOptions& options,
+    const std::function<bool(size_t sequence, int32_t id)>& on_token = {});
+
 // The prompt followed by up to max_new_tokens generated ids. `on_token`, when
 // given, sees each new id as it is drawn and may return false to stop.
 // Throws loom::Error, before running the model, as check_generate_inputs
@@ -83,5 +100,14 @@ std::span<const int32_t> generation_window(std::span<const int32_t> ids, int64_t
 std::vector<int32_t> generate(GPTPart& model, std::vector<int32_t> prompt,
                               const GenerateOptions& options,
                               const std::function<bool(int32_t)>& on_token = {});
+
+// generate() for several prompts in one batch: sequence b's ids are what
+// generate(model, prompts[b], options with seed options.seed + b) returns,
+// while after their prompts the sequences take each step together (one
+// row each through the row-wise layers; NOTE [batched generation]).
+// `on_token` sees (sequence, id) and may return false to end that sequence.
+std::vector<std::vector<int32_t>> generate_batch(
+    GPTPart& model, std::vector<std::vector<int32_t>> prompts, const GenerateOptions& options,
+    const std::function<bool(size_t sequence, int32_t id)>& on_token = {});
 
 }  // namespace loom::models

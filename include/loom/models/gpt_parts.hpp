@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -126,6 +127,10 @@ class GPTEmbeddings : public GPTEnd {
   // slice of the rows), no dropout. Positions past seq_len - 1 (padding rows
   // under sequence parallelism) take the last position's embedding.
   Tensor embed_at(const Tensor& ids, int64_t first_position);
+  // One row per sequence (batched cached generation): ids [B, 1], sequence b
+  // at position positions[b] -> [B, 1, d_model], no dropout. Not under
+  // sequence parallelism (a row cannot be split over ranks).
+  Tensor embed_rows(const Tensor& ids, std::span<const int64_t> positions);
   // Whether this rank keeps only a slice of each batch's tokens (sequence parallelism).
   bool splits_tokens() const { return slice_.count > 1; }
   // Returns an undefined tensor (token ids have no gradient).
