@@ -2,7 +2,8 @@
 // in-process backend: under tp (with and without SP), a pipeline, tp × pp and
 // data-parallel replicas, the next-token logits equal one rank's and the
 // generated ids are one rank's, on every rank, with the key/value cache
-// (where the layout allows one) and without.
+// (where the layout allows one) and without; a batch of prompts draws what
+// one rank's batch draws.
 //
 // Tolerance: the row-parallel layers and the vocabulary-parallel embedding sum
 // partial products over tp, another summation order than one rank's, so the
@@ -88,9 +89,18 @@ const models::GenerateOptions kGreedy{.max_new_tokens = 20, .temperature = 0.0f}
 const models::GenerateOptions kSampled{
     .max_new_tokens = 20, .temperature = 0.9f, .top_k = 12, .seed = 5};
 
+// A batch (NOTE [batched generation]): prompts of different lengths, one
+// that slides the window after 3 tokens, the first prompt again.
+const std::vector<std::vector<int32_t>> kBatch = {
+    kPrompt, {7}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}, {2, 4, 6, 8, 10}, kPrompt};
+
 struct Result {
   std::vector<std::vector<float>> logits;  // per probe
   std::vector<int32_t> greedy, sampled, uncached;
+  std::vector<std::vector<int32_t>> batch;  // kBatch sampled (kSampled)
+  // Operations this rank's tp and pp groups issued for 4 greedy tokens of
+  // kBatch's first 3 prompts, as one batch and one sequence at a time.
+  size_t batch_ops = 0, separate_ops = 0;
   bool training_after = false;  // the pieces' mode after generate()
   // Bytes this rank's tp and pp groups moved for 6 greedy tokens after a
   // 10-id prompt, with and without the key/value cache.
@@ -105,6 +115,12 @@ size_t bytes_since(comm::Communicator& group, std::chrono::steady_clock::time_po
     if (r.issued >= since) bytes += r.info.bytes;
   }
   return bytes;
+}
+
+size_t ops_since(comm::Communicator& group, std::chrono::steady_clock::time_point since) {
+  size_t ops = 0;
+  for (const comm::FlightRecord& r : group.flight_recorder().snapshot()) ops += r.issued >= since;
+  return ops;
 }
 
 // One rank, the whole model: the logits at each probe's last position (the
@@ -123,6 +139,7 @@ Result single_rank(const char* precision) {
   gpt.set_training(true);
   r.greedy = models::generate(gpt, kPrompt, kGreedy);
   r.sampled = models::generate(gpt, kPrompt, kSampled);
+  r.batch = models::generate_batch(gpt, kBatch, kSampled);
   return r;
 }
 
@@ -187,6 +204,15 @@ Result run_rank(const Layout& l, comm::Communicator& world) {
     (cached ? r.cached_bytes : r.rerun_bytes) =
         bytes_since(*groups.tp, since) + bytes_since(*groups.pp, since);
   }
+  r.batch = parallel::generate_batch(gpt, kBatch, kSampled);
+  const std::vector<std::vector<int32_t>> three(kBatch.begin(), kBatch.begin() + 3);
+  const models::GenerateOptions four{.max_new_tokens = 4, .temperature = 0};
+  auto since = std::chrono::steady_clock::now();
+  parallel::generate_batch(gpt, three, four);
+  r.batch_ops = ops_since(*groups.tp, since) + ops_since(*groups.pp, since);
+  since = std::chrono::steady_clock::now();
+  for (const std::vector<int32_t>& prompt : three) parallel::generate(gpt, prompt, four);
+  r.separate_ops = ops_since(*groups.tp, since) + ops_since(*groups.pp, since);
   r.training_after = whole ? whole->training() : gpt.chunks.front()->training();
   zero.release_parameters();
   return r;
@@ -258,6 +284,17 @@ TEST_CASE("generation under tp, SP, pipelines and replicas draws one rank's ids 
         CHECK(r.cached_bytes == r.rerun_bytes + sizeof(int32_t));
       } else {
         CHECK(r.cached_bytes * 2 < r.rerun_bytes);
+      }
+      CHECK(r.batch == want.batch);
+      // After the prompts the batch's 3 steps go through the stages at once
+      // (under SP, or rerunning the window, one sequence at a time); each
+      // generate() call has the tp and pp ranks agree on the cache once.
+      INFO("operations as a batch " << r.batch_ops << ", one at a time " << r.separate_ops);
+      const size_t agreements = 2 * ((l.tp > 1 ? 1 : 0) + (l.pp > 1 ? 1 : 0));
+      if (l.sequence_parallel || l.checkpoint_first_stage) {
+        CHECK(r.batch_ops + agreements == r.separate_ops);
+      } else if (l.tp * l.pp > 1) {
+        CHECK(r.batch_ops + agreements < r.separate_ops);
       }
       CHECK(r.training_after);
     }

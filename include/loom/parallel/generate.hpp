@@ -63,4 +63,16 @@ std::vector<int32_t> generate(const DistributedGPT& gpt, std::vector<int32_t> pr
                               const models::GenerateOptions& options,
                               const std::function<bool(int32_t)>& on_token = {});
 
+// generate() for several prompts (models::generate_batch's contract: sequence
+// b draws as generate() with seed options.seed + b, and ends on its own).
+// After their prompts the sequences step together: one row each through the
+// row-wise layers, [A, 1, d_model] across the stages, the last stage's A rows
+// of logits gathered over tp and broadcast over pp at once (NOTE [batched
+// generation]). Under sequence parallelism, where one row cannot be split
+// over the tp ranks, each sequence takes its step alone.
+std::vector<std::vector<int32_t>> generate_batch(
+    const DistributedGPT& gpt, std::vector<std::vector<int32_t>> prompts,
+    const models::GenerateOptions& options,
+    const std::function<bool(size_t sequence, int32_t id)>& on_token = {});
+
 }  // namespace loom::parallel
