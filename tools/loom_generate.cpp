@@ -9,6 +9,7 @@
 //   loom-generate --weights small.safetensors --prompt-ids 1,2,3 --ids
 //   mpirun -np 4 loom-generate --model gpt2/ --tp 2 --pp 2 --prompt "Hello"
 //   mpirun -np 2 loom-generate --checkpoint ckpt/ --tp 2 --tokenizer bytes --prompt "def "
+//   loom-generate --model gpt2/ --prompt "Once" --prompt "In the" --samples 4
 //
 // --model DIR reads DIR/model.safetensors and DIR/config.json, and the
 // tokenizer in DIR when it has one (vocab.json and merges.txt): the folder
@@ -23,7 +24,10 @@
 // output as it is generated; the time per token to standard error. Split
 // over ranks, each rank reads its slices of the weights (its tp shard of the
 // blocks of its pipeline stage), every rank draws the same ids and rank 0
-// prints them.
+// prints them. Several --prompt (or --prompt-ids) and --samples N make a
+// batch (models::generate_batch): each prompt N times, sequence b drawn with
+// seed + b, the sequences stepping together after their prompts; each is
+// printed when all are done, after a line naming it.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -75,7 +79,9 @@ int run(int argc, char** argv) {
   CLI::App app{
       "Generate text with a GPT from its safetensors weights, on one CPU rank or split over "
       "the ranks of a launch (--tp, --pp)"};
-  std::string model_dir, weights, checkpoint_dir, config_path, tokenizer_choice, prompt, prompt_ids;
+  std::string model_dir, weights, checkpoint_dir, config_path, tokenizer_choice;
+  std::vector<std::string> prompts, prompt_ids_list;
+  int64_t samples = 1;
   loom::models::GenerateOptions options;
   options.temperature = 0.8f;
   options.top_k = 40;
@@ -95,9 +101,16 @@ int run(int argc, char** argv) {
   app.add_option("--config", config_path, "config.json (default: beside the weights)");
   app.add_option("--tokenizer", tokenizer_choice,
                  "folder with GPT-2's vocab.json and merges.txt, or 'bytes'");
-  auto* prompt_option = app.add_option("--prompt", prompt, "text to continue");
-  app.add_option("--prompt-ids", prompt_ids, "token ids to continue, comma-separated")
+  auto* prompt_option =
+      app.add_option("--prompt", prompts, "text to continue (several times: a batch)")
+          ->allow_extra_args(false);
+  app.add_option("--prompt-ids", prompt_ids_list,
+                 "token ids to continue, comma-separated (several times: a batch)")
+      ->allow_extra_args(false)
       ->excludes(prompt_option);
+  app.add_option("--samples", samples,
+                 "sequences drawn from each prompt, in one batch (seeds --seed, --seed + 1, ...)")
+      ->capture_default_str();
   app.add_option("--tokens", options.max_new_tokens, "tokens to generate")->capture_default_str();
   app.add_option("--temperature", options.temperature, "0: the most likely token each time")
       ->capture_default_str();
@@ -165,8 +178,9 @@ int run(int argc, char** argv) {
     tokenizer = loom::data::TextTokens::gpt2(loom::data::Gpt2Tokenizer::from_directory(model_dir));
   }
   LOOM_CHECK(
-      prompt.empty() || tokenizer,
+      prompts.empty() || tokenizer,
       "--prompt needs a tokenizer (--tokenizer DIR or bytes); without one give --prompt-ids");
+  LOOM_CHECK(samples >= 1, "--samples ", samples, " must be at least 1");
 
   loom::models::GPTConfig config;
   if (step_dir && config_path.empty()) {
@@ -185,16 +199,19 @@ int run(int argc, char** argv) {
   }
   const std::optional<int32_t> end_of_text =
       tokenizer ? tokenizer->end_of_text() : std::optional<int32_t>();
-  std::vector<int32_t> ids;
-  if (!prompt_ids.empty()) {
-    ids = parse_ids(prompt_ids);
-  } else if (!prompt.empty()) {
-    ids = tokenizer->encode(prompt);
-  } else {
+  // The batch: each prompt `samples` times.
+  std::vector<std::vector<int32_t>> batch;
+  std::vector<std::vector<int32_t>> distinct;
+  for (const std::string& text : prompt_ids_list) distinct.push_back(parse_ids(text));
+  for (const std::string& text : prompts) distinct.push_back(tokenizer->encode(text));
+  if (distinct.empty()) {
     LOOM_CHECK(end_of_text,
                "no prompt: give --prompt or --prompt-ids (without a tokenizer there "
                "is no end-of-text token to start from)");
-    ids = {*end_of_text};
+    distinct.push_back({*end_of_text});
+  }
+  for (const std::vector<int32_t>& prompt : distinct) {
+    for (int64_t k = 0; k < samples; ++k) batch.push_back(prompt);
   }
   if (stop_at_end) {
     LOOM_CHECK(end_of_text, "--stop-at-end: the tokenizer has no end-of-text token");
@@ -202,7 +219,15 @@ int run(int argc, char** argv) {
   }
 
   options.use_cache = !no_cache;
-  loom::models::check_generate_inputs(config, ids, options);
+  for (size_t b = 0; b < batch.size(); ++b) {
+    try {
+      loom::models::check_generate_inputs(config, batch[b], options);
+    } catch (const loom::Error& e) {
+      // (A batch names the prompt; one prompt keeps the plain message.)
+      if (distinct.size() == 1) throw;
+      throw loom::Error(loom::str_cat("prompt ", b / static_cast<size_t>(samples), ": ", e.what()));
+    }
+  }
   // The layout, checked on every rank before any communication.
   LOOM_CHECK(tp >= 1 && pp >= 1, "--tp ", tp, " and --pp ", pp, " must be at least 1");
   loom::Context launch = loom::init();
@@ -263,35 +288,57 @@ int run(int argc, char** argv) {
   }
 
   const bool text = lead && tokenizer && !print_ids;
-  if (text) {
-    for (const int32_t id : ids) {
-      const std::string piece = tokenizer->decode(id);
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-    }
-  } else if (lead) {
-    for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
-  }
-  std::fflush(stdout);
-  const auto start = std::chrono::steady_clock::now();
-  int64_t generated = 0;
-  const auto on_token = [&](int32_t id) {
-    ++generated;
-    if (!lead) return true;
+  const auto print = [&](int32_t id, bool first) {
     if (text) {
       const std::string piece = tokenizer->decode(id);
       std::fwrite(piece.data(), 1, piece.size(), stdout);
     } else {
-      std::printf(" %d", id);
+      std::printf(first ? "%d" : " %d", id);
     }
-    std::fflush(stdout);
-    return true;
   };
+  const auto start = std::chrono::steady_clock::now();
+  int64_t generated = 0;
   if (profile) loom::trace::Profiler::instance().enable();
-  if (tp * pp == 1) {
-    loom::models::generate(*whole, ids, options, on_token);
+  if (batch.size() == 1) {
+    // One sequence: printed as it is drawn.
+    const std::vector<int32_t>& ids = batch.front();
+    if (lead) {
+      for (size_t i = 0; i < ids.size(); ++i) print(ids[i], i == 0);
+      std::fflush(stdout);
+    }
+    const auto on_token = [&](int32_t id) {
+      ++generated;
+      if (lead) {
+        print(id, false);
+        std::fflush(stdout);
+      }
+      return true;
+    };
+    if (tp * pp == 1) {
+      loom::models::generate(*whole, ids, options, on_token);
+    } else {
+      loom::parallel::generate(split, ids, options, on_token);
+    }
+    if (lead) std::printf("\n");
   } else {
-    loom::parallel::generate(split, ids, options, on_token);
+    const auto on_token = [&](size_t, int32_t) {
+      ++generated;
+      return true;
+    };
+    const std::vector<std::vector<int32_t>> drawn =
+        tp * pp == 1 ? loom::models::generate_batch(*whole, batch, options, on_token)
+                     : loom::parallel::generate_batch(split, batch, options, on_token);
+    for (size_t b = 0; lead && b < drawn.size(); ++b) {
+      std::printf("--- sequence %zu: prompt %zu, seed %llu ---\n", b,
+                  b / static_cast<size_t>(samples),
+                  static_cast<unsigned long long>(options.seed + b));
+      for (size_t i = 0; i < drawn[b].size(); ++i) print(drawn[b][i], i == 0);
+      std::printf("\n");
+    }
   }
+  std::fflush(stdout);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (profile) {
     // Rank by rank, so that the tables do not interleave.
     const std::string table = loom::trace::Profiler::instance().report(
@@ -304,12 +351,10 @@ int run(int argc, char** argv) {
     }
   }
   if (!lead) return 0;
-  std::printf("\n");
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::fprintf(stderr, "loom-generate: %lld tokens in %.2f s (%.1f ms per token)\n",
+  std::fprintf(stderr, "loom-generate: %lld tokens in %.2f s (%.1f ms per token%s)\n",
                static_cast<long long>(generated), seconds,
-               generated ? 1e3 * seconds / static_cast<double>(generated) : 0.0);
+               generated ? 1e3 * seconds / static_cast<double>(generated) : 0.0,
+               batch.size() > 1 ? loom::str_cat(", ", batch.size(), " sequences").c_str() : "");
   return 0;
 }
 

@@ -156,6 +156,27 @@ def main():
             split = [int(t) for t in out.split()]
             assert split == expected, f"{' '.join(layout)}: {split[-30:]}, numpy {expected[-30:]}"
         print(f"{' '.join(layout)}: numpy's greedy ids; " + err.strip().splitlines()[-1])
+    # A batch (models::generate_batch): two prompts, two samples each, drawn
+    # with seeds 7, 8, 9, 10 as four separate runs draw them, on one rank and
+    # split over ranks.
+    sampling = ["--model", folder, "--tokens", "20", "--temperature", "1.2", "--top-k", "0"]
+    alone = [ids_of(tool, *sampling, "--prompt", text, "--seed", str(7 + b))
+             for b, text in enumerate([prompt, prompt, "def", "def"])]
+    assert alone[0] != alone[1], "two samples of one prompt should differ"
+    for ranks, layout in ((1, []), (2, ["--tp", "2"]), (2, ["--pp", "2"])):
+        launch = [tool] if ranks == 1 else [mpirun, "-np", str(ranks), "--oversubscribe", tool]
+        rc, out, err = run(*launch, *sampling, "--seed", "7", "--prompt", prompt, "--prompt", "def",
+                           "--samples", "2", "--ids", *layout)
+        assert rc == 0, err
+        lines = out.decode().splitlines()
+        assert lines[0::2] == [f"--- sequence {b}: prompt {b // 2}, seed {7 + b} ---"
+                               for b in range(4)], lines
+        batch = [[int(t) for t in line.split()] for line in lines[1::2]]
+        assert batch == alone, f"{layout}: batch {batch}, alone {alone}"
+        assert "4 sequences" in err, err
+        print(f"a batch of 2 prompts x 2 samples {' '.join(layout) or 'on one rank'}: the four "
+              "separate runs' ids; " + err.strip().splitlines()[-1])
+
     # --profile: each rank's per-op table, rank by rank.
     rc, _, err = run(mpirun, "-np", "2", "--oversubscribe", tool, *greedy_args, "--prompt", "a",
                      "--tp", "2", "--profile")
@@ -192,6 +213,9 @@ def main():
         (["--model", folder, "--prompt-ids", "5,x"], "'x' is not a token id"),
         (["--model", folder, "--prompt", "a", "--temperature", "-1"], "temperature -1 is not"),
         (["--model", folder, "--prompt", "a", "--top-k", "100000"], "top_k 100000 is not in"),
+        (["--model", folder, "--prompt-ids", "5", "--prompt-ids", "6,999"],
+         "prompt 1: generate: prompt token 1 is 999"),
+        (["--model", folder, "--prompt", "a", "--samples", "0"], "--samples 0 must be at least 1"),
         (["--weights", weights, "--prompt", "ab"], "--prompt needs a tokenizer"),
         (["--weights", os.path.join(work, "none.safetensors"), "--prompt-ids", "1"],
          "none.safetensors does not exist"),
