@@ -79,6 +79,19 @@ void check_generate_inputs(const GPTConfig& config, std::span<const int32_t> pro
              " is not in [0, ", config.vocab, "] (0: the whole vocabulary)");
 }
 
+void check_generate_inputs(const GPTConfig& config,
+                           const std::vector<std::vector<int32_t>>& prompts,
+                           const GenerateOptions& options) {
+  LOOM_CHECK(!prompts.empty(), "generate: no prompt in the batch");
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    try {
+      check_generate_inputs(config, prompts[b], options);
+    } catch (const Error& e) {
+      throw Error(str_cat("sequence ", b, " of the batch: ", e.what()));
+    }
+  }
+}
+
 std::span<const int32_t> generation_window(std::span<const int32_t> ids, int64_t seq_len) {
   const auto length = std::min<size_t>(ids.size(), static_cast<size_t>(seq_len));
   return ids.subspan(ids.size() - length);
@@ -109,14 +122,7 @@ std::vector<std::vector<int32_t>> generate_batch_with(
     const NextTokenLogitsBatch& next_logits, const GPTConfig& config,
     std::vector<std::vector<int32_t>> prompts, const GenerateOptions& options,
     const std::function<bool(size_t, int32_t)>& on_token) {
-  LOOM_CHECK(!prompts.empty(), "generate: no prompt in the batch");
-  for (size_t b = 0; b < prompts.size(); ++b) {
-    try {
-      check_generate_inputs(config, prompts[b], options);
-    } catch (const Error& e) {
-      throw Error(str_cat("sequence ", b, " of the batch: ", e.what()));
-    }
-  }
+  check_generate_inputs(config, prompts, options);
   std::vector<std::mt19937_64> random;
   for (size_t b = 0; b < prompts.size(); ++b) random.emplace_back(options.seed + b);
   std::vector<std::vector<int32_t>> ids = std::move(prompts);

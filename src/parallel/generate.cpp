@@ -204,14 +204,7 @@ std::vector<std::vector<int32_t>> generate_batch(
     const models::GenerateOptions& options, const std::function<bool(size_t, int32_t)>& on_token) {
   const std::vector<models::GPTPart*> parts = pieces(gpt);
   const models::GPTConfig& config = parts.front()->config();
-  LOOM_CHECK(!prompts.empty(), "generate: no prompt in the batch");
-  for (size_t b = 0; b < prompts.size(); ++b) {
-    try {
-      models::check_generate_inputs(config, prompts[b], options);
-    } catch (const Error& e) {
-      throw Error(str_cat("sequence ", b, " of the batch: ", e.what()));
-    }
-  }
+  models::check_generate_inputs(config, prompts, options);
   const Device device = device_of(parts);
   const bool sequence_parallel = gpt.tp != nullptr && gpt.tp->options().sequence_parallel;
   std::vector<models::KvCache> caches;

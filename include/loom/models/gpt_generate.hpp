@@ -56,6 +56,10 @@ int32_t sample_token(std::span<const float> logits, float temperature, int64_t t
 // the rule.
 void check_generate_inputs(const GPTConfig& config, std::span<const int32_t> prompt,
                            const GenerateOptions& options);
+// The same for every prompt of a batch (at least one), naming the sequence.
+void check_generate_inputs(const GPTConfig& config,
+                           const std::vector<std::vector<int32_t>>& prompts,
+                           const GenerateOptions& options);
 
 // The logits that follow `ids` (the whole sequence so far, of which the
 // model sees the last seq_len), f32 [vocab]: what the sampling loop asks a
