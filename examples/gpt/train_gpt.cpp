@@ -405,24 +405,34 @@ int run(const Flags& f) {
           .top_k = std::min<int64_t>(f.sample_top_k, config.vocab),
           .seed = f.seed};
       const auto begin = std::chrono::steady_clock::now();
-      const std::vector<int32_t> ids = split_model
-                                           ? parallel::generate(distributed, prompt, options)
-                                           : models::generate(*whole_gpt, prompt, options);
+      // --samples N: one batch of N sequences (NOTE [batched generation]).
+      std::vector<std::vector<int32_t>> drawn;
+      if (f.samples == 1) {
+        drawn.push_back(split_model ? parallel::generate(distributed, prompt, options)
+                                    : models::generate(*whole_gpt, prompt, options));
+      } else {
+        const std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(f.samples), prompt);
+        drawn = split_model ? parallel::generate_batch(distributed, prompts, options)
+                            : models::generate_batch(*whole_gpt, prompts, options);
+      }
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-      std::string text;
-      for (size_t i = f.sample_prompt.empty() ? 1 : 0; i < ids.size(); ++i) {
-        text += sample_text ? sample_text->decode(ids[i]) : " " + std::to_string(ids[i]);
+      for (size_t b = 0; b < drawn.size(); ++b) {
+        const std::vector<int32_t>& ids = drawn[b];
+        std::string text;
+        for (size_t i = f.sample_prompt.empty() ? 1 : 0; i < ids.size(); ++i) {
+          text += sample_text ? sample_text->decode(ids[i]) : " " + std::to_string(ids[i]);
+        }
+        examples::say_on(
+            lead,
+            "sample after step %lld (%lld tokens, temperature %.2f, top-k %lld, seed %llu; %.1f "
+            "ms per token):\n"
+            "%s\n",
+            static_cast<long long>(after), static_cast<long long>(f.sample_tokens),
+            f.sample_temperature, static_cast<long long>(options.top_k),
+            static_cast<unsigned long long>(f.seed + b),
+            1e3 * seconds / static_cast<double>(f.sample_tokens * f.samples), text.c_str());
       }
-      examples::say_on(
-          lead,
-          "sample after step %lld (%lld tokens, temperature %.2f, top-k %lld, seed %llu; %.1f ms "
-          "per token):\n"
-          "%s\n",
-          static_cast<long long>(after), static_cast<long long>(f.sample_tokens),
-          f.sample_temperature, static_cast<long long>(options.top_k),
-          static_cast<unsigned long long>(f.seed),
-          1e3 * seconds / static_cast<double>(f.sample_tokens), text.c_str());
     }
     zero.release_parameters();
   };

@@ -230,6 +230,11 @@ void add_flags(CLI::App& app, Flags& f) {
                  "the sample draws among the k most likely tokens (0: all)")
       ->check(flags::at_least(0))
       ->needs(sample);
+  app.add_option("--samples", f.samples,
+                 "sequences per sample, drawn together as one batch (seeds --seed, --seed + 1, "
+                 "...)")
+      ->check(flags::at_least(1))
+      ->needs(sample);
   app.add_option("--tokenizer", f.tokenizer,
                  "GPT-2's tokenizer files (vocab.json and merges.txt) for the sample's text when "
                  "the token file holds GPT-2 tokens (Loom's byte-level files need none)")

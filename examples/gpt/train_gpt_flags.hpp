@@ -66,6 +66,7 @@ struct Flags {
   std::string sample_prompt;  // empty: the start of a document
   double sample_temperature = 0.8;
   int64_t sample_top_k = 40;
+  int64_t samples = 1;    // sequences per sample, drawn as one batch (seeds seed, seed + 1, ...)
   std::string tokenizer;  // GPT-2's vocab.json and merges.txt, for a GPT-2 token file
 };
 

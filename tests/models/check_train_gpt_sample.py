@@ -11,7 +11,7 @@ batch writes the same text as one rank. Models split by tp 2 with sequence
 parallelism, pp 2 (1F1B) and tp 2 x pp 2 (interleaved) draw on every rank
 (parallel/generate.hpp) the text one rank draws from their final checkpoint,
 and loom-generate --checkpoint writes it too under yet another layout. A sampled run (temperature 1) differs
-from the greedy one and repeats itself. --sample-prompt with an llm.c file of
+from the greedy one and repeats itself; --samples 3 draws it and two more. --sample-prompt with an llm.c file of
 GPT-2 tokens and no --tokenizer is refused, naming the file.
 """
 import os
@@ -113,6 +113,17 @@ def main():
     assert drawn != one and drawn.startswith(b"def ")
     assert sample_of(run([program, "--batch", "8", *common, *sampled])[0]) == drawn
     print(f"temperature 1: {drawn!r}, repeated by the same seed")
+    # --samples 3: one batch of three sequences at the end, seeds seed, seed + 1,
+    # seed + 2; the first is the single sample of that seed.
+    out = run([program, "--batch", "8", *common, *sampled, "--samples", "3"])[0]
+    tail = out[out.find(b"sample after step 399"):]
+    parts = [b"sample after step " + p for p in tail.split(b"sample after step ")[1:]]
+    assert len(parts) == 3, tail
+    texts = [SAMPLE.match(p).group(6) for p in parts]
+    seeds = [int(SAMPLE.match(p).group(5)) for p in parts]
+    assert seeds[1:] == [seeds[0] + 1, seeds[0] + 2], seeds
+    assert texts[0] == drawn and len(set(texts)) == 3, texts
+    print(f"--samples 3: seeds {seeds}, the first the single sample, all three different")
 
     llmc = os.path.join(work, "gpt2_tokens.bin")
     ids = [(i * 7919) % 50257 for i in range(4000)]
