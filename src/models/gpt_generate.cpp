@@ -200,6 +200,7 @@ std::vector<std::vector<int32_t>> generate_batch(
                                                std::span<const size_t> active) {
     std::vector<std::vector<float>> out(active.size());
     std::vector<size_t> stepping;  // indices into `active` that add one row to their cache
+    std::vector<size_t> fresh;     // ... that fed their whole prompt here
     for (size_t i = 0; i < active.size(); ++i) {
       const auto b = static_cast<int64_t>(active[i]);
       const std::vector<int32_t>& seq = ids[active[i]];
@@ -208,6 +209,17 @@ std::vector<std::vector<int32_t>> generate_batch(
         if (cache->length(b) > 0 && cache->length(b) == n - 1) {
           stepping.push_back(i);
           continue;
+        }
+        if (cache->length(b) == 0) {
+          // The same prompt fed already: its keys, values and logits.
+          const auto same = std::find_if(fresh.begin(), fresh.end(),
+                                         [&](size_t j) { return ids[active[j]] == seq; });
+          if (same != fresh.end()) {
+            cache->copy_sequence(static_cast<int64_t>(active[*same]), b);
+            out[i] = out[*same];
+            continue;
+          }
+          fresh.push_back(i);
         }
         const auto added = std::span(seq).subspan(static_cast<size_t>(cache->length(b)));
         out[i] =

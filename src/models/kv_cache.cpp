@@ -55,7 +55,9 @@ namespace loom::models {
 // reads each weight once instead of A times, and only the attention runs per
 // sequence, over its own cache. Under sequence parallelism a single row
 // cannot be split over the ranks: there every sequence goes through feed()
-// alone.
+// alone. Sequences with the same prompt (several samples of one prompt) feed
+// it once: the others copy its keys and values (copy_sequence) and take its
+// logits.
 
 namespace {
 
@@ -278,6 +280,19 @@ Tensor KvCache::feed(const Tensor& input, int64_t new_rows, int64_t sequence) {
   const Tensor logits = nn::infer(*part_->head(), x);
   const int64_t columns = logits.size(2);
   return logits.flat_view((n - 1) * columns, {1, 1, columns}).to(DType::f32);
+}
+
+void KvCache::copy_sequence(int64_t from, int64_t to) {
+  LOOM_CHECK(from >= 0 && from < sequences() && to >= 0 && to < sequences() && from != to,
+             "KvCache::copy_sequence: sequences ", from, " and ", to, " of a cache for ",
+             sequences());
+  LOOM_CHECK(lengths_[static_cast<size_t>(to)] == 0, "KvCache::copy_sequence: sequence ", to,
+             " has seen ", lengths_[static_cast<size_t>(to)], " positions already");
+  for (Block& block : blocks_) {
+    block.keys[static_cast<size_t>(to)] = block.keys[static_cast<size_t>(from)];
+    block.values[static_cast<size_t>(to)] = block.values[static_cast<size_t>(from)];
+  }
+  lengths_[static_cast<size_t>(to)] = lengths_[static_cast<size_t>(from)];
 }
 
 Tensor KvCache::step(const Tensor& input, std::span<const int64_t> sequences) {

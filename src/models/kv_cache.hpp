@@ -66,6 +66,10 @@ class KvCache {
   // [A, 1, the head's columns] in f32. Not under sequence parallelism.
   Tensor step(const Tensor& input, std::span<const int64_t> sequences);
 
+  // Sequence `to` (none seen yet) takes `from`'s keys, values and length: a
+  // prompt shared by several sequences goes through the part once.
+  void copy_sequence(int64_t from, int64_t to);
+
   // Positions of `sequence` seen so far.
   int64_t length(int64_t sequence = 0) const { return lengths_.at(static_cast<size_t>(sequence)); }
   int64_t sequences() const { return static_cast<int64_t>(lengths_.size()); }

@@ -215,6 +215,7 @@ std::vector<std::vector<int32_t>> generate_batch(
                                                        std::span<const size_t> active) {
     std::vector<std::vector<float>> out(active.size());
     std::vector<size_t> stepping;  // indices into `active` that add one row to their caches
+    std::vector<size_t> fresh;     // ... that fed their whole prompt here
     for (size_t i = 0; i < active.size(); ++i) {
       const auto b = static_cast<int64_t>(active[i]);
       const std::vector<int32_t>& seq = ids[active[i]];
@@ -224,6 +225,19 @@ std::vector<std::vector<int32_t>> generate_batch(
       } else if (!sequence_parallel && caches[0].length(b) > 0 && caches[0].length(b) == n - 1) {
         stepping.push_back(i);
       } else {
+        // The same prompt fed already: its keys, values and logits (each rank its own parts').
+        const auto same = caches[0].length(b) == 0
+                              ? std::find_if(fresh.begin(), fresh.end(),
+                                             [&](size_t j) { return ids[active[j]] == seq; })
+                              : fresh.end();
+        if (same != fresh.end()) {
+          for (models::KvCache& cache : caches) {
+            cache.copy_sequence(static_cast<int64_t>(active[*same]), b);
+          }
+          out[i] = out[*same];
+          continue;
+        }
+        if (caches[0].length(b) == 0) fresh.push_back(i);
         out[i] = feed_through(gpt, caches, seq, b);
       }
     }

@@ -322,6 +322,17 @@ TEST_CASE("a batched step through the key/value cache gives each sequence's logi
                     Contains("sequence 0 has 0 positions"));
   CHECK_THROWS_WITH(fresh->feed(loom::Tensor::from_vector(two, {1, 2}), -1, 2),
                     Contains("sequence 2 of a cache for 2"));
+  // A copied sequence steps as the one it copies.
+  fresh->feed(loom::Tensor::from_vector(two, {1, 2}), -1, 0);
+  fresh->copy_sequence(0, 1);
+  CHECK(fresh->length(1) == 2);
+  const std::vector<float> both =
+      fresh
+          ->step(loom::Tensor::from_vector(std::vector<int32_t>{5, 5}, {2, 1}),
+                 std::vector<int64_t>{0, 1})
+          .to_vector<float>();
+  CHECK(std::equal(both.begin(), both.begin() + config.vocab, both.begin() + config.vocab));
+  CHECK_THROWS_WITH(fresh->copy_sequence(0, 1), Contains("sequence 1 has seen 3 positions"));
 }
 
 TEST_CASE("a batch ends each sequence on its own and refuses a bad prompt naming it",

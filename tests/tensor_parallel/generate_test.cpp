@@ -101,6 +101,8 @@ struct Result {
   // Operations this rank's tp and pp groups issued for 4 greedy tokens of
   // kBatch's first 3 prompts, as one batch and one sequence at a time.
   size_t batch_ops = 0, separate_ops = 0;
+  // Operations for the first token of kPrompt three times in a batch, and once.
+  size_t shared_prompt_ops = 0, one_prompt_ops = 0;
   bool training_after = false;  // the pieces' mode after generate()
   // Bytes this rank's tp and pp groups moved for 6 greedy tokens after a
   // 10-id prompt, with and without the key/value cache.
@@ -213,6 +215,13 @@ Result run_rank(const Layout& l, comm::Communicator& world) {
   since = std::chrono::steady_clock::now();
   for (const std::vector<int32_t>& prompt : three) parallel::generate(gpt, prompt, four);
   r.separate_ops = ops_since(*groups.tp, since) + ops_since(*groups.pp, since);
+  const models::GenerateOptions first{.max_new_tokens = 1, .temperature = 0};
+  since = std::chrono::steady_clock::now();
+  parallel::generate_batch(gpt, {kPrompt, kPrompt, kPrompt}, first);
+  r.shared_prompt_ops = ops_since(*groups.tp, since) + ops_since(*groups.pp, since);
+  since = std::chrono::steady_clock::now();
+  parallel::generate_batch(gpt, {kPrompt}, first);
+  r.one_prompt_ops = ops_since(*groups.tp, since) + ops_since(*groups.pp, since);
   r.training_after = whole ? whole->training() : gpt.chunks.front()->training();
   zero.release_parameters();
   return r;
@@ -295,6 +304,13 @@ TEST_CASE("generation under tp, SP, pipelines and replicas draws one rank's ids 
         CHECK(r.batch_ops + agreements == r.separate_ops);
       } else if (l.tp * l.pp > 1) {
         CHECK(r.batch_ops + agreements < r.separate_ops);
+      }
+      // Three sequences of one prompt feed it once (the others copy its keys
+      // and values), where a cache is kept.
+      if (l.checkpoint_first_stage) {
+        CHECK(r.shared_prompt_ops > r.one_prompt_ops);
+      } else {
+        CHECK(r.shared_prompt_ops == r.one_prompt_ops);
       }
       CHECK(r.training_after);
     }
