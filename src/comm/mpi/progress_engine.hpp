@@ -57,8 +57,9 @@
 // all (two context switches and a futex wake each way otherwise, as much as the
 // whole 64 KiB all-reduce), and while a rank waits only one of its threads
 // spins. The order of ops is unchanged: every driver takes them from the same
-// FIFO. After kDriveIdle without anything moving the waiter hands the role
-// back and sleeps on its Work, so a long wait costs what it did before.
+// FIFO. After kDriveIdle without anything moving (counted from the end of
+// the last round that moved: one round may copy for longer) the waiter hands
+// the role back and sleeps on its Work, so a long wait costs what it did before.
 //
 // While the ops a program issues are completed by threads waiting on them
 // (small blocking collectives), submit() posts the next op on the caller's
