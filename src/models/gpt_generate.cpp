@@ -199,41 +199,28 @@ std::vector<std::vector<int32_t>> generate_batch(
   const NextTokenLogitsBatch next_logits = [&](const std::vector<std::vector<int32_t>>& ids,
                                                std::span<const size_t> active) {
     std::vector<std::vector<float>> out(active.size());
-    std::vector<size_t> stepping;  // indices into `active` that add one row to their cache
-    std::vector<size_t> fresh;     // ... that fed their whole prompt here
-    for (size_t i = 0; i < active.size(); ++i) {
-      const auto b = static_cast<int64_t>(active[i]);
-      const std::vector<int32_t>& seq = ids[active[i]];
-      const auto n = static_cast<int64_t>(seq.size());
-      if (cache && n <= config.seq_len) {
-        if (cache->length(b) > 0 && cache->length(b) == n - 1) {
-          stepping.push_back(i);
-          continue;
-        }
-        if (cache->length(b) == 0) {
-          // The same prompt fed already: its keys, values and logits.
-          const auto same = std::find_if(fresh.begin(), fresh.end(),
-                                         [&](size_t j) { return ids[active[j]] == seq; });
-          if (same != fresh.end()) {
-            cache->copy_sequence(static_cast<int64_t>(active[*same]), b);
-            out[i] = out[*same];
-            continue;
-          }
-          fresh.push_back(i);
-        }
-        const auto added = std::span(seq).subspan(static_cast<size_t>(cache->length(b)));
-        out[i] =
-            cache->feed(Tensor::from_vector(added, {1, static_cast<int64_t>(added.size())}), -1, b)
-                .to_vector<float>();
-        continue;
-      }
-      const std::span<const int32_t> window = generation_window(seq, config.seq_len);
+    const BatchStep plan =
+        plan_batch_step(ids, active, cache ? &*cache : nullptr, config.seq_len, true);
+    for (const size_t i : plan.rerun) {
+      const std::span<const int32_t> window = generation_window(ids[active[i]], config.seq_len);
       const auto length = static_cast<int64_t>(window.size());
       out[i] =
           generation_forward(model, Tensor::from_vector(window, {1, length}, device), length - 1)
               .to(DType::f32)
               .to_vector<float>();
     }
+    for (const size_t i : plan.feed) {
+      const auto b = static_cast<int64_t>(active[i]);
+      const auto added = std::span(ids[active[i]]).subspan(static_cast<size_t>(cache->length(b)));
+      out[i] =
+          cache->feed(Tensor::from_vector(added, {1, static_cast<int64_t>(added.size())}), -1, b)
+              .to_vector<float>();
+    }
+    for (const auto& [i, j] : plan.copy) {
+      cache->copy_sequence(static_cast<int64_t>(active[j]), static_cast<int64_t>(active[i]));
+      out[i] = out[j];
+    }
+    const std::vector<size_t>& stepping = plan.step;
     if (!stepping.empty()) {
       std::vector<int32_t> last;
       std::vector<int64_t> sequences;

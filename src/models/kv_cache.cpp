@@ -352,4 +352,34 @@ Tensor KvCache::step(const Tensor& input, std::span<const int64_t> sequences) {
   return nn::infer(*part_->head(), x).to(DType::f32);
 }
 
+BatchStep plan_batch_step(const std::vector<std::vector<int32_t>>& ids,
+                          std::span<const size_t> active, const KvCache* cache, int64_t seq_len,
+                          bool can_step) {
+  BatchStep plan;
+  for (size_t i = 0; i < active.size(); ++i) {
+    const std::vector<int32_t>& seq = ids[active[i]];
+    const auto n = static_cast<int64_t>(seq.size());
+    if (cache == nullptr || n > seq_len) {
+      plan.rerun.push_back(i);
+      continue;
+    }
+    const int64_t seen = cache->length(static_cast<int64_t>(active[i]));
+    if (can_step && seen > 0 && seen == n - 1) {
+      plan.step.push_back(i);
+      continue;
+    }
+    if (seen == 0) {
+      const auto same = std::find_if(plan.feed.begin(), plan.feed.end(), [&](size_t j) {
+        return cache->length(static_cast<int64_t>(active[j])) == 0 && ids[active[j]] == seq;
+      });
+      if (same != plan.feed.end()) {
+        plan.copy.emplace_back(i, *same);
+        continue;
+      }
+    }
+    plan.feed.push_back(i);
+  }
+  return plan;
+}
+
 }  // namespace loom::models

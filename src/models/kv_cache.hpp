@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "loom/kernels/gemm.hpp"
@@ -93,5 +94,21 @@ class KvCache {
   std::vector<Block> blocks_;
   std::vector<int64_t> lengths_;
 };
+
+// NOTE [batched generation]: what one step of a batch does for each of the
+// `active` sequences (indices into `active`), decided from the ids and the
+// cache alone, so every rank of a split model decides alike.
+struct BatchStep {
+  std::vector<size_t> rerun;  // no cache, or past the window: the window reruns
+  std::vector<size_t> feed;   // new rows through feed() (a prompt; any rows under SP)
+  // (i, j): sequence i's prompt is sequence j's (j in `feed`): i copies j's
+  // keys, values and logits once j is fed.
+  std::vector<std::pair<size_t, size_t>> copy;
+  std::vector<size_t> step;  // one new row each, through step() together
+};
+// `cache` null: no cache. `can_step`: false under sequence parallelism.
+BatchStep plan_batch_step(const std::vector<std::vector<int32_t>>& ids,
+                          std::span<const size_t> active, const KvCache* cache, int64_t seq_len,
+                          bool can_step);
 
 }  // namespace loom::models

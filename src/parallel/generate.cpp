@@ -214,33 +214,19 @@ std::vector<std::vector<int32_t>> generate_batch(
   const models::NextTokenLogitsBatch next_logits = [&](const std::vector<std::vector<int32_t>>& ids,
                                                        std::span<const size_t> active) {
     std::vector<std::vector<float>> out(active.size());
-    std::vector<size_t> stepping;  // indices into `active` that add one row to their caches
-    std::vector<size_t> fresh;     // ... that fed their whole prompt here
-    for (size_t i = 0; i < active.size(); ++i) {
-      const auto b = static_cast<int64_t>(active[i]);
-      const std::vector<int32_t>& seq = ids[active[i]];
-      const auto n = static_cast<int64_t>(seq.size());
-      if (caches.empty() || n > config.seq_len) {
-        out[i] = next_token_logits(gpt, seq);
-      } else if (!sequence_parallel && caches[0].length(b) > 0 && caches[0].length(b) == n - 1) {
-        stepping.push_back(i);
-      } else {
-        // The same prompt fed already: its keys, values and logits (each rank its own parts').
-        const auto same = caches[0].length(b) == 0
-                              ? std::find_if(fresh.begin(), fresh.end(),
-                                             [&](size_t j) { return ids[active[j]] == seq; })
-                              : fresh.end();
-        if (same != fresh.end()) {
-          for (models::KvCache& cache : caches) {
-            cache.copy_sequence(static_cast<int64_t>(active[*same]), b);
-          }
-          out[i] = out[*same];
-          continue;
-        }
-        if (caches[0].length(b) == 0) fresh.push_back(i);
-        out[i] = feed_through(gpt, caches, seq, b);
-      }
+    const models::BatchStep plan = models::plan_batch_step(
+        ids, active, caches.empty() ? nullptr : &caches[0], config.seq_len, !sequence_parallel);
+    for (const size_t i : plan.rerun) out[i] = next_token_logits(gpt, ids[active[i]]);
+    for (const size_t i : plan.feed) {
+      out[i] = feed_through(gpt, caches, ids[active[i]], static_cast<int64_t>(active[i]));
     }
+    for (const auto& [i, j] : plan.copy) {  // each rank its own parts' caches
+      for (models::KvCache& cache : caches) {
+        cache.copy_sequence(static_cast<int64_t>(active[j]), static_cast<int64_t>(active[i]));
+      }
+      out[i] = out[j];
+    }
+    const std::vector<size_t>& stepping = plan.step;
     if (!stepping.empty()) {
       std::vector<int32_t> last;
       std::vector<int64_t> sequences, rows;
