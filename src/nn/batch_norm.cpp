@@ -11,6 +11,7 @@ struct BatchNorm2d::State : SavedState {
   Tensor mean, invstd;  // the statistics x was normalized with
   int64_t count = 0;    // values per channel behind them (all ranks' with a reducer)
   bool batch_stats = false;
+  bool stand_in = false;   // nn::Tape::stand_in: contributes nothing, keeps the running statistics
   Tensor local_grad_sums;  // {sum dy, sum dy * xhat} of this rank: the bias and weight gradients
 };
 
@@ -56,9 +57,20 @@ Tensor BatchNorm2d::forward(const Tensor& x, Tape& tape) {
       kernels::batch_norm_stats(x, sums);
     }
     state.count = x.size(0) * x.size(2) * x.size(3);
+    // A stand-in pass (nn::Tape::stand_in) normalizes with the statistics it
+    // would use anyway (the group's when synchronized, which its zeros and
+    // count of 0 leave to the ranks with data; its own otherwise) but leaves
+    // the running statistics as they are: momentum 0 keeps them exactly.
+    state.stand_in = tape.stand_in();
+    float momentum = static_cast<float>(options_.momentum);
+    if (state.stand_in && forward_reducer_) {
+      sums.zero();
+      state.count = 0;
+    }
     if (forward_reducer_) forward_reducer_(sums, state.count);
-    kernels::batch_norm_finalize(sums, state.count, eps, static_cast<float>(options_.momentum),
-                                 state.mean, state.invstd, running_mean_, running_var_);
+    if (state.stand_in && !forward_reducer_) momentum = 0.0f;
+    kernels::batch_norm_finalize(sums, state.count, eps, momentum, state.mean, state.invstd,
+                                 running_mean_, running_var_);
   } else {
     kernels::batch_norm_eval_stats(running_mean_, running_var_, eps, state.mean, state.invstd);
   }
@@ -87,6 +99,12 @@ Tensor BatchNorm2d::backward_input(const Tensor& dy, Tape& tape) {
     backward_reducer_(grad_sums, count);
   }
   Tensor dx = Tensor::empty(state.x.shape(), state.x.dtype(), device);
+  if (state.stand_in) {
+    // Its elements are not in the statistics, and its dy is zero: so is dx
+    // (the group's sums above would otherwise leak into it).
+    dx.zero();
+    return dx;
+  }
   trace::OpScope scope("batch_norm.backward_input",
                        kernels::batch_norm_cost(kernels::BatchNormStep::backward_input, state.x),
                        device, name());

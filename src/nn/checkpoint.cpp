@@ -6,6 +6,7 @@ struct Checkpoint::State : SavedState {
   Tensor x;
   uint64_t seed = 0;
   int64_t first_row = 0;
+  bool stand_in = false;
   Tape inner;  // the recomputed forward's state, between backward_input and backward_weight
   bool recomputed = false;
 };
@@ -22,12 +23,14 @@ Tensor Checkpoint::forward(const Tensor& x, Tape& tape) {
     scratch.set_random_seed(tape.random_seed());
     scratch.set_first_row(tape.first_row());
     scratch.set_micro_batch(tape.micro_batch());
+    scratch.set_stand_in(tape.stand_in());
     y = inner_->forward(x, scratch);
   }  // everything inner saved is freed here
   State& state = tape.emplace<State>(*this);
   state.x = x;
   state.seed = tape.random_seed();
   state.first_row = tape.first_row();
+  state.stand_in = tape.stand_in();
   return y;
 }
 
@@ -38,6 +41,7 @@ Checkpoint::State& Checkpoint::recompute(Tape& tape) {
   state.inner.set_random_seed(state.seed);
   state.inner.set_first_row(state.first_row);
   state.inner.set_micro_batch(tape.micro_batch());
+  state.inner.set_stand_in(state.stand_in);
   inner_->forward(state.x, state.inner);
   state.recomputed = true;
   return state;

@@ -31,6 +31,7 @@ target_sources(loom PRIVATE
   parallel/tensor_parallel.cpp
   parallel/tensor_parallel_gpt.cpp
   parallel/train_step.cpp
+  parallel/uneven_inputs.cpp
   parallel/vocab_parallel.cpp
   parallel/zero_gather.cpp
   parallel/zero_grads.cpp

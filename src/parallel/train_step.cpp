@@ -27,13 +27,17 @@ StepResult TrainStep::run(const Tensor& inputs, const Tensor& targets, int64_t s
   } else {
     optimizer->zero_grad();
   }
+  const bool stand_in = uneven != nullptr && uneven->stand_in();
+  const float loss_weight = uneven != nullptr ? static_cast<float>(uneven->loss_weight()) : 1.0f;
   nn::Tape tape, loss_tape;
   tape.set_random_seed(seed * 1000003 + static_cast<uint64_t>(step));
   tape.set_first_row(first_row);
+  tape.set_stand_in(stand_in);
   const Tensor logits = model.forward(inputs, tape);
   StepResult result;
+  result.stand_in = stand_in;
   result.loss = loss.forward(logits, targets, loss_tape).item<float>();
-  model.backward(loss.backward(loss_tape), tape);
+  model.backward(loss.backward(loss_tape, loss_weight), tape);
 
   if (zero != nullptr) {
     zero->finish();

@@ -13,17 +13,8 @@
 
 namespace loom::testing {
 
-namespace {
-
-// The model, wrapped for stage 3: each GPT block / ResNet child in a
-// ShardedModule, and the whole model in one more (embeddings, head).
-struct Built {
-  std::unique_ptr<nn::Module> model;
-  std::vector<parallel::ShardedModule*> modules;
-};
-
-Built build(ZeroModel kind, bool wrap) {
-  Built out;
+ZeroBuilt build_zero_model(ZeroModel kind, bool wrap) {
+  ZeroBuilt out;
   out.model = make_small_model(kind);
   if (wrap) {
     out.modules = kind == ZeroModel::gpt
@@ -37,6 +28,8 @@ Built build(ZeroModel kind, bool wrap) {
   }
   return out;
 }
+
+namespace {
 
 parallel::OptimizerOptions optimizer_options(ZeroOptim kind) {
   if (kind == ZeroOptim::sgd) {
@@ -64,7 +57,7 @@ std::string describe(const ZeroRun& run) {
 }
 
 ZeroResult run_zero(const ZeroRun& run, comm::Communicator& dp) {
-  Built built = build(run.model, run.stage == 3);
+  ZeroBuilt built = build_zero_model(run.model, run.stage == 3);
   nn::Module& model = *built.model;
   ZeroResult result;
   for (const nn::Parameter* p : model.parameters()) {

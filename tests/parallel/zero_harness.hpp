@@ -9,6 +9,7 @@
 #include "support/compare.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,14 @@ struct ZeroResult {
 };
 
 ZeroResult run_zero(const ZeroRun& run, comm::Communicator& dp);
+
+// The model, wrapped for stage 3 when `wrap`: each GPT block / ResNet child
+// in a ShardedModule, and the whole model in one more (embeddings, head).
+struct ZeroBuilt {
+  std::unique_ptr<nn::Module> model;
+  std::vector<parallel::ShardedModule*> modules;  // the outermost first
+};
+ZeroBuilt build_zero_model(ZeroModel kind, bool wrap);
 
 // The single-rank reference of `run` on `ranks` ranks: one rank (in-process
 // backend), no ZeRO, training on the global batch of every step. The global

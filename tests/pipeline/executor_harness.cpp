@@ -1,5 +1,6 @@
 #include "pipeline/executor_harness.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include "loom/nn/cross_entropy_loss.hpp"
 #include "loom/parallel/pipeline/gpt_chunks.hpp"
 #include "loom/parallel/reduction.hpp"
+#include "loom/parallel/uneven_inputs.hpp"
 #include "loom/parallel/zero.hpp"
 #include "support/compare.hpp"
 
@@ -67,9 +69,12 @@ RankRun run_pipeline_rank(const PipelineRun& run, comm::Communicator& world) {
   parallel::ZeroOptions options = zero_options(run.zero_stage, parallel::reduction_groups(groups));
   if (run.zero_stage == 3) options.modules = chunks.shard_parameters();
   parallel::ZeroOptimizer zero(chunks.parameters(), *groups.dp, kSgd, options);
-  pl::PipelineExecutor executor(
-      schedule, *groups.pp, chunks.modules(), zero,
-      {.clip_grad_norm = run.clip, .packed_weight_bytes = run.packed_weight_bytes});
+  std::optional<parallel::UnevenInputs> uneven;
+  if (!run.replica_steps.empty()) uneven.emplace(*groups.dp);
+  pl::PipelineExecutor executor(schedule, *groups.pp, chunks.modules(), zero,
+                                {.clip_grad_norm = run.clip,
+                                 .uneven = uneven ? &*uneven : nullptr,
+                                 .packed_weight_bytes = run.packed_weight_bytes});
   RankRun mine;
   mine.coord = groups.coord;
   mine.activation_bound = schedule.activation_bound;
@@ -78,12 +83,21 @@ RankRun run_pipeline_rank(const PipelineRun& run, comm::Communicator& world) {
   }
   const int64_t rows = int64_t{run.rows} * run.micro_batches;  // this replica's
   nn::CrossEntropyLoss cross_entropy;
-  for (int step = 0; step < run.steps; ++step) {
+  for (int step = 0;; ++step) {
+    // The step whose batch this replica trains on (or, out of data, stands in with).
+    int data_step = step;
+    if (uneven) {
+      const int mine = run.replica_steps.at(static_cast<size_t>(groups.coord.dp));
+      if (!uneven->next(step < mine)) break;
+      data_step = std::max(0, std::min(step, mine - 1));
+    } else if (step == run.steps) {
+      break;
+    }
     const int64_t first = rows * groups.coord.dp;
     const std::vector<Tensor> inputs = pl::split_micro_batches(
-        tokens(step, first, rows, 0, config).to(run.device), run.micro_batches);
+        tokens(data_step, first, rows, 0, config).to(run.device), run.micro_batches);
     const std::vector<Tensor> targets = pl::split_micro_batches(
-        tokens(step, first, rows, 1, config).to(run.device), run.micro_batches);
+        tokens(data_step, first, rows, 1, config).to(run.device), run.micro_batches);
     auto input = [&](int m) { return inputs[static_cast<size_t>(m)]; };
     auto loss = [&](Tensor logits, int m, float dloss) {
       nn::Tape tape;
@@ -93,6 +107,8 @@ RankRun run_pipeline_rank(const PipelineRun& run, comm::Communicator& world) {
       return pl::LossOutput{value, cross_entropy.backward(tape, dloss)};
     };
     mine.stats.push_back(executor.step(input, loss));
+    // The mean over the replicas with a batch (a stand-in's loss is its stand-in's).
+    if (uneven) mine.stats.back().loss = uneven->mean(mine.stats.back().loss);
   }
   zero.wait_parameters();  // stages 1, 2: the all-gather after the last step
   mine.memory = zero.memory();
@@ -123,13 +139,28 @@ SingleRun run_single_rank(const PipelineRun& run) {
     models::GPTPart model("", run.config, models::GPTPartSpec{});
     parallel::ZeroOptimizer zero(model.parameters(), one, kSgd, zero_options(0, {}));
     nn::CrossEntropyLoss cross_entropy;
-    const int micro = run.dp * run.micro_batches;
-    const int64_t rows = int64_t{run.rows} * micro;
-    for (int step = 0; step < run.steps; ++step) {
-      const std::vector<Tensor> inputs =
-          pl::split_micro_batches(tokens(step, 0, rows, 0, run.config), micro);
-      const std::vector<Tensor> targets =
-          pl::split_micro_batches(tokens(step, 0, rows, 1, run.config), micro);
+    const int all_micro = run.dp * run.micro_batches;
+    const int64_t rows = int64_t{run.rows} * all_micro;
+    int steps = run.steps;
+    if (!run.replica_steps.empty()) {
+      steps = *std::max_element(run.replica_steps.begin(), run.replica_steps.end());
+    }
+    for (int step = 0; step < steps; ++step) {
+      const std::vector<Tensor> all_inputs =
+          pl::split_micro_batches(tokens(step, 0, rows, 0, run.config), all_micro);
+      const std::vector<Tensor> all_targets =
+          pl::split_micro_batches(tokens(step, 0, rows, 1, run.config), all_micro);
+      // The micro-batches of the replicas that have a batch this step.
+      std::vector<Tensor> inputs, targets;
+      for (int m = 0; m < all_micro; ++m) {
+        const int replica = m / run.micro_batches;
+        if (!run.replica_steps.empty() && step >= run.replica_steps[static_cast<size_t>(replica)]) {
+          continue;
+        }
+        inputs.push_back(all_inputs[static_cast<size_t>(m)]);
+        targets.push_back(all_targets[static_cast<size_t>(m)]);
+      }
+      const int micro = static_cast<int>(inputs.size());
       zero.zero_grad();
       std::vector<nn::Tape> tapes(static_cast<size_t>(micro));
       zero.set_last_micro_batch(tapes.back());

@@ -39,6 +39,12 @@ struct PipelineRun {
   std::optional<parallel::pipeline::ZbVPlan> zb_v = {};
   int zero_stage = 0;
   int steps = 3;
+  // Uneven inputs (parallel::UnevenInputs over dp): replica d has a batch for
+  // its first replica_steps[d] steps and stands in with its last one after
+  // that; the run lasts until no replica has one (`steps` is then ignored).
+  // The single-rank run takes, at each step, the micro-batches of the
+  // replicas that have a batch. Empty: every replica has every step's.
+  std::vector<int> replica_steps = {};
   int rows = 2;     // sequences per micro-batch
   double clip = 0;  // > 0: clip by the global norm
   // ExecutorOptions::packed_weight_bytes (0: every micro-batch packs the weights anew).

@@ -125,6 +125,38 @@ TEST_CASE("pipeline executor: pp 2 x dp 2 with ZeRO stages 0 to 2 equals one ran
 }
 
 TEST_CASE(
+    "pipeline executor: replicas that run out of data at different steps (uneven inputs) "
+    "equal one rank on the micro-batches that exist",
+    "[pipeline][uneven]") {
+  for (const pl::ScheduleKind kind : {pl::ScheduleKind::one_f_one_b, pl::ScheduleKind::zb_h1}) {
+    for (const int stage : {1, 3}) {
+      for (const std::vector<int>& replica_steps : {std::vector<int>{3, 1}, {1, 3}}) {
+        const PipelineRun run{.kind = kind,
+                              .pp = 2,
+                              .dp = 2,
+                              .micro_batches = 4,
+                              .zero_stage = stage,
+                              .replica_steps = replica_steps,
+                              .clip = 0.5};
+        INFO(pl::to_string(kind) << ", ZeRO stage " << stage << ", replica steps "
+                                 << replica_steps[0] << " " << replica_steps[1]);
+        const std::vector<RankRun> got = run_pipeline(run);
+        const SingleRun want = run_single_rank(run);
+        INFO("worst error / tolerance: " << worst_ratio(got, want, kAtol, kRtol));
+        CHECK(compare_with_single_rank(got, want, kAtol, kRtol) == "");
+        for (const RankRun& r : got) {
+          REQUIRE(r.stats.size() == 3);
+          for (int step = 0; step < 3; ++step) {
+            CHECK(r.stats[static_cast<size_t>(step)].stand_in ==
+                  (step >= replica_steps[static_cast<size_t>(r.coord.dp)]));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE(
     "pipeline executor: weights packed (and rounded to bf16) once per step give the bits of "
     "packing them per micro-batch",
     "[pipeline][precision]") {

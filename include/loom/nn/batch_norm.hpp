@@ -19,6 +19,12 @@
 // the group's total count. The weight and bias gradients stay local (the
 // rank's own sums): the data-parallel reducer averages them like any other
 // gradient. Without hooks this is per-rank BatchNorm.
+//
+// A stand-in pass (nn::Tape::stand_in, parallel::UnevenInputs) leaves no
+// trace: synchronized, it hands the hooks zero sums and a count of 0 (the
+// group's statistics are those of the ranks with data; the stand-in rank
+// then updates its running statistics with them like every other rank);
+// per-rank, it keeps its running statistics unchanged. Its dx is zero.
 #pragma once
 
 #include <cstdint>

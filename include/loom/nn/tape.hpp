@@ -92,6 +92,16 @@ class Tape {
   void set_first_row(int64_t row) { first_row_ = row; }
   int64_t first_row() const { return first_row_; }
 
+  // A stand-in pass: this rank has no batch of its own this step and runs a
+  // stand-in (its last one) only so that its collectives match the ranks that
+  // do (parallel::UnevenInputs). Its loss gradient is zero, so every gradient
+  // it writes is zero; modules that keep state or pool statistics across
+  // ranks must leave nothing of the stand-in behind: BatchNorm2d keeps its
+  // running statistics and contributes no elements to a synchronized batch's
+  // statistics. Activation checkpointing's recompute tape inherits it.
+  void set_stand_in(bool stand_in) { stand_in_ = stand_in; }
+  bool stand_in() const { return stand_in_; }
+
   // See the file comment. Ids start at 1; 0 means "no micro-batch" (a
   // gradient written outside any tape).
   uint64_t micro_batch() const { return micro_batch_; }
@@ -115,6 +125,7 @@ class Tape {
   uint64_t random_seed_ = 0;
   int64_t first_row_ = 0;
   uint64_t micro_batch_ = 0;
+  bool stand_in_ = false;
 };
 
 }  // namespace loom::nn

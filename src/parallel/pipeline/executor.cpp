@@ -216,6 +216,11 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
   StepStats stats;
   stats.chunk_seconds.resize(static_cast<size_t>(schedule.virtual_stages));
   if (options.loss_scaler != nullptr) stats.loss_scale = options.loss_scaler->scale();
+  double loss_weight = 1;
+  if (options.uneven != nullptr) {
+    stats.stand_in = options.uneven->stand_in();
+    loss_weight = options.uneven->loss_weight();
+  }
   const int64_t step_start = trace::now_ns();
   messages.reset_counters();
 
@@ -307,6 +312,7 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
         std::unique_ptr<nn::Tape>& tape = tape_of(a.micro_batch, a.chunk);
         tape = std::make_unique<nn::Tape>();
         tape->set_micro_batch(ids[static_cast<size_t>(a.micro_batch)].micro_batch());
+        tape->set_stand_in(stats.stand_in);
         if (seed) {
           const MicroBatchRandom random = seed(a.micro_batch);
           tape->set_random_seed(random.seed);
@@ -315,8 +321,9 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
         stats.peak_tapes = std::max(stats.peak_tapes, ++live_tapes);
         Tensor y = module_of(a.chunk).forward(x, *tape);
         if (a.chunk == last_chunk) {
-          // The mean over micro-batches, times the loss scale (fp16).
-          const double dloss = stats.loss_scale / micro_batches;
+          // The mean over micro-batches, times the loss scale (fp16) and the
+          // uneven inputs' loss weight (0 on a stand-in replica).
+          const double dloss = stats.loss_scale / micro_batches * loss_weight;
           const Shape shape = y.shape();
           const DType dtype = y.dtype();
           LossOutput out = loss_fn(std::move(y), a.micro_batch, static_cast<float>(dloss));

@@ -98,6 +98,7 @@
 #include "loom/optim/loss_scaler.hpp"
 #include "loom/parallel/pipeline/schedule.hpp"
 #include "loom/parallel/pipeline/simulate.hpp"
+#include "loom/parallel/uneven_inputs.hpp"
 #include "loom/parallel/zero.hpp"
 
 namespace loom::parallel::pipeline {
@@ -147,6 +148,14 @@ struct ExecutorOptions {
   // only when update(norm) allows it, so an overflow on any rank skips the
   // same step and lowers the same scale everywhere. Must outlive the executor.
   optim::LossScaler* loss_scaler = nullptr;
+  // Data-parallel replicas whose data runs out at different steps
+  // (parallel/uneven_inputs.hpp), over the dp group: every rank of a replica
+  // calls uneven->next(has_batch) with the same flag before each step(); the
+  // loss gradient is then also multiplied by loss_weight(), and a replica
+  // without a batch runs the step on stand-in inputs with every tape's
+  // stand_in set (StepStats::stand_in). Its StepStats::loss is the stand-in's:
+  // average with uneven->mean(). Must outlive the executor.
+  UnevenInputs* uneven = nullptr;
   // Each weight's packed form (host f32 GEMMs) kept from its first micro-batch
   // to the step's reduce gradients, at most this many bytes per rank (NOTE
   // [packed weight reuse] in loom/kernels/gemm.hpp); 0: pack per micro-batch.
@@ -179,6 +188,7 @@ struct StepStats {
   // step was skipped, on every rank alike (the norm is global).
   bool stepped = true;
   double loss_scale = 1;  // the loss scale this step ran with (1 without a scaler)
+  bool stand_in = false;  // this replica ran stand-in inputs (ExecutorOptions::uneven)
   double step_seconds = 0;
   // Time blocked waiting for receives (shape headers included): what the
   // rank idles on the pipeline, for the measured bubble.
