@@ -49,6 +49,7 @@
 #include "loom/parallel/pipeline/generators.hpp"
 #include "loom/parallel/pipeline/gpt_chunks.hpp"
 #include "loom/parallel/pipeline/simulate.hpp"
+#include "loom/parallel/spread_over.hpp"
 #include "loom/trace/chrome_trace.hpp"
 #include "loom/trace/profiler.hpp"
 #include "predicted_step.hpp"
@@ -456,6 +457,9 @@ int run(const Flags& f) {
           static_cast<long long>(scaler->skipped_steps()));
     };
     double loss = 0, norm = 0;
+    // Compute before the step's gradient reduction: the same work on every
+    // data-parallel rank, so a rank far above the others' is a straggler.
+    double busy_seconds = 0;
     pl::StepStats pipeline_stats;
     if (executor) {
       const int m_count = f.pipe.micro_batch_count();
@@ -477,6 +481,8 @@ int run(const Flags& f) {
           });
       loss = pipeline_stats.loss;
       norm = pipeline_stats.grad_norm;
+      busy_seconds = pipeline_stats.forward_seconds + pipeline_stats.backward_input_seconds +
+                     pipeline_stats.backward_weight_seconds + pipeline_stats.backward_seconds;
       if (scaler && !pipeline_stats.stepped) say_skipped(pipeline_stats.loss_scale);
       if (f.pipe.plans_after(step - first_step + 1)) {
         examples::say_on(lead, "%s",
@@ -497,6 +503,7 @@ int run(const Flags& f) {
       if (m_count > 1 && zero.stage() < 3) {
         packed_weights.emplace(pl::ExecutorOptions{}.packed_weight_bytes);
       }
+      const auto compute_start = std::chrono::steady_clock::now();
       for (int m = 0; m < m_count; ++m) {
         nn::Tape tape, loss_tape;
         tape.set_random_seed(step_seed);
@@ -517,6 +524,8 @@ int run(const Flags& f) {
         }
       }
       packed_weights.reset();
+      busy_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - compute_start).count();
       zero.finish();
       // The true global norm (unscaling fp16's gradients in the same pass); a
       // non-finite one, the same on every rank, skips the step.
@@ -550,6 +559,20 @@ int run(const Flags& f) {
           lead, "step %5lld  loss %.4f  lr %.2e  norm %.3f  %7.1f ms  %8.0f tok/s  MFU %5.1f%%\n",
           static_cast<long long>(step), global_loss, schedule.lr_at(step), norm,
           meter.seconds() * 1e3, meter.items_per_second(), 100.0 * meter.mfu());
+      if (dp.size() > 1) {
+        // Collective over dp, at the same (logged) steps on every rank.
+        const parallel::Spread busy = parallel::spread_over(dp, busy_seconds);
+        std::string where;
+        if (busy.notable()) {
+          where = loom::str_cat(
+              " (world rank ",
+              groups.layout.world_rank(
+                  {.tp = groups.coord.tp, .dp = busy.max_rank, .pp = groups.coord.pp}),
+              ")");
+        }
+        examples::say_on(lead, "           data-parallel ranks: %s%s\n",
+                         busy.summary("compute", 1e3, "ms").c_str(), where.c_str());
+      }
       if (const parallel::GradReducer* reducer = zero.reducer()) {
         if (dp.size() > 1)
           examples::say_on(lead, "           %s\n", reducer->stats().summary().c_str());

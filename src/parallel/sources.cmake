@@ -27,6 +27,7 @@ target_sources(loom PRIVATE
   parallel/reducer_stats.cpp
   parallel/reduction.cpp
   parallel/sharded_module.cpp
+  parallel/spread_over.cpp
   parallel/sync_batch_norm.cpp
   parallel/tensor_parallel.cpp
   parallel/tensor_parallel_gpt.cpp
