@@ -38,6 +38,7 @@
 
 #include <unistd.h>
 
+#include "../common/compute_spread.hpp"
 #include "../common/flag_checks.hpp"
 #include "../common/layout_table.hpp"
 #include "../common/pipeline_flags.hpp"
@@ -49,7 +50,6 @@
 #include "loom/parallel/pipeline/generators.hpp"
 #include "loom/parallel/pipeline/gpt_chunks.hpp"
 #include "loom/parallel/pipeline/simulate.hpp"
-#include "loom/parallel/spread_over.hpp"
 #include "loom/trace/chrome_trace.hpp"
 #include "loom/trace/profiler.hpp"
 #include "predicted_step.hpp"
@@ -561,17 +561,8 @@ int run(const Flags& f) {
           meter.seconds() * 1e3, meter.items_per_second(), 100.0 * meter.mfu());
       if (dp.size() > 1) {
         // Collective over dp, at the same (logged) steps on every rank.
-        const parallel::Spread busy = parallel::spread_over(dp, busy_seconds);
-        std::string where;
-        if (busy.notable()) {
-          where = loom::str_cat(
-              " (world rank ",
-              groups.layout.world_rank(
-                  {.tp = groups.coord.tp, .dp = busy.max_rank, .pp = groups.coord.pp}),
-              ")");
-        }
-        examples::say_on(lead, "           data-parallel ranks: %s%s\n",
-                         busy.summary("compute", 1e3, "ms").c_str(), where.c_str());
+        const std::string spread = examples::compute_spread_line(groups, busy_seconds);
+        examples::say_on(lead, "           %s\n", spread.c_str());
       }
       if (const parallel::GradReducer* reducer = zero.reducer()) {
         if (dp.size() > 1)
