@@ -376,6 +376,9 @@ Context::~Context() {
     end_failing();
     return;
   }
+  // NOTE [departing rank]: peers still waiting in a collective this rank will
+  // never join hear about it now, not at their timeout.
+  state_->engine->announce_departure(std::chrono::steady_clock::now() + std::chrono::seconds(1));
   // Ops of live communicators get a little time to finish; aborted ones none.
   const comm::Milliseconds grace =
       std::min<comm::Milliseconds>(std::chrono::seconds(10), state_->world->default_timeout());

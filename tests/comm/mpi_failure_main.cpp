@@ -12,6 +12,9 @@
 //   missing-split   the last rank never calls split(); the others time out naming it.
 //   killed-rank     rank 1 is killed (SIGKILL) while the others are in an all_reduce.
 //   exited-rank     rank 1 exits with status 0 but without MPI_Finalize, in the middle.
+//   finished-early  the last rank returns from main() normally after the first
+//                   all_reduce (out of data); the others, in the second, hear of
+//                   it at once (NOTE [departing rank]) and fail naming it.
 //   mismatch-op     (with LOOM_DEBUG_COLLECTIVES=1) rank 0 calls all_reduce, the
 //                   others broadcast.
 //   mismatch-count  (with LOOM_DEBUG_COLLECTIVES=1) rank 0 reduces 1000
@@ -122,6 +125,9 @@ int run(const std::string& mode) {
       std::_Exit(0);  // "successfully", but without MPI_Finalize
     }
     world.all_reduce(big).wait();
+  } else if (mode == "finished-early") {
+    if (rank == last) return 0;  // out of data: leaves its loop and main(), finalizing
+    world.all_reduce(t).wait();
   } else if (mode == "mismatch-size") {
     const Tensor x = Tensor::full({rank == 0 ? int64_t{1} << 20 : 10}, 1.0);
     world.all_reduce(x).wait();

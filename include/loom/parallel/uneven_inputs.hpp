@@ -9,8 +9,9 @@
 //     const double loss = uneven.mean(r.loss);  // over the ranks that had data
 //   }
 //
-// Without it a rank that leaves its loop early leaves the others waiting in
-// their next gradient all-reduce until the timeout (which then names it).
+// Without it a rank that leaves its loop early makes the others fail in their
+// next gradient all-reduce, naming it (NOTE [departing rank] in the mpi
+// backend); with it they all train to the last batch of the longest shard.
 //
 // next(has_batch), collective over the data-parallel group (one all-gather
 // of one 8-byte value per rank):

@@ -157,6 +157,9 @@ void ControlChannel::on_receive(ProgressEngine& engine) {
       abort_acked_by_.insert(source);
       break;
     }
+    case departure:
+      if (const auto peer = peer_.lock()) engine.peer_departed(peer->world_rank_of(source), text);
+      break;
     default:
       LOOM_LOG_WARN("control channel: ignoring message with tag ", status.MPI_TAG, " from rank ",
                     source);
@@ -225,6 +228,12 @@ void ControlChannel::broadcast_abort(ProgressEngine& engine, int origin, const s
       }
     }
   });
+}
+
+void ControlChannel::send_departure(ProgressEngine& engine, const std::string& list) {
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) send(engine, r, departure, 0, 0, list);
+  }
 }
 
 bool ControlChannel::abort_acknowledged() const {

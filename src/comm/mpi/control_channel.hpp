@@ -21,6 +21,10 @@
 //                    a rank that is ending (NOTE [failing rank]) asks for
 //                    these and waits for them before it goes, so its peers
 //                    learn why.
+//   departure(list) -> on the world's channel only: the sender's program is
+//                    ending normally; the list names each of its live
+//                    communicators with the number of the last collective it
+//                    issued there (NOTE [departing rank] in progress_engine.hpp).
 //
 // NOTE [stale control messages]
 // A control message must not be in flight on a channel when its receiver frees
@@ -73,11 +77,18 @@ class ControlPeer {
   virtual void on_peer_abort(int origin, const std::string& reason) = 0;
   // This rank aborts the communicator (any thread): Communicator::abort.
   virtual void abort_group(const std::string& reason) = 0;
+  // NOTE [departing rank] (progress thread).
+  virtual const std::string& group_name() const = 0;
+  virtual int group_size() const = 0;
+  virtual int world_rank_of(int group_rank) const = 0;
+  virtual int group_rank_of(int world_rank) const = 0;  // -1: not a member
+  // Group rank `rank` ended its program after issuing collective `last_seq` here.
+  virtual void on_peer_departed(int rank, uint64_t last_seq) = 0;
 };
 
 class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
  public:
-  enum Kind : int { status_query = 1, status_reply = 2, abort = 3, abort_ack = 4 };
+  enum Kind : int { status_query = 1, status_reply = 2, abort = 3, abort_ack = 4, departure = 5 };
 
   // Takes ownership of both communicators (freed by close()).
   ControlChannel(uint64_t id, MPI_Comm data, MPI_Comm control, int rank, int size,
@@ -118,6 +129,8 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
                        bool ask_acknowledgement = false);
   // Every rank this one sent an abort to has acknowledged it (true when none was sent).
   bool abort_acknowledged() const;
+  // Sends departure(list) to every peer (progress thread; fire and forget).
+  void send_departure(ProgressEngine& engine, const std::string& list);
 
  private:
   struct Query {

@@ -1,5 +1,6 @@
 #include "comm/mpi/mpi_communicator.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <limits>
@@ -212,7 +213,11 @@ OpTarget MpiCommunicator::target() const {
 
 void MpiCommunicator::issue(const detail::WorkPtr& work, std::unique_ptr<MpiOp> op) {
   const OpType type = work->info().op;
-  if (type != OpType::send && type != OpType::recv) last_seq_.store(work->info().seq);
+  if (type != OpType::send && type != OpType::recv) {
+    last_seq_.store(work->info().seq);
+    check_departures();     // NOTE [departing rank]
+    if (aborted()) return;  // the work failed with the abort
+  }
   // NOTE [caller drives]: a thread that waits on a small operation drives the
   // engine meanwhile. Larger ones stay with the progress thread: there MPI
   // moves the data in long calls, the hand-off is a small part of the time, and
@@ -398,6 +403,42 @@ void MpiCommunicator::notify_peers_of_abort(const std::string& reason) {
   }
   channel_->broadcast_abort(*engine_, origin, original, ask_abort_acknowledgement_.load());
   engine_->post([e = engine_.get(), id = id_] { e->channel_aborted(id); });
+}
+
+int MpiCommunicator::group_rank_of(int world_rank) const {
+  const std::vector<int>& ranks = world_ranks();
+  const auto it = std::find(ranks.begin(), ranks.end(), world_rank);
+  return it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
+}
+
+void MpiCommunicator::on_peer_departed(int rank, uint64_t last_seq) {
+  {
+    std::lock_guard lock(abort_mutex_);
+    departed_.emplace_back(rank, last_seq);
+  }
+  check_departures();
+}
+
+void MpiCommunicator::check_departures() {
+  std::string reason;
+  {
+    std::lock_guard lock(abort_mutex_);
+    if (departed_.empty()) return;
+    const uint64_t issued = last_issued_seq();
+    for (const auto& [rank, last] : departed_) {
+      if (issued <= last) continue;
+      const std::optional<OpInfo> next = issued_collective(last + 1);
+      reason = str_cat(
+          describe_rank(rank), " left the group after its collective #", last,
+          " (its program ended, or it let the group go), and this rank has issued #", last + 1,
+          next ? str_cat(" (", op_type_name(next->op), ")") : std::string(),
+          ", which it will never join. The ranks ran different numbers of collectives: if one "
+          "ran out of data first, parallel::UnevenInputs keeps them in step "
+          "(docs/data_parallel.md)");
+      break;
+    }
+  }
+  if (!reason.empty()) abort(reason);
 }
 
 void MpiCommunicator::on_peer_abort(int origin, const std::string& reason) {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "comm/mpi/control_channel.hpp"
 #include "comm/mpi/progress_engine.hpp"
@@ -48,6 +49,13 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
     ask_abort_acknowledgement_ = true;
     abort(reason);
   }
+  const std::string& group_name() const override { return name(); }
+  int group_size() const override { return size(); }
+  int world_rank_of(int group_rank) const override {
+    return world_ranks().at(static_cast<size_t>(group_rank));
+  }
+  int group_rank_of(int world_rank) const override;
+  void on_peer_departed(int rank, uint64_t last_seq) override;
 
  protected:
   void start_all_reduce(const Tensor& tensor, const AllReduceOptions& options,
@@ -88,6 +96,9 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   OpTarget target() const;
   // Records the collective as issued (for status queries) and queues its op.
   void issue(const detail::WorkPtr& work, std::unique_ptr<MpiOp> op);
+  // NOTE [departing rank]: aborts the group when a collective numbered beyond
+  // a departed rank's last one has been issued here.
+  void check_departures();
   ControlChannel::Progress own_progress(uint64_t asked = 0) const {
     return {last_issued_seq(), splits_.load(),
             asked > 0 ? issued_collective(asked) : std::optional<OpInfo>()};
@@ -108,6 +119,7 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   std::mutex abort_mutex_;                                 // guards the members below
   std::weak_ptr<detail::WorkState> cross_check_;           // in flight, failed by an abort
   std::optional<std::pair<int, std::string>> peer_abort_;  // (origin, reason) of a peer's abort
+  std::vector<std::pair<int, uint64_t>> departed_;         // (rank, its last collective)
 };
 
 }  // namespace loom::comm::mpi

@@ -121,10 +121,15 @@ class ProgressEngine {
   bool running() const;
 
   // Drives the engine on the calling thread (NOTE [caller drives]) until
-  // `done()` returns true, `deadline` passes, or nothing has moved for a
-  // while; returns at once when the engine has shut down.
+  // `done()` returns true, `deadline` passes, or nothing has moved for `idle`
+  // (counted from the end of the last round that moved); returns at once
+  // when the engine has shut down. Callers keep the default; a test of the
+  // count may give a longer one, which preemption on a loaded machine does
+  // not reach.
+  static constexpr std::chrono::microseconds kDriveIdle{200};
   void drive_until(const std::function<bool()>& done,
-                   std::chrono::steady_clock::time_point deadline);
+                   std::chrono::steady_clock::time_point deadline,
+                   std::chrono::microseconds idle = kDriveIdle);
 
   // Stops the thread: posts what is queued, waits up to `grace` for the ops of
   // communicators that are not aborted, closes every control channel and frees
@@ -140,6 +145,29 @@ class ProgressEngine {
   // communicators), and MPI must not be finalized: a peer may be blocked in
   // the very collective that would need this rank. Not on the progress thread.
   bool fail_process(const std::string& reason, std::chrono::steady_clock::time_point deadline);
+
+  // NOTE [departing rank]
+  // A rank whose program ends normally while a peer still waits in a
+  // collective it will never join (it ran out of data a step early, say) used
+  // to leave that peer waiting for its whole timeout (ten minutes by default)
+  // and then reporting that the rank "did not answer". So ~Context, before it
+  // shuts down, tells every peer over the world's control channel that this
+  // process is leaving, with the number of the last collective it issued on
+  // each live communicator (by name; the world's channel is never freed
+  // before the end, so the message cannot land on a reused channel: NOTE
+  // [stale control messages]). A peer's communicator of that name containing
+  // the rank (one of that name, or the name is skipped) remembers it; a
+  // collective numbered beyond it, already issued or issued later, can never
+  // complete, and the peer aborts the group naming the rank, its last
+  // collective and the one it waits in: a clear error within a second instead
+  // of a hang. Collectives up to that number are untouched (the leaver joined
+  // them), and all ranks ending together exchange these notices harmlessly.
+  // Point-to-point messages and splits still wait for their timeout.
+  // announce_departure waits at most until `deadline` for the notices to be
+  // started; not on the progress thread.
+  void announce_departure(std::chrono::steady_clock::time_point deadline);
+  // A departure notice from world rank `world_rank` arrived (progress thread).
+  void peer_departed(int world_rank, const std::string& list);
 
   // ---- the driver only (NOTE [caller drives]) ------------------------------------------------
   // Starts `op` now (control sends), skipping the queue.
