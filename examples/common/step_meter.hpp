@@ -29,6 +29,10 @@ class StepMeter {
     items_per_second_ = seconds_ > 0 ? items / seconds_ : 0.0;
   }
 
+  // Seconds since begin(), while the step runs.
+  double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
   double seconds() const { return seconds_; }
   double flops() const { return flops_; }
   double items_per_second() const { return items_per_second_; }

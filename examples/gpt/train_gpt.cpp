@@ -370,13 +370,7 @@ int run(const Flags& f) {
   // while the state is copied to host memory.
   checkpoint::AsyncCheckpointer saver;
   auto say_saved = [&](const checkpoint::SaveReport& r) {
-    examples::say_on(
-        lead,
-        "checkpoint %s complete: training stalled %.1f ms (copy to host %.1f ms); rank 0 wrote "
-        "%.1f MiB in %.1f ms (%.0f MiB/s); complete %.1f ms after the save began\n",
-        r.step_dir.string().c_str(), r.stall_seconds * 1e3, r.copy_seconds * 1e3,
-        static_cast<double>(r.bytes) / (1 << 20), r.write_seconds * 1e3,
-        r.write_bandwidth() / (1 << 20), r.complete_seconds * 1e3);
+    examples::say_on(lead, "%s\n", r.summary().c_str());
   };
   // The model's text after step `after` (--sample-tokens): every rank
   // gathers (ZeRO-3's parameters are shards at rest), rank 0 writes. One rank
@@ -457,9 +451,7 @@ int run(const Flags& f) {
           static_cast<long long>(scaler->skipped_steps()));
     };
     double loss = 0, norm = 0;
-    // Compute before the step's gradient reduction: the same work on every
-    // data-parallel rank, so a rank far above the others' is a straggler.
-    double busy_seconds = 0;
+    double busy_seconds = 0;  // to the gradient reduction: equal on every dp rank but a straggler
     pl::StepStats pipeline_stats;
     if (executor) {
       const int m_count = f.pipe.micro_batch_count();
@@ -481,8 +473,7 @@ int run(const Flags& f) {
           });
       loss = pipeline_stats.loss;
       norm = pipeline_stats.grad_norm;
-      busy_seconds = pipeline_stats.forward_seconds + pipeline_stats.backward_input_seconds +
-                     pipeline_stats.backward_weight_seconds + pipeline_stats.backward_seconds;
+      busy_seconds = pipeline_stats.compute_seconds();
       if (scaler && !pipeline_stats.stepped) say_skipped(pipeline_stats.loss_scale);
       if (f.pipe.plans_after(step - first_step + 1)) {
         examples::say_on(lead, "%s",
@@ -503,7 +494,6 @@ int run(const Flags& f) {
       if (m_count > 1 && zero.stage() < 3) {
         packed_weights.emplace(pl::ExecutorOptions{}.packed_weight_bytes);
       }
-      const auto compute_start = std::chrono::steady_clock::now();
       for (int m = 0; m < m_count; ++m) {
         nn::Tape tape, loss_tape;
         tape.set_random_seed(step_seed);
@@ -524,8 +514,7 @@ int run(const Flags& f) {
         }
       }
       packed_weights.reset();
-      busy_seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - compute_start).count();
+      busy_seconds = meter.elapsed();
       zero.finish();
       // The true global norm (unscaling fp16's gradients in the same pass); a
       // non-finite one, the same on every rank, skips the step.
@@ -559,10 +548,9 @@ int run(const Flags& f) {
           lead, "step %5lld  loss %.4f  lr %.2e  norm %.3f  %7.1f ms  %8.0f tok/s  MFU %5.1f%%\n",
           static_cast<long long>(step), global_loss, schedule.lr_at(step), norm,
           meter.seconds() * 1e3, meter.items_per_second(), 100.0 * meter.mfu());
-      if (dp.size() > 1) {
-        // Collective over dp, at the same (logged) steps on every rank.
-        const std::string spread = examples::compute_spread_line(groups, busy_seconds);
-        examples::say_on(lead, "           %s\n", spread.c_str());
+      if (dp.size() > 1) {  // collective over dp, at the same (logged) steps on every rank
+        examples::say_on(lead, "           %s\n",
+                         examples::compute_spread_line(groups, busy_seconds).c_str());
       }
       if (const parallel::GradReducer* reducer = zero.reducer()) {
         if (dp.size() > 1)

@@ -29,7 +29,6 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -383,7 +382,7 @@ int run(const Flags& f) {
     trace::StepScope profiled_step;
     meter.begin();
     double loss = std::nan(""), norm = std::nan("");
-    // Compute before the step's gradient reduction (the straggler line).
+    // Time to the step's gradient reduction (the straggler line).
     double busy_seconds = 0;
     zero.optimizer().set_lr(schedule.lr_at(step));
     if (f.forward_only) {
@@ -402,8 +401,7 @@ int run(const Flags& f) {
           });
       loss = stats.loss;
       norm = stats.grad_norm;
-      busy_seconds = stats.forward_seconds + stats.backward_input_seconds +
-                     stats.backward_weight_seconds + stats.backward_seconds;
+      busy_seconds = stats.compute_seconds();
       if (f.pipe.plans_after(step + 1)) {
         examples::say_on(lead, "%s", f.pipe.replan(*executor, *groups.pp, stats, step).c_str());
         pipeline = executor->schedule();
@@ -418,7 +416,6 @@ int run(const Flags& f) {
       if (micro_batches > 1 && zero.stage() < 3) {
         packed_weights.emplace(pl::ExecutorOptions{}.packed_weight_bytes);
       }
-      const auto compute_start = std::chrono::steady_clock::now();
       for (int m = 0; m < micro_batches; ++m) {
         nn::Tape tape, loss_tape;
         const Tensor logits = model->forward(images[static_cast<size_t>(m)], tape);
@@ -434,8 +431,7 @@ int run(const Flags& f) {
       }
       loss /= micro_batches;
       packed_weights.reset();
-      busy_seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - compute_start).count();
+      busy_seconds = meter.elapsed();
       zero.finish();
       norm = zero.clip_grad_norm(HUGE_VAL);
       zero.step();
@@ -453,10 +449,9 @@ int run(const Flags& f) {
           lead, "step %5lld  loss %s  lr %.3f  norm %s  %7.1f ms  %7.1f img/s  MFU %5.1f%%\n",
           static_cast<long long>(step), loss_text, schedule.lr_at(step), norm_text,
           meter.seconds() * 1e3, meter.items_per_second(), 100.0 * meter.mfu());
-      if (!f.forward_only && dp.size() > 1) {
-        // Collective over dp, at the same (logged) steps on every rank.
-        const std::string spread = examples::compute_spread_line(groups, busy_seconds);
-        examples::say_on(lead, "           %s\n", spread.c_str());
+      if (!f.forward_only && dp.size() > 1) {  // collective over dp, at the same steps everywhere
+        examples::say_on(lead, "           %s\n",
+                         examples::compute_spread_line(groups, busy_seconds).c_str());
       }
     }
     if (digits && in_epoch + 1 == steps_per_epoch) {

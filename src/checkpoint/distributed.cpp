@@ -20,6 +20,17 @@
 
 namespace loom::checkpoint {
 
+std::string SaveReport::summary() const {
+  char text[512];
+  std::snprintf(text, sizeof(text),
+                "checkpoint %s complete: training stalled %.1f ms (copy to host %.1f ms); rank 0 "
+                "wrote %.1f MiB in %.1f ms (%.0f MiB/s); complete %.1f ms after the save began",
+                step_dir.string().c_str(), stall_seconds * 1e3, copy_seconds * 1e3,
+                static_cast<double>(bytes) / (1 << 20), write_seconds * 1e3,
+                write_bandwidth() / (1 << 20), complete_seconds * 1e3);
+  return text;
+}
+
 std::string saving::rank_file(int rank) {
   char name[32];
   std::snprintf(name, sizeof(name), "rank-%05d.safetensors", rank);
@@ -291,8 +302,8 @@ TrainingState load_checkpoint_weights(const std::filesystem::path& step_dir, nn:
   const CheckpointReader::Impl& c = reader.impl();
   const std::vector<nn::Parameter*> params = model.parameters();
   for (const nn::Parameter* p : params) {
-    LOOM_CHECK(c.by_param.count(p->name()) > 0, "checkpoint ", step_dir, ": parameter '",
-               p->name(), "' of the model is in no file (a checkpoint of another model?)");
+    LOOM_CHECK(c.by_param.count(p->name()) > 0, "checkpoint ", step_dir, ": parameter '", p->name(),
+               "' of the model is in no file (a checkpoint of another model?)");
     const Shape saved = c.params.at(p->name()).global_shape;
     const Shape wanted = Layout{p->shape(), p->placement()}.model_shape();
     LOOM_CHECK(saved == wanted, "checkpoint ", step_dir, ": parameter '", p->name(),

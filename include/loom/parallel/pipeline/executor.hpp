@@ -199,6 +199,10 @@ struct StepStats {
   double backward_input_seconds = 0;
   double backward_weight_seconds = 0;
   double backward_seconds = 0;
+  // The four above together: the step's compute before its reduction.
+  double compute_seconds() const {
+    return forward_seconds + backward_input_seconds + backward_weight_seconds + backward_seconds;
+  }
   double reduce_seconds = 0;  // finish() (and clipping)
   double optimizer_seconds = 0;
   int64_t messages_sent = 0;  // payloads, shape headers not counted
