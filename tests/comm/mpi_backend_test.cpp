@@ -315,15 +315,16 @@ TEST_CASE("mpi: a waiting thread keeps driving an operation whose every step is 
   // the count began before the round, every step longer than kDriveIdle
   // handed the op to the progress thread, and the caller slept until that
   // thread finished it (4-16 MiB all-gathers 0.90x raw MPI instead of 1.0-1.1x).
-  // Here a polled op whose steps sleep 300 us must be finished by the thread
-  // that waits on it. At the real 200 us a waiting thread preempted between
-  // two rounds, or kept from the engine by a preempted progress thread, hands
-  // back legitimately (all of three tries did once, under mpirun -np 3 on 2
-  // cores beside another build's tests); so the test gives drive_until an
-  // idle limit of 50 ms and steps of 80 ms, which the old count hands back
-  // every time and the new one only after a 50 ms stall (one of three tries
-  // must stay).
+  // Here a polled op whose steps take 80 ms must be finished by the thread
+  // that waits on it, given an idle limit of 50 ms (the real 200 us is
+  // reached by preemption on a loaded machine): the old count hands it back
+  // after its first step, the new one keeps it. The progress thread must not
+  // take the op before the waiter is there (it would hold the engine for a
+  // long step while the waiter's 50 ms run out): until drive_until returns,
+  // a step on any other thread moves nothing; after, it finishes at once.
   struct Shared {
+    std::thread::id waiter = std::this_thread::get_id();
+    std::atomic<bool> waiter_returned{false};
     std::atomic<bool> done{false};
     std::thread::id finished_on;
   };
@@ -333,7 +334,11 @@ TEST_CASE("mpi: a waiting thread keeps driving an operation whose every step is 
     uint64_t steps = 0;
     void start() override {}
     bool step() override {
-      std::this_thread::sleep_for(80ms);
+      if (std::this_thread::get_id() == shared.waiter) {
+        std::this_thread::sleep_for(80ms);
+      } else if (!shared.waiter_returned) {
+        return false;  // nothing moved
+      }
       return ++steps == 3;
     }
     void succeed() override {
@@ -350,16 +355,13 @@ TEST_CASE("mpi: a waiting thread keeps driving an operation whose every step is 
   auto* mpi_world = dynamic_cast<mpi::MpiCommunicator*>(&world());
   REQUIRE(mpi_world != nullptr);
   mpi::ProgressEngine& engine = mpi_world->engine();
-  int finished_here = 0;
-  for (int attempt = 0; attempt < 3 && finished_here == 0; ++attempt) {
-    Shared shared;
-    engine.submit(std::make_unique<LongSteps>(shared), /*caller_drives=*/true);
-    engine.drive_until([&] { return shared.done.load(); }, std::chrono::steady_clock::now() + 10s,
-                       50ms);
-    REQUIRE(loom::test::eventually([&] { return shared.done.load(); }));
-    if (shared.finished_on == std::this_thread::get_id()) ++finished_here;
-  }
-  CHECK(finished_here >= 1);
+  Shared shared;
+  engine.submit(std::make_unique<LongSteps>(shared), /*caller_drives=*/true);
+  engine.drive_until([&] { return shared.done.load(); }, std::chrono::steady_clock::now() + 10s,
+                     50ms);
+  shared.waiter_returned = true;
+  REQUIRE(loom::test::eventually([&] { return shared.done.load(); }));
+  CHECK(shared.finished_on == std::this_thread::get_id());
 }
 
 TEST_CASE(
