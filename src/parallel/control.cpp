@@ -1,5 +1,6 @@
 #include "parallel/control.hpp"
 
+#include <bit>
 #include <limits>
 #include <sstream>
 
@@ -7,6 +8,17 @@
 #include "loom/nn/parameter.hpp"
 
 namespace loom::parallel::detail {
+
+std::vector<double> all_gather_values(comm::Communicator& comm, double value, Device device) {
+  if (comm.size() == 1) return {value};
+  const Tensor mine =
+      Tensor::from_vector(std::vector<int64_t>{std::bit_cast<int64_t>(value)}, {1}, device);
+  const Tensor all = Tensor::empty({comm.size()}, DType::i64, device);
+  comm.all_gather(mine, all).wait();
+  std::vector<double> values;
+  for (const int64_t bits : all.to_vector<int64_t>()) values.push_back(std::bit_cast<double>(bits));
+  return values;
+}
 
 int64_t all_reduce_min(comm::Communicator& comm, int64_t value, Device device) {
   Tensor t = Tensor::from_vector(std::vector<int64_t>{value}, {1}, device);

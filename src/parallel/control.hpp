@@ -15,6 +15,9 @@ namespace loom::parallel::detail {
 
 // The minimum of `value` over the ranks of `comm`.
 int64_t all_reduce_min(comm::Communicator& comm, int64_t value, Device device);
+// Every rank's `value`, by rank, on every rank (one all-gather of 8 bytes
+// per rank; the value itself, bits included). A group of one: {value}.
+std::vector<double> all_gather_values(comm::Communicator& comm, double value, Device device);
 // `text` of rank `root`, on every rank.
 std::string broadcast_string(comm::Communicator& comm, const std::string& text, int root,
                              Device device);

@@ -1,21 +1,14 @@
 #include "loom/parallel/mean_over.hpp"
 
-#include <bit>
-#include <cstdint>
-#include <vector>
-
 #include "loom/core/error.hpp"
+#include "parallel/control.hpp"
 
 namespace loom::parallel {
 
 double mean_over(comm::Communicator& group, double value, Device device) {
   if (group.size() == 1) return value;
-  const Tensor mine =
-      Tensor::from_vector(std::vector<int64_t>{std::bit_cast<int64_t>(value)}, {1}, device);
-  const Tensor all = Tensor::empty({group.size()}, DType::i64, device);
-  group.all_gather(mine, all).wait();
-  double sum = 0;
-  for (const int64_t bits : all.to_vector<int64_t>()) sum += std::bit_cast<double>(bits);
+  double sum = 0;  // in rank order: the same bits on every rank
+  for (const double v : detail::all_gather_values(group, value, device)) sum += v;
   return sum / group.size();
 }
 

@@ -1,13 +1,12 @@
 #include "loom/parallel/spread_over.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
-#include <cstdint>
 #include <cstdio>
 #include <vector>
 
 #include "loom/core/error.hpp"
+#include "parallel/control.hpp"
 
 namespace loom::parallel {
 
@@ -34,16 +33,7 @@ std::string Spread::summary(std::string_view what, double scale, std::string_vie
 Spread spread_over(comm::Communicator& group, double value, Device device) {
   LOOM_CHECK(std::isfinite(value), "spread_over: the value of rank ", group.rank(), " of group '",
              group.name(), "' is ", value, "; it must be finite");
-  std::vector<double> values{value};
-  if (group.size() > 1) {
-    const Tensor mine =
-        Tensor::from_vector(std::vector<int64_t>{std::bit_cast<int64_t>(value)}, {1}, device);
-    const Tensor all = Tensor::empty({group.size()}, DType::i64, device);
-    group.all_gather(mine, all).wait();
-    values.clear();
-    for (const int64_t bits : all.to_vector<int64_t>())
-      values.push_back(std::bit_cast<double>(bits));
-  }
+  const std::vector<double> values = detail::all_gather_values(group, value, device);
   Spread s;
   s.ranks = static_cast<int>(values.size());
   s.min_rank = static_cast<int>(std::min_element(values.begin(), values.end()) - values.begin());

@@ -1,11 +1,10 @@
 #include "loom/parallel/uneven_inputs.hpp"
 
-#include <bit>
-#include <cstdint>
 #include <vector>
 
 #include "loom/core/error.hpp"
 #include "loom/core/logging.hpp"
+#include "parallel/control.hpp"
 
 namespace loom::parallel {
 
@@ -25,16 +24,9 @@ bool UnevenInputs::next(bool has_batch) {
              " (next() returned false: no rank had a batch)");
   ++step_;
   with_batch_.clear();
-  if (dp_.size() == 1) {
-    if (has_batch) with_batch_.push_back(0);
-  } else {
-    const Tensor mine = Tensor::from_vector(std::vector<int64_t>{has_batch ? 1 : 0}, {1}, device_);
-    const Tensor all = Tensor::empty({dp_.size()}, DType::i64, device_);
-    dp_.all_gather(mine, all).wait();
-    const std::vector<int64_t> flags = all.to_vector<int64_t>();
-    for (int r = 0; r < dp_.size(); ++r) {
-      if (flags[static_cast<size_t>(r)] != 0) with_batch_.push_back(r);
-    }
+  const std::vector<double> flags = detail::all_gather_values(dp_, has_batch ? 1.0 : 0.0, device_);
+  for (int r = 0; r < dp_.size(); ++r) {
+    if (flags[static_cast<size_t>(r)] != 0.0) with_batch_.push_back(r);
   }
   has_batch_ = has_batch;
   active_ = static_cast<int>(with_batch_.size());
@@ -72,14 +64,10 @@ double UnevenInputs::loss_weight() const {
 double UnevenInputs::mean(double value) {
   check_open("mean");
   if (dp_.size() == 1) return value;
-  const double mine = has_batch_ ? value : 0.0;
-  const Tensor t =
-      Tensor::from_vector(std::vector<int64_t>{std::bit_cast<int64_t>(mine)}, {1}, device_);
-  const Tensor all = Tensor::empty({dp_.size()}, DType::i64, device_);
-  dp_.all_gather(t, all).wait();
-  const std::vector<int64_t> bits = all.to_vector<int64_t>();
-  double sum = 0;
-  for (const int r : with_batch_) sum += std::bit_cast<double>(bits[static_cast<size_t>(r)]);
+  const std::vector<double> values =
+      detail::all_gather_values(dp_, has_batch_ ? value : 0.0, device_);
+  double sum = 0;  // in rank order: the same bits on every rank
+  for (const int r : with_batch_) sum += values[static_cast<size_t>(r)];
   return sum / active_;
 }
 
