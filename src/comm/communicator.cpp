@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <exception>
 #include <numeric>
 
 #include "comm/cross_check.hpp"
@@ -151,12 +152,19 @@ detail::WorkPtr Communicator::begin(OpInfo info, std::optional<Milliseconds> tim
   if (debug_ && !p2p) cross_check(info);
   auto work = std::make_shared<detail::WorkState>(std::move(info), timeout.value_or(timeout_),
                                                   weak_from_this(), recorder_);
-  std::lock_guard lock(mutex_);
-  std::erase_if(pending_, [](const std::weak_ptr<detail::WorkState>& w) {
-    const auto state = w.lock();
-    return !state || state->done();
-  });
-  pending_.push_back(work);
+  bool departures = false;
+  {
+    std::lock_guard lock(mutex_);
+    std::erase_if(pending_, [](const std::weak_ptr<detail::WorkState>& w) {
+      const auto state = w.lock();
+      return !state || state->done();
+    });
+    pending_.push_back(work);
+    departures = !departed_.empty();
+  }
+  // NOTE [departing rank]: an operation a departed rank will never take part
+  // in fails now (the abort fails it), and the backend does not start it.
+  if (departures) check_departures();
   return work;
 }
 
@@ -261,6 +269,84 @@ Work Communicator::recv(const Tensor& tensor, int peer, const RecvOptions& optio
   auto work = begin(collective_info(OpType::recv, &tensor, peer), options.timeout);
   start_recv(tensor, peer, options.tag, work);
   return Work(work);
+}
+
+std::vector<uint64_t> Communicator::p2p_issued(OpType op) const {
+  LOOM_ASSERT(op == OpType::send || op == OpType::recv, "p2p_issued of ", op_type_name(op));
+  std::lock_guard lock(mutex_);
+  return op == OpType::send ? p2p_send_seq_ : p2p_recv_seq_;
+}
+
+uint64_t Communicator::collectives_issued() const {
+  std::lock_guard lock(mutex_);
+  return collective_seq_;
+}
+
+std::optional<OpInfo> Communicator::issued_collective(uint64_t seq) const {
+  return recorder_->find_collective(seq);
+}
+
+void Communicator::peer_departed(int rank, const Departure& departure) {
+  {
+    std::lock_guard lock(mutex_);
+    departed_.emplace_back(rank, departure);
+  }
+  check_departures();
+}
+
+void Communicator::forget_departures() {
+  std::lock_guard lock(mutex_);
+  departed_.clear();
+}
+
+bool Communicator::abort_if_unwinding() {
+  if (std::uncaught_exceptions() == 0) return false;
+  abort(str_cat(describe_rank(rank_), " failed: an exception left the scope that held group '",
+                name_, "' (that rank's log names it)"));
+  return true;
+}
+
+void Communicator::check_departures() {
+  std::vector<std::pair<int, Departure>> departed;
+  std::vector<uint64_t> sends, receives;
+  {
+    std::lock_guard lock(mutex_);
+    if (departed_.empty() || aborted_) return;
+    departed = departed_;
+    sends = p2p_send_seq_;
+    receives = p2p_recv_seq_;
+  }
+  const uint64_t issued = collectives_issued();
+  for (const auto& [rank, d] : departed) {
+    const std::string who =
+        str_cat(describe_rank(rank), " left the group (its program ended, or it let the group go)");
+    const auto r = static_cast<size_t>(rank);
+    std::string reason;
+    if (issued > d.last_collective) {
+      const std::optional<OpInfo> next = issued_collective(d.last_collective + 1);
+      reason = str_cat(
+          who, " after its collective #", d.last_collective, ", and this rank has issued #",
+          d.last_collective + 1, next ? str_cat(" (", op_type_name(next->op), ")") : std::string(),
+          ", which it will never join. The ranks ran different numbers of collectives: if one "
+          "ran out of data first, parallel::UnevenInputs keeps them in step "
+          "(docs/data_parallel.md)");
+    } else if (receives[r] > d.sent_to_me) {
+      reason = str_cat(who, " after sending this rank ", d.sent_to_me,
+                       " message(s), and this rank has posted receive #", d.sent_to_me + 1,
+                       " from it, which nothing will ever match. The ranks ran different "
+                       "numbers of steps, or their sends and receives differ");
+    } else if (sends[r] > d.received_from_me) {
+      reason = str_cat(who, " after posting ", d.received_from_me,
+                       " receive(s) from this rank, and this rank has posted send #",
+                       d.received_from_me + 1,
+                       " to it, which it will never receive. The ranks ran different numbers "
+                       "of steps, or their sends and receives differ");
+    }
+    if (!reason.empty()) {
+      abort(reason);
+      return;
+    }
+  }
 }
 
 std::shared_ptr<Communicator> Communicator::split(int color, int key, const std::string& name) {

@@ -328,7 +328,7 @@ Context init(const InitOptions& options) {
   set_device(state->device);
 
   state->engine = std::make_shared<comm::mpi::ProgressEngine>(progress_mode(state->owns_mpi));
-  state->world = comm::mpi::MpiCommunicator::create(state->engine, data, control, "world");
+  state->world = comm::mpi::MpiCommunicator::create(state->engine, data, control, "world", "world");
   if (state->backend == "nccl") {
     // The mpi world bootstraps NCCL (the unique id) and stays alive inside it.
     LOOM_CHECK(state->device.is_cuda(), "loom::init(): backend 'nccl' needs a CUDA device, but ",

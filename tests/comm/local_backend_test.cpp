@@ -4,7 +4,9 @@
 // timeout naming the missing ranks, abort reaching the peers, bad arguments).
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cstdlib>
+#include <thread>
 
 #include "collective_checks.hpp"
 #include "loom/comm/local.hpp"
@@ -80,10 +82,15 @@ TEST_CASE("local: a rank that never calls the collective is named when the other
   std::vector<int> missing;
   CommError::Kind kind = CommError::Kind::backend;
   bool peer_failed = false;
+  std::atomic<int> finished{0};
   run_local_ranks(comms, [&](Communicator& c) {
     const Tensor t = Tensor::zeros({16});
-    c.all_reduce(t).wait();     // #1: everybody
-    if (c.rank() == 2) return;  // rank 2 skips #2
+    c.all_reduce(t).wait();  // #1: everybody
+    if (c.rank() ==
+        2) {  // skips #2, and stays (one that left is named at once: NOTE [local departures])
+      while (finished.load() < 2) std::this_thread::sleep_for(1ms);
+      return;
+    }
     const Work w = c.all_reduce(t);
     try {
       if (c.rank() == 0) {
@@ -100,6 +107,7 @@ TEST_CASE("local: a rank that never calls the collective is named when the other
         peer_failed = e.kind() == CommError::Kind::peer_failed;
       }
     }
+    ++finished;
   });
   CHECK_THAT(error, Contains("all_reduce #2 on group 'dp' (16 f32 elements, 64 B)") &&
                         Contains("did not complete within 0.2 s on rank 0") &&
@@ -114,13 +122,18 @@ TEST_CASE("local: a rank that never calls the collective is named when the other
 TEST_CASE("local: a timed-out receive names the peer that never sent") {
   const auto comms = make_local_group(2, "pp");
   std::string error;
+  std::atomic<bool> finished{false};
   run_local_ranks(comms, [&](Communicator& c) {
-    if (c.rank() == 1) return;
+    if (c.rank() == 1) {  // stays without sending
+      while (!finished.load()) std::this_thread::sleep_for(1ms);
+      return;
+    }
     try {
       c.recv(Tensor::zeros({8}), 1, {.tag = 3}).wait(100ms);
     } catch (const CommError& e) {
       error = e.what();
     }
+    finished = true;
   });
   CHECK_THAT(error, Contains("recv #1 from rank 1 on group 'pp'") &&
                         Contains("rank 1 has not posted the matching send"));

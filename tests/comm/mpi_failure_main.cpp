@@ -15,6 +15,12 @@
 //   finished-early  the last rank returns from main() normally after the first
 //                   all_reduce (out of data); the others, in the second, hear of
 //                   it at once (NOTE [departing rank]) and fail naming it.
+//   finished-early-recv  ranks 0 and 2 form a group "pp" (rank 1 one of its
+//                   own) and send each other one message; rank 2 then returns
+//                   from main(); rank 0's second receive from it fails at once
+//                   naming it (NOTE [departing rank]).
+//   finished-early-send  the same, but rank 0's second message is a send (of
+//                   4 MiB: Open MPI cannot finish it without a receive).
 //   mismatch-op     (with LOOM_DEBUG_COLLECTIVES=1) rank 0 calls all_reduce, the
 //                   others broadcast.
 //   mismatch-count  (with LOOM_DEBUG_COLLECTIVES=1) rank 0 reduces 1000
@@ -128,6 +134,20 @@ int run(const std::string& mode) {
   } else if (mode == "finished-early") {
     if (rank == last) return 0;  // out of data: leaves its loop and main(), finalizing
     world.all_reduce(t).wait();
+  } else if (mode == "finished-early-recv" || mode == "finished-early-send") {
+    const auto pp = world.split(rank == 1 ? 1 : 0, rank, "pp");
+    if (rank == 1) return 0;
+    const int peer = 1 - pp->rank();
+    const Tensor in = Tensor::zeros({1024});
+    const loom::comm::Work sent = pp->send(t, peer);  // one message each way
+    pp->recv(in, peer).wait();
+    sent.wait();
+    if (rank == last) return 0;
+    if (mode == "finished-early-recv") {
+      pp->recv(in, peer).wait();
+    } else {
+      pp->send(Tensor::zeros({1 << 20}), peer).wait();
+    }
   } else if (mode == "mismatch-size") {
     const Tensor x = Tensor::full({rank == 0 ? int64_t{1} << 20 : 10}, 1.0);
     world.all_reduce(x).wait();

@@ -88,6 +88,17 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // ---- point to point -----------------------------------------------------------------------
   Work send(const Tensor& tensor, int peer, const SendOptions& options = {});
   Work recv(const Tensor& tensor, int peer, const RecvOptions& options = {});
+  // How many sends to (op send) or receives from (op recv) each group rank
+  // this rank has issued; entry r is rank r's.
+  std::vector<uint64_t> p2p_issued(OpType op) const;
+
+  // What a rank that left the group had issued in it, as one member sees it
+  // (NOTE [departing rank] in comm/mpi/progress_engine.hpp).
+  struct Departure {
+    uint64_t last_collective = 0;   // its last collective
+    uint64_t sent_to_me = 0;        // the sends it issued to this rank
+    uint64_t received_from_me = 0;  // the receives it issued from this rank
+  };
 
   // ---- memory -------------------------------------------------------------------------------
   // Collective (every rank calls it, in the same order, with the same shape
@@ -185,6 +196,22 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Tell the peers that this communicator is aborted (best effort).
   virtual void notify_peers_of_abort(const std::string& reason);
 
+  // NOTE [departing rank]: group rank `rank` left the group. Aborts it, naming
+  // the rank, as soon as an operation has been issued here (before or after)
+  // that the rank will never take part in.
+  void peer_departed(int rank, const Departure& departure);
+  // Forgets the departures (a group whose ranks start another run).
+  void forget_departures();
+  // For a backend's destructor, which tells the peers that this rank leaves
+  // the group unless this returns true: an exception is unwinding through the
+  // scope that held the communicator, so the rank is failing, and the group is
+  // aborted (naming the rank) instead.
+  bool abort_if_unwinding();
+  // The number of the last collective issued here, as the peers count it.
+  virtual uint64_t collectives_issued() const;
+  // The collective issued as number `seq`, if this rank still knows it.
+  virtual std::optional<OpInfo> issued_collective(uint64_t seq) const;
+
   // For backends: the error to fail pending work with when the communicator is aborted.
   CommError abort_error() const;
 
@@ -199,6 +226,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   void check_point_to_point(const Tensor& tensor, int peer, int tag, const char* what) const;
   void check_root(int root, const char* what) const;
   void fail_pending(const CommError& error);
+  void check_departures();
 
   std::string name_;
   int rank_;
@@ -211,6 +239,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   mutable std::mutex mutex_;  // guards the members below
   uint64_t collective_seq_ = 0;
   std::vector<uint64_t> p2p_send_seq_, p2p_recv_seq_;
+  std::vector<std::pair<int, Departure>> departed_;  // (rank, what it had issued)
   std::vector<std::weak_ptr<detail::WorkState>> pending_;
   std::string abort_reason_;
   std::atomic<bool> aborted_{false};

@@ -9,6 +9,7 @@
 // complete when a send meets a receive. Splits are rendezvous too, but
 // blocking: split() returns the new communicator.
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -63,18 +64,37 @@ struct Posted {
   detail::WorkPtr work;
 };
 
+struct LocalGroup;
+
+// The groups made from one make_local_group() by splits (NOTE [local departures]).
+struct LocalFamily {
+  std::mutex mutex;
+  std::vector<std::weak_ptr<LocalGroup>> groups;
+
+  std::vector<std::shared_ptr<LocalGroup>> live_groups() {
+    std::lock_guard lock(mutex);
+    std::vector<std::shared_ptr<LocalGroup>> live;
+    for (const auto& g : groups) {
+      if (auto group = g.lock()) live.push_back(std::move(group));
+    }
+    return live;
+  }
+};
+
 // State shared by the communicators of one local group.
 struct LocalGroup {
-  LocalGroup(std::string n, int s, std::vector<int> w)
+  LocalGroup(std::string n, int s, std::vector<int> w, std::shared_ptr<LocalFamily> f)
       : name(std::move(n)),
         size(s),
         world_ranks(std::move(w)),
+        family(std::move(f)),
         issued(static_cast<size_t>(s), 0),
         split_seq(static_cast<size_t>(s), 0) {}
 
   const std::string name;
   const int size;
   const std::vector<int> world_ranks;
+  const std::shared_ptr<LocalFamily> family;
 
   std::mutex mutex;
   std::condition_variable cv;  // split results
@@ -211,13 +231,59 @@ std::string mismatch(const std::vector<std::optional<Arrival>>& ranks) {
   return "";
 }
 
+// NOTE [local departures]
+// The local backend's form of NOTE [departing rank] (comm/mpi/progress_engine.hpp)
+// and NOTE [failing rank] (comm/context.cpp): a rank whose function in
+// run_local_ranks returns leaves every group of its family (the groups split
+// from the same make_local_group), and one that lets a communicator go leaves
+// that group; the other members hear what it had issued there, and an
+// operation it will never take part in fails at once naming it, instead of
+// waiting for the timeout. A function that throws aborts every group of the
+// family its rank is in, so the peers fail at once with its error, as ranks of
+// the mpi backend do. run_local_ranks forgets the departures of the previous
+// run when it starts.
 class LocalCommunicator final : public Communicator {
  public:
   LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank)
       : Communicator(group->name, rank, group->size, group->world_ranks),
         group_(std::move(group)) {}
 
+  ~LocalCommunicator() override {
+    try {
+      if (size() > 1 && !aborted() && !abort_if_unwinding()) tell_departure(*group_, rank(), *this);
+    } catch (const std::exception& e) {
+      LOOM_LOG_DEBUG("leaving group '", name(), "': ", e.what());
+    }
+  }
+
   std::string_view backend() const override { return "local"; }
+  const std::shared_ptr<LocalFamily>& family() const { return group_->family; }
+
+  // NOTE [local departures]: world rank `world_rank`'s function ended; `error`
+  // is its error, or null when it returned.
+  static void leave_family(LocalFamily& family, int world_rank, const std::string* error) {
+    for (const auto& group : family.live_groups()) {
+      const auto& ranks = group->world_ranks;
+      const auto it = std::find(ranks.begin(), ranks.end(), world_rank);
+      if (it == ranks.end() || group->size < 2) continue;
+      const int rank = static_cast<int>(it - ranks.begin());
+      const auto me = members(*group)[static_cast<size_t>(rank)];
+      if (!me) continue;  // let go already: its members have heard
+      if (error) {
+        me->abort(str_cat(me->describe_rank(rank), " failed: ", *error));
+      } else {
+        tell_departure(*group, rank, *me);
+      }
+    }
+  }
+
+  static void forget_family_departures(LocalFamily& family) {
+    for (const auto& group : family.live_groups()) {
+      for (const auto& member : members(*group)) {
+        if (member) member->forget_departures();
+      }
+    }
+  }
 
  protected:
   void check_tensor_support(const Tensor& tensor, const char* what) const override {
@@ -284,21 +350,21 @@ class LocalCommunicator final : public Communicator {
   }
 
   void notify_peers_of_abort(const std::string& reason) override {
-    std::vector<std::shared_ptr<Communicator>> peers;
-    {
-      std::lock_guard lock(group_->mutex);
-      for (const auto& m : group_->members) {
-        if (auto peer = m.lock(); peer && peer.get() != this) peers.push_back(std::move(peer));
+    // The rank that aborts tells every peer itself, so the peers pass nothing on.
+    if (!told_by_peer_.load()) {
+      for (const auto& peer : members(*group_)) {
+        if (peer && peer.get() != this) {
+          peer->told_by_peer_ = true;
+          peer->abort(str_cat(describe_rank(rank()), " aborted the group: ", reason));
+        }
       }
-    }
-    for (const auto& peer : peers) {
-      peer->abort(str_cat(describe_rank(rank()), " aborted the group: ", reason));
     }
     group_->cv.notify_all();
   }
 
  private:
   void arrive(Arrival arrival, const detail::WorkPtr& work) {
+    if (aborted()) return;  // the work failed with the abort (NOTE [local departures], say)
     // (arrival.work is `work`; kept in the rendezvous so the last rank can complete it.)
     work->mark_started();
     std::vector<detail::WorkPtr> to_complete;
@@ -326,6 +392,7 @@ class LocalCommunicator final : public Communicator {
   }
 
   void post_p2p(int src, int dst, int tag, Posted posted, bool is_send) {
+    if (aborted()) return;  // the work failed with the abort (NOTE [local departures], say)
     posted.work->mark_started();
     Posted send, recv;
     {
@@ -356,7 +423,34 @@ class LocalCommunicator final : public Communicator {
     recv.work->complete();
   }
 
+  static std::vector<std::shared_ptr<LocalCommunicator>> members(LocalGroup& group) {
+    std::lock_guard lock(group.mutex);
+    std::vector<std::shared_ptr<LocalCommunicator>> live;
+    for (const auto& m : group.members) {
+      live.push_back(std::static_pointer_cast<LocalCommunicator>(m.lock()));
+    }
+    return live;
+  }
+
+  // Group rank `rank` (communicator `leaver`) leaves `group`.
+  static void tell_departure(LocalGroup& group, int rank, const Communicator& leaver) {
+    uint64_t last = 0;
+    {
+      std::lock_guard lock(group.mutex);
+      last = group.issued[static_cast<size_t>(rank)];
+    }
+    const std::vector<uint64_t> sends = leaver.p2p_issued(OpType::send);
+    const std::vector<uint64_t> receives = leaver.p2p_issued(OpType::recv);
+    const auto all = members(group);
+    for (size_t m = 0; m < all.size(); ++m) {
+      if (all[m] && m != static_cast<size_t>(rank)) {
+        all[m]->peer_departed(rank, Departure{last, sends[m], receives[m]});
+      }
+    }
+  }
+
   std::shared_ptr<LocalGroup> group_;
+  std::atomic<bool> told_by_peer_{false};
 };
 
 std::shared_ptr<Communicator> LocalCommunicator::do_split(int color, int key,
@@ -382,7 +476,12 @@ std::shared_ptr<Communicator> LocalCommunicator::do_split(int color, int key,
       });
       std::vector<int> world;
       for (const int r : members) world.push_back(world_ranks()[static_cast<size_t>(r)]);
-      auto group = std::make_shared<LocalGroup>(name, static_cast<int>(members.size()), world);
+      auto group = std::make_shared<LocalGroup>(name, static_cast<int>(members.size()), world,
+                                                group_->family);
+      {
+        std::lock_guard family_lock(group_->family->mutex);
+        group_->family->groups.push_back(group);
+      }
       for (size_t i = 0; i < members.size(); ++i) {
         auto comm = std::make_shared<LocalCommunicator>(group, static_cast<int>(i));
         group->members.push_back(comm);
@@ -411,13 +510,36 @@ std::shared_ptr<Communicator> LocalCommunicator::do_split(int color, int key,
   return result;
 }
 
+std::string describe_error(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+// An error that an abort by another rank caused.
+bool is_consequence(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const CommError& e) {
+    return e.kind() == CommError::Kind::peer_failed || e.kind() == CommError::Kind::aborted;
+  } catch (...) {
+    return false;
+  }
+}
+
 }  // namespace
 
 std::vector<std::shared_ptr<Communicator>> make_local_group(int size, const std::string& name) {
   LOOM_CHECK(size >= 1, "make_local_group: size ", size, " must be at least 1");
   std::vector<int> world(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) world[static_cast<size_t>(r)] = r;
-  auto group = std::make_shared<LocalGroup>(name, size, world);
+  auto family = std::make_shared<LocalFamily>();
+  auto group = std::make_shared<LocalGroup>(name, size, world, family);
+  family->groups.push_back(group);
   std::vector<std::shared_ptr<Communicator>> comms;
   for (int r = 0; r < size; ++r) {
     auto comm = std::make_shared<LocalCommunicator>(group, r);
@@ -429,20 +551,37 @@ std::vector<std::shared_ptr<Communicator>> make_local_group(int size, const std:
 
 void run_local_ranks(const std::vector<std::shared_ptr<Communicator>>& comms,
                      const std::function<void(Communicator&)>& fn) {
+  // NOTE [local departures]
+  std::vector<std::shared_ptr<LocalFamily>> families(comms.size());
+  for (size_t r = 0; r < comms.size(); ++r) {
+    if (const auto* local = dynamic_cast<const LocalCommunicator*>(comms[r].get())) {
+      families[r] = local->family();
+      LocalCommunicator::forget_family_departures(*families[r]);
+    }
+  }
   std::vector<std::exception_ptr> errors(comms.size());
   std::vector<std::thread> threads;
   for (size_t r = 0; r < comms.size(); ++r) {
     threads.emplace_back([&, r] {
+      const int world_rank = comms[r]->world_ranks()[static_cast<size_t>(comms[r]->rank())];
       try {
         fn(*comms[r]);
+        if (families[r]) LocalCommunicator::leave_family(*families[r], world_rank, nullptr);
       } catch (...) {
         errors[r] = std::current_exception();
+        if (families[r]) {
+          const std::string what = describe_error(errors[r]);
+          LocalCommunicator::leave_family(*families[r], world_rank, &what);
+        }
       }
     });
   }
   for (auto& t : threads) t.join();
-  for (const auto& e : errors) {
-    if (e) std::rethrow_exception(e);
+  // A rank's own error before the errors of the peers it aborted.
+  for (const bool consequences : {false, true}) {
+    for (const auto& e : errors) {
+      if (e && is_consequence(e) == consequences) std::rethrow_exception(e);
+    }
   }
 }
 

@@ -13,7 +13,6 @@ namespace {
 // A control message: two numbers, then text (the abort reason, a status
 // reply's body), at most this long.
 constexpr size_t kHeaderBytes = 2 * sizeof(uint64_t);
-constexpr size_t kMaxText = 8192;
 // The second number of an abort: the sender waits for an abort ack.
 constexpr uint64_t kAckRequested = 1;
 
@@ -230,9 +229,10 @@ void ControlChannel::broadcast_abort(ProgressEngine& engine, int origin, const s
   });
 }
 
-void ControlChannel::send_departure(ProgressEngine& engine, const std::string& list) {
-  for (int r = 0; r < size_; ++r) {
-    if (r != rank_) send(engine, r, departure, 0, 0, list);
+void ControlChannel::send_departure(ProgressEngine& engine, const std::string& list,
+                                    const std::vector<int>& to) {
+  for (const int r : to) {
+    if (r != rank_ && r >= 0 && r < size_) send(engine, r, departure, 0, 0, list);
   }
 }
 

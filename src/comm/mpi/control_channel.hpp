@@ -59,6 +59,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/comm/communicator.hpp"
 #include "loom/comm/types.hpp"
 
 namespace loom::comm::mpi {
@@ -78,17 +79,22 @@ class ControlPeer {
   // This rank aborts the communicator (any thread): Communicator::abort.
   virtual void abort_group(const std::string& reason) = 0;
   // NOTE [departing rank] (progress thread).
-  virtual const std::string& group_name() const = 0;
+  // The same on every member and on no other group: "world", then
+  // "/<split number>:<color>" per split.
+  virtual const std::string& group_key() const = 0;
   virtual int group_size() const = 0;
   virtual int world_rank_of(int group_rank) const = 0;
   virtual int group_rank_of(int world_rank) const = 0;  // -1: not a member
-  // Group rank `rank` ended its program after issuing collective `last_seq` here.
-  virtual void on_peer_departed(int rank, uint64_t last_seq) = 0;
+  virtual int group_rank() const = 0;
+  virtual std::vector<uint64_t> p2p_issued(OpType op) const = 0;  // Communicator::p2p_issued
+  // Group rank `rank` ended its program; `departure` is what it had issued here.
+  virtual void on_peer_departed(int rank, const Communicator::Departure& departure) = 0;
 };
 
 class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
  public:
   enum Kind : int { status_query = 1, status_reply = 2, abort = 3, abort_ack = 4, departure = 5 };
+  static constexpr size_t kMaxText = 8192;  // longer texts are cut
 
   // Takes ownership of both communicators (freed by close()).
   ControlChannel(uint64_t id, MPI_Comm data, MPI_Comm control, int rank, int size,
@@ -129,8 +135,9 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
                        bool ask_acknowledgement = false);
   // Every rank this one sent an abort to has acknowledged it (true when none was sent).
   bool abort_acknowledged() const;
-  // Sends departure(list) to every peer (progress thread; fire and forget).
-  void send_departure(ProgressEngine& engine, const std::string& list);
+  // Sends departure(list) to ranks `to` of this channel (progress thread;
+  // fire and forget).
+  void send_departure(ProgressEngine& engine, const std::string& list, const std::vector<int>& to);
 
  private:
   struct Query {

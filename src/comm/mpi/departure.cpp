@@ -1,18 +1,106 @@
 // NOTE [departing rank] (progress_engine.hpp): a rank whose program ends
-// tells its peers the last collective it issued on each group.
+// tells its peers, per group, the last collective it issued there and how
+// many sends and receives it issued to and from each peer.
 #include <mpi.h>
 
+#include <charconv>
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "comm/mpi/control_channel.hpp"
 #include "comm/mpi/progress_engine.hpp"
 #include "loom/core/error.hpp"
 
 namespace loom::comm::mpi {
+namespace {
+
+// "1:4,3:2": the peers with a non-zero count, and their counts.
+std::string counts_text(const std::vector<uint64_t>& counts) {
+  std::string text;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    if (counts[r] != 0) text += str_cat(text.empty() ? "" : ",", r, ':', counts[r]);
+  }
+  return text;
+}
+
+std::optional<uint64_t> parse_count(const std::string& text) {
+  uint64_t value = 0;
+  const char* end = text.data() + text.size();
+  const auto [at, error] = std::from_chars(text.data(), end, value);
+  if (text.empty() || error != std::errc() || at != end) return std::nullopt;
+  return value;
+}
+
+std::optional<std::map<int, uint64_t>> parse_counts(const std::string& text) {
+  std::map<int, uint64_t> counts;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(begin, end - begin);
+    begin = end + 1;
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos) return std::nullopt;
+    const auto rank = parse_count(item.substr(0, colon));
+    const auto count = parse_count(item.substr(colon + 1));
+    if (!rank || !count || *rank > 1u << 30) return std::nullopt;
+    counts[static_cast<int>(*rank)] = *count;
+  }
+  return counts;
+}
+
+// One group's line of a departure notice: "key\tlast\tsends\treceives".
+struct DepartureLine {
+  std::string key;
+  uint64_t last_collective = 0;
+  std::map<int, uint64_t> sends, receives;  // per group rank; absent: 0
+};
+
+std::string departure_line(const ControlPeer& group) {
+  return str_cat(group.group_key(), '\t', group.last_issued_seq(), '\t',
+                 counts_text(group.p2p_issued(OpType::send)), '\t',
+                 counts_text(group.p2p_issued(OpType::recv)), '\n');
+}
+
+std::optional<DepartureLine> parse_line(const std::string& text) {
+  std::vector<std::string> fields;
+  size_t begin = 0;
+  for (size_t tab = text.find('\t'); tab != std::string::npos; tab = text.find('\t', begin)) {
+    fields.push_back(text.substr(begin, tab - begin));
+    begin = tab + 1;
+  }
+  fields.push_back(text.substr(begin));
+  if (fields.size() != 4 || fields[0].empty()) return std::nullopt;
+  const auto last = parse_count(fields[1]);
+  auto sends = parse_counts(fields[2]);
+  auto receives = parse_counts(fields[3]);
+  if (!last || !sends || !receives) return std::nullopt;
+  return DepartureLine{fields[0], *last, std::move(*sends), std::move(*receives)};
+}
+
+uint64_t count_for(const std::map<int, uint64_t>& counts, int rank) {
+  const auto it = counts.find(rank);
+  return it == counts.end() ? 0 : it->second;
+}
+
+}  // namespace
+
+std::shared_ptr<ControlChannel> ProgressEngine::world_channel() const {
+  // The one whose group is as large as MPI_COMM_WORLD and that was created
+  // first (ids grow).
+  int world_size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  for (const auto& [id, channel] : channels_) {
+    const auto peer = channel->peer();
+    if (peer && peer->group_size() == world_size) return channel;
+  }
+  return nullptr;
+}
 
 void ProgressEngine::announce_departure(std::chrono::steady_clock::time_point deadline) {
   {
@@ -23,52 +111,56 @@ void ProgressEngine::announce_departure(std::chrono::steady_clock::time_point de
   auto sent = std::make_shared<std::promise<void>>();
   std::future<void> done = sent->get_future();
   post([this, sent] {
-    // The world's channel: the one whose group is as large as MPI_COMM_WORLD
-    // and that was created first (ids grow).
-    int world_size = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    std::shared_ptr<ControlChannel> world;
     std::string list;
     for (const auto& [id, channel] : channels_) {
       const auto peer = channel->peer();
-      if (!peer || aborted_channels_.count(id)) continue;
-      if (!world && peer->group_size() == world_size) world = channel;
-      list += str_cat(peer->group_name(), '\t', peer->last_issued_seq(), '\n');
+      if (!peer || aborted_channels_.count(id) || peer->group_size() < 2) continue;
+      const std::string line = departure_line(*peer);
+      // Whole lines only: a group left out is not checked, never misread.
+      if (list.size() + line.size() <= ControlChannel::kMaxText) list += line;
     }
-    if (world && world_size > 1) world->send_departure(*this, list);
+    const auto world = world_channel();
+    if (world && !list.empty()) {
+      std::vector<int> everybody(static_cast<size_t>(world->peer()->group_size()));
+      for (size_t r = 0; r < everybody.size(); ++r) everybody[r] = static_cast<int>(r);
+      world->send_departure(*this, list, everybody);
+    }
     sent->set_value();
   });
   (void)done.wait_until(deadline);
 }
 
+void ProgressEngine::announce_departure(const ControlPeer& group, std::vector<int> members) {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopped_ || stopping_ || failing_) return;
+  }
+  post([this, line = departure_line(group), members = std::move(members)] {
+    if (const auto world = world_channel()) world->send_departure(*this, line, members);
+  });
+}
+
 void ProgressEngine::peer_departed(int world_rank, const std::string& list) {
-  // Lines "name\tlast collective\n"; a name given twice is ambiguous and skipped.
-  std::map<std::string, std::pair<uint64_t, int>> last_of;  // name -> (last, count)
+  // Whole lines only; a line that does not parse is skipped.
+  std::map<std::string, DepartureLine> lines;  // by group key
   size_t begin = 0;
-  while (begin < list.size()) {
-    size_t end = list.find('\n', begin);
-    if (end == std::string::npos) end = list.size();
-    const std::string line = list.substr(begin, end - begin);
+  for (size_t end = list.find('\n'); end != std::string::npos; end = list.find('\n', begin)) {
+    std::optional<DepartureLine> line = parse_line(list.substr(begin, end - begin));
     begin = end + 1;
-    const size_t tab = line.rfind('\t');
-    if (tab == std::string::npos) continue;
-    uint64_t last = 0;
-    try {
-      last = std::stoull(line.substr(tab + 1));
-    } catch (const std::exception&) {
-      continue;
-    }
-    auto& entry = last_of[line.substr(0, tab)];
-    entry.first = last;
-    ++entry.second;
+    if (line) lines[line->key] = std::move(*line);
   }
   for (const auto& [id, channel] : channels_) {
     const auto peer = channel->peer();
     if (!peer || aborted_channels_.count(id)) continue;
-    const auto it = last_of.find(peer->group_name());
-    if (it == last_of.end() || it->second.second != 1) continue;
+    const auto it = lines.find(peer->group_key());
+    if (it == lines.end()) continue;
     const int rank = peer->group_rank_of(world_rank);
-    if (rank >= 0) peer->on_peer_departed(rank, it->second.first);
+    if (rank < 0) continue;
+    const DepartureLine& line = it->second;
+    const int me = peer->group_rank();
+    peer->on_peer_departed(rank,
+                           Communicator::Departure{line.last_collective, count_for(line.sends, me),
+                                                   count_for(line.receives, me)});
   }
 }
 

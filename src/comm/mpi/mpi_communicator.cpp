@@ -150,7 +150,8 @@ std::vector<int> world_ranks_of(MPI_Comm comm, int size) {
 
 std::shared_ptr<MpiCommunicator> MpiCommunicator::create(std::shared_ptr<ProgressEngine> engine,
                                                          MPI_Comm data, MPI_Comm control,
-                                                         const std::string& name) {
+                                                         const std::string& name,
+                                                         const std::string& key) {
   static std::atomic<uint64_t> next_id{1};
   // The backend's settings are read now, so that a bad value fails here (at
   // init(), before any rank communicates) rather than at the first large
@@ -162,7 +163,7 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::create(std::shared_ptr<Progres
   LOOM_MPI_CHECK(MPI_Comm_size(data, &size));
   const uint64_t id = next_id++;
   std::shared_ptr<MpiCommunicator> comm(
-      new MpiCommunicator(engine, id, name, rank, size, world_ranks_of(data, size)));
+      new MpiCommunicator(engine, id, name, key, rank, size, world_ranks_of(data, size)));
   comm->channel_ = std::make_shared<ControlChannel>(id, data, control, rank, size,
                                                     std::weak_ptr<ControlPeer>(comm));
   // NOTE [all_reduce algorithm]: set up the shared-memory path now, while every
@@ -182,14 +183,22 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::create(std::shared_ptr<Progres
 }
 
 MpiCommunicator::MpiCommunicator(std::shared_ptr<ProgressEngine> engine, uint64_t id,
-                                 const std::string& name, int rank, int size,
+                                 const std::string& name, std::string key, int rank, int size,
                                  std::vector<int> world_ranks)
-    : Communicator(name, rank, size, std::move(world_ranks)), engine_(std::move(engine)), id_(id) {}
+    : Communicator(name, rank, size, std::move(world_ranks)),
+      engine_(std::move(engine)),
+      id_(id),
+      key_(std::move(key)) {}
 
 MpiCommunicator::~MpiCommunicator() {
   // Queued behind this communicator's ops; MPI_Comm_free lets pending ones finish.
   try {
     if (engine_->running()) {
+      // NOTE [departing rank]: the members still in the group hear that this
+      // rank let it go.
+      if (size() > 1 && !aborted() && !abort_if_unwinding()) {
+        engine_->announce_departure(*this, world_ranks());
+      }
       engine_->submit(
           std::make_unique<CommandOp>(str_cat("closing group '", name(), "'"),
                                       [e = engine_.get(), id = id_] { e->remove_channel(id); }));
@@ -213,11 +222,8 @@ OpTarget MpiCommunicator::target() const {
 
 void MpiCommunicator::issue(const detail::WorkPtr& work, std::unique_ptr<MpiOp> op) {
   const OpType type = work->info().op;
-  if (type != OpType::send && type != OpType::recv) {
-    last_seq_.store(work->info().seq);
-    check_departures();     // NOTE [departing rank]
-    if (aborted()) return;  // the work failed with the abort
-  }
+  if (type != OpType::send && type != OpType::recv) last_seq_.store(work->info().seq);
+  if (aborted()) return;  // the work failed with the abort (NOTE [departing rank], say)
   // NOTE [caller drives]: a thread that waits on a small operation drives the
   // engine meanwhile. Larger ones stay with the progress thread: there MPI
   // moves the data in long calls, the hand-off is a small part of the time, and
@@ -338,7 +344,8 @@ std::shared_ptr<Communicator> MpiCommunicator::do_split(int color, int key,
   }
   if (result->error) std::rethrow_exception(result->error);
   if (result->data == MPI_COMM_NULL) return nullptr;
-  return create(engine_, result->data, result->control, name);
+  return create(engine_, result->data, result->control, name,
+                str_cat(key_, '/', number, ':', color));
 }
 
 // ---- no silent hangs ----------------------------------------------------------------------------
@@ -409,36 +416,6 @@ int MpiCommunicator::group_rank_of(int world_rank) const {
   const std::vector<int>& ranks = world_ranks();
   const auto it = std::find(ranks.begin(), ranks.end(), world_rank);
   return it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
-}
-
-void MpiCommunicator::on_peer_departed(int rank, uint64_t last_seq) {
-  {
-    std::lock_guard lock(abort_mutex_);
-    departed_.emplace_back(rank, last_seq);
-  }
-  check_departures();
-}
-
-void MpiCommunicator::check_departures() {
-  std::string reason;
-  {
-    std::lock_guard lock(abort_mutex_);
-    if (departed_.empty()) return;
-    const uint64_t issued = last_issued_seq();
-    for (const auto& [rank, last] : departed_) {
-      if (issued <= last) continue;
-      const std::optional<OpInfo> next = issued_collective(last + 1);
-      reason = str_cat(
-          describe_rank(rank), " left the group after its collective #", last,
-          " (its program ended, or it let the group go), and this rank has issued #", last + 1,
-          next ? str_cat(" (", op_type_name(next->op), ")") : std::string(),
-          ", which it will never join. The ranks ran different numbers of collectives: if one "
-          "ran out of data first, parallel::UnevenInputs keeps them in step "
-          "(docs/data_parallel.md)");
-      break;
-    }
-  }
-  if (!reason.empty()) abort(reason);
 }
 
 void MpiCommunicator::on_peer_abort(int origin, const std::string& reason) {

@@ -29,9 +29,10 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
  public:
   // Takes ownership of `data` and `control` (a duplicate of `data`), which
   // must have MPI_ERRORS_RETURN set, and registers the control channel.
+  // `key`: ControlPeer::group_key() ("world" for the world).
   static std::shared_ptr<MpiCommunicator> create(std::shared_ptr<ProgressEngine> engine,
                                                  MPI_Comm data, MPI_Comm control,
-                                                 const std::string& name);
+                                                 const std::string& name, const std::string& key);
   ~MpiCommunicator() override;
 
   std::string_view backend() const override { return "mpi"; }
@@ -42,20 +43,31 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
     return layered ? layered->load() : last_seq_.load();
   }
   uint64_t splits_called() const override { return splits_.load(); }
+  // (Overrides both ControlPeer's and Communicator's.)
   std::optional<OpInfo> issued_collective(uint64_t seq) const override;
+  uint64_t collectives_issued() const override {
+    const auto layered = layered_.load();
+    return layered ? layered->load() : Communicator::collectives_issued();
+  }
   void on_peer_abort(int origin, const std::string& reason) override;
   // NOTE [failing rank]: the peers acknowledge this abort.
   void abort_group(const std::string& reason) override {
     ask_abort_acknowledgement_ = true;
     abort(reason);
   }
-  const std::string& group_name() const override { return name(); }
+  const std::string& group_key() const override { return key_; }
   int group_size() const override { return size(); }
   int world_rank_of(int group_rank) const override {
     return world_ranks().at(static_cast<size_t>(group_rank));
   }
   int group_rank_of(int world_rank) const override;
-  void on_peer_departed(int rank, uint64_t last_seq) override;
+  int group_rank() const override { return rank(); }
+  std::vector<uint64_t> p2p_issued(OpType op) const override {
+    return Communicator::p2p_issued(op);
+  }
+  void on_peer_departed(int rank, const Departure& departure) override {
+    peer_departed(rank, departure);
+  }
 
  protected:
   void start_all_reduce(const Tensor& tensor, const AllReduceOptions& options,
@@ -92,13 +104,10 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
 
  private:
   MpiCommunicator(std::shared_ptr<ProgressEngine> engine, uint64_t id, const std::string& name,
-                  int rank, int size, std::vector<int> world_ranks);
+                  std::string key, int rank, int size, std::vector<int> world_ranks);
   OpTarget target() const;
   // Records the collective as issued (for status queries) and queues its op.
   void issue(const detail::WorkPtr& work, std::unique_ptr<MpiOp> op);
-  // NOTE [departing rank]: aborts the group when a collective numbered beyond
-  // a departed rank's last one has been issued here.
-  void check_departures();
   ControlChannel::Progress own_progress(uint64_t asked = 0) const {
     return {last_issued_seq(), splits_.load(),
             asked > 0 ? issued_collective(asked) : std::optional<OpInfo>()};
@@ -106,6 +115,7 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
 
   const std::shared_ptr<ProgressEngine> engine_;
   const uint64_t id_;
+  const std::string key_;
   std::shared_ptr<ControlChannel> channel_;
   detail::ShmAllReduce* shm_ = nullptr;  // owned by the engine; null when not on one node
   // NOTE [symmetric memory]: shared with the tensors' release functions.
@@ -119,7 +129,6 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   std::mutex abort_mutex_;                                 // guards the members below
   std::weak_ptr<detail::WorkState> cross_check_;           // in flight, failed by an abort
   std::optional<std::pair<int, std::string>> peer_abort_;  // (origin, reason) of a peer's abort
-  std::vector<std::pair<int, uint64_t>> departed_;         // (rank, its last collective)
 };
 
 }  // namespace loom::comm::mpi

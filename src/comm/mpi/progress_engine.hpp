@@ -94,6 +94,7 @@
 namespace loom::comm::mpi {
 
 class ControlChannel;
+class ControlPeer;
 
 class ProgressEngine {
  public:
@@ -147,25 +148,32 @@ class ProgressEngine {
   bool fail_process(const std::string& reason, std::chrono::steady_clock::time_point deadline);
 
   // NOTE [departing rank]
-  // A rank whose program ends normally while a peer still waits in a
-  // collective it will never join (it ran out of data a step early, say) used
-  // to leave that peer waiting for its whole timeout (ten minutes by default)
-  // and then reporting that the rank "did not answer". So ~Context, before it
-  // shuts down, tells every peer over the world's control channel that this
-  // process is leaving, with the number of the last collective it issued on
-  // each live communicator (by name; the world's channel is never freed
-  // before the end, so the message cannot land on a reused channel: NOTE
-  // [stale control messages]). A peer's communicator of that name containing
-  // the rank (one of that name, or the name is skipped) remembers it; a
-  // collective numbered beyond it, already issued or issued later, can never
-  // complete, and the peer aborts the group naming the rank, its last
-  // collective and the one it waits in: a clear error within a second instead
-  // of a hang. Collectives up to that number are untouched (the leaver joined
-  // them), and all ranks ending together exchange these notices harmlessly.
-  // Point-to-point messages and splits still wait for their timeout.
-  // announce_departure waits at most until `deadline` for the notices to be
-  // started; not on the progress thread.
+  // A rank whose program ends normally while a peer still waits for it (it
+  // ran out of data a step early, say) used to leave that peer waiting for its
+  // whole timeout (ten minutes by default) and then reporting that the rank
+  // "did not answer". So a rank that leaves a group tells the group's other
+  // members, over the world's control channel (never freed before the end, so
+  // the message cannot land on a reused channel: NOTE [stale control
+  // messages]): ~MpiCommunicator for a group let go, ~Context for every group
+  // still alive when the program ends. The notice names the group by its key
+  // (the same on every member: "world/2:0" is the group of color 0 made by
+  // the world's second split; names repeat, keys do not) and gives the number
+  // of the last collective the rank issued there and how many sends to and
+  // receives from each member it issued. A collective numbered beyond it can
+  // never complete; nor can a receive from the rank beyond the sends it
+  // issued to this member (each message matches one receive), nor a send
+  // beyond the receives it posted. Issued already or later, such an operation
+  // makes the member abort the group naming the rank and what it waits for: a
+  // clear error within a second instead of a hang (a pipeline stage waiting
+  // for a stage that ran fewer steps, say). Operations within those numbers
+  // are untouched (the leaver took part in them), so ranks leaving together
+  // exchange these notices harmlessly. Splits still wait for their timeout.
+  // announce_departure(deadline) waits at most until `deadline` for the
+  // notices to be started; not on the progress thread.
   void announce_departure(std::chrono::steady_clock::time_point deadline);
+  // The same for one group this rank lets go (~MpiCommunicator), sent to its
+  // `members` (world ranks); returns at once. Any thread.
+  void announce_departure(const ControlPeer& group, std::vector<int> members);
   // A departure notice from world rank `world_rank` arrived (progress thread).
   void peer_departed(int world_rank, const std::string& list);
 
@@ -251,6 +259,8 @@ class ProgressEngine {
 
   // The driver only.
   std::vector<std::unique_ptr<MpiOp>> active_;
+  // The world's channel, over which departure notices travel (progress thread).
+  std::shared_ptr<ControlChannel> world_channel() const;
   std::map<uint64_t, std::shared_ptr<ControlChannel>> channels_;
   std::set<uint64_t> aborted_channels_;
 
