@@ -13,10 +13,10 @@
 
 namespace loom::comm {
 
-Milliseconds default_comm_timeout() {
-  const char* text = std::getenv("LOOM_COMM_TIMEOUT");
-  if (text == nullptr || *text == '\0') return std::chrono::minutes(10);
-  const std::string value(text);
+namespace {
+
+// "90", "1.5s", "250ms", "10m" from variable `name`.
+Milliseconds parse_duration(const char* name, const std::string& value) {
   size_t digits = 0;
   while (digits < value.size() &&
          (std::isdigit(static_cast<unsigned char>(value[digits])) || value[digits] == '.')) {
@@ -34,9 +34,24 @@ Milliseconds default_comm_timeout() {
   if (unit == "ms") ms_per_unit = 1;
   if (unit == "m" || unit == "min") ms_per_unit = 60000;
   LOOM_CHECK(
-      number > 0 && ms_per_unit > 0, "LOOM_COMM_TIMEOUT='", value,
+      number > 0 && ms_per_unit > 0, name, "='", value,
       "' must be a positive number of seconds, optionally with a unit: 90, 90s, 1500ms, 10m");
   return Milliseconds(static_cast<int64_t>(number * ms_per_unit));
+}
+
+}  // namespace
+
+Milliseconds default_comm_timeout() {
+  const char* text = std::getenv("LOOM_COMM_TIMEOUT");
+  if (text == nullptr || *text == '\0') return std::chrono::minutes(10);
+  return parse_duration("LOOM_COMM_TIMEOUT", text);
+}
+
+Milliseconds default_comm_stall_warning() {
+  const char* text = std::getenv("LOOM_COMM_STALL_WARNING");
+  if (text == nullptr || *text == '\0') return std::chrono::seconds(60);
+  if (std::string_view(text) == "off") return Milliseconds(0);
+  return parse_duration("LOOM_COMM_STALL_WARNING", text);
 }
 
 bool debug_collectives_enabled() {
@@ -49,6 +64,7 @@ Communicator::Communicator(std::string name, int rank, int size, std::vector<int
       size_(size),
       world_ranks_(std::move(world_ranks)),
       timeout_(default_comm_timeout()),
+      stall_warning_(default_comm_stall_warning()),
       debug_(debug_collectives_enabled()),
       recorder_(std::make_shared<FlightRecorder>(FlightRecorder::default_capacity())),
       p2p_send_seq_(static_cast<size_t>(size), 0),
@@ -152,6 +168,7 @@ detail::WorkPtr Communicator::begin(OpInfo info, std::optional<Milliseconds> tim
   if (debug_ && !p2p) cross_check(info);
   auto work = std::make_shared<detail::WorkState>(std::move(info), timeout.value_or(timeout_),
                                                   weak_from_this(), recorder_);
+  work->set_stall_warning(stall_warning_);
   bool departures = false;
   {
     std::lock_guard lock(mutex_);
@@ -420,54 +437,80 @@ std::string Communicator::dump_flight_recorder() const {
 // transport itself stuck. A peer that cannot say what its call was (the local
 // and nccl backends, a flight recorder that is off or has dropped it) counts as
 // agreeing.
-void Communicator::handle_timeout(detail::WorkState& work, Milliseconds waited) {
-  const OpInfo& info = work.info();
-  std::string message = str_cat(info.describe(), " did not complete within ",
-                                waited.count() / 1000.0, " s on ", describe_rank(rank_));
+std::pair<std::string, std::vector<int>> Communicator::diagnose_wait(const OpInfo& info) {
   std::vector<int> missing;
   const bool p2p = info.op == OpType::send || info.op == OpType::recv;
   if (p2p) {
-    message += str_cat(": ", describe_rank(info.peer), " has not posted the matching ",
-                       info.op == OpType::send ? "recv" : "send", " (or is stuck or dead)");
     missing.push_back(info.peer);
-  } else if (const auto progress = peer_progress(info.seq)) {
-    std::vector<std::string> parts;
-    std::vector<std::optional<OpInfo>> calls(static_cast<size_t>(size_));
-    for (int r = 0; r < size_; ++r) {
-      const std::optional<PeerProgress>& peer = (*progress)[static_cast<size_t>(r)];
-      if (r == rank_) {
-        calls[static_cast<size_t>(r)] = info;
-      } else if (!peer) {
-        missing.push_back(r);
-        parts.push_back(str_cat(describe_rank(r), " did not answer (dead, or stuck outside Loom)"));
-      } else if (peer->last_collective < info.seq) {
-        missing.push_back(r);
-        parts.push_back(str_cat(describe_rank(r), " has not called it (its last collective is #",
-                                peer->last_collective, ")"));
-      } else {
-        calls[static_cast<size_t>(r)] = peer->call;
-      }
-    }
-    if (const std::string disagreement = detail::collective_disagreement(calls);
-        !disagreement.empty()) {
-      parts.push_back(str_cat(disagreement,
-                              " (every rank must issue the same collectives in the same order; "
-                              "LOOM_DEBUG_COLLECTIVES=1 compares each call before any data "
-                              "moves, to find the first that differs)"));
-    }
-    if (parts.empty()) {
-      message += ": every rank has called it; the transport itself is stuck";
-    } else {
-      message += ": ";
-      for (size_t i = 0; i < parts.size(); ++i) message += (i ? "; " : "") + parts[i];
-    }
-  } else {
-    message += str_cat(" (backend '", backend(), "' cannot tell which ranks have not arrived)");
+    return {str_cat(": ", describe_rank(info.peer), " has not posted the matching ",
+                    info.op == OpType::send ? "recv" : "send", " (or is stuck or dead)"),
+            missing};
   }
+  const auto progress = peer_progress(info.seq);
+  if (!progress) {
+    return {str_cat(" (backend '", backend(), "' cannot tell which ranks have not arrived)"),
+            missing};
+  }
+  std::vector<std::string> parts;
+  std::vector<std::optional<OpInfo>> calls(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    const std::optional<PeerProgress>& peer = (*progress)[static_cast<size_t>(r)];
+    if (r == rank_) {
+      calls[static_cast<size_t>(r)] = info;
+    } else if (!peer) {
+      missing.push_back(r);
+      parts.push_back(str_cat(describe_rank(r), " did not answer (dead, or stuck outside Loom)"));
+    } else if (peer->last_collective < info.seq) {
+      missing.push_back(r);
+      parts.push_back(str_cat(describe_rank(r), " has not called it (its last collective is #",
+                              peer->last_collective, ")"));
+    } else {
+      calls[static_cast<size_t>(r)] = peer->call;
+    }
+  }
+  if (const std::string disagreement = detail::collective_disagreement(calls);
+      !disagreement.empty()) {
+    parts.push_back(str_cat(disagreement,
+                            " (every rank must issue the same collectives in the same order; "
+                            "LOOM_DEBUG_COLLECTIVES=1 compares each call before any data "
+                            "moves, to find the first that differs)"));
+  }
+  if (parts.empty()) return {": every rank has called it; the transport itself is stuck", missing};
+  std::string text = ": ";
+  for (size_t i = 0; i < parts.size(); ++i) text += (i ? "; " : "") + parts[i];
+  return {text, missing};
+}
+
+void Communicator::handle_timeout(detail::WorkState& work, Milliseconds waited) {
+  const OpInfo& info = work.info();
+  const auto [why, missing] = diagnose_wait(info);
+  const std::string message = str_cat(info.describe(), " did not complete within ",
+                                      waited.count() / 1000.0, " s on ", describe_rank(rank_), why);
   LOOM_LOG_ERROR(message);
   dump_flight_recorder();
   abort(message);
   throw CommError(CommError::Kind::timeout, message, missing);
+}
+
+// NOTE [stall warning]
+// The timeout that ends a hung job is long (ten minutes by default, like
+// PyTorch's watchdog), since a slow rank is not a dead one. Waiting that long
+// with nothing said is what users of those runtimes complain about, so a wait
+// that has gone on for LOOM_COMM_STALL_WARNING (default 60 s, Horovod's stall
+// inspector's figure) logs a warning with the same diagnosis a timeout gives
+// -- which ranks have not called the collective, which did not answer, which
+// called another one -- and waits on. It is what one looks at to attach a
+// debugger to the right rank while the job still runs. Once per wait() call;
+// it costs nothing before then (the status queries are sent only now).
+std::string Communicator::report_stall(const detail::WorkState& work, Milliseconds waited,
+                                       Milliseconds limit) {
+  const OpInfo& info = work.info();
+  const std::string message = str_cat(
+      info.describe(), " has waited ", waited.count() / 1000.0, " s on ", describe_rank(rank_),
+      diagnose_wait(info).first, "; waiting on, up to ", limit.count() / 1000.0,
+      " s in all (LOOM_COMM_TIMEOUT; this warning comes after ", "LOOM_COMM_STALL_WARNING)");
+  LOOM_LOG_WARN(message);
+  return message;
 }
 
 // ---- default backend hooks ----------------------------------------------------------------------

@@ -1,5 +1,7 @@
 #include "loom/comm/work.hpp"
 
+#include <algorithm>
+
 #include "comm/work_state.hpp"
 #include "core/error_record.hpp"
 
@@ -68,7 +70,21 @@ bool WorkState::wait_for(Milliseconds timeout) {
 }
 
 void WorkState::wait(Milliseconds timeout) {
-  if (!wait_for(timeout)) {
+  bool finished = false;
+  if (stall_warning_ > Milliseconds(0) && stall_warning_ < timeout) {
+    const auto start = std::chrono::steady_clock::now();
+    finished = wait_for(stall_warning_);
+    if (!finished) {
+      // NOTE [stall warning]
+      if (const auto comm = owner_.lock()) comm->report_stall(*this, stall_warning_, timeout);
+      const auto spent =
+          std::chrono::duration_cast<Milliseconds>(std::chrono::steady_clock::now() - start);
+      finished = wait_for(std::max(Milliseconds(0), timeout - spent));
+    }
+  } else {
+    finished = wait_for(timeout);
+  }
+  if (!finished) {
     if (const auto comm = owner_.lock()) comm->handle_timeout(*this, timeout);
     throw CommError(CommError::Kind::timeout,
                     str_cat(describe(), " did not complete within ", timeout.count(),

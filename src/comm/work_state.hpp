@@ -45,13 +45,17 @@ class WorkState {
   // help. Set before the Work is handed out.
   using Driver = std::function<void(std::chrono::steady_clock::time_point deadline)>;
   void set_driver(Driver driver) { driver_ = std::move(driver); }
+  // NOTE [stall warning] (communicator.cpp): wait() reports after this long;
+  // zero: never. Set before the Work is handed out.
+  void set_stall_warning(Milliseconds after) { stall_warning_ = after; }
 
   // ---- for Work -----------------------------------------------------------------------------
   bool done() const;
   // Blocks until done or `timeout`; true when done.
   bool wait_for(Milliseconds timeout);
   // Work::wait(): blocks until done and rethrows a failure; on timeout has the
-  // communicator diagnose and abort, and throws CommError{timeout}.
+  // communicator diagnose and abort, and throws CommError{timeout}. Past the
+  // stall warning it has the communicator report what it waits for, once.
   void wait(Milliseconds timeout);
   void block_stream(const Stream& stream);
   double elapsed_seconds() const;
@@ -74,6 +78,7 @@ class WorkState {
   std::chrono::steady_clock::time_point finished_{};
   std::function<void(const Stream&)> block_stream_;
   Driver driver_;
+  Milliseconds stall_warning_{0};
 };
 
 }  // namespace loom::comm::detail

@@ -119,6 +119,22 @@ TEST_CASE("local: a rank that never calls the collective is named when the other
   CHECK_THROWS_AS(comms[1]->barrier(), CommError);
 }
 
+TEST_CASE("local: a wait past the stall warning reports and waits on") {
+  // NOTE [stall warning]: rank 1 arrives after rank 0's warning (logged), long
+  // before its timeout; the all-reduce completes.
+  const auto comms = make_local_group(2);
+  comms[0]->set_stall_warning(20ms);
+  REQUIRE_NOTHROW(run_local_ranks(comms, [](Communicator& c) {
+    if (c.rank() == 1) std::this_thread::sleep_for(200ms);
+    const Tensor t = Tensor::full({4}, 1.0);
+    c.all_reduce(t).wait(10s);
+    LOOM_CHECK(t.to_vector<float>() == std::vector<float>(4, 2.0f), "wrong sum");
+  }));
+  CHECK(comms[0]->stall_warning() == 20ms);
+  CHECK(comms[1]->stall_warning() == default_comm_stall_warning());
+  CHECK_FALSE(comms[0]->aborted());
+}
+
 TEST_CASE("local: a timed-out receive names the peer that never sent") {
   const auto comms = make_local_group(2, "pp");
   std::string error;
@@ -213,6 +229,19 @@ TEST_CASE("LOOM_COMM_TIMEOUT accepts seconds with units and rejects anything els
   CHECK(with("250ms") == 250);
   CHECK(with("10m") == 600000);
   CHECK(default_comm_timeout().count() == 600000);
+  {
+    struct Unset {
+      ~Unset() { unsetenv("LOOM_COMM_STALL_WARNING"); }
+    } unset;
+    CHECK(default_comm_stall_warning().count() == 60000);
+    setenv("LOOM_COMM_STALL_WARNING", "30s", 1);
+    CHECK(default_comm_stall_warning().count() == 30000);
+    setenv("LOOM_COMM_STALL_WARNING", "off", 1);
+    CHECK(default_comm_stall_warning().count() == 0);
+    setenv("LOOM_COMM_STALL_WARNING", "soon", 1);
+    CHECK_THROWS_WITH(default_comm_stall_warning(),
+                      Contains("LOOM_COMM_STALL_WARNING='soon' must be a positive number"));
+  }
   CHECK_THROWS_WITH(with("soon"), Contains("LOOM_COMM_TIMEOUT='soon' must be a positive number"));
   CHECK_THROWS_WITH(with("-5"), Contains("must be a positive number"));
 }

@@ -51,6 +51,10 @@ using WorkPtr = std::shared_ptr<WorkState>;
 // The default timeout of waits: LOOM_COMM_TIMEOUT ("600", "90s", "1500ms",
 // "10m"; default 10 minutes). Throws loom::Error on an unreadable value.
 Milliseconds default_comm_timeout();
+// NOTE [stall warning]: how long a wait goes on before it logs which ranks it
+// waits for: LOOM_COMM_STALL_WARNING (same forms, or "off"; default 60 s).
+// Zero when off. Throws loom::Error on an unreadable value.
+Milliseconds default_comm_stall_warning();
 // True when LOOM_DEBUG_COLLECTIVES is set to 1, true, yes or on.
 bool debug_collectives_enabled();
 
@@ -71,6 +75,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
 
   Milliseconds default_timeout() const { return timeout_; }
   void set_default_timeout(Milliseconds timeout) { timeout_ = timeout; }
+  // NOTE [stall warning]; zero: none.
+  Milliseconds stall_warning() const { return stall_warning_; }
+  void set_stall_warning(Milliseconds after) { stall_warning_ = after; }
 
   // ---- collectives --------------------------------------------------------------------------
   // In place: every rank's tensor becomes the reduction over all ranks.
@@ -131,6 +138,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
 
   // Called by a Work whose wait() ran out of time: diagnoses, aborts and throws.
   [[noreturn]] void handle_timeout(detail::WorkState& work, Milliseconds waited);
+  // Called by a Work that has waited `waited` of `limit` (NOTE [stall
+  // warning]): logs what it waits for and which ranks it waits for; returns
+  // that text.
+  std::string report_stall(const detail::WorkState& work, Milliseconds waited, Milliseconds limit);
 
   // What one rank says about its progress on this communicator.
   struct PeerProgress {
@@ -227,12 +238,15 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   void check_root(int root, const char* what) const;
   void fail_pending(const CommError& error);
   void check_departures();
+  // What `info` waits for: ": rank 2 has not called it (...)", and those ranks.
+  std::pair<std::string, std::vector<int>> diagnose_wait(const OpInfo& info);
 
   std::string name_;
   int rank_;
   int size_;
   std::vector<int> world_ranks_;
   Milliseconds timeout_;
+  Milliseconds stall_warning_;
   bool debug_;
   std::shared_ptr<FlightRecorder> recorder_;
 
