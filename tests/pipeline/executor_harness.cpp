@@ -90,7 +90,9 @@ RankRun run_pipeline_rank(const PipelineRun& run, comm::Communicator& world) {
       const int mine = run.replica_steps.at(static_cast<size_t>(groups.coord.dp));
       if (!uneven->next(step < mine)) break;
       data_step = std::max(0, std::min(step, mine - 1));
-    } else if (step == run.steps) {
+    } else if (step == (run.stage_steps.empty()
+                            ? run.steps
+                            : run.stage_steps.at(static_cast<size_t>(groups.coord.pp)))) {
       break;
     }
     const int64_t first = rows * groups.coord.dp;

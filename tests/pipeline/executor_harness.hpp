@@ -45,6 +45,9 @@ struct PipelineRun {
   // The single-rank run takes, at each step, the micro-batches of the
   // replicas that have a batch. Empty: every replica has every step's.
   std::vector<int> replica_steps = {};
+  // A broken program, for the failure tests: stage s runs stage_steps[s]
+  // steps (NOTE [local departures]). Empty: every stage runs `steps`.
+  std::vector<int> stage_steps = {};
   int rows = 2;     // sequences per micro-batch
   double clip = 0;  // > 0: clip by the global norm
   // ExecutorOptions::packed_weight_bytes (0: every micro-batch packs the weights anew).

@@ -23,6 +23,7 @@
 // pins every tag of a step to be distinct.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cmath>
 
 #include <optional>
@@ -337,6 +338,32 @@ TEST_CASE("pipeline executor: shapes are exchanged once, then cached", "[pipelin
     INFO("rank " << r);
     CHECK(got[r].shape_headers_received == expected[r]);
     CHECK(got[r].stats.at(2).messages_received == got[r].receives_per_step);
+  }
+}
+
+TEST_CASE("pipeline executor: a stage that runs fewer steps makes the other fail at once",
+          "[pipeline]") {
+  // A broken program: one stage leaves after one step while the other starts
+  // a second. Before NOTE [local departures] (and [departing rank] under
+  // mpirun) the other waited for its timeout, ten minutes by default.
+  for (const std::vector<int>& stage_steps : {std::vector<int>{2, 1}, std::vector<int>{1, 2}}) {
+    INFO("steps per stage: " << stage_steps[0] << ", " << stage_steps[1]);
+    PipelineRun run;
+    run.stage_steps = stage_steps;
+    const auto start = std::chrono::steady_clock::now();
+    std::string error;
+    try {
+      run_pipeline(run);
+    } catch (const comm::CommError& e) {
+      error = e.what();
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK(seconds < 30);
+    const int leaver = stage_steps[0] < stage_steps[1] ? 0 : 1;
+    CHECK_THAT(error, Contains(str_cat("rank ", leaver,
+                                       " left the group (its program ended, or "
+                                       "it let the group go)")));
   }
 }
 
