@@ -334,6 +334,7 @@ void Communicator::check_departures() {
     receives = p2p_recv_seq_;
   }
   const uint64_t issued = collectives_issued();
+  const uint64_t splits = splits_issued();
   for (const auto& [rank, d] : departed) {
     const std::string who =
         str_cat(describe_rank(rank), " left the group (its program ended, or it let the group go)");
@@ -347,6 +348,11 @@ void Communicator::check_departures() {
           ", which it will never join. The ranks ran different numbers of collectives: if one "
           "ran out of data first, parallel::UnevenInputs keeps them in step "
           "(docs/data_parallel.md)");
+    } else if (splits > d.splits) {
+      reason = str_cat(who, " after calling ", d.splits,
+                       " split(s) of it, and this rank has called "
+                       "split #",
+                       d.splits + 1, ", which it will never join");
     } else if (receives[r] > d.sent_to_me) {
       reason = str_cat(who, " after sending this rank ", d.sent_to_me,
                        " message(s), and this rank has posted receive #", d.sent_to_me + 1,

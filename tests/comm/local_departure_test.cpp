@@ -130,6 +130,33 @@ TEST_CASE("local departures: a split group hears of its member, the others carry
   CHECK_THAT(seen[2].error, Contains("rank 1 (world rank 3) left the group"));
 }
 
+TEST_CASE("local departures: a split the departed rank never calls fails at once",
+          "[local_departure]") {
+  for (const bool departs_first : {true, false}) {
+    INFO("departs first: " << departs_first);
+    std::vector<std::string> errors(3);
+    run_local_ranks(make_local_group(3), [&](Communicator& world) {
+      if (world.rank() == 2) {
+        if (!departs_first) std::this_thread::sleep_for(100ms);  // the others wait in the split
+        return;
+      }
+      if (departs_first) std::this_thread::sleep_for(100ms);
+      try {
+        world.split(0, world.rank(), "dp");
+      } catch (const CommError& e) {
+        errors[static_cast<size_t>(world.rank())] = e.what();
+      }
+    });
+    // The rank that found out names the split; the other heard its abort.
+    CHECK_THAT(errors[0] + errors[1],
+               Contains("rank 2 left the group (its program ended, or it let the group go) after "
+                        "calling 0 split(s) of it, and this rank has called split #1, which it "
+                        "will never join"));
+    CHECK_FALSE(errors[0].empty());
+    CHECK_FALSE(errors[1].empty());
+  }
+}
+
 TEST_CASE("local departures: a group let go is left at once", "[local_departure]") {
   Seen seen;
   run_local_ranks(make_local_group(2), [&](Communicator& world) {

@@ -15,6 +15,8 @@
 //   finished-early  the last rank returns from main() normally after the first
 //                   all_reduce (out of data); the others, in the second, hear of
 //                   it at once (NOTE [departing rank]) and fail naming it.
+//   finished-early-split  the last rank returns from main() after the first
+//                   all_reduce; the others' split fails at once naming it.
 //   finished-early-recv  ranks 0 and 2 form a group "pp" (rank 1 one of its
 //                   own) and send each other one message; rank 2 then returns
 //                   from main(); rank 0's second receive from it fails at once
@@ -134,6 +136,9 @@ int run(const std::string& mode) {
   } else if (mode == "finished-early") {
     if (rank == last) return 0;  // out of data: leaves its loop and main(), finalizing
     world.all_reduce(t).wait();
+  } else if (mode == "finished-early-split") {
+    if (rank == last) return 0;
+    world.split(0, rank, "dp");
   } else if (mode == "finished-early-recv" || mode == "finished-early-send") {
     const auto pp = world.split(rank == 1 ? 1 : 0, rank, "pp");
     if (rank == 1) return 0;

@@ -105,6 +105,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
     uint64_t last_collective = 0;   // its last collective
     uint64_t sent_to_me = 0;        // the sends it issued to this rank
     uint64_t received_from_me = 0;  // the receives it issued from this rank
+    uint64_t splits = 0;            // the splits of this group it called
   };
 
   // ---- memory -------------------------------------------------------------------------------
@@ -222,6 +223,12 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   virtual uint64_t collectives_issued() const;
   // The collective issued as number `seq`, if this rank still knows it.
   virtual std::optional<OpInfo> issued_collective(uint64_t seq) const;
+  // The splits of this group called here so far.
+  virtual uint64_t splits_issued() const { return 0; }
+  // Aborts the group when an operation or split a departed rank will never
+  // take part in has been issued here (backends call it after a split's number
+  // is taken; begin() does for the rest).
+  void check_departures();
 
   // For backends: the error to fail pending work with when the communicator is aborted.
   CommError abort_error() const;
@@ -237,7 +244,6 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   void check_point_to_point(const Tensor& tensor, int peer, int tag, const char* what) const;
   void check_root(int root, const char* what) const;
   void fail_pending(const CommError& error);
-  void check_departures();
   // What `info` waits for: ": rank 2 has not called it (...)", and those ranks.
   std::pair<std::string, std::vector<int>> diagnose_wait(const OpInfo& info);
 

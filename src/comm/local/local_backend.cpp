@@ -433,7 +433,7 @@ class LocalCommunicator final : public Communicator {
   }
 
   // Group rank `rank` (communicator `leaver`) leaves `group`.
-  static void tell_departure(LocalGroup& group, int rank, const Communicator& leaver) {
+  static void tell_departure(LocalGroup& group, int rank, const LocalCommunicator& leaver) {
     uint64_t last = 0;
     {
       std::lock_guard lock(group.mutex);
@@ -444,17 +444,24 @@ class LocalCommunicator final : public Communicator {
     const auto all = members(group);
     for (size_t m = 0; m < all.size(); ++m) {
       if (all[m] && m != static_cast<size_t>(rank)) {
-        all[m]->peer_departed(rank, Departure{last, sends[m], receives[m]});
+        all[m]->peer_departed(rank,
+                              Departure{last, sends[m], receives[m], leaver.splits_called_.load()});
       }
     }
   }
 
+  uint64_t splits_issued() const override { return splits_called_.load(); }
+
   std::shared_ptr<LocalGroup> group_;
   std::atomic<bool> told_by_peer_{false};
+  std::atomic<uint64_t> splits_called_{0};
 };
 
 std::shared_ptr<Communicator> LocalCommunicator::do_split(int color, int key,
                                                           const std::string& name) {
+  ++splits_called_;
+  check_departures();  // NOTE [local departures]
+  if (aborted()) throw abort_error();
   std::unique_lock lock(group_->mutex);
   const uint64_t seq = ++group_->split_seq[static_cast<size_t>(rank())];
   SplitRendezvous& rv = group_->splits[seq];
@@ -493,6 +500,10 @@ std::shared_ptr<Communicator> LocalCommunicator::do_split(int color, int key,
   }
   const bool ok =
       group_->cv.wait_for(lock, default_timeout(), [&] { return rv.done || aborted(); });
+  if (!rv.done && aborted()) {
+    lock.unlock();
+    throw abort_error();
+  }
   if (!ok || !rv.done) {
     std::string missing;
     for (int r = 0; r < size(); ++r) {

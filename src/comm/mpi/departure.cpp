@@ -54,16 +54,16 @@ std::optional<std::map<int, uint64_t>> parse_counts(const std::string& text) {
   return counts;
 }
 
-// One group's line of a departure notice: "key\tlast\tsends\treceives".
+// One group's line of a departure notice: "key\tlast\tsplits\tsends\treceives".
 struct DepartureLine {
   std::string key;
-  uint64_t last_collective = 0;
+  uint64_t last_collective = 0, splits = 0;
   std::map<int, uint64_t> sends, receives;  // per group rank; absent: 0
 };
 
 std::string departure_line(const ControlPeer& group) {
-  return str_cat(group.group_key(), '\t', group.last_issued_seq(), '\t',
-                 counts_text(group.p2p_issued(OpType::send)), '\t',
+  return str_cat(group.group_key(), '\t', group.last_issued_seq(), '\t', group.splits_called(),
+                 '\t', counts_text(group.p2p_issued(OpType::send)), '\t',
                  counts_text(group.p2p_issued(OpType::recv)), '\n');
 }
 
@@ -75,12 +75,13 @@ std::optional<DepartureLine> parse_line(const std::string& text) {
     begin = tab + 1;
   }
   fields.push_back(text.substr(begin));
-  if (fields.size() != 4 || fields[0].empty()) return std::nullopt;
+  if (fields.size() != 5 || fields[0].empty()) return std::nullopt;
   const auto last = parse_count(fields[1]);
-  auto sends = parse_counts(fields[2]);
-  auto receives = parse_counts(fields[3]);
-  if (!last || !sends || !receives) return std::nullopt;
-  return DepartureLine{fields[0], *last, std::move(*sends), std::move(*receives)};
+  const auto splits = parse_count(fields[2]);
+  auto sends = parse_counts(fields[3]);
+  auto receives = parse_counts(fields[4]);
+  if (!last || !splits || !sends || !receives) return std::nullopt;
+  return DepartureLine{fields[0], *last, *splits, std::move(*sends), std::move(*receives)};
 }
 
 uint64_t count_for(const std::map<int, uint64_t>& counts, int rank) {
@@ -160,7 +161,7 @@ void ProgressEngine::peer_departed(int world_rank, const std::string& list) {
     const int me = peer->group_rank();
     peer->on_peer_departed(rank,
                            Communicator::Departure{line.last_collective, count_for(line.sends, me),
-                                                   count_for(line.receives, me)});
+                                                   count_for(line.receives, me), line.splits});
   }
 }
 

@@ -315,11 +315,20 @@ std::shared_ptr<Communicator> MpiCommunicator::do_split(int color, int key,
   const std::string what =
       str_cat("split #", number, " of group '", this->name(), "' (into '", name, "')");
   auto result = std::make_shared<SplitResult>();
+  check_departures();  // NOTE [departing rank]
+  if (aborted()) throw abort_error();
   auto op = std::make_unique<SplitOp>(channel_->data(), color, key, what, result);
   op->channel = id_;
   engine_->submit(std::move(op));
   std::unique_lock lock(result->mutex);
-  if (!result->cv.wait_for(lock, default_timeout(), [&] { return result->done; })) {
+  // An abort (a departed rank, say) does not complete the op: look for it too.
+  const auto deadline = std::chrono::steady_clock::now() + default_timeout();
+  while (!result->done && !aborted() && std::chrono::steady_clock::now() < deadline) {
+    result->cv.wait_until(
+        lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(20)));
+  }
+  if (!result->done && aborted()) throw abort_error();
+  if (!result->done) {
     lock.unlock();
     std::string message =
         str_cat(what, " did not complete within ", default_timeout().count() / 1000.0, " s on ",

@@ -158,16 +158,17 @@ class ProgressEngine {
   // still alive when the program ends. The notice names the group by its key
   // (the same on every member: "world/2:0" is the group of color 0 made by
   // the world's second split; names repeat, keys do not) and gives the number
-  // of the last collective the rank issued there and how many sends to and
-  // receives from each member it issued. A collective numbered beyond it can
-  // never complete; nor can a receive from the rank beyond the sends it
-  // issued to this member (each message matches one receive), nor a send
-  // beyond the receives it posted. Issued already or later, such an operation
+  // of the last collective the rank issued there, how many splits of it it
+  // called, and how many sends to and receives from each member it issued. A
+  // collective numbered beyond it can never complete, nor a split beyond its
+  // splits; nor can a receive from the rank beyond the sends it issued to
+  // this member (each message matches one receive), nor a send beyond the
+  // receives it posted. Issued already or later, such an operation
   // makes the member abort the group naming the rank and what it waits for: a
   // clear error within a second instead of a hang (a pipeline stage waiting
   // for a stage that ran fewer steps, say). Operations within those numbers
   // are untouched (the leaver took part in them), so ranks leaving together
-  // exchange these notices harmlessly. Splits still wait for their timeout.
+  // exchange these notices harmlessly.
   // announce_departure(deadline) waits at most until `deadline` for the
   // notices to be started; not on the progress thread.
   void announce_departure(std::chrono::steady_clock::time_point deadline);
