@@ -27,8 +27,13 @@ namespace loom::comm {
 std::vector<std::shared_ptr<Communicator>> make_local_group(int size,
                                                             const std::string& name = "world");
 
-// Runs fn(comms[r]) on one thread per rank and joins them. If any rank threw,
-// rethrows the first exception (by rank) after all threads have finished.
+// Runs fn(comms[r]) on one thread per rank and joins them. A rank whose fn
+// returns leaves the groups it is in (those split from the same
+// make_local_group): a peer waiting for it in a collective, a message or a
+// split fails at once naming it, not at the timeout. A rank whose fn throws
+// aborts those groups with its error. When all threads have finished,
+// rethrows the first error (by rank) that is not a consequence of another
+// rank's abort, else the first (NOTE [local departures] in local_backend.cpp).
 void run_local_ranks(const std::vector<std::shared_ptr<Communicator>>& comms,
                      const std::function<void(Communicator&)>& fn);
 
