@@ -163,7 +163,7 @@ std::string why_mpi_abort(int world_size, LaunchInfo::Launcher launcher) {
   if (why_abort.empty() || !can_abort) {
     const std::string others =
         world_size <= 1 || !why_abort.empty() ? ""
-        : told                                ? "; the other ranks were told, and mpirun ends them"
+        : told ? "; the other ranks were told (or had left), and mpirun ends them"
                : "; not every other rank acknowledged (see above), mpirun ends them";
     log_line(LogLevel::error, str_cat("loom: rank ", rank, " of ", world_size,
                                       " ends with exit status 1 because nothing caught the error "

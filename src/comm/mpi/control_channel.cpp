@@ -236,10 +236,15 @@ void ControlChannel::send_departure(ProgressEngine& engine, const std::string& l
   }
 }
 
+void ControlChannel::peer_left(int rank) {
+  std::lock_guard lock(mutex_);
+  left_.insert(rank);
+}
+
 bool ControlChannel::abort_acknowledged() const {
   std::lock_guard lock(mutex_);
   for (const int r : abort_sent_to_) {
-    if (!abort_acked_by_.count(r)) return false;
+    if (!abort_acked_by_.count(r) && !left_.count(r)) return false;
   }
   return true;
 }

@@ -133,8 +133,11 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
   // will not free this channel may ask).
   void broadcast_abort(ProgressEngine& engine, int origin, const std::string& reason,
                        bool ask_acknowledgement = false);
-  // Every rank this one sent an abort to has acknowledged it (true when none was sent).
+  // Every rank this one sent an abort to has acknowledged it or has left the
+  // group (true when none was sent).
   bool abort_acknowledged() const;
+  // NOTE [departing rank]: rank `rank` left the group; it acknowledges nothing.
+  void peer_left(int rank);
   // Sends departure(list) to ranks `to` of this channel (progress thread;
   // fire and forget).
   void send_departure(ProgressEngine& engine, const std::string& list, const std::vector<int>& to);
@@ -155,11 +158,11 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
   MPI_Request receive_request_ = MPI_REQUEST_NULL;
   MPI_Status receive_status_{};
 
-  mutable std::mutex mutex_;  // guards the queries and the abort acknowledgements
+  mutable std::mutex mutex_;  // guards the queries, the abort acknowledgements and left_
   std::condition_variable answered_;
   uint64_t next_query_ = 1;
   std::map<uint64_t, std::shared_ptr<Query>> queries_;
-  std::set<int> abort_sent_to_, abort_acked_by_;
+  std::set<int> abort_sent_to_, abort_acked_by_, left_;
 };
 
 }  // namespace loom::comm::mpi

@@ -157,6 +157,7 @@ void ProgressEngine::peer_departed(int world_rank, const std::string& list) {
     if (it == lines.end()) continue;
     const int rank = peer->group_rank_of(world_rank);
     if (rank < 0) continue;
+    channel->peer_left(rank);  // its acknowledgement of an abort will not come
     const DepartureLine& line = it->second;
     const int me = peer->group_rank();
     peer->on_peer_departed(rank,
