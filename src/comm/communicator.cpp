@@ -349,10 +349,8 @@ void Communicator::check_departures() {
           "ran out of data first, parallel::UnevenInputs keeps them in step "
           "(docs/data_parallel.md)");
     } else if (splits > d.splits) {
-      reason = str_cat(who, " after calling ", d.splits,
-                       " split(s) of it, and this rank has called "
-                       "split #",
-                       d.splits + 1, ", which it will never join");
+      reason = str_cat(who, " after calling ", d.splits, " split(s) of it, and this rank has ",
+                       "called split #", d.splits + 1, ", which it will never join");
     } else if (receives[r] > d.sent_to_me) {
       reason = str_cat(who, " after sending this rank ", d.sent_to_me,
                        " message(s), and this rank has posted receive #", d.sent_to_me + 1,
