@@ -15,8 +15,8 @@ namespace loom::comm {
 
 namespace {
 
-// "90", "1.5s", "250ms", "10m" from variable `name`.
-Milliseconds parse_duration(const char* name, const std::string& value) {
+// "90", "1.5s", "250ms", "10m" from variable `name`; `also`: what else it takes.
+Milliseconds parse_duration(const char* name, const std::string& value, const char* also = "") {
   size_t digits = 0;
   while (digits < value.size() &&
          (std::isdigit(static_cast<unsigned char>(value[digits])) || value[digits] == '.')) {
@@ -33,9 +33,9 @@ Milliseconds parse_duration(const char* name, const std::string& value) {
   if (unit.empty() || unit == "s") ms_per_unit = 1000;
   if (unit == "ms") ms_per_unit = 1;
   if (unit == "m" || unit == "min") ms_per_unit = 60000;
-  LOOM_CHECK(
-      number > 0 && ms_per_unit > 0, name, "='", value,
-      "' must be a positive number of seconds, optionally with a unit: 90, 90s, 1500ms, 10m");
+  LOOM_CHECK(number > 0 && ms_per_unit > 0, name, "='", value,
+             "' must be a positive number of seconds, optionally with a unit: 90, 90s, 1500ms, 10m",
+             also);
   return Milliseconds(static_cast<int64_t>(number * ms_per_unit));
 }
 
@@ -51,7 +51,7 @@ Milliseconds default_comm_stall_warning() {
   const char* text = std::getenv("LOOM_COMM_STALL_WARNING");
   if (text == nullptr || *text == '\0') return std::chrono::seconds(60);
   if (std::string_view(text) == "off") return Milliseconds(0);
-  return parse_duration("LOOM_COMM_STALL_WARNING", text);
+  return parse_duration("LOOM_COMM_STALL_WARNING", text, "; or off");
 }
 
 bool debug_collectives_enabled() {

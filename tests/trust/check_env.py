@@ -17,6 +17,7 @@ import time
 
 BAD = {
     "LOOM_COMM_TIMEOUT": "soon",
+    "LOOM_COMM_STALL_WARNING": "soon",
     "LOOM_COMM_BACKEND": "gloo",
     "LOOM_DEBUG_COLLECTIVES": "maybe",
     "LOOM_FLIGHT_RECORDER_SIZE": "-1",
