@@ -567,7 +567,10 @@ void run_local_ranks(const std::vector<std::shared_ptr<Communicator>>& comms,
   for (size_t r = 0; r < comms.size(); ++r) {
     if (const auto* local = dynamic_cast<const LocalCommunicator*>(comms[r].get())) {
       families[r] = local->family();
-      LocalCommunicator::forget_family_departures(*families[r]);
+      const bool seen =
+          std::find(families.begin(), families.begin() + static_cast<std::ptrdiff_t>(r),
+                    families[r]) != families.begin() + static_cast<std::ptrdiff_t>(r);
+      if (!seen) LocalCommunicator::forget_family_departures(*families[r]);
     }
   }
   std::vector<std::exception_ptr> errors(comms.size());

@@ -128,7 +128,7 @@ void ControlChannel::on_receive(ProgressEngine& engine) {
         const std::optional<OpInfo> call =
             b > 0 ? peer->issued_collective(b) : std::optional<OpInfo>();
         send(engine, source, status_reply, a, peer->last_issued_seq(),
-             encode_reply(peer->splits_called(), call));
+             encode_reply(peer->splits_issued(), call));
       }
       break;
     }

@@ -21,10 +21,10 @@
 //                    a rank that is ending (NOTE [failing rank]) asks for
 //                    these and waits for them before it goes, so its peers
 //                    learn why.
-//   departure(list) -> on the world's channel only: the sender's program is
-//                    ending normally; the list names each of its live
-//                    communicators with the number of the last collective it
-//                    issued there (NOTE [departing rank] in progress_engine.hpp).
+//   departure(list) -> on the world's channel only: the sender leaves the
+//                    groups listed (its program ends, or it lets one go); a
+//                    line per group gives its key and what the sender issued
+//                    there (NOTE [departing rank] in progress_engine.hpp).
 //
 // NOTE [stale control messages]
 // A control message must not be in flight on a channel when its receiver frees
@@ -71,7 +71,8 @@ class ControlPeer {
  public:
   virtual ~ControlPeer() = default;
   virtual uint64_t last_issued_seq() const = 0;
-  virtual uint64_t splits_called() const = 0;
+  // (The same as Communicator::splits_issued.)
+  virtual uint64_t splits_issued() const = 0;
   // The collective it issued as number `seq`, if it still knows it.
   virtual std::optional<OpInfo> issued_collective(uint64_t seq) const = 0;
   // Rank `origin` aborted the communicator (called on the progress thread).
@@ -87,7 +88,7 @@ class ControlPeer {
   virtual int group_rank_of(int world_rank) const = 0;  // -1: not a member
   virtual int group_rank() const = 0;
   virtual std::vector<uint64_t> p2p_issued(OpType op) const = 0;  // Communicator::p2p_issued
-  // Group rank `rank` ended its program; `departure` is what it had issued here.
+  // Group rank `rank` left the group; `departure` is what it had issued here.
   virtual void on_peer_departed(int rank, const Communicator::Departure& departure) = 0;
 };
 

@@ -62,7 +62,7 @@ struct DepartureLine {
 };
 
 std::string departure_line(const ControlPeer& group) {
-  return str_cat(group.group_key(), '\t', group.last_issued_seq(), '\t', group.splits_called(),
+  return str_cat(group.group_key(), '\t', group.last_issued_seq(), '\t', group.splits_issued(),
                  '\t', counts_text(group.p2p_issued(OpType::send)), '\t',
                  counts_text(group.p2p_issued(OpType::recv)), '\n');
 }

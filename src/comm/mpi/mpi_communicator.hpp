@@ -42,9 +42,8 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
     const auto layered = layered_.load();
     return layered ? layered->load() : last_seq_.load();
   }
-  uint64_t splits_called() const override { return splits_.load(); }
+  // These two override both ControlPeer's and Communicator's.
   uint64_t splits_issued() const override { return splits_.load(); }
-  // (Overrides both ControlPeer's and Communicator's.)
   std::optional<OpInfo> issued_collective(uint64_t seq) const override;
   uint64_t collectives_issued() const override {
     const auto layered = layered_.load();
