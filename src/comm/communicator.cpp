@@ -139,11 +139,13 @@ void Communicator::check_root(int root, const char* what) const {
 
 // ---- issuing ------------------------------------------------------------------------------------
 
-OpInfo Communicator::collective_info(OpType op, const Tensor* tensor, int peer) {
+OpInfo Communicator::collective_info(OpType op, const Tensor* tensor, int peer,
+                                     ReduceOp reduce_op) {
   OpInfo info;
   info.group = name_;
   info.op = op;
   info.peer = peer;
+  info.reduce_op = reduce_op;
   if (tensor) {
     info.dtype = tensor->dtype();
     info.count = tensor->numel();
@@ -152,7 +154,9 @@ OpInfo Communicator::collective_info(OpType op, const Tensor* tensor, int peer) 
   return info;
 }
 
-detail::WorkPtr Communicator::begin(OpInfo info, std::optional<Milliseconds> timeout) {
+detail::WorkPtr Communicator::begin(OpInfo info, std::optional<Milliseconds> timeout,
+                                    std::span<const int64_t> counts,
+                                    std::span<const int64_t> recv_counts) {
   if (aborted_) throw abort_error();
   const bool p2p = info.op == OpType::send || info.op == OpType::recv;
   {
@@ -165,7 +169,7 @@ detail::WorkPtr Communicator::begin(OpInfo info, std::optional<Milliseconds> tim
     }
   }
   // Cross-check before anything is posted, so a mismatch cannot corrupt data.
-  if (debug_ && !p2p) cross_check(info);
+  if (debug_ && !p2p) cross_check(info, counts, recv_counts);
   auto work = std::make_shared<detail::WorkState>(std::move(info), timeout.value_or(timeout_),
                                                   weak_from_this(), recorder_);
   work->set_stall_warning(stall_warning_);
@@ -189,7 +193,7 @@ Work Communicator::all_reduce(const Tensor& tensor, const AllReduceOptions& opti
   LOOM_CHECK(tensor.defined(), "all_reduce on group '", name_, "': tensor is undefined");
   check_tensor_support(tensor, "all_reduce");
   check_reduce_op(options.op, tensor.dtype(), "all_reduce");
-  auto work = begin(collective_info(OpType::all_reduce, &tensor), options.timeout);
+  auto work = begin(collective_info(OpType::all_reduce, &tensor, -1, options.op), options.timeout);
   start_all_reduce(tensor, options, work);
   return Work(work);
 }
@@ -217,7 +221,8 @@ Work Communicator::reduce_scatter(const Tensor& input, const Tensor& output,
   LOOM_CHECK(output.numel() == counts[static_cast<size_t>(rank_)], "reduce_scatter on group '",
              name_, "': output ", output.str(), " of rank ", rank_, " must hold its chunk of ",
              counts[static_cast<size_t>(rank_)], " elements");
-  auto work = begin(collective_info(OpType::reduce_scatter, &input), options.timeout);
+  auto work = begin(collective_info(OpType::reduce_scatter, &input, -1, options.op),
+                    options.timeout, counts);
   ReduceScatterOptions resolved = options;
   resolved.counts = counts;
   start_reduce_scatter(input, output, resolved, work);
@@ -232,7 +237,7 @@ Work Communicator::all_gather(const Tensor& input, const Tensor& output,
   LOOM_CHECK(input.numel() == counts[static_cast<size_t>(rank_)], "all_gather on group '", name_,
              "': input ", input.str(), " of rank ", rank_, " must hold its chunk of ",
              counts[static_cast<size_t>(rank_)], " elements");
-  auto work = begin(collective_info(OpType::all_gather, &input), options.timeout);
+  auto work = begin(collective_info(OpType::all_gather, &input), options.timeout, counts);
   start_all_gather(input, output, counts, work);
   return Work(work);
 }
@@ -251,7 +256,8 @@ Work Communicator::reduce(const Tensor& tensor, const ReduceOptions& options) {
   check_tensor_support(tensor, "reduce");
   check_root(options.root, "reduce");
   check_reduce_op(options.op, tensor.dtype(), "reduce");
-  auto work = begin(collective_info(OpType::reduce, &tensor, options.root), options.timeout);
+  auto work =
+      begin(collective_info(OpType::reduce, &tensor, options.root, options.op), options.timeout);
   start_reduce(tensor, options.op, options.root, work);
   return Work(work);
 }
@@ -263,7 +269,7 @@ Work Communicator::all_to_all(const Tensor& input, const Tensor& output,
       resolve_counts(options.send_counts, input.numel(), "all_to_all", "input");
   const std::vector<int64_t> recv =
       resolve_counts(options.recv_counts, output.numel(), "all_to_all", "output");
-  auto work = begin(collective_info(OpType::all_to_all, &input), options.timeout);
+  auto work = begin(collective_info(OpType::all_to_all, &input), options.timeout, send, recv);
   start_all_to_all(input, output, send, recv, work);
   return Work(work);
 }
@@ -559,7 +565,7 @@ void Communicator::start_recv(const Tensor&, int, int, const detail::WorkPtr&) {
 std::shared_ptr<Communicator> Communicator::do_split(int, int, const std::string&) {
   unsupported(backend(), "split");
 }
-void Communicator::cross_check(const OpInfo&) {}
+void Communicator::cross_check(const OpInfo&, std::span<const int64_t>, std::span<const int64_t>) {}
 std::optional<std::vector<std::optional<Communicator::PeerProgress>>> Communicator::peer_progress(
     uint64_t) {
   return std::nullopt;

@@ -6,11 +6,17 @@
 // runs collective_mismatch() on the same records, so all ranks reach the same
 // verdict before any data moves.
 //
-// The calls match when op, dtype, sequence number and root agree, and, for
-// the collectives whose input has the same size everywhere (all_reduce,
-// broadcast, reduce, reduce_scatter), the element count. all_gather and
-// all_to_all inputs may differ in size (uneven chunks): their counts are not
-// compared, nor is the reduction operator (not part of OpInfo).
+// The calls match when op, dtype, sequence number, root and reduction
+// operator agree, and, for the collectives whose input has the same size
+// everywhere (all_reduce, broadcast, reduce, reduce_scatter), the element
+// count. all_gather and all_to_all inputs may differ in size (uneven chunks);
+// what must agree there is the layout of the chunks, compared apart
+// (counts_agree, then counts_mismatch) so that the record stays a few words:
+// every rank of an all_gather or reduce_scatter must pass the same chunk
+// counts, and what rank i's all_to_all sends to rank j must be what rank j
+// expects from rank i. A record carries a hash of the counts for that; only
+// when the hashes disagree do the ranks exchange the counts themselves, to say
+// which ranks differ and how.
 //
 // After a timeout (Communicator::handle_timeout) the backend asks every peer
 // what its collective of the same number was, and collective_disagreement()
@@ -19,7 +25,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "loom/comm/types.hpp"
@@ -28,21 +36,49 @@ namespace loom::comm::detail {
 
 // One rank's call, as exchanged: kWords int64 values.
 struct CallRecord {
-  static constexpr int kWords = 5;
+  static constexpr int kWords = 8;
   int64_t op = 0;
   int64_t dtype = 0;
   int64_t count = 0;
   int64_t peer = -1;  // root of broadcast/reduce
   int64_t seq = 0;
+  int64_t reduce = -1;  // the ReduceOp of all_reduce, reduce and reduce_scatter; -1 otherwise
+  // all_gather, reduce_scatter: a hash of the chunk counts, equal on every rank
+  // when they agree. all_to_all: sums of a hash of (sender, receiver, count)
+  // over this rank's sends (layout) and its receives (layout_check); the sums
+  // over the ranks are equal when every send matches its receive.
+  uint64_t layout = 0, layout_check = 0;
 };
 
-CallRecord call_record(const OpInfo& info);
+static_assert(sizeof(CallRecord) == CallRecord::kWords * sizeof(int64_t) &&
+              std::is_trivially_copyable_v<CallRecord>);
+
+// `counts`: the chunk counts of an all_gather or reduce_scatter, or the send
+// counts of an all_to_all, whose `recv_counts` this `rank` also passes.
+CallRecord call_record(const OpInfo& info, std::span<const int64_t> counts = {},
+                       std::span<const int64_t> recv_counts = {}, int rank = 0);
 
 // "" when calls[r] (rank r's call) form one collective; otherwise a message naming
 // the ranks that differ and what each called, e.g.
 //   collective #3 on group 'world' does not match across ranks: ranks 0, 2 called
 //   all_reduce of 1000 f32; rank 1 called broadcast of 1000 f32 with root 0
+// The chunk layouts are not compared here (see counts_agree).
 std::string collective_mismatch(const std::string& group, const std::vector<CallRecord>& calls);
+
+// False when the calls, which collective_mismatch found to match, disagree on
+// their chunk counts (by the hashes in their records).
+bool counts_agree(const std::vector<CallRecord>& calls);
+
+// "" when the calls' chunk counts agree; otherwise a message naming the ranks
+// that differ. counts[r] and recv_counts[r]: rank r's, as passed to
+// call_record; `call`: any rank's record (they match but for the counts), e.g.
+//   all_gather #4 on group 'tp' does not match across ranks: ranks 0, 2 called
+//   it with chunks of 4, 4, 3 f32; rank 1 with chunks of 4, 4, 4 f32
+//   all_to_all #2 on group 'ep' does not match across ranks: rank 0 sends 5
+//   f32 to rank 1, which expects 4 from it
+std::string counts_mismatch(const std::string& group, const CallRecord& call,
+                            const std::vector<std::vector<int64_t>>& counts,
+                            const std::vector<std::vector<int64_t>>& recv_counts);
 
 // calls[r]: rank r's collective of the number that timed out, nullopt when it
 // is not known (the rank has not issued it, did not answer, or no longer

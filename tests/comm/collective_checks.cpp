@@ -1,9 +1,12 @@
 #include "collective_checks.hpp"
 
+#include <chrono>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <stdexcept>
 
+#include "loom/comm/types.hpp"
 #include "loom/core/tensor.hpp"
 #include "support/compare.hpp"
 
@@ -240,6 +243,107 @@ void check_all_collectives(Communicator& comm, DType dtype, int64_t count, Devic
   check_reduce(comm, dtype, count, device);
   check_all_to_all(comm, dtype, count, device);
   comm.barrier().wait();
+}
+
+namespace {
+
+// "rank 1", "ranks 1, 2": every rank of `n` but `except`.
+std::string ranks_but(int n, int except) {
+  std::string text = n == 2 ? "rank " : "ranks ";
+  bool first = true;
+  for (int r = 0; r < n; ++r) {
+    if (r == except) continue;
+    text += str_cat(first ? "" : ", ", r);
+    first = false;
+  }
+  return text;
+}
+
+std::string joined(const std::vector<int64_t>& values) {
+  std::string text;
+  for (size_t i = 0; i < values.size(); ++i) text += str_cat(i ? ", " : "", values[i]);
+  return text;
+}
+
+// `call` fails on this rank with a mismatch whose message contains `expected`,
+// and leaves `output` as it was.
+void expect_mismatch(Communicator& comm, const std::string& what, const std::function<Work()>& call,
+                     const Tensor& output, const std::string& expected) {
+  const std::vector<float> before = output.to_vector<float>();
+  std::string error;
+  try {
+    call().wait(std::chrono::seconds(20));
+  } catch (const CommError& e) {
+    if (e.kind() != CommError::Kind::mismatch) {
+      fail(what, comm, output.dtype(), output.numel(), str_cat("failed otherwise: ", e.what()));
+    }
+    error = e.what();
+  }
+  if (error.empty()) {
+    fail(what, comm, output.dtype(), output.numel(), "completed instead of failing");
+  }
+  if (error.find(expected) == std::string::npos) {
+    fail(what, comm, output.dtype(), output.numel(),
+         str_cat("the error \"", error, "\" does not contain \"", expected, "\""));
+  }
+  if (output.to_vector<float>() != before) {
+    fail(what, comm, output.dtype(), output.numel(), "the output changed although nothing matched");
+  }
+}
+
+}  // namespace
+
+void check_mismatches_named(Communicator& comm) {
+  const int n = comm.size(), r = comm.rank();
+  const auto nn = static_cast<size_t>(n);
+  const std::string group = str_cat(" on group '", comm.name(), "' does not match across ranks: ");
+
+  const Tensor sums = Tensor::full({8}, r + 1.0);
+  expect_mismatch(
+      comm, "all_reduce with max on rank 0",
+      [&] { return comm.all_reduce(sums, {.op = r == 0 ? ReduceOp::max : ReduceOp::sum}); }, sums,
+      str_cat(group, "rank 0 called all_reduce of 8 f32 with op max; ", ranks_but(n, 0),
+              " called all_reduce of 8 f32 with op sum"));
+
+  // Every rank 4 elements, but rank 0 believes its chunk is 5 and rank 1's 3.
+  const std::vector<int64_t> even(nn, 4);
+  std::vector<int64_t> skewed = even;
+  skewed[0] = 5;
+  skewed[1] = 3;
+  const std::vector<int64_t>& gather_counts = r == 0 ? skewed : even;
+  const Tensor gathered = Tensor::full({4 * n}, -1.0);
+  const Tensor chunk = Tensor::full({gather_counts[static_cast<size_t>(r)]}, r + 1.0);
+  expect_mismatch(
+      comm, "all_gather with other chunk counts on rank 0",
+      [&] { return comm.all_gather(chunk, gathered, {.counts = gather_counts}); }, gathered,
+      str_cat(group, "rank 0 called it with chunks of ", joined(skewed), " f32; ", ranks_but(n, 0),
+              " with chunks of ", joined(even), " f32"));
+
+  const std::vector<int64_t>& scatter_counts = r == 1 ? skewed : even;
+  const Tensor scattered = Tensor::full({scatter_counts[static_cast<size_t>(r)]}, -1.0);
+  const Tensor whole = Tensor::full({4 * n}, r + 1.0);
+  expect_mismatch(
+      comm, "reduce_scatter with other chunk counts on rank 1",
+      [&] { return comm.reduce_scatter(whole, scattered, {.counts = scatter_counts}); }, scattered,
+      str_cat(group, ranks_but(n, 1), " called it with chunks of ", joined(even),
+              " f32; rank 1 with chunks of ", joined(skewed), " f32"));
+
+  // Every rank sends 2 elements to every rank, but rank 0 sends 3 to rank 1.
+  std::vector<int64_t> sends(nn, 2);
+  if (r == 0) sends[1] = 3;
+  const std::vector<int64_t> receives(nn, 2);
+  const Tensor outgoing =
+      Tensor::full({std::accumulate(sends.begin(), sends.end(), int64_t{0})}, r + 1.0);
+  const Tensor incoming = Tensor::full({2 * n}, -1.0);
+  expect_mismatch(
+      comm, "all_to_all sending 3 elements where 2 are expected",
+      [&] {
+        return comm.all_to_all(outgoing, incoming, {.send_counts = sends, .recv_counts = receives});
+      },
+      incoming, str_cat(group, "rank 0 sends 3 f32 to rank 1, which expects 2 from it"));
+
+  // Every rank agreed that nothing matched: the group goes on.
+  check_all_reduce(comm, DType::f32, 7);
 }
 
 void check_ring(Communicator& comm, bool recv_first) {

@@ -50,6 +50,14 @@ void check_ring(Communicator& comm, bool recv_first);
 // in the reverse tag order: messages must match by tag, not by arrival.
 void check_pair_exchange(Communicator& comm, bool recv_first);
 
+// Collectives whose ranks disagree (at least 2 ranks) fail on every rank with
+// CommError{mismatch} naming what each rank passed, before any data moves,
+// and the group stays usable: a different reduction operator, an all_gather
+// and a reduce_scatter with different chunk counts, an all_to_all whose send
+// does not match its receive. Needs a backend that compares every call (the
+// local backend, or another under LOOM_DEBUG_COLLECTIVES).
+void check_mismatches_named(Communicator& comm);
+
 // split into even and odd ranks, then an all_reduce on each half.
 void check_split(Communicator& comm);
 

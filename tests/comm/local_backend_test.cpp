@@ -76,6 +76,15 @@ TEST_CASE("local: ranks calling different collectives fail with a mismatch namin
   }
 }
 
+TEST_CASE(
+    "local: a different reduction or chunk layout fails on every rank naming what each passed") {
+  for (int size = 2; size <= 4; ++size) {
+    INFO("size " << size);
+    REQUIRE_NOTHROW(run_local_ranks(make_local_group(size, "tp"),
+                                    [](Communicator& c) { testing::check_mismatches_named(c); }));
+  }
+}
+
 TEST_CASE("local: a rank that never calls the collective is named when the others time out") {
   const auto comms = make_local_group(3, "dp");
   std::string error;

@@ -511,6 +511,8 @@ TEST_CASE("mpi: LOOM_DEBUG_COLLECTIVES turns mismatched collectives into errors 
   // The group is still usable: the mismatch was agreed on by every rank.
   CHECK_FALSE(debug->aborted());
   run_on_every_rank([&] { testing::check_all_reduce(*debug, DType::f32, 7); });
+  // The reduction operator and the chunk counts, as the local backend checks them.
+  run_on_every_rank([&] { testing::check_mismatches_named(*debug); });
 }
 
 TEST_CASE("mpi: a receive that times out names the peer and aborts the group on every rank") {

@@ -17,9 +17,10 @@
 //    point-to-point messages are numbered per peer.
 //  - Arguments are checked before anything is communicated; a bad argument
 //    throws loom::Error naming the value and the rule. With
-//    LOOM_DEBUG_COLLECTIVES=1 the ranks also compare op, dtype, count and root
-//    before every collective and throw CommError{mismatch} naming the ranks
-//    that differ, instead of corrupting data or hanging.
+//    LOOM_DEBUG_COLLECTIVES=1 the ranks also compare op, dtype, count, root,
+//    reduction operator and chunk counts before every collective and throw
+//    CommError{mismatch} naming the ranks that differ, instead of corrupting
+//    data or hanging (the local backend always does).
 //  - A timeout or a failed peer aborts the communicator (see work.hpp); later
 //    calls throw CommError{aborted}.
 //  - Reductions: sum, max and min on every dtype; avg on floating-point dtypes
@@ -33,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -203,8 +205,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
 
   // Throws loom::Error when the backend cannot handle tensors on `device` or of `dtype`.
   virtual void check_tensor_support(const Tensor& tensor, const char* what) const = 0;
-  // LOOM_DEBUG_COLLECTIVES: compare `info` across ranks; throw CommError{mismatch} on difference.
-  virtual void cross_check(const OpInfo& info);
+  // LOOM_DEBUG_COLLECTIVES: compare `info` across ranks, and the chunk counts
+  // (`counts`: an all_gather's or reduce_scatter's, an all_to_all's send
+  // counts, with its `recv_counts`); throw CommError{mismatch} on difference.
+  virtual void cross_check(const OpInfo& info, std::span<const int64_t> counts,
+                           std::span<const int64_t> recv_counts);
   // Tell the peers that this communicator is aborted (best effort).
   virtual void notify_peers_of_abort(const std::string& reason);
 
@@ -234,8 +239,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   CommError abort_error() const;
 
  private:
-  detail::WorkPtr begin(OpInfo info, std::optional<Milliseconds> timeout);
-  OpInfo collective_info(OpType op, const Tensor* tensor, int peer = -1);
+  detail::WorkPtr begin(OpInfo info, std::optional<Milliseconds> timeout,
+                        std::span<const int64_t> counts = {},
+                        std::span<const int64_t> recv_counts = {});
+  OpInfo collective_info(OpType op, const Tensor* tensor, int peer = -1,
+                         ReduceOp reduce_op = ReduceOp::sum);
   void check_reduce_op(ReduceOp op, DType dtype, const char* what) const;
   void check_same_device_dtype(const Tensor& a, const Tensor& b, const char* what) const;
   std::vector<int64_t> resolve_counts(const std::vector<int64_t>& counts, int64_t total,

@@ -104,10 +104,11 @@ struct OpInfo {
   OpType op = OpType::barrier;
   uint64_t seq = 0;  // 1, 2, ... per communicator; point-to-point ops count too
   DType dtype = DType::f32;
-  int64_t count = 0;             // elements of this rank's input (the tensor for in-place ops)
-  size_t bytes = 0;              // count * element size
-  int peer = -1;                 // root for broadcast/reduce, peer for send/recv; -1 otherwise
-  std::string describe() const;  // "all_reduce #17 on group 'dp' (4096 f32 elements, 16 KiB)"
+  int64_t count = 0;  // elements of this rank's input (the tensor for in-place ops)
+  size_t bytes = 0;   // count * element size
+  int peer = -1;      // root for broadcast/reduce, peer for send/recv; -1 otherwise
+  ReduceOp reduce_op = ReduceOp::sum;  // of all_reduce, reduce and reduce_scatter
+  std::string describe() const;        // "all_reduce #17 on group 'dp' (4096 f32 elements, 16 KiB)"
 };
 
 // A failure of communication. Recoverable in the sense of docs/errors.md: the

@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "comm/chunk_offsets.hpp"
+#include "comm/cross_check.hpp"
 #include "comm/host_reduce.hpp"
 #include "comm/work_state.hpp"
 #include "loom/comm/local.hpp"
@@ -105,11 +106,6 @@ struct LocalGroup {
   std::vector<uint64_t> split_seq;
   std::map<uint64_t, SplitRendezvous> splits;
 };
-
-std::string describe_call(const Arrival& a) {
-  return str_cat(op_type_name(a.info.op), " of ", a.info.count, " ", a.info.dtype,
-                 a.info.peer >= 0 ? str_cat(" with root ", a.info.peer) : std::string());
-}
 
 // Copies `count` elements from src (at element offset src_off) to dst (at dst_off).
 void copy_elements(const Tensor& dst, int64_t dst_off, const Tensor& src, int64_t src_off,
@@ -200,35 +196,24 @@ void execute(std::vector<std::optional<Arrival>>& ranks) {
   }
 }
 
-// Finds a reason why the arrivals do not form one collective; "" when they do.
+// Finds a reason why the arrivals do not form one collective; "" when they
+// do. The same rules and messages as the mpi backend's LOOM_DEBUG_COLLECTIVES
+// (comm/cross_check.hpp), checked here on every call.
 std::string mismatch(const std::vector<std::optional<Arrival>>& ranks) {
-  const Arrival& first = *ranks[0];
-  const int n = static_cast<int>(ranks.size());
-  for (int r = 1; r < n; ++r) {
-    const Arrival& a = *ranks[static_cast<size_t>(r)];
-    bool same = a.info.op == first.info.op && a.info.dtype == first.info.dtype &&
-                a.root == first.root && a.op == first.op;
-    if (first.info.op == OpType::all_reduce || first.info.op == OpType::broadcast ||
-        first.info.op == OpType::reduce) {
-      same = same && a.info.count == first.info.count;
-    }
-    if (first.info.op == OpType::reduce_scatter || first.info.op == OpType::all_gather) {
-      same = same && a.counts == first.counts;
-    }
-    if (first.info.op == OpType::all_to_all) {
-      // What rank r sends to rank j must be what rank j expects from rank r.
-      for (int j = 0; j < n && same; ++j) {
-        same = a.counts[static_cast<size_t>(j)] ==
-               ranks[static_cast<size_t>(j)]->recv_counts[static_cast<size_t>(r)];
-      }
-    }
-    if (!same) {
-      return str_cat("collective #", first.info.seq, " on group '", first.info.group,
-                     "' does not match across ranks: rank 0 called ", describe_call(first),
-                     ", rank ", r, " called ", describe_call(a));
-    }
+  const std::string& group = ranks[0]->info.group;
+  std::vector<detail::CallRecord> records;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    records.push_back(detail::call_record(ranks[r]->info, ranks[r]->counts, ranks[r]->recv_counts,
+                                          static_cast<int>(r)));
   }
-  return "";
+  const std::string message = detail::collective_mismatch(group, records);
+  if (!message.empty() || detail::counts_agree(records)) return message;
+  std::vector<std::vector<int64_t>> counts, recv_counts;
+  for (const auto& a : ranks) {
+    counts.push_back(a->counts);
+    recv_counts.push_back(a->recv_counts);
+  }
+  return detail::counts_mismatch(group, records[0], counts, recv_counts);
 }
 
 // NOTE [local departures]

@@ -17,7 +17,8 @@ constexpr size_t kHeaderBytes = 2 * sizeof(uint64_t);
 constexpr uint64_t kAckRequested = 1;
 
 // A status reply's body: the splits called, whether a call follows, the call
-// (op, dtype, count, root, number: detail::CallRecord's words), then its group name.
+// (op, dtype, count, root, number, reduction: detail::CallRecord's words), then
+// its group name.
 constexpr size_t kReplyWords = 2 + detail::CallRecord::kWords;
 
 std::string encode_reply(uint64_t splits, const std::optional<OpInfo>& call) {
@@ -32,6 +33,7 @@ std::string encode_reply(uint64_t splits, const std::optional<OpInfo>& call) {
     words[4] = record.count;
     words[5] = record.peer;
     words[6] = record.seq;
+    words[7] = record.reduce;
     group = call->group;
   }
   std::string body(sizeof(words), '\0');
@@ -56,6 +58,7 @@ std::optional<ControlChannel::Progress> decode_reply(uint64_t last_collective,
     call.bytes = static_cast<size_t>(words[4]) * dtype_size(call.dtype);
     call.peer = static_cast<int>(words[5]);
     call.seq = static_cast<uint64_t>(words[6]);
+    if (words[7] >= 0) call.reduce_op = static_cast<ReduceOp>(words[7]);
     call.group = body.substr(sizeof(words));
     progress.call = std::move(call);
   }

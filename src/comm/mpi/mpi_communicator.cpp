@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <tuple>
 
@@ -56,18 +57,19 @@ class CommandOp final : public MpiOp {
   std::function<void()> fn_;
 };
 
-// LOOM_DEBUG_COLLECTIVES: every rank's CallRecord, gathered on the control communicator.
+// LOOM_DEBUG_COLLECTIVES: every rank's words (its CallRecord, or its chunk
+// counts), gathered on the control communicator.
 class CrossCheckOp final : public MpiOp {
  public:
-  CrossCheckOp(MPI_Comm control, int size, const detail::CallRecord& mine,
-               std::shared_ptr<std::vector<detail::CallRecord>> all, detail::WorkPtr work)
-      : control_(control), mine_(mine), all_(std::move(all)), work_(std::move(work)) {
-    all_->resize(static_cast<size_t>(size));
+  CrossCheckOp(MPI_Comm control, int size, std::vector<int64_t> mine,
+               std::shared_ptr<std::vector<int64_t>> all, detail::WorkPtr work)
+      : control_(control), mine_(std::move(mine)), all_(std::move(all)), work_(std::move(work)) {
+    all_->resize(static_cast<size_t>(size) * mine_.size());
   }
   void start() override {
-    constexpr int kWords = detail::CallRecord::kWords;
-    LOOM_MPI_CHECK(MPI_Iallgather(&mine_, kWords, MPI_INT64_T, all_->data(), kWords, MPI_INT64_T,
-                                  control_, new_request()));
+    const int words = static_cast<int>(mine_.size());
+    LOOM_MPI_CHECK(MPI_Iallgather(mine_.data(), words, MPI_INT64_T, all_->data(), words,
+                                  MPI_INT64_T, control_, new_request()));
   }
   void succeed() override { work_->complete(); }
   void fail(std::exception_ptr error) override { work_->fail(std::move(error)); }
@@ -75,8 +77,8 @@ class CrossCheckOp final : public MpiOp {
 
  private:
   MPI_Comm control_;
-  detail::CallRecord mine_;
-  std::shared_ptr<std::vector<detail::CallRecord>> all_;
+  std::vector<int64_t> mine_;
+  std::shared_ptr<std::vector<int64_t>> all_;
   detail::WorkPtr work_;
 };
 
@@ -359,15 +361,48 @@ std::shared_ptr<Communicator> MpiCommunicator::do_split(int color, int key,
 
 // ---- no silent hangs ----------------------------------------------------------------------------
 
-void MpiCommunicator::cross_check(const OpInfo& info) {
+void MpiCommunicator::cross_check(const OpInfo& info, std::span<const int64_t> counts,
+                                  std::span<const int64_t> recv_counts) {
   // The rank has reached this collective: status queries must say so even if
   // the cross-check itself is what waits.
   last_seq_.store(info.seq);
+  const auto n = static_cast<size_t>(size());
+  const detail::CallRecord mine = detail::call_record(info, counts, recv_counts, rank());
+  std::vector<int64_t> words(detail::CallRecord::kWords);
+  std::memcpy(words.data(), &mine, sizeof(mine));
+  const std::vector<int64_t> all_words = gather_words(info, std::move(words));
+  std::vector<detail::CallRecord> records(n);
+  std::memcpy(static_cast<void*>(records.data()), all_words.data(), n * sizeof(detail::CallRecord));
+  std::string mismatch = detail::collective_mismatch(name(), records);
+  if (mismatch.empty() && !detail::counts_agree(records)) {
+    // Every rank reached the same verdict from the same records, so every
+    // rank takes part in this second exchange: the counts themselves, to say
+    // which ranks differ. Each rank's counts (zeros past the ones it passed).
+    std::vector<int64_t> mine_counts(2 * n, 0);
+    std::copy_n(counts.begin(), std::min(counts.size(), n), mine_counts.begin());
+    std::copy_n(recv_counts.begin(), std::min(recv_counts.size(), n), mine_counts.begin() + n);
+    const std::vector<int64_t> all_counts = gather_words(info, std::move(mine_counts));
+    std::vector<std::vector<int64_t>> sends(n), receives(n);
+    for (size_t r = 0; r < n; ++r) {
+      const auto from = all_counts.begin() + static_cast<std::ptrdiff_t>(2 * n * r);
+      sends[r].assign(from, from + static_cast<std::ptrdiff_t>(n));
+      receives[r].assign(from + static_cast<std::ptrdiff_t>(n),
+                         from + static_cast<std::ptrdiff_t>(2 * n));
+    }
+    mismatch = detail::counts_mismatch(name(), mine, sends, receives);
+  }
+  if (!mismatch.empty()) {
+    LOOM_LOG_ERROR(mismatch);
+    throw CommError(CommError::Kind::mismatch, mismatch);
+  }
+}
+
+std::vector<int64_t> MpiCommunicator::gather_words(const OpInfo& info, std::vector<int64_t> words) {
   auto state =
       std::make_shared<detail::WorkState>(info, default_timeout(), weak_from_this(), nullptr);
-  auto records = std::make_shared<std::vector<detail::CallRecord>>();
-  auto op = std::make_unique<CrossCheckOp>(channel_->control(), size(), detail::call_record(info),
-                                           records, state);
+  auto all = std::make_shared<std::vector<int64_t>>();
+  auto op =
+      std::make_unique<CrossCheckOp>(channel_->control(), size(), std::move(words), all, state);
   op->channel = id_;
   {
     std::lock_guard lock(abort_mutex_);
@@ -375,11 +410,7 @@ void MpiCommunicator::cross_check(const OpInfo& info) {
   }
   engine_->submit(std::move(op));
   state->wait(default_timeout());  // on timeout: diagnoses, aborts, throws
-  const std::string mismatch = detail::collective_mismatch(name(), *records);
-  if (!mismatch.empty()) {
-    LOOM_LOG_ERROR(mismatch);
-    throw CommError(CommError::Kind::mismatch, mismatch);
-  }
+  return std::move(*all);
 }
 
 std::optional<OpInfo> MpiCommunicator::issued_collective(uint64_t seq) const {

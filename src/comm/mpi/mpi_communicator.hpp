@@ -91,7 +91,11 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   std::shared_ptr<Communicator> do_split(int color, int key, const std::string& name) override;
 
   void check_tensor_support(const Tensor& tensor, const char* what) const override;
-  void cross_check(const OpInfo& info) override;
+  void cross_check(const OpInfo& info, std::span<const int64_t> counts,
+                   std::span<const int64_t> recv_counts) override;
+  // The debug cross-check's exchange: every rank's `words` (the same number on
+  // each), in rank order.
+  std::vector<int64_t> gather_words(const OpInfo& info, std::vector<int64_t> words);
   void notify_peers_of_abort(const std::string& reason) override;
 
  public:
