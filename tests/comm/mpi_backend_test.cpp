@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <string>
 #include <thread>
 
@@ -362,6 +363,46 @@ TEST_CASE("mpi: a waiting thread keeps driving an operation whose every step is 
   shared.waiter_returned = true;
   REQUIRE(loom::test::eventually([&] { return shared.done.load(); }));
   CHECK(shared.finished_on == std::this_thread::get_id());
+}
+
+TEST_CASE(
+    "mpi: a departure notice that arrives before this rank has made the group is kept for it") {
+  // NOTE [departing rank]: the split can return on the leaver, which then lets
+  // the group go, before this rank's split has finished making the group. Here
+  // rank 0 receives, before the split, the notice world rank 1 would send had
+  // it made the group, issued nothing there, and let it go; its first
+  // collective on the group must fail at once naming it, not time out.
+  auto* mpi_world = dynamic_cast<mpi::MpiCommunicator*>(&world());
+  REQUIRE(mpi_world != nullptr);
+  const int r = world().rank();
+  const std::string key = loom::str_cat("world/", mpi_world->splits_issued() + 1, ":0");
+  if (r == 0) {
+    mpi::ProgressEngine& engine = mpi_world->engine();
+    std::promise<void> delivered;
+    engine.post([&] {
+      engine.peer_departed(1, key + "\t0\t0\t\t\n");
+      delivered.set_value();
+    });
+    delivered.get_future().wait();
+  }
+  const auto pair = world().split(r < 2 ? 0 : 1, r, "early-leaver");
+  REQUIRE(pair);
+  std::string error;
+  if (r == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      pair->all_reduce(Tensor::zeros({4})).wait(20s);
+    } catch (const CommError& e) {
+      error = e.what();
+    }
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
+    CHECK(pair->aborted());
+  }
+  // Rank 1 keeps the group until rank 0 is done with it (rank 0's abort reaches it).
+  world().barrier().wait(30s);
+  if (r == 0) {
+    CHECK_THAT(error, Contains("rank 1 left the group") && Contains("has issued #1 (all_reduce)"));
+  }
 }
 
 TEST_CASE(

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <charconv>
+#include <chrono>
 #include <future>
 #include <map>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "comm/mpi/control_channel.hpp"
 #include "comm/mpi/progress_engine.hpp"
 #include "loom/core/error.hpp"
+#include "loom/core/logging.hpp"
 
 namespace loom::comm::mpi {
 namespace {
@@ -89,6 +91,19 @@ uint64_t count_for(const std::map<int, uint64_t>& counts, int rank) {
   return it == counts.end() ? 0 : it->second;
 }
 
+// World rank `world_rank` left `channel`'s group, as `line` says.
+void apply(ControlChannel& channel, int world_rank, const DepartureLine& line) {
+  const auto peer = channel.peer();
+  if (!peer) return;
+  const int rank = peer->group_rank_of(world_rank);
+  if (rank < 0) return;
+  channel.peer_left(rank);  // its acknowledgement of an abort will not come
+  const int me = peer->group_rank();
+  peer->on_peer_departed(rank,
+                         Communicator::Departure{line.last_collective, count_for(line.sends, me),
+                                                 count_for(line.receives, me), line.splits});
+}
+
 }  // namespace
 
 std::shared_ptr<ControlChannel> ProgressEngine::world_channel() const {
@@ -142,27 +157,46 @@ void ProgressEngine::announce_departure(const ControlPeer& group, std::vector<in
 }
 
 void ProgressEngine::peer_departed(int world_rank, const std::string& list) {
+  const auto now = std::chrono::steady_clock::now();
   // Whole lines only; a line that does not parse is skipped.
-  std::map<std::string, DepartureLine> lines;  // by group key
   size_t begin = 0;
   for (size_t end = list.find('\n'); end != std::string::npos; end = list.find('\n', begin)) {
-    std::optional<DepartureLine> line = parse_line(list.substr(begin, end - begin));
+    std::string text = list.substr(begin, end - begin);
     begin = end + 1;
-    if (line) lines[line->key] = std::move(*line);
+    const std::optional<DepartureLine> line = parse_line(text);
+    if (!line) continue;
+    bool known = false;
+    for (const auto& [id, channel] : channels_) {
+      const auto peer = channel->peer();
+      if (!peer || peer->group_key() != line->key) continue;
+      known = true;
+      if (!aborted_channels_.contains(id)) apply(*channel, world_rank, *line);
+    }
+    if (!known) {
+      std::lock_guard lock(pending_mutex_);
+      std::erase_if(pending_departures_, [&](const PendingDeparture& p) { return p.until < now; });
+      pending_departures_.push_back({world_rank, std::move(text), now + kPendingDepartureLife});
+    }
   }
-  for (const auto& [id, channel] : channels_) {
-    const auto peer = channel->peer();
-    if (!peer || aborted_channels_.count(id)) continue;
-    const auto it = lines.find(peer->group_key());
-    if (it == lines.end()) continue;
-    const int rank = peer->group_rank_of(world_rank);
-    if (rank < 0) continue;
-    channel->peer_left(rank);  // its acknowledgement of an abort will not come
-    const DepartureLine& line = it->second;
-    const int me = peer->group_rank();
-    peer->on_peer_departed(rank,
-                           Communicator::Departure{line.last_collective, count_for(line.sends, me),
-                                                   count_for(line.receives, me), line.splits});
+}
+
+void ProgressEngine::apply_pending_departures(ControlChannel& channel) {
+  const auto peer = channel.peer();
+  if (!peer) return;
+  std::vector<std::pair<int, DepartureLine>> found;
+  {
+    std::lock_guard lock(pending_mutex_);
+    std::erase_if(pending_departures_, [&](const PendingDeparture& pending) {
+      std::optional<DepartureLine> line = parse_line(pending.line);
+      if (!line || line->key != peer->group_key()) return false;
+      found.emplace_back(pending.world_rank, std::move(*line));
+      return true;
+    });
+  }
+  for (const auto& [world_rank, line] : found) {
+    LOOM_LOG_DEBUG("group ", peer->group_key(), ": world rank ", world_rank,
+                   " had left it before this rank finished making it");
+    apply(channel, world_rank, line);
   }
 }
 

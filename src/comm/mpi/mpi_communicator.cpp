@@ -180,6 +180,9 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::create(std::shared_ptr<Progres
     LOOM_LOG_DEBUG("group '", name, "': its ", size,
                    " ranks share this node; all-reduces can use shared memory");
   }
+  // NOTE [departing rank]: a member that has let the group go already (its
+  // split returned first) is known before anything is issued here.
+  engine->apply_pending_departures(*comm->channel_);
   engine->post([e = engine.get(), channel = comm->channel_] { e->add_channel(channel); });
   return comm;
 }

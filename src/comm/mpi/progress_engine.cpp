@@ -563,6 +563,7 @@ void ProgressEngine::fail_op(MpiOp& op, std::exception_ptr error) {
 
 void ProgressEngine::add_channel(std::shared_ptr<ControlChannel> channel) {
   channel->post_receive();
+  apply_pending_departures(*channel);
   channels_[channel->id()] = std::move(channel);
 }
 
@@ -586,6 +587,20 @@ void ProgressEngine::channel_aborted(uint64_t id) {
     for (MPI_Request& request : op->requests) {
       if (request != MPI_REQUEST_NULL) MPI_Cancel(&request);
     }
+  }
+  // A shared-memory op of the group (polled, no request in MPI's hands) will
+  // never complete, and nothing outside this process refers to it: it goes
+  // now, so that shutdown does not count it as in flight (which leaves MPI
+  // unfinalized). The abort has failed its Work already.
+  std::vector<MpiOp*> idle;
+  for (auto& op : active_) {
+    if (op->channel == id && op->polled() && !op->outstanding()) idle.push_back(op.get());
+  }
+  for (MpiOp* op : idle) {
+    fail_op(*op,
+            std::make_exception_ptr(CommError(CommError::Kind::aborted,
+                                              str_cat(op->describe(), ": the group was aborted"))));
+    remove_op(*op);
   }
 }
 

@@ -82,6 +82,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -168,7 +169,10 @@ class ProgressEngine {
   // clear error within a second instead of a hang (a pipeline stage waiting
   // for a stage that ran fewer steps, say). Operations within those numbers
   // are untouched (the leaver took part in them), so ranks leaving together
-  // exchange these notices harmlessly.
+  // exchange these notices harmlessly. A notice for a group this rank has not
+  // made yet is kept for kPendingDepartureLife and applied when the group's
+  // channel is added: the split can return on the leaver, which then lets the
+  // group go, before this rank's split has finished making it.
   // announce_departure(deadline) waits at most until `deadline` for the
   // notices to be started; not on the progress thread.
   void announce_departure(std::chrono::steady_clock::time_point deadline);
@@ -177,6 +181,10 @@ class ProgressEngine {
   void announce_departure(const ControlPeer& group, std::vector<int> members);
   // A departure notice from world rank `world_rank` arrived (progress thread).
   void peer_departed(int world_rank, const std::string& list);
+  // Applies the kept notices for `channel`'s group: by the thread that makes
+  // the group, before anything can be issued on it, and again by add_channel
+  // for a notice that came meanwhile. Any thread.
+  void apply_pending_departures(ControlChannel& channel);
 
   // ---- the driver only (NOTE [caller drives]) ------------------------------------------------
   // Starts `op` now (control sends), skipping the queue.
@@ -264,6 +272,16 @@ class ProgressEngine {
   std::shared_ptr<ControlChannel> world_channel() const;
   std::map<uint64_t, std::shared_ptr<ControlChannel>> channels_;
   std::set<uint64_t> aborted_channels_;
+  // NOTE [departing rank]: notice lines for groups not made here (yet), by
+  // world rank, dropped once `until` has passed.
+  struct PendingDeparture {
+    int world_rank = -1;
+    std::string line;
+    std::chrono::steady_clock::time_point until;
+  };
+  static constexpr std::chrono::seconds kPendingDepartureLife{30};
+  std::mutex pending_mutex_;
+  std::vector<PendingDeparture> pending_departures_;  // under pending_mutex_
 
   std::thread thread_;
 };
