@@ -406,6 +406,40 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "mpi: a peer that lets the group go fails a shared-memory all_reduce at once, and the op "
+    "leaves the engine") {
+  // Rank 0 waits in a small all_reduce (the shared-memory path) that rank 1
+  // never calls; rank 1 lets the group go. Rank 0 fails at once naming it, and
+  // the op, which holds no MPI request, leaves the engine: otherwise this
+  // process would end with it in flight and MPI unfinalized, which fails this
+  // whole ctest entry (mpirun reports the rank as exiting improperly).
+  if (!mpi::shm_all_reduce_enabled()) {
+    SUCCEED("LOOM_SHM_ALLREDUCE=off: a collective in MPI's hands cannot be withdrawn");
+    return;
+  }
+  const int r = world().rank();
+  auto pair = world().split(r < 2 ? 0 : 1, r, "leaves-midway");
+  REQUIRE(pair);
+  if (r == 0) {
+    const Work pending = pair->all_reduce(Tensor::zeros({4}));
+    world().barrier().wait(30s);
+    const auto start = std::chrono::steady_clock::now();
+    std::string error;
+    try {
+      pending.wait(20s);
+    } catch (const CommError& e) {
+      error = e.what();
+    }
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
+    CHECK_THAT(error, Contains("rank 1 left the group") && Contains("has issued #1 (all_reduce)"));
+  } else {
+    world().barrier().wait(30s);
+    if (r == 1) pair.reset();  // the departure notice
+  }
+  world().barrier().wait(30s);
+}
+
+TEST_CASE(
     "mpi: a send or receive is in MPI's hands when it returns, and keeps its order when "
     "queued behind a collective") {
   // NOTE [posted on submit] in mpi_op.hpp: with nothing queued before it, a
