@@ -224,8 +224,15 @@ void ControlChannel::broadcast_abort(ProgressEngine& engine, int origin, const s
   }
   const uint64_t flag = ask_acknowledgement ? kAckRequested : 0;
   engine.post([self = shared_from_this(), origin, reason, flag, &engine] {
+    std::set<int> left;
+    {
+      std::lock_guard lock(self->mutex_);
+      left = self->left_;
+    }
     for (int r = 0; r < self->size_; ++r) {
-      if (r != self->rank_ && r != origin) {
+      // Not to a rank that has left the group: it may have freed the channel,
+      // whose context id the next group then reuses (NOTE [stale control messages]).
+      if (r != self->rank_ && r != origin && !left.contains(r)) {
         self->send(engine, r, abort, static_cast<uint64_t>(origin), flag, reason);
       }
     }

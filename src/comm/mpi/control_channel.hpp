@@ -36,6 +36,8 @@
 // sent that the receiver does not wait for, except aborts (which a rank that
 // already aborted may receive late) and abort acks, which only a failing rank
 // asks for: it never frees its communicators (ProgressEngine::fail_process).
+// Nor is an abort sent to a rank known to have left the group (NOTE
+// [departing rank]): it may have freed the channel already.
 // Aborts passed on between surviving ranks keep the risk; one never-freed
 // control communicator for the whole process, with the channel named in each
 // message, would remove it.
