@@ -406,11 +406,13 @@ void Communicator::fail_pending(const CommError& error) {
 }
 
 void Communicator::abort(const std::string& reason) {
+  std::function<void(const std::string&)> layered_abort;
   {
     std::lock_guard lock(mutex_);
     if (aborted_) return;
     abort_reason_ = reason;
     aborted_ = true;
+    layered_abort = std::move(layered_abort_);
   }
   LOOM_LOG_ERROR("aborting group '", name_, "': ", reason);
   fail_pending(CommError(CommError::Kind::peer_failed,
@@ -420,6 +422,21 @@ void Communicator::abort(const std::string& reason) {
   } catch (const std::exception& e) {
     LOOM_LOG_WARN("could not tell the peers of group '", name_, "' about the abort: ", e.what());
   }
+  if (layered_abort) layered_abort(reason);
+}
+
+void Communicator::set_layered_abort(std::function<void(const std::string&)> on_abort) {
+  std::lock_guard lock(mutex_);
+  layered_abort_ = std::move(on_abort);
+}
+
+void Communicator::layered_issued() {
+  bool departures = false;
+  {
+    std::lock_guard lock(mutex_);
+    departures = !departed_.empty();
+  }
+  if (departures) check_departures();
 }
 
 std::string Communicator::dump_flight_recorder() const {

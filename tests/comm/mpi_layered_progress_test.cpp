@@ -8,8 +8,11 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
+#include <mutex>
+#include <string>
 
 #include "mpi_test_support.hpp"
+#include "support/eventually.hpp"
 
 using namespace std::chrono_literals;
 
@@ -63,4 +66,53 @@ TEST_CASE("mpi: a layered communicator's collective numbers are reported through
     CHECK_FALSE((*layered)[static_cast<size_t>(p)]->call);
   }
   run_on_every_rank([] { world().barrier().wait(20s); });  // queries answered before teardown
+}
+
+TEST_CASE(
+    "mpi: a rank that leaves a layered communicator's bootstrap aborts the upper one at once") {
+  // NOTE [departing rank] for the nccl backend: the departure notice reaches
+  // the bootstrap, which compares the upper communicator's numbers with the
+  // leaver's and, aborting, aborts the upper communicator through
+  // set_layered_abort. Rank 1 leaves after the upper collective #1; rank 0
+  // issues #2 (layered_issued(), as the nccl backend does before launching).
+  // Every other rank hears rank 0's abort through the bootstrap, and its upper
+  // communicator is aborted too.
+  const int r = world().rank();
+  auto bootstrap = world().split(0, r, "bootstrap");
+  REQUIRE(bootstrap);
+  auto issued = std::make_shared<std::atomic<uint64_t>>(0);
+  bootstrap->report_layered_progress(issued);
+  struct Heard {
+    std::mutex mutex;
+    std::string reason;
+    int calls = 0;
+  };
+  auto heard = std::make_shared<Heard>();
+  bootstrap->set_layered_abort([heard](const std::string& reason) {
+    std::lock_guard lock(heard->mutex);
+    heard->reason = reason;
+    ++heard->calls;
+  });
+  issued->store(1);  // every rank's upper collective #1
+  run_on_every_rank([] { world().barrier().wait(20s); });
+  if (r == 1) bootstrap.reset();  // the notice: its last upper collective is #1
+  run_on_every_rank([] { world().barrier().wait(20s); });
+  if (r != 1) {
+    if (r == 0) {
+      issued->store(2);
+      bootstrap->layered_issued();
+    }
+    const auto start = std::chrono::steady_clock::now();
+    REQUIRE(loom::test::eventually([&] {
+      std::lock_guard lock(heard->mutex);
+      return heard->calls > 0;
+    }));
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
+    CHECK(bootstrap->aborted());
+    std::lock_guard lock(heard->mutex);
+    CHECK(heard->calls == 1);
+    CHECK_THAT(heard->reason, Catch::Matchers::Contains("rank 1 left the group") &&
+                                  Catch::Matchers::Contains("this rank has issued #2"));
+  }
+  run_on_every_rank([] { world().barrier().wait(20s); });
 }

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -173,6 +174,14 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // it. (The peers' answers then carry numbers only, no calls: this
   // communicator does not know what the upper one issued.)
   virtual void report_layered_progress(std::shared_ptr<const std::atomic<uint64_t>> issued);
+  // The upper communicator shares this one's aborts: `on_abort(reason)` runs
+  // once, on the thread that aborts this one (a timeout, a peer's abort, or a
+  // departed rank the upper numbers show will never join: NOTE [departing
+  // rank]); the upper communicator aborts itself there. It calls
+  // layered_issued() after issuing each operation, so that a departure already
+  // known is checked against its new number at once.
+  void set_layered_abort(std::function<void(const std::string&)> on_abort);
+  void layered_issued();
 
  protected:
   Communicator(std::string name, int rank, int size, std::vector<int> world_ranks);
@@ -268,6 +277,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   uint64_t collective_seq_ = 0;
   std::vector<uint64_t> p2p_send_seq_, p2p_recv_seq_;
   std::vector<std::pair<int, Departure>> departed_;  // (rank, what it had issued)
+  std::function<void(const std::string&)> layered_abort_;
   std::vector<std::weak_ptr<detail::WorkState>> pending_;
   std::string abort_reason_;
   std::atomic<bool> aborted_{false};

@@ -177,6 +177,13 @@ class NcclCommunicator final : public Communicator {
                                             ncclComm_t comm, const std::string& name) {
     auto made = std::make_shared<NcclCommunicator>(bootstrap, device, comm, name);
     bootstrap->report_layered_progress(made->issued());
+    // NOTE [departing rank]: the bootstrap hears that a rank left (or a peer's
+    // abort) and aborts; the NCCL communicator must stop waiting with it.
+    bootstrap->set_layered_abort(
+        [weak = std::weak_ptr<NcclCommunicator>(made)](const std::string& reason) {
+          if (const auto nccl = weak.lock())
+            nccl->abort(str_cat("its bootstrap was aborted: ", reason));
+        });
     return made;
   }
 
@@ -354,16 +361,23 @@ class NcclCommunicator final : public Communicator {
   }
 
   void notify_peers_of_abort(const std::string& reason) override {
-    // Stops this rank's NCCL kernels; the peers' operations then fail or time out on their side.
-    std::lock_guard lock(mutex_);
-    if (comm_ != nullptr) {
-      Watchdog::instance().forget(
-          comm_, CommError(CommError::Kind::backend,
-                           str_cat("nccl group '", name(), "' was aborted (", reason, ")")));
-      ncclCommAbort(comm_);
+    // Stops this rank's NCCL kernels.
+    {
+      std::lock_guard lock(mutex_);
+      if (comm_ != nullptr) {
+        Watchdog::instance().forget(
+            comm_, CommError(CommError::Kind::backend,
+                             str_cat("nccl group '", name(), "' was aborted (", reason, ")")));
+        ncclCommAbort(comm_);
+      }
+      comm_ = nullptr;
     }
-    comm_ = nullptr;
     LOOM_LOG_WARN("nccl group '", name(), "': communicator aborted (", reason, ")");
+    // The peers hear of it through the bootstrap's control channel, whose
+    // abort aborts their NCCL communicators (set_layered_abort in make()),
+    // instead of waiting for their own timeout. Nothing happens when the
+    // abort came from the bootstrap.
+    bootstrap_->abort(reason);
   }
 
  private:
@@ -378,6 +392,15 @@ class NcclCommunicator final : public Communicator {
   void run(const detail::WorkPtr& work, std::initializer_list<Tensor> tensors, Launch&& launch) {
     loom::detail::cuda::NvtxRange range("loom::nccl");
     DeviceGuard guard(device_);
+    const OpType op = work->info().op;
+    if (op != OpType::send && op != OpType::recv) {
+      issued_->store(work->info().seq);
+      // NOTE [departing rank]: a rank known to have left, which will never
+      // join this collective, aborts the group now (through the bootstrap's
+      // set_layered_abort) instead of leaving the kernel waiting for it.
+      bootstrap_->layered_issued();
+    }
+    if (aborted()) return;  // the work failed with the abort
     std::lock_guard lock(mutex_);
     LOOM_CHECK(comm_ != nullptr, "nccl group '", name(), "' was aborted");
     Event ready;
@@ -386,8 +409,6 @@ class NcclCommunicator final : public Communicator {
     for (const Tensor& t : tensors) {
       if (t.defined() && t.storage()) t.storage()->record_stream(stream_);
     }
-    const OpType op = work->info().op;
-    if (op != OpType::send && op != OpType::recv) issued_->store(work->info().seq);
     launch(static_cast<cudaStream_t>(stream_.native_handle()));
     auto done = std::make_shared<Event>();
     done->record(stream_);
