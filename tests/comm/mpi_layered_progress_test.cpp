@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "mpi_test_support.hpp"
 #include "support/eventually.hpp"
@@ -114,5 +115,33 @@ TEST_CASE(
     CHECK_THAT(heard->reason, Catch::Matchers::Contains("rank 1 left the group") &&
                                   Catch::Matchers::Contains("this rank has issued #2"));
   }
+  run_on_every_rank([] { world().barrier().wait(20s); });
+}
+
+TEST_CASE("mpi: a layered communicator's calls are cross-checked over its bootstrap") {
+  // LOOM_DEBUG_COLLECTIVES on the nccl backend: its calls are compared over
+  // the bootstrap's control channel (layered_cross_check), as here with calls
+  // made up for an upper communicator.
+  const int r = world().rank(), n = world().size();
+  const auto bootstrap = world().split(0, r, "bootstrap");
+  REQUIRE(bootstrap);
+  loom::comm::OpInfo call;
+  call.group = "gpus";
+  call.seq = 7;
+  call.op = loom::comm::OpType::all_gather;
+  call.count = 4;
+  std::vector<int64_t> counts(static_cast<size_t>(n), 4);
+  REQUIRE_NOTHROW(bootstrap->layered_cross_check(call, counts, {}));
+  if (r == 1) counts[0] = 5;  // rank 1 expects 5 elements from rank 0
+  std::string error;
+  try {
+    bootstrap->layered_cross_check(call, counts, {});
+  } catch (const loom::comm::CommError& e) {
+    CHECK(e.kind() == loom::comm::CommError::Kind::mismatch);
+    error = e.what();
+  }
+  CHECK_THAT(error, Catch::Matchers::Contains("all_gather #7 on group 'bootstrap' does not match "
+                                              "across ranks:") &&
+                        Catch::Matchers::Contains("rank 1 with chunks of 5, 4"));
   run_on_every_rank([] { world().barrier().wait(20s); });
 }

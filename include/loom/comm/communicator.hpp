@@ -182,6 +182,12 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // known is checked against its new number at once.
   void set_layered_abort(std::function<void(const std::string&)> on_abort);
   void layered_issued();
+  // LOOM_DEBUG_COLLECTIVES for the upper communicator, whose ranks are this
+  // one's: compares its call across the ranks as this one's own calls are.
+  void layered_cross_check(const OpInfo& info, std::span<const int64_t> counts,
+                           std::span<const int64_t> recv_counts) {
+    cross_check(info, counts, recv_counts);
+  }
 
  protected:
   Communicator(std::string name, int rank, int size, std::vector<int> world_ranks);
