@@ -168,13 +168,14 @@ void ControlChannel::on_receive(ProgressEngine& engine) {
   }
 }
 
-void ControlChannel::close() {
+void ControlChannel::close(bool keep_control) {
   if (receive_request_ != MPI_REQUEST_NULL) {
     MPI_Cancel(&receive_request_);
     MPI_Wait(&receive_request_, MPI_STATUS_IGNORE);
   }
   // MPI_Comm_free lets operations still pending on the communicator complete.
-  if (control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
+  if (control_ != MPI_COMM_NULL && !keep_control) MPI_Comm_free(&control_);
+  control_ = MPI_COMM_NULL;  // closed: send() sends nothing
   if (data_ != MPI_COMM_NULL) MPI_Comm_free(&data_);
 }
 

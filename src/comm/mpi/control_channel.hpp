@@ -38,9 +38,14 @@
 // asks for: it never frees its communicators (ProgressEngine::fail_process).
 // Nor is an abort sent to a rank known to have left the group (NOTE
 // [departing rank]): it may have freed the channel already.
-// Aborts passed on between surviving ranks keep the risk; one never-freed
-// control communicator for the whole process, with the channel named in each
-// message, would remove it.
+// Aborts passed on between surviving ranks (each passes an abort on, in case
+// its origin died) can arrive after the receiver, which had aborted too, freed
+// the group: so an aborted group's control communicator is never freed (one
+// MPI communicator per aborted group, until MPI_Finalize), and a late abort
+// lands on a context id nothing else will use. (Seen: the next group of a
+// program that caught the abort and went on was aborted by it, test "an abort
+// passed on between ranks does not reach the group made next".) A group freed
+// normally while a peer aborts it keeps a narrow window.
 // Because the progress thread services it even when the rank is busy
 // elsewhere (computing, or blocked in another wait), a timeout can tell "rank
 // 2 has not called it (its last collective is #1)" from "rank 2 did not
@@ -114,8 +119,10 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
   MPI_Status* receive_status() { return &receive_status_; }
   // The receive completed: handle the message and post the receive again.
   void on_receive(ProgressEngine& engine);
-  // Cancels the receive and frees both communicators.
-  void close();
+  // Cancels the receive and frees both communicators; with keep_control, the
+  // control communicator stays allocated (an aborted group's: NOTE [stale
+  // control messages]).
+  void close(bool keep_control = false);
 
   // ---- any thread ----------------------------------------------------------------------------
   // How far one rank has got on the communicator.

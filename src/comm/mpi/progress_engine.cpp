@@ -570,7 +570,8 @@ void ProgressEngine::add_channel(std::shared_ptr<ControlChannel> channel) {
 void ProgressEngine::remove_channel(uint64_t id) {
   const auto it = channels_.find(id);
   if (it == channels_.end()) return;
-  it->second->close();
+  // NOTE [stale control messages]: an aborted group's peers may still pass the abort on.
+  it->second->close(/*keep_control=*/aborted_channels_.contains(id));
   channels_.erase(it);
 }
 
