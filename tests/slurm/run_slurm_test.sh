@@ -288,6 +288,16 @@ submit() {
   job_status=$?
   child=
   job_seconds=$((SECONDS - start))
+  # This emulated Slurm sometimes loses a finished job's record before
+  # `sbatch --wait` reads it ("Job N no longer found and exit code not
+  # found"), and sbatch then exits 0 whatever the job did: take the status
+  # loom.sbatch printed (it exits with srun's status).
+  if [ "$job_status" -eq 0 ] && grep -q "exit code not found" "$work/jobs/$name.sbatch" &&
+    [ -f "$job_out" ]; then
+    local printed
+    printed=$(sed -n 's/^loom\.sbatch: srun exited with status \([0-9]*\)$/\1/p' "$job_out" | tail -n 1)
+    [ -n "$printed" ] && job_status=$printed
+  fi
   echo "---- job '$name' ($*): sbatch --wait exited $job_status after $job_seconds s"
   cat "$work/jobs/$name.sbatch"
   [ -f "$job_out" ] && cat "$job_out"

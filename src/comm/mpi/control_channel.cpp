@@ -252,6 +252,11 @@ void ControlChannel::peer_left(int rank) {
   left_.insert(rank);
 }
 
+bool ControlChannel::has_left(int rank) const {
+  std::lock_guard lock(mutex_);
+  return left_.contains(rank);
+}
+
 bool ControlChannel::abort_acknowledged() const {
   std::lock_guard lock(mutex_);
   for (const int r : abort_sent_to_) {

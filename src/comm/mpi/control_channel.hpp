@@ -148,6 +148,9 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
   bool abort_acknowledged() const;
   // NOTE [departing rank]: rank `rank` left the group; it acknowledges nothing.
   void peer_left(int rank);
+  // Whether rank `rank` of the group is known to have left it (it needs no
+  // departure notice: it may have ended, and a message to it never complete).
+  bool has_left(int rank) const;
   // Sends departure(list) to ranks `to` of this channel (progress thread;
   // fire and forget).
   void send_departure(ProgressEngine& engine, const std::string& list, const std::vector<int>& to);

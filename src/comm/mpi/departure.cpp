@@ -137,9 +137,13 @@ void ProgressEngine::announce_departure(std::chrono::steady_clock::time_point de
     }
     const auto world = world_channel();
     if (world && !list.empty()) {
-      std::vector<int> everybody(static_cast<size_t>(world->peer()->group_size()));
-      for (size_t r = 0; r < everybody.size(); ++r) everybody[r] = static_cast<int>(r);
-      world->send_departure(*this, list, everybody);
+      // Not to ranks whose programs have ended (they told this one): a
+      // message to a process that has finalized MPI may never complete.
+      std::vector<int> remaining;
+      for (int r = 0; r < world->peer()->group_size(); ++r) {
+        if (!world->has_left(r)) remaining.push_back(r);
+      }
+      world->send_departure(*this, list, remaining);
     }
     sent->set_value();
   });

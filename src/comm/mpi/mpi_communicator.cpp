@@ -202,7 +202,11 @@ MpiCommunicator::~MpiCommunicator() {
       // NOTE [departing rank]: the members still in the group hear that this
       // rank let it go.
       if (size() > 1 && !aborted() && !abort_if_unwinding()) {
-        engine_->announce_departure(*this, world_ranks());
+        std::vector<int> members;  // those still in the group
+        for (int r = 0; r < size(); ++r) {
+          if (r != rank() && !channel_->has_left(r)) members.push_back(world_rank_of(r));
+        }
+        if (!members.empty()) engine_->announce_departure(*this, std::move(members));
       }
       engine_->submit(
           std::make_unique<CommandOp>(str_cat("closing group '", name(), "'"),

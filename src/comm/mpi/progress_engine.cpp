@@ -577,6 +577,10 @@ void ProgressEngine::remove_channel(uint64_t id) {
 
 void ProgressEngine::channel_aborted(uint64_t id) {
   aborted_channels_.insert(id);
+  // A shared-memory op of the group (polled, no MPI request) will never
+  // complete and nothing outside this process refers to it: it goes now, so
+  // that shutdown does not count it as in flight (leaving MPI unfinalized).
+  std::vector<MpiOp*> idle;
   for (auto& op : active_) {
     if (op->channel != id) continue;
     if (op.get() == fence_) {
@@ -584,23 +588,15 @@ void ProgressEngine::channel_aborted(uint64_t id) {
       std::lock_guard lock(mutex_);
       fence_ = nullptr;
     }
+    if (op->polled() && !op->outstanding()) idle.push_back(op.get());
     if (!op->cancellable()) continue;
     for (MPI_Request& request : op->requests) {
       if (request != MPI_REQUEST_NULL) MPI_Cancel(&request);
     }
   }
-  // A shared-memory op of the group (polled, no request in MPI's hands) will
-  // never complete, and nothing outside this process refers to it: it goes
-  // now, so that shutdown does not count it as in flight (which leaves MPI
-  // unfinalized). The abort has failed its Work already.
-  std::vector<MpiOp*> idle;
-  for (auto& op : active_) {
-    if (op->channel == id && op->polled() && !op->outstanding()) idle.push_back(op.get());
-  }
   for (MpiOp* op : idle) {
-    fail_op(*op,
-            std::make_exception_ptr(CommError(CommError::Kind::aborted,
-                                              str_cat(op->describe(), ": the group was aborted"))));
+    const CommError error(CommError::Kind::aborted, str_cat(op->describe(), ": group aborted"));
+    fail_op(*op, std::make_exception_ptr(error));  // its Work failed with the abort already
     remove_op(*op);
   }
 }
