@@ -96,6 +96,8 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   // The debug cross-check's exchange: every rank's `words` (the same number on
   // each), in rank order.
   std::vector<int64_t> gather_words(const OpInfo& info, std::vector<int64_t> words);
+  // NOTE [caller drives]: a thread waiting on `work` drives the engine meanwhile.
+  void let_waiter_drive(const detail::WorkPtr& work);
   void notify_peers_of_abort(const std::string& reason) override;
 
  public:
