@@ -2,14 +2,15 @@
 # mpirun against one rank, and the layouts they refuse: tensor, pipeline and
 # 3D parallelism, mixed precision, checkpoints resumed across layouts.
 # Included from tests/CMakeLists.txt inside if(LOOM_BUILD_EXAMPLES).
-# loom_train_gpt_compare(LABEL TOKENS [NAME_PREFIX P] COMMON... CASES "np|extra common args|layout flags" ...):
+# loom_train_gpt_compare(LABEL TOKENS [NAME_PREFIX P] [RTOL R] [ENVIRONMENT VAR=value...] COMMON...
+#                        CASES "np|extra common args|layout flags" ...):
 # a multi-rank train_gpt run per case against one rank on the same global
 # batch (loom_compare_runs, tests/support/train_runs.cmake).
 function(loom_train_gpt_compare label tokens)
-  cmake_parse_arguments(A "" "NAME_PREFIX;RTOL" "COMMON;CASES" ${ARGN})
+  cmake_parse_arguments(A "" "NAME_PREFIX;RTOL" "ENVIRONMENT;COMMON;CASES" ${ARGN})
   loom_compare_runs(PROGRAM train_gpt NAME examples.gpt${A_NAME_PREFIX} LABELS ${label}
-                    RESOURCE_LOCK ${tokens} RTOL ${A_RTOL} COMMON ${A_COMMON} --token-file ${tokens}
-                    CASES ${A_CASES})
+                    RESOURCE_LOCK ${tokens} RTOL ${A_RTOL} ENVIRONMENT ${A_ENVIRONMENT}
+                    COMMON ${A_COMMON} --token-file ${tokens} CASES ${A_CASES})
 endfunction()
 # loom_train_gpt_refuses(LABEL COMMON... CASES "np|flags|expected message" ...).
 function(loom_train_gpt_refuses label)
@@ -129,6 +130,17 @@ loom_train_gpt_compare(dp ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.
         "2|--layers 2|--micro-batches 2 --zero-stage 3"
         "2|--layers 2|--zero-stage 3 --activation-checkpointing"
         "2|--layers 2|--micro-batches 2 --zero-stage 3 --checkpoint-attention")
+
+# With LOOM_DEBUG_COLLECTIVES=1 every collective is compared across its ranks
+# before it runs (docs/comm.md): the runs still reproduce one rank, under dp
+# with ZeRO-1, tp with SP and pp (the executor's gradient reductions and the
+# tied embedding's group).
+loom_train_gpt_compare(mpi ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.tokens
+  NAME_PREFIX _debug_collectives ENVIRONMENT LOOM_DEBUG_COLLECTIVES=1
+  COMMON --d-model 64 --heads 4 --seq 32 --batch 4 --steps 4 --log-every 1 --eval-every 0
+         --eval-batches 2
+  CASES "2|--layers 2|--zero-stage 1" "2|--layers 2|--tp 2 --sequence-parallel"
+        "2|--layers 4|--pp 2 --schedule zb-v --micro-batches 4")
 
 # Dropout under any layout drops what one rank drops on the whole batch: each
 # mask is drawn by its element's place in the step's global batch (NOTE

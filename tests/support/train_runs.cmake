@@ -2,7 +2,8 @@
 # tests/CMakeLists.txt inside if(LOOM_BUILD_EXAMPLES)).
 #
 # loom_compare_runs(PROGRAM target NAME prefix [ACCUMULATE] [RESOURCE_LOCK path]
-#                   [SKIP_REGULAR_EXPRESSION re] [RTOL r] [LABELS label...] COMMON arg...
+#                   [SKIP_REGULAR_EXPRESSION re] [RTOL r] [LABELS label...]
+#                   [ENVIRONMENT VAR=value...] COMMON arg...
 #                   CASES "np|extra args|layout flags" ...):
 # per case, `mpirun -np NP PROGRAM COMMON EXTRA LAYOUT` against one rank on the
 # same global batch (tests/support/compare_train_runs.py; ACCUMULATE: the one
@@ -11,7 +12,7 @@
 # PREFIX_npNP<layout flags>, labelled examples, mpi and LABELS.
 function(loom_compare_runs)
   cmake_parse_arguments(A "ACCUMULATE" "PROGRAM;NAME;RESOURCE_LOCK;SKIP_REGULAR_EXPRESSION;RTOL"
-                        "LABELS;COMMON;CASES" ${ARGN})
+                        "LABELS;ENVIRONMENT;COMMON;CASES" ${ARGN})
   set(accumulate)
   if(A_ACCUMULATE)
     set(accumulate --accumulate)
@@ -32,6 +33,9 @@ function(loom_compare_runs)
                      --layout "${flags}" -- ${A_COMMON} ${extra})
     set_tests_properties(${name} PROPERTIES TIMEOUT 300 PROCESSORS ${np}
                          LABELS "examples;mpi;${A_LABELS}" ENVIRONMENT "${LOOM_MPI_TEST_ENV}")
+    if(A_ENVIRONMENT)
+      set_property(TEST ${name} APPEND PROPERTY ENVIRONMENT ${A_ENVIRONMENT})
+    endif()
     if(A_RESOURCE_LOCK)
       set_tests_properties(${name} PROPERTIES RESOURCE_LOCK ${A_RESOURCE_LOCK})
     endif()
