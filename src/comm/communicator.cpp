@@ -169,7 +169,7 @@ detail::WorkPtr Communicator::begin(OpInfo info, std::optional<Milliseconds> tim
     }
   }
   // Cross-check before anything is posted, so a mismatch cannot corrupt data.
-  if (debug_ && !p2p) cross_check(info, counts, recv_counts);
+  if (debug_ && !p2p) cross_check(info, timeout.value_or(timeout_), counts, recv_counts);
   auto work = std::make_shared<detail::WorkState>(std::move(info), timeout.value_or(timeout_),
                                                   weak_from_this(), recorder_);
   work->set_stall_warning(stall_warning_);
@@ -582,7 +582,8 @@ void Communicator::start_recv(const Tensor&, int, int, const detail::WorkPtr&) {
 std::shared_ptr<Communicator> Communicator::do_split(int, int, const std::string&) {
   unsupported(backend(), "split");
 }
-void Communicator::cross_check(const OpInfo&, std::span<const int64_t>, std::span<const int64_t>) {}
+void Communicator::cross_check(const OpInfo&, Milliseconds, std::span<const int64_t>,
+                               std::span<const int64_t>) {}
 std::optional<std::vector<std::optional<Communicator::PeerProgress>>> Communicator::peer_progress(
     uint64_t) {
   return std::nullopt;

@@ -7,6 +7,9 @@
 //   missing-rank    the last rank never calls the second all_reduce (it is
 //                   busy outside Loom); the others time out (LOOM_COMM_TIMEOUT)
 //                   naming it, abort, and the job ends.
+//   debug-missing-rank  (with LOOM_DEBUG_COLLECTIVES=1) the same, the second
+//                   all_reduce with a 2 s timeout of its own: the cross-check
+//                   waits that long, not LOOM_COMM_TIMEOUT.
 //   frozen-rank     the last rank is stopped (SIGSTOP) before the second
 //                   all_reduce: it cannot even answer, and is named as such.
 //   missing-split   the last rank never calls split(); the others time out naming it.
@@ -116,6 +119,9 @@ int run(const std::string& mode) {
       prefetch.next();  // rethrows the producer's error
     }
     world.all_reduce(t).wait();
+  } else if (mode == "debug-missing-rank") {
+    if (rank == last) busy_elsewhere();
+    world.all_reduce(t, {.timeout = std::chrono::seconds(2)}).wait();
   } else if (mode == "missing-rank" || mode == "frozen-rank") {
     if (rank == last) {
       if (mode == "frozen-rank") raise(SIGSTOP);

@@ -131,11 +131,11 @@ TEST_CASE("mpi: a layered communicator's calls are cross-checked over its bootst
   call.op = loom::comm::OpType::all_gather;
   call.count = 4;
   std::vector<int64_t> counts(static_cast<size_t>(n), 4);
-  REQUIRE_NOTHROW(bootstrap->layered_cross_check(call, counts, {}));
+  REQUIRE_NOTHROW(bootstrap->layered_cross_check(call, 20s, counts, {}));
   if (r == 1) counts[0] = 5;  // rank 1 expects 5 elements from rank 0
   std::string error;
   try {
-    bootstrap->layered_cross_check(call, counts, {});
+    bootstrap->layered_cross_check(call, 20s, counts, {});
   } catch (const loom::comm::CommError& e) {
     CHECK(e.kind() == loom::comm::CommError::Kind::mismatch);
     error = e.what();

@@ -184,9 +184,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   void layered_issued();
   // LOOM_DEBUG_COLLECTIVES for the upper communicator, whose ranks are this
   // one's: compares its call across the ranks as this one's own calls are.
-  void layered_cross_check(const OpInfo& info, std::span<const int64_t> counts,
-                           std::span<const int64_t> recv_counts) {
-    cross_check(info, counts, recv_counts);
+  void layered_cross_check(const OpInfo& info, Milliseconds timeout,
+                           std::span<const int64_t> counts, std::span<const int64_t> recv_counts) {
+    cross_check(info, timeout, counts, recv_counts);
   }
 
  protected:
@@ -223,8 +223,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // LOOM_DEBUG_COLLECTIVES: compare `info` across ranks, and the chunk counts
   // (`counts`: an all_gather's or reduce_scatter's, an all_to_all's send
   // counts, with its `recv_counts`); throw CommError{mismatch} on difference.
-  virtual void cross_check(const OpInfo& info, std::span<const int64_t> counts,
-                           std::span<const int64_t> recv_counts);
+  // Waits for the other ranks' calls at most `timeout` (the operation's).
+  virtual void cross_check(const OpInfo& info, Milliseconds timeout,
+                           std::span<const int64_t> counts, std::span<const int64_t> recv_counts);
   // Tell the peers that this communicator is aborted (best effort).
   virtual void notify_peers_of_abort(const std::string& reason);
 

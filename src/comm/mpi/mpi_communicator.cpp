@@ -370,7 +370,8 @@ std::shared_ptr<Communicator> MpiCommunicator::do_split(int color, int key,
 
 // ---- no silent hangs ----------------------------------------------------------------------------
 
-void MpiCommunicator::cross_check(const OpInfo& info, std::span<const int64_t> counts,
+void MpiCommunicator::cross_check(const OpInfo& info, Milliseconds timeout,
+                                  std::span<const int64_t> counts,
                                   std::span<const int64_t> recv_counts) {
   // The rank has reached this collective: status queries must say so even if
   // the cross-check itself is what waits.
@@ -379,7 +380,7 @@ void MpiCommunicator::cross_check(const OpInfo& info, std::span<const int64_t> c
   const detail::CallRecord mine = detail::call_record(info, counts, recv_counts, rank());
   std::vector<int64_t> words(detail::CallRecord::kWords);
   std::memcpy(words.data(), &mine, sizeof(mine));
-  const std::vector<int64_t> all_words = gather_words(info, std::move(words));
+  const std::vector<int64_t> all_words = gather_words(info, timeout, std::move(words));
   std::vector<detail::CallRecord> records(n);
   std::memcpy(static_cast<void*>(records.data()), all_words.data(), n * sizeof(detail::CallRecord));
   std::string mismatch = detail::collective_mismatch(name(), records);
@@ -390,7 +391,7 @@ void MpiCommunicator::cross_check(const OpInfo& info, std::span<const int64_t> c
     std::vector<int64_t> mine_counts(2 * n, 0);
     std::copy_n(counts.begin(), std::min(counts.size(), n), mine_counts.begin());
     std::copy_n(recv_counts.begin(), std::min(recv_counts.size(), n), mine_counts.begin() + n);
-    const std::vector<int64_t> all_counts = gather_words(info, std::move(mine_counts));
+    const std::vector<int64_t> all_counts = gather_words(info, timeout, std::move(mine_counts));
     std::vector<std::vector<int64_t>> sends(n), receives(n);
     for (size_t r = 0; r < n; ++r) {
       const auto from = all_counts.begin() + static_cast<std::ptrdiff_t>(2 * n * r);
@@ -406,9 +407,9 @@ void MpiCommunicator::cross_check(const OpInfo& info, std::span<const int64_t> c
   }
 }
 
-std::vector<int64_t> MpiCommunicator::gather_words(const OpInfo& info, std::vector<int64_t> words) {
-  auto state =
-      std::make_shared<detail::WorkState>(info, default_timeout(), weak_from_this(), nullptr);
+std::vector<int64_t> MpiCommunicator::gather_words(const OpInfo& info, Milliseconds timeout,
+                                                   std::vector<int64_t> words) {
+  auto state = std::make_shared<detail::WorkState>(info, timeout, weak_from_this(), nullptr);
   auto all = std::make_shared<std::vector<int64_t>>();
   auto op =
       std::make_unique<CrossCheckOp>(channel_->control(), size(), std::move(words), all, state);
@@ -421,7 +422,7 @@ std::vector<int64_t> MpiCommunicator::gather_words(const OpInfo& info, std::vect
   // it saves the two hand-offs to the progress thread (about 30 us a call).
   let_waiter_drive(state);
   engine_->submit(std::move(op), /*caller_drives=*/true);
-  state->wait(default_timeout());  // on timeout: diagnoses, aborts, throws
+  state->wait(timeout);  // on timeout: diagnoses, aborts, throws
   return std::move(*all);
 }
 

@@ -91,11 +91,12 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   std::shared_ptr<Communicator> do_split(int color, int key, const std::string& name) override;
 
   void check_tensor_support(const Tensor& tensor, const char* what) const override;
-  void cross_check(const OpInfo& info, std::span<const int64_t> counts,
+  void cross_check(const OpInfo& info, Milliseconds timeout, std::span<const int64_t> counts,
                    std::span<const int64_t> recv_counts) override;
   // The debug cross-check's exchange: every rank's `words` (the same number on
   // each), in rank order.
-  std::vector<int64_t> gather_words(const OpInfo& info, std::vector<int64_t> words);
+  std::vector<int64_t> gather_words(const OpInfo& info, Milliseconds timeout,
+                                    std::vector<int64_t> words);
   // NOTE [caller drives]: a thread waiting on `work` drives the engine meanwhile.
   void let_waiter_drive(const detail::WorkPtr& work);
   void notify_peers_of_abort(const std::string& reason) override;

@@ -361,9 +361,9 @@ class NcclCommunicator final : public Communicator {
   }
 
   // LOOM_DEBUG_COLLECTIVES: the calls are compared over the bootstrap's control channel.
-  void cross_check(const OpInfo& info, std::span<const int64_t> counts,
+  void cross_check(const OpInfo& info, Milliseconds timeout, std::span<const int64_t> counts,
                    std::span<const int64_t> recv_counts) override {
-    bootstrap_->layered_cross_check(info, counts, recv_counts);
+    bootstrap_->layered_cross_check(info, timeout, counts, recv_counts);
   }
 
   void notify_peers_of_abort(const std::string& reason) override {
