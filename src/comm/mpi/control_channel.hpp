@@ -151,6 +151,8 @@ class ControlChannel : public std::enable_shared_from_this<ControlChannel> {
   // Whether rank `rank` of the group is known to have left it (it needs no
   // departure notice: it may have ended, and a message to it never complete).
   bool has_left(int rank) const;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
   // Sends departure(list) to ranks `to` of this channel (progress thread;
   // fire and forget).
   void send_departure(ProgressEngine& engine, const std::string& list, const std::vector<int>& to);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -124,8 +125,9 @@ void ProgressEngine::announce_departure(std::chrono::steady_clock::time_point de
     if (stopped_ || stopping_ || failing_) return;
   }
   if (on_progress_thread()) return;
-  auto sent = std::make_shared<std::promise<void>>();
-  std::future<void> done = sent->get_future();
+  // The world's channel, once the notices are on their way (null: none sent).
+  auto sent = std::make_shared<std::promise<std::shared_ptr<ControlChannel>>>();
+  std::future<std::shared_ptr<ControlChannel>> done = sent->get_future();
   post([this, sent] {
     std::string list;
     for (const auto& [id, channel] : channels_) {
@@ -145,9 +147,29 @@ void ProgressEngine::announce_departure(std::chrono::steady_clock::time_point de
       }
       world->send_departure(*this, list, remaining);
     }
-    sent->set_value();
+    sent->set_value(list.empty() ? nullptr : world);
   });
-  (void)done.wait_until(deadline);
+  if (done.wait_until(deadline) != std::future_status::ready) return;
+  const std::shared_ptr<ControlChannel> world = done.get();
+  if (!world) return;
+  // Until every other rank's notice has come too (or the deadline): this
+  // process keeps receiving meanwhile, so that the peers' notices to it
+  // complete before it enters MPI_Finalize, which does not receive them. Seen
+  // between nodes over TCP: a rank finalizing first left a peer's notice
+  // unfinished, and the peer then could not finalize (or, finalizing anyway,
+  // died of SIGPIPE writing to it). Ranks that end together wait
+  // milliseconds; one whose peers still run waits until the deadline.
+  const int size = world->size();
+  const int me = world->rank();
+  auto all_left = [&] {
+    for (int r = 0; r < size; ++r) {
+      if (r != me && !world->has_left(r)) return false;
+    }
+    return true;
+  };
+  while (!all_left() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 void ProgressEngine::announce_departure(const ControlPeer& group, std::vector<int> members) {
