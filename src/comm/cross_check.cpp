@@ -137,7 +137,7 @@ std::string counts_mismatch(const std::string& group, const CallRecord& call,
       for (int64_t j = 0; j < n; ++j) {
         const auto& sends = counts[static_cast<size_t>(i)];
         const auto& expects = recv_counts[static_cast<size_t>(j)];
-        const int64_t sent = i < static_cast<int64_t>(sends.size()) ? sends[j] : 0;
+        const int64_t sent = j < static_cast<int64_t>(sends.size()) ? sends[j] : 0;
         const int64_t wanted = i < static_cast<int64_t>(expects.size()) ? expects[i] : 0;
         if (sent == wanted) continue;
         if (differing++ < kNamed) {
