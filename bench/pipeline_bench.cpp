@@ -1,16 +1,20 @@
 // pipeline_bench: the five pipeline schedules (issue 14) on issue 4's GPT
 // with 8 layers (vocab 8192, d_model 256, 4 heads, seq 128, a global batch of
-// 8 sequences, AdamW), measured against the simulator and the machine's
-// ceiling in the same invocation:
+// 8 sequences, AdamW) or, with --model resnet, ResNet-18 with the CIFAR stem
+// (a global batch of 32 images, SGD; BenchModel in pipeline_bench_worker.hpp),
+// measured against the simulator and the machine's ceiling in the same
+// invocation:
 //
-//   pipeline_bench --drive [--micro-batches 4,8] [--schedules ...] [--steps 6] [--warmup 2]
+//   pipeline_bench --drive [--model gpt|resnet] [--micro-batches 4,8] [--schedules ...]
+//                  [--steps 6] [--warmup 2]
 //                  [--rounds 1] [--cut balanced|even] [--activation-checkpointing]
 //                  [--device cpu|cuda]
 //                  [--planned-bounds 4,5] [--plan-latency-ms 0.05] [--json FILE]
 //
-// The cut (gpt_chunks.hpp): balanced by counted FLOPs (the default; at pp 2
-// 5 + 3 blocks, zb-v 3, 3, 2, 0 with the head alone in the last chunk) or
-// even by block count (4 + 4; 2 per chunk with two chunks per rank).
+// The cut (gpt_chunks.hpp, resnet_chunks.hpp): balanced by counted FLOPs
+// (the default; the GPT at pp 2 5 + 3 blocks, zb-v 3, 3, 2, 0 with the head
+// alone in the last chunk) or even by the count of blocks (4 + 4; 2 per chunk
+// with two chunks per rank) or of the ResNet's 13 top-level layers.
 // --activation-checkpointing runs every model, the single-rank ones
 // included, with its blocks checkpointed.
 //
@@ -89,8 +93,9 @@
 // chunk 0 takes beyond its blocks, the head what the last chunk takes beyond
 // its blocks; each pp 4 chunk then costs its blocks (under the same --cut
 // rule at pp 4) plus the embeddings on the first and the head on the last.
-// Those rows have bubble_measured null. Correctness at pp = 4 is tested
-// elsewhere (ctest -L pipeline).
+// Those rows have bubble_measured null, and the ResNet has none (its layers
+// differ in cost, so its pp 2 chunks do not give a block's). Correctness at
+// pp = 4 is tested elsewhere (ctest -L pipeline).
 #include <time.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
@@ -125,9 +130,7 @@
 namespace {
 
 using loom::bench::median;
-using loom::bench::pipeline_bench::cut_of;
-using loom::bench::pipeline_bench::kBatch;
-using loom::bench::pipeline_bench::kLayers;
+using loom::bench::pipeline_bench::BenchModel;
 using loom::bench::pipeline_bench::WorkerFlags;
 using nlohmann::json;
 namespace pl = loom::parallel::pipeline;
@@ -271,43 +274,41 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
   }
   LOOM_CHECK(w.device != "cuda" || loom::cuda_device_count() > 0,
              "--device cuda: ", loom::cuda_unavailable_reason());
+  const BenchModel model(w, loom::Device::cpu());
   for (const int m : d.micro_batches) {
-    LOOM_CHECK(kBatch % m == 0, "--micro-batches ", m, " does not divide the global batch of ",
-               kBatch, " sequences");
+    LOOM_CHECK(model.batch() % m == 0, "--micro-batches ", m,
+               " does not divide the global batch of ", model.batch(), " (--model ", w.model, ")");
   }
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   const loom::trace::Roofline roofline = loom::trace::Roofline::for_device(loom::Device::cpu());
   const double peak = roofline.peak_flops(loom::trace::Precision::fp32);
-  const loom::models::GPTConfig config = loom::bench::pipeline_bench::bench_config(w);
   std::printf(
-      "pipeline_bench: GPT %d layers (vocab 8192, d_model 256, 4 heads, seq 128), global batch "
-      "%lld, AdamW%s; %d round(s) x %d steps (+%d warm-up); %s, %u cores, fp32 peak %.1f GFLOP/s "
-      "per core (%s)\n",
-      kLayers, static_cast<long long>(kBatch),
-      w.activation_checkpointing ? ", blocks checkpointed" : "", d.rounds, w.steps, w.warmup,
-      loom::bench::cpu_model().c_str(), std::thread::hardware_concurrency(), peak / 1e9,
-      roofline.source.c_str());
+      "pipeline_bench: %s; %d round(s) x %d steps (+%d warm-up); %s, %u cores, fp32 peak %.1f "
+      "GFLOP/s per core (%s)\n",
+      model.describe().c_str(), d.rounds, w.steps, w.warmup, loom::bench::cpu_model().c_str(),
+      std::thread::hardware_concurrency(), peak / 1e9, roofline.source.c_str());
   for (const std::string& name : d.schedules) {
     const pl::Schedule s =
         pl::make_schedule(pl::schedule_kind_from_string(name), {.pp = 2, .micro_batches = 2});
     std::string shares;
-    const std::vector<double> flops = pl::gpt_chunk_flops(config, s, cut_of(w, config, s));
+    const std::vector<int64_t> cut = model.cut(s);
+    const std::vector<double> flops = model.chunk_flops(s, cut);
     double total = 0;
     for (const double x : flops) total += x;
     for (const double x : flops) shares += (shares.empty() ? "" : ", ") + cell(x / total, 3);
     std::printf("  %s pp 2: %s cut %s, counted FLOP shares per chunk %s\n", name.c_str(),
-                w.cut.c_str(), cut_text(cut_of(w, config, s)).c_str(), shares.c_str());
+                w.cut.c_str(), cut_text(cut).c_str(), shares.c_str());
   }
   std::fflush(stdout);
   std::vector<double> pingpongs;  // NOTE [placement probe], every run with two ranks
   auto launch = [&](int ranks, const std::string& args) {
-    const std::string command = d.mpirun + " -np " + std::to_string(ranks) + " --oversubscribe " +
-                                self + " --steps " + std::to_string(w.steps) + " --warmup " +
-                                std::to_string(w.warmup) + " --cut " + w.cut +
-                                " --receives-ahead " + std::to_string(w.receives_ahead) +
-                                " --packed-weight-mib " + std::to_string(w.packed_weight_mib) +
-                                (w.activation_checkpointing ? " --activation-checkpointing" : "") +
-                                " --device " + w.device + " " + args;
+    const std::string command =
+        d.mpirun + " -np " + std::to_string(ranks) + " --oversubscribe " + self + " --model " +
+        w.model + " --steps " + std::to_string(w.steps) + " --warmup " + std::to_string(w.warmup) +
+        " --cut " + w.cut + " --receives-ahead " + std::to_string(w.receives_ahead) +
+        " --packed-weight-mib " + std::to_string(w.packed_weight_mib) +
+        (w.activation_checkpointing ? " --activation-checkpointing" : "") + " --device " +
+        w.device + " " + args;
     std::string why;
     const auto out = loom::bench::run_json(command, why);
     LOOM_CHECK(out.has_value(), why);
@@ -453,9 +454,10 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
     }
   }
   // pp 4, simulated from zb-v's measured chunks at pp 2; the planned zb-v
-  // rows with the same bound above 2pp (planned with those durations).
+  // rows with the same bound above 2pp (planned with those durations). The
+  // GPT only: its blocks cost the same, the ResNet's layers do not.
   for (const int m : d.micro_batches) {
-    if (!zb_v_costs.count(m)) continue;
+    if (!zb_v_costs.count(m) || !model.is_gpt()) continue;
     std::vector<std::pair<std::string, int>> pp4_rows;  // label, planned bound (0: none)
     for (const std::string& name : d.schedules) pp4_rows.emplace_back(name, 0);
     for (const int bound : planned_bounds) {  // the same bound above 2pp: 4 at pp 2, 8 at pp 4
@@ -466,7 +468,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
       const pl::ScheduleKind kind = pl::schedule_kind_from_string(name);
       if (kind == pl::ScheduleKind::interleaved_1f1b && m % 4 != 0) continue;
       const pl::Schedule unit = pl::make_schedule(kind, {.pp = 4, .micro_batches = m});
-      const std::vector<int64_t> cut = cut_of(w, config, unit);
+      const std::vector<int64_t> cut = model.cut(unit);
       const pl::ActionCosts costs = pp4_costs(unit, cut, zb_v_costs.at(m), zb_v_cut);
       pl::ScheduleConfig planned_config{.pp = 4, .micro_batches = m};
       planned_config.zb_v = {.activation_bound = planned_bound, .costs = costs};
@@ -504,7 +506,8 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
       t_single, median(single_share), median(two_ms), median(two_share), ceiling);
   std::printf("%s\n", loom::bench::pingpong_text(pingpongs).c_str());
   std::printf(
-      "bubble meas: (receive wait + wait in the tied embedding's sum) / step per rank, mean over "
+      "bubble meas: (receive wait + wait in the GPT's tied embedding sum) / step per rank, mean "
+      "over "
       "ranks; sim: simulate() fed this run's "
       "per-chunk F, B, W (NOTE [measured bubble]), no latency; floor: the least bubble any "
       "order of those durations can have, from the ranks' imbalance; theory: unit cost. "
@@ -512,7 +515,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
       "T_single / (pp x step). zb-v planned N: zb-v's order planned from the unit-cost zb-v "
       "run's per-chunk durations in the same round, at most N chunk activations per rank. pp 4 "
       "rows: simulated from zb-v's pp 2 chunks at the same M (planned rows: the same bound "
-      "above 2pp, planned with those durations). peak "
+      "above 2pp, planned with those durations; the GPT only). peak "
       "act: a step's highest allocation on the compute device over the bytes at rest, highest "
       "rank; bound: the "
       "schedule's chunk activations x one micro-batch's bytes in flight on the largest chunk, "
@@ -548,31 +551,24 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
   }
   for (const std::string& v : verdicts) std::printf("%s\n", v.c_str());
   if (!d.json_path.empty()) {
-    loom::bench::write_file_atomically(
-        d.json_path, json{{"model",
-                           {{"layers", kLayers},
-                            {"vocab", 8192},
-                            {"d_model", 256},
-                            {"heads", 4},
-                            {"seq", 128},
-                            {"batch", kBatch},
-                            {"activation_checkpointing", w.activation_checkpointing}}},
-                          {"cut", w.cut},
-                          {"receives_ahead", w.receives_ahead},
-                          {"packed_weight_mib", w.packed_weight_mib},
-                          {"cpu_model", loom::bench::cpu_model()},
-                          {"cores", std::thread::hardware_concurrency()},
-                          {"fp32_peak_flops_per_core", peak},
-                          {"steps", w.steps},
-                          {"warmup", w.warmup},
-                          {"rounds", d.rounds},
-                          {"single_step_ms", t_single},
-                          {"two_ranks_step_ms", median(two_ms)},
-                          {"ceiling", ceiling},
-                          {"pingpong_us", pingpongs},
-                          {"targets", verdicts},
-                          {"results", results}}
-                         .dump(2));
+    loom::bench::write_file_atomically(d.json_path,
+                                       json{{"model", model.record()},
+                                            {"cut", w.cut},
+                                            {"receives_ahead", w.receives_ahead},
+                                            {"packed_weight_mib", w.packed_weight_mib},
+                                            {"cpu_model", loom::bench::cpu_model()},
+                                            {"cores", std::thread::hardware_concurrency()},
+                                            {"fp32_peak_flops_per_core", peak},
+                                            {"steps", w.steps},
+                                            {"warmup", w.warmup},
+                                            {"rounds", d.rounds},
+                                            {"single_step_ms", t_single},
+                                            {"two_ranks_step_ms", median(two_ms)},
+                                            {"ceiling", ceiling},
+                                            {"pingpong_us", pingpongs},
+                                            {"targets", verdicts},
+                                            {"results", results}}
+                                           .dump(2));
   }
   return 0;
 }
@@ -580,11 +576,16 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Pipeline schedules on issue 4's GPT with 8 layers: measured, simulated, theory"};
+  CLI::App app{
+      "Pipeline schedules on issue 4's GPT with 8 layers or ResNet-18: measured, simulated, "
+      "theory"};
   bool drive = false;
   WorkerFlags w;
   DriverFlags d;
   app.add_flag("--drive", drive, "launch the runs under mpirun and print the table");
+  app.add_option("--model", w.model,
+                 "gpt (issue 4's, 8 layers, 8 sequences) or resnet (ResNet-18 CIFAR, 32 images)")
+      ->check(CLI::IsMember({"gpt", "resnet"}));
   app.add_option("--mode", w.mode, "worker: pipeline, or single (the whole model on every rank)")
       ->check(CLI::IsMember({"pipeline", "single"}));
   app.add_option("--schedule", w.schedule, "worker: the schedule")
@@ -592,7 +593,7 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batches", d.micro_batches,
                  "micro-batches per step (driver: a list, e.g. 4,8; worker: the first)")
       ->delimiter(',')
-      ->check(flags::between(1, kBatch));
+      ->check(flags::between(1, 32));
   app.add_option("--schedules", d.schedules, "driver: the schedules to run")
       ->delimiter(',')
       ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}));

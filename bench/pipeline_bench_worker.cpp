@@ -8,9 +8,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "bench_models.hpp"
@@ -19,6 +22,7 @@
 #include "loom/parallel/pipeline/executor.hpp"
 #include "loom/parallel/pipeline/generators.hpp"
 #include "loom/parallel/pipeline/gpt_chunks.hpp"
+#include "loom/parallel/pipeline/resnet_chunks.hpp"
 #include "loom/parallel/pipeline/simulate.hpp"
 #include "loom/trace/roofline.hpp"
 #include "rank_facts.hpp"
@@ -32,18 +36,12 @@ using loom::bench::median;
 using nlohmann::json;
 namespace pl = loom::parallel::pipeline;
 
-loom::models::GPTConfig bench_config() {
-  loom::models::GPTConfig config;  // issue 4's: vocab 8192, d_model 256, 4 heads, seq 128
-  config.layers = kLayers;
-  return config;
-}
-
-Tensor random_ids(const loom::models::GPTConfig& config, uint64_t seed) {
+Tensor random_ids(const loom::models::GPTConfig& config, int64_t rows, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(config.vocab - 1));
-  std::vector<int32_t> ids(static_cast<size_t>(kBatch * config.seq_len));
+  std::vector<int32_t> ids(static_cast<size_t>(rows * config.seq_len));
   for (auto& id : ids) id = pick(rng);
-  return Tensor::from_vector(ids, {kBatch, config.seq_len});
+  return Tensor::from_vector(ids, {rows, config.seq_len});
 }
 
 // The device this process computes on (--device).
@@ -76,21 +74,22 @@ struct ChunkTiming {
 };
 
 // F, B and W of each of this rank's chunks (by virtual stage) on one
-// micro-batch of `rows` sequences, on copies that no optimizer sees.
-std::vector<ChunkTiming> time_chunks(const loom::models::GPTConfig& config,
+// micro-batch of `rows` sequences or images, on copies that no optimizer sees.
+std::vector<ChunkTiming> time_chunks(const BenchModel& model, loom::Device device,
                                      const pl::Schedule& schedule, int rank, int64_t rows,
                                      const std::vector<int64_t>& cut) {
   using clock = std::chrono::steady_clock;
-  const pl::GPTChunks copies = pl::build_gpt_chunks(config, schedule, rank, cut);
-  const loom::Device device = config.module.device;
+  const BenchChunks copies = model.build(schedule, rank, cut);
   loom::Allocator& memory = loom::allocator_for(device);
-  const Tensor ids = random_ids(config, 99).slice(0, rows).to(device);
-  const Tensor targets = random_ids(config, 98).slice(0, rows).to(device);
+  const BenchModel::Batch batch = model.data(98);
+  const Tensor first_input = batch.inputs.slice(0, rows);
+  const Tensor targets = batch.targets.slice(0, rows);
   std::vector<ChunkTiming> out(static_cast<size_t>(schedule.virtual_stages));
   for (int c = 0; c < schedule.chunks(); ++c) {
     const pl::ChunkPlace place = schedule.placement[static_cast<size_t>(c)];
     if (place.rank != rank) continue;
-    loom::nn::Module& chunk = *copies.parts[static_cast<size_t>(place.virtual_stage)];
+    loom::nn::Module& chunk = *copies.modules()[static_cast<size_t>(place.virtual_stage)];
+    const loom::Shape received = c == 0 ? loom::Shape{} : model.boundary_shape(c, cut, rows);
     const bool last = c == schedule.chunks() - 1;
     std::vector<double> f, b, w;
     int64_t bytes = 0, working = 0;
@@ -107,9 +106,7 @@ std::vector<ChunkTiming> time_chunks(const loom::models::GPTConfig& config,
       auto t0 = clock::now();
       // A chunk after the first computes on a received activation, made here
       // so that what its tape keeps of it is counted.
-      Tensor input = c == 0 ? ids
-                            : Tensor::full({rows, config.seq_len, config.d_model}, 0.01,
-                                           loom::DType::f32, device);
+      Tensor input = c == 0 ? first_input : Tensor::full(received, 0.01, loom::DType::f32, device);
       Tensor y = chunk.forward(input, tape);
       input = Tensor();
       Tensor dy;
@@ -178,30 +175,38 @@ std::vector<std::vector<double>> gather_doubles(loom::comm::Communicator& comm,
 // the single-rank run, two are the ceiling.
 int run_single(const WorkerFlags& f, loom::Context& launch) {
   loom::comm::Communicator& world = *launch.world();
-  loom::models::GPTConfig config = bench_config(f);
-  config.module.device = worker_device(f, launch);
-  loom::models::GPT model("", config);
-  loom::optim::AdamW adamw(loom::optim::param_slots(model.parameters()),
-                           loom::bench::benchmark_adamw());
-  const Tensor ids = random_ids(config, 1).to(config.module.device);
-  const Tensor targets = random_ids(config, 2).to(config.module.device);
+  const loom::Device device = worker_device(f, launch);
+  const BenchModel bench(f, device);
+  const std::unique_ptr<loom::nn::Module> model = bench.whole();
+  const std::unique_ptr<loom::optim::Optimizer> optimizer = std::visit(
+      [&](const auto& options) -> std::unique_ptr<loom::optim::Optimizer> {
+        auto slots = loom::optim::param_slots(model->parameters());
+        using Options = std::decay_t<decltype(options)>;
+        if constexpr (std::is_same_v<Options, loom::optim::AdamWOptions>) {
+          return std::make_unique<loom::optim::AdamW>(std::move(slots), options);
+        } else {
+          return std::make_unique<loom::optim::SGD>(std::move(slots), options);
+        }
+      },
+      bench.optimizer());
+  const BenchModel::Batch batch = bench.data(1);
   loom::nn::CrossEntropyLoss loss;
   auto step = [&] {
-    adamw.zero_grad();
+    optimizer->zero_grad();
     loom::nn::Tape tape, loss_tape;
-    const Tensor logits = model.forward(ids, tape);
-    loss.forward(logits, targets, loss_tape);
-    model.backward(loss.backward(loss_tape), tape);
-    adamw.step();
+    const Tensor logits = model->forward(batch.inputs, tape);
+    loss.forward(logits, batch.targets, loss_tape);
+    model->backward(loss.backward(loss_tape), tape);
+    optimizer->step();
   };
   for (int s = 0; s < f.warmup; ++s) step();
-  settle(config.module.device);
+  settle(device);
   world.barrier().wait();
   loom::bench::CpuShare share;
   share.start();
   const auto start = std::chrono::steady_clock::now();
   for (int s = 0; s < f.steps; ++s) step();
-  settle(config.module.device);
+  settle(device);
   world.barrier().wait();
   const double seconds = seconds_since(start);
   share.stop();
@@ -237,31 +242,30 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
   namespace parallel = loom::parallel;
   loom::comm::Communicator& world = *launch.world();
   const int pp = world.size();
-  loom::models::GPTConfig config = bench_config(f);
-  config.module.device = worker_device(f, launch);
+  const loom::Device device = worker_device(f, launch);
+  const BenchModel model(f, device);
   const pl::Schedule schedule =
       pl::make_schedule(pl::schedule_kind_from_string(f.schedule),
                         {.pp = pp, .micro_batches = f.micro_batches, .zb_v = f.zb_v_plan});
-  LOOM_CHECK(kBatch % f.micro_batches == 0, "--micro-batches ", f.micro_batches,
-             " does not divide the global batch of ", kBatch, " sequences");
+  LOOM_CHECK(model.batch() % f.micro_batches == 0, "--micro-batches ", f.micro_batches,
+             " does not divide the global batch of ", model.batch(), " (--model ", f.model, ")");
   const parallel::ParallelGroups groups =
       parallel::make_parallel_groups(launch.world(), parallel::ParallelLayout(pp, 1, pp));
   const int rank = groups.coord.pp;
-  const std::vector<int64_t> cut = cut_of(f, config, schedule);
-  const pl::GPTChunks chunks = pl::build_gpt_chunks(config, schedule, rank, cut);
-  parallel::ZeroOptimizer zero(chunks.parameters(), *groups.dp, loom::bench::benchmark_adamw(),
+  const std::vector<int64_t> cut = model.cut(schedule);
+  const BenchChunks chunks = model.build(schedule, rank, cut);
+  parallel::ZeroOptimizer zero(chunks.parameters(), *groups.dp, model.optimizer(),
                                {.stage = 0, .groups = parallel::reduction_groups(groups)});
   pl::PipelineExecutor executor(schedule, *groups.pp, chunks.modules(), zero,
                                 {.receives_ahead = f.receives_ahead,
                                  .broadcast_loss = false,
                                  .packed_weight_bytes = int64_t{f.packed_weight_mib} << 20});
-  const int64_t rows = kBatch / f.micro_batches;
-  const std::vector<ChunkTiming> isolated = time_chunks(config, schedule, rank, rows, cut);
+  const int64_t rows = model.batch() / f.micro_batches;
+  const std::vector<ChunkTiming> isolated = time_chunks(model, device, schedule, rank, rows, cut);
 
-  const std::vector<Tensor> inputs =
-      pl::split_micro_batches(random_ids(config, 1).to(config.module.device), f.micro_batches);
-  const std::vector<Tensor> targets =
-      pl::split_micro_batches(random_ids(config, 2).to(config.module.device), f.micro_batches);
+  const BenchModel::Batch batch = model.data(1);
+  const std::vector<Tensor> inputs = pl::split_micro_batches(batch.inputs, f.micro_batches);
+  const std::vector<Tensor> targets = pl::split_micro_batches(batch.targets, f.micro_batches);
   loom::nn::CrossEntropyLoss cross_entropy;
   auto input = [&](int m) { return inputs[static_cast<size_t>(m)]; };
   auto loss = [&](Tensor logits, int m, float dloss) {
@@ -274,7 +278,7 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
   for (int s = 0; s < f.warmup; ++s) executor.step(input, loss);
 
   // Activations live on the compute device (host or GPU).
-  loom::Allocator& memory = loom::allocator_for(config.module.device);
+  loom::Allocator& memory = loom::allocator_for(device);
   std::vector<double> mine(kFields, 0.0);
   // Per virtual stage, in-step F, B, W and fused BW seconds (StepStats::chunk_seconds).
   std::vector<double> in_step(4 * isolated.size(), 0.0);
@@ -310,8 +314,17 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
   const double seconds = seconds_since(start);
   share.stop();
   for (int k = kStepSeconds; k <= kOptimizer; ++k) mine[static_cast<size_t>(k)] /= f.steps;
-  // A stage message: one micro-batch's f32 activations or their gradient.
-  mine[kMessageBytes] = static_cast<double>(rows * config.seq_len * config.d_model) * 4.0;
+  // A stage message: one micro-batch's f32 activations or their gradient, at
+  // the largest of the rank's chunk boundaries.
+  for (int c = 0; c < schedule.chunks(); ++c) {
+    if (schedule.placement[static_cast<size_t>(c)].rank != rank) continue;
+    for (const int boundary : {c, c + 1}) {
+      if (boundary == 0 || boundary == schedule.chunks()) continue;
+      const double bytes =
+          4.0 * static_cast<double>(loom::shape_numel(model.boundary_shape(boundary, cut, rows)));
+      mine[kMessageBytes] = std::max(mine[kMessageBytes], bytes);
+    }
+  }
   for (const ChunkTiming& t : isolated) {
     mine[kChunkBytes] = std::max(mine[kChunkBytes], static_cast<double>(t.activation_bytes));
     mine[kWorkingBytes] = std::max(mine[kWorkingBytes], static_cast<double>(t.working_bytes));
@@ -369,16 +382,132 @@ int run_pipeline(const WorkerFlags& f, loom::Context& launch) {
 
 }  // namespace
 
-loom::models::GPTConfig bench_config(const WorkerFlags& f) {
-  loom::models::GPTConfig config = bench_config();
-  config.checkpoint_blocks = f.activation_checkpointing;
-  return config;
+std::vector<loom::nn::Module*> BenchChunks::modules() const {
+  return gpt.parts.empty() ? resnet.modules() : gpt.modules();
 }
 
-std::vector<int64_t> cut_of(const WorkerFlags& f, const loom::models::GPTConfig& config,
-                            const pl::Schedule& schedule) {
-  return f.cut == "even" ? pl::even_gpt_chunk_layers(config, schedule)
-                         : pl::gpt_chunk_layers(config, schedule);
+std::vector<loom::nn::Parameter*> BenchChunks::parameters() const {
+  return gpt.parts.empty() ? resnet.parameters() : gpt.parameters();
+}
+
+BenchModel::BenchModel(const WorkerFlags& f, loom::Device device)
+    : gpt_(f.model == "gpt"), cut_rule_(f.cut) {
+  LOOM_CHECK(f.model == "gpt" || f.model == "resnet", "--model '", f.model,
+             "' is not one of gpt, resnet");
+  LOOM_CHECK(gpt_ || !f.activation_checkpointing,
+             "--activation-checkpointing checkpoints the GPT's blocks; --model resnet has no "
+             "checkpointed variant in this benchmark");
+  if (gpt_) {
+    gpt_config_.layers = kLayers;  // issue 4's GPT otherwise: the defaults
+    gpt_config_.checkpoint_blocks = f.activation_checkpointing;
+    gpt_config_.module.device = device;
+  } else {
+    resnet_config_ = loom::models::resnet18(
+        {.stem = loom::models::ResNetStem::cifar, .classes = loom::data::kCifarShape.classes});
+    // Counted on the host, as the cut is the same for every device.
+    resnet_layer_flops_ = pl::resnet_layer_flops(resnet_config_, loom::data::kCifarShape.height,
+                                                 loom::data::kCifarShape.width);
+    resnet_config_.module.device = device;
+  }
+}
+
+std::string BenchModel::describe() const {
+  if (gpt_) {
+    return loom::str_cat(
+        "GPT ", kLayers, " layers (vocab 8192, d_model 256, 4 heads, seq 128), global batch ",
+        batch(), " sequences, AdamW", gpt_config_.checkpoint_blocks ? ", blocks checkpointed" : "");
+  }
+  return loom::str_cat("ResNet-18 (CIFAR stem, 32x32, 10 classes; ",
+                       loom::models::resnet_layer_count(resnet_config_),
+                       " top-level layers), global batch ", batch(),
+                       " images, SGD; BatchNorm per micro-batch");
+}
+
+json BenchModel::record() const {
+  if (gpt_) {
+    return {{"name", "gpt"},    {"layers", kLayers},
+            {"vocab", 8192},    {"d_model", 256},
+            {"heads", 4},       {"seq", 128},
+            {"batch", batch()}, {"activation_checkpointing", gpt_config_.checkpoint_blocks}};
+  }
+  return {{"name", "resnet"}, {"arch", "resnet18"},
+          {"stem", "cifar"},  {"image", {3, 32, 32}},
+          {"classes", 10},    {"layers", loom::models::resnet_layer_count(resnet_config_)},
+          {"batch", batch()}};
+}
+
+std::vector<int64_t> BenchModel::cut(const pl::Schedule& schedule) const {
+  if (gpt_) {
+    return cut_rule_ == "even" ? pl::even_gpt_chunk_layers(gpt_config_, schedule)
+                               : pl::gpt_chunk_layers(gpt_config_, schedule);
+  }
+  if (cut_rule_ != "even")
+    return pl::resnet_chunk_layers(resnet_config_, schedule, resnet_layer_flops_);
+  // As even as possible, the first chunks one layer more.
+  const int64_t layers = loom::models::resnet_layer_count(resnet_config_);
+  const int64_t chunks = schedule.chunks();
+  std::vector<int64_t> out(static_cast<size_t>(chunks), layers / chunks);
+  for (int64_t c = 0; c < layers % chunks; ++c) ++out[static_cast<size_t>(c)];
+  // Checked as an explicit cut (at least one layer per chunk).
+  return pl::resnet_chunk_layers(resnet_config_, schedule, resnet_layer_flops_, out);
+}
+
+std::vector<double> BenchModel::chunk_flops(const pl::Schedule& schedule,
+                                            const std::vector<int64_t>& cut) const {
+  return gpt_ ? pl::gpt_chunk_flops(gpt_config_, schedule, cut)
+              : pl::resnet_chunk_flops(resnet_layer_flops_, cut);
+}
+
+BenchChunks BenchModel::build(const pl::Schedule& schedule, int rank,
+                              const std::vector<int64_t>& cut) const {
+  BenchChunks out;
+  if (gpt_) {
+    out.gpt = pl::build_gpt_chunks(gpt_config_, schedule, rank, cut);
+  } else {
+    out.resnet = pl::build_resnet_chunks("", resnet_config_, schedule, rank, cut);
+  }
+  return out;
+}
+
+std::unique_ptr<loom::nn::Module> BenchModel::whole() const {
+  if (gpt_) return std::make_unique<loom::models::GPT>("", gpt_config_);
+  return loom::models::make_resnet("", resnet_config_);
+}
+
+loom::parallel::OptimizerOptions BenchModel::optimizer() const {
+  if (gpt_) return loom::bench::benchmark_adamw();
+  return loom::bench::benchmark_sgd();
+}
+
+BenchModel::Batch BenchModel::data(uint64_t seed) const {
+  if (gpt_) {
+    const loom::Device device = gpt_config_.module.device;
+    return {random_ids(gpt_config_, batch(), 2 * seed + 1).to(device),
+            random_ids(gpt_config_, batch(), 2 * seed + 2).to(device)};
+  }
+  loom::data::ImageBatch images = loom::data::synthetic_image_batch(
+      loom::data::kCifarShape, batch(), seed, 0, resnet_config_.module.device);
+  return {images.images, images.labels};
+}
+
+loom::Shape BenchModel::boundary_shape(int chunk, const std::vector<int64_t>& cut,
+                                       int64_t rows) const {
+  LOOM_CHECK(chunk >= 1 && chunk < static_cast<int>(cut.size()), "pipeline_bench: chunk ", chunk,
+             " has no boundary before it in a cut of ", cut.size(), " chunks");
+  if (gpt_) return {rows, gpt_config_.seq_len, gpt_config_.d_model};
+  // The layers before the chunk, run once on one image (on the host).
+  int64_t first = 0;
+  for (int c = 0; c < chunk; ++c) first += cut[static_cast<size_t>(c)];
+  loom::models::ResNetConfig host = resnet_config_;
+  host.module.device = loom::Device::cpu();
+  const std::unique_ptr<loom::nn::Sequential> prefix =
+      loom::models::make_resnet("", host, 0, first);
+  const loom::data::ImageShape image = loom::data::kCifarShape;
+  loom::nn::Tape tape;
+  loom::Shape shape =
+      prefix->forward(Tensor::zeros({2, image.channels, image.height, image.width}), tape).shape();
+  shape[0] = rows;
+  return shape;
 }
 
 int run_worker(const WorkerFlags& f) {

@@ -7,23 +7,32 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+#include <nlohmann/json.hpp>
+
 #include "loom/models/gpt_config.hpp"
+#include "loom/models/resnet.hpp"
 #include "loom/parallel/pipeline/generators.hpp"
+#include "loom/parallel/pipeline/gpt_chunks.hpp"
+#include "loom/parallel/pipeline/resnet_chunks.hpp"
 #include "loom/parallel/pipeline/schedule.hpp"
+#include "loom/parallel/zero.hpp"
 
 namespace loom::bench::pipeline_bench {
 
-inline constexpr int64_t kBatch = 8;  // sequences per global batch (issue 4)
-inline constexpr int kLayers = 8;
+inline constexpr int kLayers = 8;  // the GPT's blocks
 
 struct WorkerFlags {
+  std::string model = "gpt";      // gpt or resnet (BenchModel)
   std::string mode = "pipeline";  // pipeline, or single (the whole model on every rank)
   std::string schedule = "1f1b";
   int micro_batches = 8;
   int steps = 6;
   int warmup = 2;
-  std::string cut = "balanced";  // balanced (by counted FLOPs) or even (by block count)
-  bool activation_checkpointing = false;
+  // balanced (by counted FLOPs) or even (by the count of blocks, or of the
+  // ResNet's top-level layers)
+  std::string cut = "balanced";
+  bool activation_checkpointing = false;  // the GPT's blocks
   // cpu, or cuda: each process on its launcher-local rank's GPU (two
   // processes may share one), the executor's messages staged by the mpi backend.
   std::string device = "cpu";
@@ -35,14 +44,61 @@ struct WorkerFlags {
   parallel::pipeline::ZbVPlan zb_v_plan;
 };
 
-// Issue 4's GPT (vocab 8192, d_model 256, 4 heads, seq 128) with kLayers
-// blocks, checkpointed under --activation-checkpointing, on the host (the
-// driver's view of it: module.device is set by each worker).
-models::GPTConfig bench_config(const WorkerFlags& f);
+// One rank's chunks of the benchmarked model under a schedule.
+struct BenchChunks {
+  parallel::pipeline::GPTChunks gpt;
+  parallel::pipeline::ResNetChunks resnet;
 
-// Blocks per chunk under the --cut rule.
-std::vector<int64_t> cut_of(const WorkerFlags& f, const models::GPTConfig& config,
-                            const parallel::pipeline::Schedule& schedule);
+  std::vector<nn::Module*> modules() const;
+  std::vector<nn::Parameter*> parameters() const;
+};
+
+// The benchmarked model (--model), configured as bench_models.hpp configures
+// it for model_bench, scaling_bench and zero_bench:
+//   gpt:    issue 4's GPT (vocab 8192, d_model 256, 4 heads, seq 128) with
+//           kLayers blocks (checkpointed under --activation-checkpointing), a
+//           global batch of 8 sequences, AdamW
+//   resnet: ResNet-18 with the CIFAR stem (32x32 images, 10 classes), a global
+//           batch of 32 images, SGD; its top-level layers (conv1, bn1, relu,
+//           8 blocks, avgpool, fc: 13) are what a cut divides
+// Inputs are random (a step's time does not depend on the data).
+class BenchModel {
+ public:
+  // Throws loom::Error for --activation-checkpointing with the ResNet.
+  BenchModel(const WorkerFlags& f, Device device);
+
+  bool is_gpt() const { return gpt_; }
+  int64_t batch() const { return gpt_ ? 8 : 32; }  // sequences or images per global batch
+  std::string describe() const;                    // one line, for the driver's header
+  nlohmann::json record() const;                   // the JSON's "model"
+
+  // Layers per chunk under the --cut rule: the GPT's blocks (its first chunk
+  // also holds the embeddings, its last the head), the ResNet's top-level layers.
+  std::vector<int64_t> cut(const parallel::pipeline::Schedule& schedule) const;
+  // Each chunk's counted FLOPs (forward + backward, one sequence or image) under `cut`.
+  std::vector<double> chunk_flops(const parallel::pipeline::Schedule& schedule,
+                                  const std::vector<int64_t>& cut) const;
+  BenchChunks build(const parallel::pipeline::Schedule& schedule, int rank,
+                    const std::vector<int64_t>& cut) const;
+  // The whole model, for the single-rank runs.
+  std::unique_ptr<nn::Module> whole() const;
+  parallel::OptimizerOptions optimizer() const;
+
+  struct Batch {
+    Tensor inputs, targets;  // the whole global batch, on the model's device
+  };
+  Batch data(uint64_t seed) const;
+  // The shape of the activation entering chunk `chunk` (>= 1) under `cut`,
+  // for `rows` sequences or images: what a stage message carries.
+  Shape boundary_shape(int chunk, const std::vector<int64_t>& cut, int64_t rows) const;
+
+ private:
+  bool gpt_;
+  std::string cut_rule_;
+  models::GPTConfig gpt_config_;
+  models::ResNetConfig resnet_config_;
+  std::vector<double> resnet_layer_flops_;
+};
 
 // Runs this process's part of a timed run; returns the exit status.
 int run_worker(const WorkerFlags& f);
