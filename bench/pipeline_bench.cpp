@@ -7,14 +7,17 @@
 //
 //   pipeline_bench --drive [--model gpt|resnet] [--micro-batches 4,8] [--schedules ...]
 //                  [--steps 6] [--warmup 2]
-//                  [--rounds 1] [--cut balanced|even] [--activation-checkpointing]
+//                  [--rounds 1] [--cut balanced|even|time] [--activation-checkpointing]
 //                  [--device cpu|cuda]
 //                  [--planned-bounds 4,5] [--plan-latency-ms 0.05] [--json FILE]
 //
 // The cut (gpt_chunks.hpp, resnet_chunks.hpp): balanced by counted FLOPs
 // (the default; the GPT at pp 2 5 + 3 blocks, zb-v 3, 3, 2, 0 with the head
 // alone in the last chunk) or even by the count of blocks (4 + 4; 2 per chunk
-// with two chunks per rank) or of the ResNet's 13 top-level layers.
+// with two chunks per rank) or of the ResNet's 13 top-level layers, or (the
+// ResNet only) balanced by time: before the runs the driver measures each
+// layer's seconds on one micro-batch of each M (pipeline::
+// resnet_layer_seconds, alone on the machine) and gives every run its cut.
 // --activation-checkpointing runs every model, the single-rank ones
 // included, with its blocks checkpointed.
 //
@@ -287,18 +290,6 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
       "GFLOP/s per core (%s)\n",
       model.describe().c_str(), d.rounds, w.steps, w.warmup, loom::bench::cpu_model().c_str(),
       std::thread::hardware_concurrency(), peak / 1e9, roofline.source.c_str());
-  for (const std::string& name : d.schedules) {
-    const pl::Schedule s =
-        pl::make_schedule(pl::schedule_kind_from_string(name), {.pp = 2, .micro_batches = 2});
-    std::string shares;
-    const std::vector<int64_t> cut = model.cut(s);
-    const std::vector<double> flops = model.chunk_flops(s, cut);
-    double total = 0;
-    for (const double x : flops) total += x;
-    for (const double x : flops) shares += (shares.empty() ? "" : ", ") + cell(x / total, 3);
-    std::printf("  %s pp 2: %s cut %s, counted FLOP shares per chunk %s\n", name.c_str(),
-                w.cut.c_str(), cut_text(cut).c_str(), shares.c_str());
-  }
   std::fflush(stdout);
   std::vector<double> pingpongs;  // NOTE [placement probe], every run with two ranks
   auto launch = [&](int ranks, const std::string& args) {
@@ -315,6 +306,43 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
     if (ranks > 1) pingpongs.push_back(out->value("pingpong_us", 0.0));
     return *out;
   };
+  // Each chunk's share of `costs`, as text.
+  auto shares = [](const std::vector<double>& costs) {
+    double total = 0;
+    for (const double x : costs) total += x;
+    std::string out;
+    for (const double x : costs) out += (out.empty() ? "" : ", ") + cell(x / total, 3);
+    return out;
+  };
+  // The cut of each (schedule, M) run at pp 2: under --cut time from the
+  // layers' seconds measured on that M's micro-batches by two ranks at once
+  // (the means over them), before any timed run.
+  std::map<std::pair<std::string, int>, std::vector<int64_t>> cuts;
+  json layer_seconds = json::object();  // --cut time: per M
+  for (const int m : d.micro_batches) {
+    BenchModel measured = model;
+    std::vector<double> seconds;
+    if (w.cut == "time") {
+      seconds = launch(2, "--mode layers --micro-batches " + std::to_string(m))
+                    .at("layer_seconds")
+                    .get<std::vector<double>>();
+      measured.set_layer_seconds(seconds);
+      layer_seconds[std::to_string(m)] = seconds;
+    }
+    for (const std::string& name : d.schedules) {
+      const pl::Schedule s =
+          pl::make_schedule(pl::schedule_kind_from_string(name), {.pp = 2, .micro_batches = m});
+      const std::vector<int64_t>& cut = cuts[{name, m}] = measured.cut(s);
+      if (w.cut != "time" && m != d.micro_batches.front()) continue;  // the same for every M
+      const std::string at_m = w.cut == "time" ? " M " + std::to_string(m) : "";
+      const std::string timed =
+          seconds.empty() ? "" : ", measured time " + shares(pl::resnet_chunk_flops(seconds, cut));
+      std::printf("  %s pp 2%s: %s cut %s, counted FLOP shares per chunk %s%s\n", name.c_str(),
+                  at_m.c_str(), w.cut.c_str(), cut_text(cut).c_str(),
+                  shares(model.chunk_flops(s, cut)).c_str(), timed.c_str());
+    }
+  }
+  std::fflush(stdout);
   std::vector<double> single_ms, two_ms;
   std::vector<double> single_share, two_share;
   std::map<std::pair<std::string, int>, std::vector<json>> runs;
@@ -327,8 +355,9 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
     for (const auto& v : two.at("cpu_share")) two_share.push_back(v.get<double>());
     for (const int m : d.micro_batches) {
       for (const std::string& name : d.schedules) {
-        const std::string args =
-            "--mode pipeline --schedule " + name + " --micro-batches " + std::to_string(m);
+        const std::string args = "--mode pipeline --schedule " + name + " --micro-batches " +
+                                 std::to_string(m) + " --stage-layers " +
+                                 cut_text(cuts.at({name, m}));
         const json& run = runs[{name, m}].emplace_back(launch(2, args));
         if (name != "zb-v") continue;
         // NOTE [planned zb-v rows]: zb-v again, its order planned from the
@@ -554,6 +583,7 @@ int run_driver(const WorkerFlags& w, const DriverFlags& d) {
     loom::bench::write_file_atomically(d.json_path,
                                        json{{"model", model.record()},
                                             {"cut", w.cut},
+                                            {"layer_seconds", layer_seconds},
                                             {"receives_ahead", w.receives_ahead},
                                             {"packed_weight_mib", w.packed_weight_mib},
                                             {"cpu_model", loom::bench::cpu_model()},
@@ -586,8 +616,9 @@ int main(int argc, char** argv) {
   app.add_option("--model", w.model,
                  "gpt (issue 4's, 8 layers, 8 sequences) or resnet (ResNet-18 CIFAR, 32 images)")
       ->check(CLI::IsMember({"gpt", "resnet"}));
-  app.add_option("--mode", w.mode, "worker: pipeline, or single (the whole model on every rank)")
-      ->check(CLI::IsMember({"pipeline", "single"}));
+  app.add_option("--mode", w.mode,
+                 "worker: pipeline, single (the whole model on every rank) or layers (--cut time)")
+      ->check(CLI::IsMember({"pipeline", "single", "layers"}));
   app.add_option("--schedule", w.schedule, "worker: the schedule")
       ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}));
   app.add_option("--micro-batches", d.micro_batches,
@@ -604,8 +635,13 @@ int main(int argc, char** argv) {
   app.add_option("--mpirun", d.mpirun, "driver: MPI launcher");
   app.add_option("--json", d.json_path, "driver: also write the results here");
   app.add_option("--cut", w.cut,
-                 "the stage partition: balanced (by counted FLOPs) or even (by block count)")
-      ->check(CLI::IsMember({"balanced", "even"}));
+                 "the stage partition: balanced (by counted FLOPs), even (by the count of "
+                 "blocks or layers) or time (the ResNet: by each layer's measured seconds)")
+      ->check(CLI::IsMember({"balanced", "even", "time"}));
+  app.add_option("--stage-layers", w.stage_layers,
+                 "worker: layers per chunk (the driver gives each run its cut)")
+      ->delimiter(',')
+      ->check(flags::at_least(0));
   app.add_option("--receives-ahead", w.receives_ahead,
                  "receives the executor keeps posted ahead of the one it waits for")
       ->check(flags::at_least(1));

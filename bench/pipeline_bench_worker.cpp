@@ -218,6 +218,28 @@ int run_single(const WorkerFlags& f, loom::Context& launch) {
   return 0;
 }
 
+// --cut time: every rank times each of the ResNet's layers on one
+// micro-batch at once (as train_resnet --stage-cut time does), and rank 0
+// prints the means over the ranks.
+int run_layers(const WorkerFlags& f, loom::Context& launch) {
+  loom::comm::Communicator& world = *launch.world();
+  const BenchModel model(f, worker_device(f, launch));
+  LOOM_CHECK(model.batch() % f.micro_batches == 0, "--micro-batches ", f.micro_batches,
+             " does not divide the global batch of ", model.batch(), " (--model ", f.model, ")");
+  world.barrier().wait();
+  loom::bench::CpuShare share;
+  share.start();
+  std::vector<double> seconds = model.measure_layers(model.batch() / f.micro_batches);
+  share.stop();
+  for (double& s : seconds) s = loom::parallel::mean_over(world, s);
+  const json facts = loom::bench::gather_rank_facts(world, share.share());
+  if (launch.rank() != 0) return 0;
+  json out{{"mode", "layers"}, {"micro_batches", f.micro_batches}, {"layer_seconds", seconds}};
+  out.update(facts);
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
 // Per rank, after the timed steps: per-step means of the StepStats fields,
 // the activation figures, then F, B, W per virtual stage.
 enum Field {
@@ -391,12 +413,15 @@ std::vector<loom::nn::Parameter*> BenchChunks::parameters() const {
 }
 
 BenchModel::BenchModel(const WorkerFlags& f, loom::Device device)
-    : gpt_(f.model == "gpt"), cut_rule_(f.cut) {
+    : gpt_(f.model == "gpt"), cut_rule_(f.cut), stage_layers_(f.stage_layers) {
   LOOM_CHECK(f.model == "gpt" || f.model == "resnet", "--model '", f.model,
              "' is not one of gpt, resnet");
   LOOM_CHECK(gpt_ || !f.activation_checkpointing,
              "--activation-checkpointing checkpoints the GPT's blocks; --model resnet has no "
              "checkpointed variant in this benchmark");
+  LOOM_CHECK(!gpt_ || f.cut != "time",
+             "--cut time balances the ResNet's layers by their measured seconds; the GPT's "
+             "blocks are alike (--cut balanced or even)");
   if (gpt_) {
     gpt_config_.layers = kLayers;  // issue 4's GPT otherwise: the defaults
     gpt_config_.checkpoint_blocks = f.activation_checkpointing;
@@ -436,13 +461,37 @@ json BenchModel::record() const {
           {"batch", batch()}};
 }
 
+std::vector<double> BenchModel::measure_layers(int64_t rows) const {
+  LOOM_CHECK(!gpt_, "pipeline_bench: only the ResNet's layers are measured");
+  const loom::data::ImageShape image = loom::data::kCifarShape;
+  return pl::resnet_layer_seconds(resnet_config_, rows, image.height, image.width);
+}
+
+void BenchModel::set_layer_seconds(std::vector<double> seconds) {
+  LOOM_CHECK(!gpt_ && static_cast<int64_t>(seconds.size()) ==
+                          loom::models::resnet_layer_count(resnet_config_),
+             "pipeline_bench: ", seconds.size(), " layer seconds for the benchmark's model");
+  layer_seconds_ = std::move(seconds);
+}
+
 std::vector<int64_t> BenchModel::cut(const pl::Schedule& schedule) const {
   if (gpt_) {
+    if (!stage_layers_.empty()) return pl::gpt_chunk_layers(gpt_config_, schedule, stage_layers_);
     return cut_rule_ == "even" ? pl::even_gpt_chunk_layers(gpt_config_, schedule)
                                : pl::gpt_chunk_layers(gpt_config_, schedule);
   }
-  if (cut_rule_ != "even")
+  if (!stage_layers_.empty()) {
+    return pl::resnet_chunk_layers(resnet_config_, schedule, resnet_layer_flops_, stage_layers_);
+  }
+  if (cut_rule_ == "time") {
+    LOOM_CHECK(!layer_seconds_.empty(),
+               "pipeline_bench: --cut time without measured layers (the driver measures them and "
+               "gives each worker its cut with --stage-layers)");
+    return pl::resnet_chunk_layers(resnet_config_, schedule, layer_seconds_);
+  }
+  if (cut_rule_ != "even") {
     return pl::resnet_chunk_layers(resnet_config_, schedule, resnet_layer_flops_);
+  }
   // As even as possible, the first chunks one layer more.
   const int64_t layers = loom::models::resnet_layer_count(resnet_config_);
   const int64_t chunks = schedule.chunks();
@@ -512,7 +561,9 @@ loom::Shape BenchModel::boundary_shape(int chunk, const std::vector<int64_t>& cu
 
 int run_worker(const WorkerFlags& f) {
   loom::Context launch = loom::init();
-  return f.mode == "single" ? run_single(f, launch) : run_pipeline(f, launch);
+  if (f.mode == "single") return run_single(f, launch);
+  if (f.mode == "layers") return run_layers(f, launch);
+  return run_pipeline(f, launch);
 }
 
 }  // namespace loom::bench::pipeline_bench

@@ -23,15 +23,19 @@ namespace loom::bench::pipeline_bench {
 inline constexpr int kLayers = 8;  // the GPT's blocks
 
 struct WorkerFlags {
-  std::string model = "gpt";      // gpt or resnet (BenchModel)
-  std::string mode = "pipeline";  // pipeline, or single (the whole model on every rank)
+  std::string model = "gpt";  // gpt or resnet (BenchModel)
+  // pipeline; single (the whole model on every rank); or layers (every rank
+  // times the ResNet's layers, for --cut time: the mean over the ranks)
+  std::string mode = "pipeline";
   std::string schedule = "1f1b";
   int micro_batches = 8;
   int steps = 6;
   int warmup = 2;
-  // balanced (by counted FLOPs) or even (by the count of blocks, or of the
-  // ResNet's top-level layers)
+  // balanced (by counted FLOPs), even (by the count of blocks, or of the
+  // ResNet's top-level layers) or time (the ResNet: by its layers' seconds,
+  // measured by the driver, which gives each worker its cut as stage_layers)
   std::string cut = "balanced";
+  std::vector<int64_t> stage_layers;      // an explicit cut, layers per chunk
   bool activation_checkpointing = false;  // the GPT's blocks
   // cpu, or cuda: each process on its launcher-local rank's GPU (two
   // processes may share one), the executor's messages staged by the mpi backend.
@@ -64,7 +68,8 @@ struct BenchChunks {
 // Inputs are random (a step's time does not depend on the data).
 class BenchModel {
  public:
-  // Throws loom::Error for --activation-checkpointing with the ResNet.
+  // Throws loom::Error for --activation-checkpointing with the ResNet, or
+  // --cut time with the GPT.
   BenchModel(const WorkerFlags& f, Device device);
 
   bool is_gpt() const { return gpt_; }
@@ -72,9 +77,15 @@ class BenchModel {
   std::string describe() const;                    // one line, for the driver's header
   nlohmann::json record() const;                   // the JSON's "model"
 
-  // Layers per chunk under the --cut rule: the GPT's blocks (its first chunk
-  // also holds the embeddings, its last the head), the ResNet's top-level layers.
+  // Layers per chunk: the explicit cut (--stage-layers, checked) or the
+  // --cut rule's; the GPT's blocks (its first chunk also holds the
+  // embeddings, its last the head), the ResNet's top-level layers. Under
+  // --cut time, after measure_layers().
   std::vector<int64_t> cut(const parallel::pipeline::Schedule& schedule) const;
+  // --cut time: each of the ResNet's layers' seconds on micro-batches of
+  // `rows` images (pipeline::resnet_layer_seconds), and the seconds cut() balances.
+  std::vector<double> measure_layers(int64_t rows) const;
+  void set_layer_seconds(std::vector<double> seconds);
   // Each chunk's counted FLOPs (forward + backward, one sequence or image) under `cut`.
   std::vector<double> chunk_flops(const parallel::pipeline::Schedule& schedule,
                                   const std::vector<int64_t>& cut) const;
@@ -95,6 +106,8 @@ class BenchModel {
  private:
   bool gpt_;
   std::string cut_rule_;
+  std::vector<int64_t> stage_layers_;
+  std::vector<double> layer_seconds_;  // --cut time
   models::GPTConfig gpt_config_;
   models::ResNetConfig resnet_config_;
   std::vector<double> resnet_layer_flops_;

@@ -80,6 +80,9 @@ struct Flags {
   double bucket_cap_mib = 4;
   std::string precision = "fp32";      // nn/precision.hpp: the convolutions' and fc's operands
   loom::examples::PipelineFlags pipe;  // --pp, --schedule, --micro-batches, ... (docs/pipeline.md)
+  // With --pp, what the cut balances: counted FLOPs, or each layer's seconds
+  // measured at start (pipeline::resnet_layer_seconds, the mean over the pp group).
+  std::string stage_cut = "flops";
 };
 
 loom::models::ResNetConfig make_config(const Flags& f, int64_t in_channels, int64_t classes,
@@ -113,6 +116,10 @@ std::optional<pl::Schedule> check_flags(const Flags& f, int world,
              "rank without --pp or --micro-batches (the world has ",
              world, " ranks, --micro-batches ", f.pipe.micro_batches, ")");
   const pl::Schedule schedule = f.pipe.check(f.batch, /*accumulation=*/true);
+  LOOM_CHECK(f.stage_cut == "flops" || f.pipe.pp > 1,
+             "--stage-cut time balances a pipeline's stages; it needs --pp 2 or more");
+  LOOM_CHECK(f.stage_cut == "flops" || f.pipe.stage_layers.empty(),
+             "--stage-cut time and --stage-layers both choose the cut; give one of them");
   if (f.pipe.pp == 1) return std::nullopt;
   const int64_t layers = loom::models::resnet_layer_count(config);
   LOOM_CHECK(layers >= schedule.chunks(), "--arch ", f.arch, " has ", layers,
@@ -253,12 +260,23 @@ int run(const Flags& f) {
   std::unique_ptr<nn::Sequential> model;
   std::vector<parallel::ShardedModule*> units;  // ZeRO stage 3
   std::vector<int64_t> cut;
-  std::vector<double> chunk_flops;
+  std::vector<double> chunk_flops, chunk_seconds;
   if (pipeline) {
     const std::vector<double> layer_flops =
         pl::resnet_layer_flops(config, shape.height, shape.width);
-    cut = pl::resnet_chunk_layers(config, *pipeline, layer_flops, f.pipe.stage_layers);
+    std::vector<double> layer_seconds;
+    if (f.stage_cut == "time") {
+      // Each rank times every layer on one micro-batch; the mean over the pp
+      // group (bit for bit the same on every rank) gives every rank one cut.
+      layer_seconds =
+          pl::resnet_layer_seconds(config, f.batch / micro_batches, shape.height, shape.width);
+      for (double& s : layer_seconds) s = parallel::mean_over(*groups.pp, s);
+    }
+    cut = pl::resnet_chunk_layers(config, *pipeline,
+                                  layer_seconds.empty() ? layer_flops : layer_seconds,
+                                  f.pipe.stage_layers);
     chunk_flops = pl::resnet_chunk_flops(layer_flops, cut);
+    if (!layer_seconds.empty()) chunk_seconds = pl::resnet_chunk_flops(layer_seconds, cut);
     chunks = pl::build_resnet_chunks("", config, *pipeline, groups.coord.pp, cut);
     // ZeRO stage 3: each chunk is one unit, gathered around every action.
     if (f.zero_stage == 3) units = chunks.shard_parameters();
@@ -332,27 +350,39 @@ int run(const Flags& f) {
       world.size(), dp.size(), f.pipe.pp, static_cast<long long>(f.batch), micro_batches,
       device.str().c_str(), meter.peak_description().c_str());
   if (pipeline) {
-    double total = 0;
-    for (const double x : chunk_flops) total += x;
-    std::string cut_text, costs;
-    for (size_t c = 0; c < cut.size(); ++c) {
-      cut_text += (cut_text.empty() ? "" : ",") + std::to_string(cut[c]);
-      char cost[64];
-      std::snprintf(cost, sizeof(cost), "%s%.1f%%", costs.empty() ? "" : ", ",
-                    100.0 * chunk_flops[c] / total);
-      costs += cost;
-    }
-    pl::ActionCosts counted;
-    counted.forward.clear();
-    for (const double x : chunk_flops) counted.forward.push_back(x / 3.0);
-    counted.backward_input = counted.backward_weight = counted.forward;
+    // Each chunk's share of `costs`, as text ("52.1%, 47.9%").
+    auto shares = [](const std::vector<double>& costs) {
+      double total = 0;
+      for (const double x : costs) total += x;
+      std::string out;
+      for (const double x : costs) {
+        char cost[64];
+        std::snprintf(cost, sizeof(cost), "%s%.1f%%", out.empty() ? "" : ", ", 100.0 * x / total);
+        out += cost;
+      }
+      return out;
+    };
+    std::string cut_text;
+    for (const int64_t n : cut) cut_text += (cut_text.empty() ? "" : ",") + std::to_string(n);
+    // The expected bubble at the costs that chose the cut (a third each to F, B and W).
+    const std::vector<double>& balanced = chunk_seconds.empty() ? chunk_flops : chunk_seconds;
+    pl::ActionCosts expected;
+    expected.forward.clear();
+    for (const double x : balanced) expected.forward.push_back(x / 3.0);
+    expected.backward_input = expected.backward_weight = expected.forward;
+    const std::string measured =
+        chunk_seconds.empty() ? "" : "; measured seconds " + shares(chunk_seconds);
     examples::say_on(
         lead,
         "pipeline: schedule %s, pp %d x %d virtual stage(s), layers per chunk %s (%s; counted "
-        "FLOPs %s); expected bubble %.3f (the simulator at those FLOPs)\n",
+        "FLOPs %s%s); expected bubble %.3f (the simulator at those %s)\n",
         f.pipe.schedule.c_str(), f.pipe.pp, pipeline->virtual_stages, cut_text.c_str(),
-        f.pipe.stage_layers.empty() ? "balanced by counted FLOPs" : "--stage-layers", costs.c_str(),
-        pl::simulate(*pipeline, counted).bubble_fraction);
+        !f.pipe.stage_layers.empty() ? "--stage-layers"
+        : chunk_seconds.empty()      ? "balanced by counted FLOPs"
+                                     : "balanced by measured seconds",
+        shares(chunk_flops).c_str(), measured.c_str(),
+        pl::simulate(*pipeline, expected).bubble_fraction,
+        chunk_seconds.empty() ? "FLOPs" : "seconds");
   }
   if (world.size() > 1) examples::print_layout(world, groups, device, zero);
   if (f.profile) trace::Profiler::instance().enable();
@@ -537,6 +567,10 @@ int main(int argc, char** argv) {
   app.add_flag("--forward-only", f.forward_only, "time forward passes only (eval mode)");
   app.add_flag("--profile", f.profile, "per-op table at the end (also LOOM_PROFILE=1)");
   app.add_option("--trace", f.trace_path, "with --profile: write a Chrome trace here");
+  app.add_option("--stage-cut", f.stage_cut,
+                 "with --pp: balance the stages by counted FLOPs (flops), or by each layer's "
+                 "seconds measured at start on one micro-batch, averaged over the pp group (time)")
+      ->check(CLI::IsMember({"flops", "time"}));
   app.add_option("--require-accuracy", f.require_accuracy,
                  "digits: exit 1 unless the final test accuracy (0..1) reaches this")
       ->check(flags::between(0, 1));

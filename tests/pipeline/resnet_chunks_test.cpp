@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -57,6 +58,32 @@ TEST_CASE("ResNet layer FLOPs: each layer counts its forward and the gradients i
   CHECK(flops[2] < flops[3] / 10);
   for (const double x : flops) CHECK(x >= 0);
   CHECK_THROWS_WITH(pl::resnet_layer_flops(config, 0, 16), Contains("both must be positive"));
+}
+
+TEST_CASE("ResNet layer seconds: each layer's own time, for a cut balanced in time",
+          "[pipeline][resnet]") {
+  models::ResNetConfig config = small_resnet();
+  config.width = 16;
+  const std::vector<double> seconds = pl::resnet_layer_seconds(config, 4, 32, 32, 3);
+  const auto layers = static_cast<int64_t>(seconds.size());
+  REQUIRE(layers == models::resnet_layer_count(config));
+  for (const double s : seconds) {
+    CHECK(std::isfinite(s));
+    CHECK(s > 0);
+  }
+  // The first block (two 16 -> 16 convolutions on 32x32 planes, their
+  // BatchNorms, ReLUs and the residual sum) takes far longer than the stem's
+  // ReLU alone (about 50x the FLOPs).
+  CHECK(seconds[3] > 2 * seconds[2]);
+  // The seconds cut the network as FLOPs do.
+  const std::vector<int64_t> cut =
+      pl::resnet_chunk_layers(config, pl::schedule_1f1b(2, 2), seconds);
+  REQUIRE(cut.size() == 2);
+  CHECK(cut[0] + cut[1] == layers);
+  CHECK_THROWS_WITH(
+      pl::resnet_layer_seconds(config, 0, 32, 32),
+      Contains("0 image(s) of 32 x 32 pixels, 3 repeat(s); each must be at least one"));
+  CHECK_THROWS_WITH(pl::resnet_layer_seconds(config, 2, 32, 32, 0), Contains("0 repeat(s)"));
 }
 
 TEST_CASE("ResNet chunks: the default cut minimises the most expensive chunk",

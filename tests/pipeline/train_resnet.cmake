@@ -47,11 +47,13 @@ loom_train_resnet_compare(NAME_PREFIX _bf16 LABELS precision
   COMMON --data cifar --width 8 --batch 8 --steps 4 --log-every 1 --lr 0.05 --precision bf16
   CASES "2|--pp 2 --schedule zb-h1 --micro-batches 4" "2|--micro-batches 2 --zero-stage 2")
 # On the digits: the test accuracy after the epoch through the stages (BatchNorm's
-# running statistics, forward only) equals one rank's too.
+# running statistics, forward only) equals one rank's too; also with the cut
+# balanced by the layers' measured seconds (on 8x8 images far from the FLOPs' cut).
 loom_train_resnet_compare(NAME_PREFIX _digits
   COMMON --data digits --digits ${PROJECT_SOURCE_DIR}/data/digits.csv.gz --width 8 --batch 64
          --epochs 1 --log-every 4
-  CASES "2|--pp 2 --schedule zb-v --micro-batches 4")
+  CASES "2|--pp 2 --schedule zb-v --micro-batches 4"
+        "2|--pp 2 --schedule 1f1b --micro-batches 4 --stage-cut time")
 
 # Pipeline flags the network or the world cannot take are refused before any
 # communication, naming the values and the rule.
@@ -66,4 +68,6 @@ loom_refuses_runs(PROGRAM train_resnet NAME examples.resnet_refuses LABELS pipel
     "2|--pp 2 --stage-layers 5,4,4|--stage-layers has 3 entries but schedule 1f1b cuts the ResNet into 2 chunks"
     "2|--pp 2 --schedule interleaved --virtual-stages 8 --micro-batches 2|--arch resnet18 has 13 layers .* fewer than the 16 chunks"
     "1|--schedule zb-v|--schedule zb-v orders the pipeline's work. it needs --pp 2 or more"
-    "2|--pp 2 --forward-only|--forward-only times one rank's forward pass")
+    "2|--pp 2 --forward-only|--forward-only times one rank's forward pass"
+    "1|--stage-cut time|--stage-cut time balances a pipeline's stages. it needs --pp 2 or more"
+    "2|--pp 2 --stage-cut time --stage-layers 7,6|--stage-cut time and --stage-layers both choose the cut")

@@ -1,7 +1,11 @@
 #include "loom/parallel/pipeline/resnet_chunks.hpp"
 
+#include <algorithm>
+#include <chrono>
+
 #include "loom/core/error.hpp"
 #include "loom/core/random.hpp"
+#include "loom/core/stream.hpp"
 #include "loom/parallel/pipeline/partition.hpp"
 #include "loom/trace/op_scope.hpp"
 
@@ -49,6 +53,51 @@ std::vector<double> resnet_layer_flops(const models::ResNetConfig& config, int64
   }
   for (double& f : flops) f /= kImages;
   return flops;
+}
+
+std::vector<double> resnet_layer_seconds(const models::ResNetConfig& config, int64_t images,
+                                         int64_t height, int64_t width, int repeats) {
+  LOOM_CHECK(images >= 1 && height >= 1 && width >= 1 && repeats >= 1,
+             "ResNet layer seconds: ", images, " image(s) of ", height, " x ", width, " pixels, ",
+             repeats, " repeat(s); each must be at least one");
+  using clock = std::chrono::steady_clock;
+  const Device device = config.module.device;
+  const auto net = models::make_resnet("", config);  // in training mode, as built
+  const std::vector<nn::Module*> layers = net->children();
+  Tensor input = Tensor::empty({images, config.in_channels, height, width});
+  fill_normal(input, RandomKey{0, 0}, 0.0f, 1.0f);
+  input = input.to(device);
+  // Each call's seconds, the device's queued work included.
+  const auto timed = [&](auto&& work) {
+    current_stream(device).synchronize();
+    const auto start = clock::now();
+    work();
+    current_stream(device).synchronize();
+    return std::chrono::duration<double>(clock::now() - start).count();
+  };
+  std::vector<std::vector<double>> seconds(layers.size());
+  for (int pass = 0; pass <= repeats; ++pass) {  // pass 0 warms up
+    nn::Tape tape;
+    std::vector<double> took(layers.size(), 0.0);
+    Tensor x = input;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      took[i] += timed([&] { x = layers[i]->forward(x, tape); });
+    }
+    Tensor dy = Tensor::full(x.shape(), 1e-3, DType::f32, device);
+    x = Tensor();
+    for (size_t i = layers.size(); i-- > 0;) {
+      took[i] += timed([&] { dy = layers[i]->backward_input(dy, tape); });
+      took[i] += timed([&] { layers[i]->backward_weight(tape); });
+    }
+    if (pass == 0) continue;
+    for (size_t i = 0; i < layers.size(); ++i) seconds[i].push_back(took[i]);
+  }
+  std::vector<double> out;
+  for (std::vector<double>& s : seconds) {
+    std::sort(s.begin(), s.end());
+    out.push_back(s[s.size() / 2]);
+  }
+  return out;
 }
 
 std::vector<int64_t> resnet_chunk_layers(const models::ResNetConfig& config,

@@ -47,8 +47,26 @@ namespace loom::parallel::pipeline {
 std::vector<double> resnet_layer_flops(const models::ResNetConfig& config, int64_t height,
                                        int64_t width);
 
+// Measured seconds (forward + input gradient + weight gradient) of each
+// top-level layer on a micro-batch of `images` images of height x width
+// (config.in_channels channels), on config.module.device, in training mode:
+// the whole network built once (a ResNet's parameters are small; its
+// activations at one micro-batch are what a stage keeps anyway), one pass to
+// warm up (allocations, packed weights), then the median of `repeats` timed
+// passes, each layer's forward, input gradient and weight gradient timed on
+// their own. For a cut balanced in time instead of counted FLOPs
+// (resnet_chunk_layers takes either as the layer costs): BatchNorm, ReLU and
+// pooling are memory-bound, and a convolution's rate depends on its shape,
+// so the seconds per FLOP differ from layer to layer. Ranks that must agree
+// on a cut average their measurements over their group first
+// (train_resnet --stage-cut time). Throws loom::Error for fewer than one
+// image, pixel or repeat.
+std::vector<double> resnet_layer_seconds(const models::ResNetConfig& config, int64_t images,
+                                         int64_t height, int64_t width, int repeats = 3);
+
 // Layers per chunk: `chunk_layers` checked against the network, or, when
-// empty, the cut balanced by `layer_flops` (resnet_layer_flops).
+// empty, the cut balanced by `layer_flops` (resnet_layer_flops, or the
+// seconds of resnet_layer_seconds: any per-layer cost).
 std::vector<int64_t> resnet_chunk_layers(const models::ResNetConfig& config,
                                          const Schedule& schedule,
                                          const std::vector<double>& layer_flops,
