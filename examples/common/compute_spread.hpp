@@ -5,12 +5,23 @@
 //
 //   data-parallel ranks: compute 40.1-74.4 ms (median 57.2) over 2 ranks; rank 1 30% above
 //   the median (world rank 1)
+//
+// And the pipeline's: how long each stage computed in the step, which one is
+// well above the median, and the share of the step the others must idle
+// whatever the schedule (1 - mean / slowest: the bubble floor of
+// pipeline_bench), with what balances the cut. Collective over groups.pp.
+//
+//   pipeline stages: compute 61.2-93.0 ms (median 77.1) over 2 ranks; rank 0 21% above the
+//   median (world rank 0); the others idle at least 0.171 of the step: --stage-cut time or
+//   --stage-layers
 #pragma once
 
+#include <cstdio>
 #include <string>
 
 #include "loom/core/error.hpp"
 #include "loom/parallel/layout.hpp"
+#include "loom/parallel/mean_over.hpp"
 #include "loom/parallel/spread_over.hpp"
 
 namespace loom::examples {
@@ -24,6 +35,22 @@ inline std::string compute_spread_line(const parallel::ParallelGroups& groups,
                     groups.layout.world_rank(
                         {.tp = groups.coord.tp, .dp = busy.max_rank, .pp = groups.coord.pp}),
                     ")");
+  }
+  return line;
+}
+
+inline std::string stage_spread_line(const parallel::ParallelGroups& groups, double busy_seconds,
+                                     const std::string& balance_hint) {
+  const parallel::Spread busy = parallel::spread_over(*groups.pp, busy_seconds);
+  const double mean = parallel::mean_over(*groups.pp, busy_seconds);
+  std::string line = str_cat("pipeline stages: ", busy.summary("compute", 1e3, "ms"));
+  if (busy.notable()) {
+    char idle[32];
+    std::snprintf(idle, sizeof(idle), "%.3f", busy.max > 0 ? 1.0 - mean / busy.max : 0.0);
+    line += str_cat(" (world rank ",
+                    groups.layout.world_rank(
+                        {.tp = groups.coord.tp, .dp = groups.coord.dp, .pp = busy.max_rank}),
+                    "); the others idle at least ", idle, " of the step: ", balance_hint);
   }
   return line;
 }

@@ -1,13 +1,18 @@
 // StepMeter: what the example training programs print per step: wall time,
 // throughput, and MFU from the FLOPs the ops counted (trace::OpScope) against
 // the device's peak (measured SGEMM peak on the host, data sheet on a GPU).
+// Over several ranks, mfu_over(world): the FLOPs every rank counted against
+// every rank's peak, since under a pipeline (or any uneven split) one rank's
+// FLOPs are not the model's share.
 #pragma once
 
 #include <chrono>
 #include <cstdio>
 #include <string>
 
+#include "loom/comm/communicator.hpp"
 #include "loom/core/device.hpp"
+#include "loom/parallel/mean_over.hpp"
 #include "loom/trace/op_scope.hpp"
 #include "loom/trace/roofline.hpp"
 
@@ -37,6 +42,12 @@ class StepMeter {
   double flops() const { return flops_; }
   double items_per_second() const { return items_per_second_; }
   double mfu() const { return trace::mfu(flops_, seconds_, roofline_, precision_); }
+  // The mean over `world`'s ranks of the FLOPs each counted in its step,
+  // against the peak over this rank's step time: the FLOPs of all ranks over
+  // all ranks' peak. Collective over `world` (every rank, the same steps).
+  double mfu_over(comm::Communicator& world) const {
+    return trace::mfu(parallel::mean_over(world, flops_), seconds_, roofline_, precision_);
+  }
   const trace::Roofline& roofline() const { return roofline_; }
 
   // "peak 152.3 GFLOP/s fp32 (measured)"

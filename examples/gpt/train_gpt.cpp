@@ -544,10 +544,11 @@ int run(const Flags& f) {
 
     if (step % f.log_every == 0 || step + 1 == f.steps) {
       const double global_loss = parallel::mean_over(dp, loss);
+      const double mfu = meter.mfu_over(world);  // collective, at the same steps everywhere
       examples::say_on(
           lead, "step %5lld  loss %.4f  lr %.2e  norm %.3f  %7.1f ms  %8.0f tok/s  MFU %5.1f%%\n",
           static_cast<long long>(step), global_loss, schedule.lr_at(step), norm,
-          meter.seconds() * 1e3, meter.items_per_second(), 100.0 * meter.mfu());
+          meter.seconds() * 1e3, meter.items_per_second(), 100.0 * mfu);
       if (dp.size() > 1) {  // collective over dp, at the same (logged) steps on every rank
         examples::say_on(lead, "           %s\n",
                          examples::compute_spread_line(groups, busy_seconds).c_str());
@@ -567,6 +568,10 @@ int run(const Flags& f) {
             pipeline_stats.recv_wait_seconds * 1e3,
             100.0 * pipeline_stats.recv_wait_seconds / pipeline_stats.step_seconds,
             static_cast<long long>(pipeline_stats.messages_sent), pipeline_stats.peak_tapes);
+        // Collective over pp, at the same (logged) steps on every rank.
+        examples::say_on(
+            lead, "           %s\n",
+            examples::stage_spread_line(groups, busy_seconds, "--stage-layers").c_str());
       }
     }
     if (f.save_every > 0 && (step + 1) % f.save_every == 0) {

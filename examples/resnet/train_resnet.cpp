@@ -475,13 +475,22 @@ int run(const Flags& f) {
         std::snprintf(loss_text, sizeof(loss_text), "%.4f", parallel::mean_over(dp, loss));
         std::snprintf(norm_text, sizeof(norm_text), "%.4f", norm);
       }
+      const double mfu = meter.mfu_over(world);  // collective, at the same steps everywhere
       examples::say_on(
           lead, "step %5lld  loss %s  lr %.3f  norm %s  %7.1f ms  %7.1f img/s  MFU %5.1f%%\n",
           static_cast<long long>(step), loss_text, schedule.lr_at(step), norm_text,
-          meter.seconds() * 1e3, meter.items_per_second(), 100.0 * meter.mfu());
+          meter.seconds() * 1e3, meter.items_per_second(), 100.0 * mfu);
       if (!f.forward_only && dp.size() > 1) {  // collective over dp, at the same steps everywhere
         examples::say_on(lead, "           %s\n",
                          examples::compute_spread_line(groups, busy_seconds).c_str());
+      }
+      if (executor) {  // collective over pp, likewise
+        examples::say_on(
+            lead, "           %s\n",
+            examples::stage_spread_line(
+                groups, busy_seconds,
+                f.stage_cut == "time" ? "--stage-layers" : "--stage-cut time or --stage-layers")
+                .c_str());
       }
     }
     if (digits && in_epoch + 1 == steps_per_epoch) {

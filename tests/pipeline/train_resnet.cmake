@@ -71,3 +71,14 @@ loom_refuses_runs(PROGRAM train_resnet NAME examples.resnet_refuses LABELS pipel
     "2|--pp 2 --forward-only|--forward-only times one rank's forward pass"
     "1|--stage-cut time|--stage-cut time balances a pipeline's stages. it needs --pp 2 or more"
     "2|--pp 2 --stage-cut time --stage-layers 7,6|--stage-cut time and --stage-layers both choose the cut")
+
+# An uneven cut is named in the log: the stage that computes longest, its
+# world rank, the share of the step the others idle whatever the schedule,
+# and what balances the cut (examples/common/compute_spread.hpp).
+add_test(NAME examples.resnet_stage_spread
+         COMMAND ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe $<TARGET_FILE:train_resnet>
+                 --data cifar --width 8 --batch 8 --steps 2 --log-every 1 --pp 2
+                 --micro-batches 2 --stage-layers 12,1)
+set_tests_properties(examples.resnet_stage_spread PROPERTIES TIMEOUT 120 PROCESSORS 2
+                     LABELS "pipeline;examples;mpi" ENVIRONMENT "${LOOM_MPI_TEST_ENV}"
+                     PASS_REGULAR_EXPRESSION "pipeline stages: compute [0-9.]+-[0-9.]+ ms [(]median [0-9.]+[)] over 2 ranks; rank 0 [0-9]+% above the median [(]world rank 0[)]; the others idle at least 0[.][0-9]+ of the step: --stage-cut time or --stage-layers")
