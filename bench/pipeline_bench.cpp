@@ -15,9 +15,10 @@
 // (the default; the GPT at pp 2 5 + 3 blocks, zb-v 3, 3, 2, 0 with the head
 // alone in the last chunk) or even by the count of blocks (4 + 4; 2 per chunk
 // with two chunks per rank) or of the ResNet's 13 top-level layers, or (the
-// ResNet only) balanced by time: before the runs the driver measures each
-// layer's seconds on one micro-batch of each M (pipeline::
-// resnet_layer_seconds, alone on the machine) and gives every run its cut.
+// ResNet only) balanced by time: before the runs two ranks at once time
+// each layer on one micro-batch of each M (worker --mode layers, pipeline::
+// resnet_layer_seconds; the means over the ranks, as train_resnet
+// --stage-cut time takes them) and the driver gives every run its cut.
 // --activation-checkpointing runs every model, the single-rank ones
 // included, with its blocks checkpointed.
 //

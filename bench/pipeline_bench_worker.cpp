@@ -12,8 +12,6 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
-#include <type_traits>
-#include <variant>
 #include <vector>
 
 #include "bench_models.hpp"
@@ -178,17 +176,8 @@ int run_single(const WorkerFlags& f, loom::Context& launch) {
   const loom::Device device = worker_device(f, launch);
   const BenchModel bench(f, device);
   const std::unique_ptr<loom::nn::Module> model = bench.whole();
-  const std::unique_ptr<loom::optim::Optimizer> optimizer = std::visit(
-      [&](const auto& options) -> std::unique_ptr<loom::optim::Optimizer> {
-        auto slots = loom::optim::param_slots(model->parameters());
-        using Options = std::decay_t<decltype(options)>;
-        if constexpr (std::is_same_v<Options, loom::optim::AdamWOptions>) {
-          return std::make_unique<loom::optim::AdamW>(std::move(slots), options);
-        } else {
-          return std::make_unique<loom::optim::SGD>(std::move(slots), options);
-        }
-      },
-      bench.optimizer());
+  const std::unique_ptr<loom::optim::Optimizer> optimizer =
+      loom::bench::make_benchmark_optimizer(f.model, *model);
   const BenchModel::Batch batch = bench.data(1);
   loom::nn::CrossEntropyLoss loss;
   auto step = [&] {
@@ -544,7 +533,7 @@ loom::Shape BenchModel::boundary_shape(int chunk, const std::vector<int64_t>& cu
   LOOM_CHECK(chunk >= 1 && chunk < static_cast<int>(cut.size()), "pipeline_bench: chunk ", chunk,
              " has no boundary before it in a cut of ", cut.size(), " chunks");
   if (gpt_) return {rows, gpt_config_.seq_len, gpt_config_.d_model};
-  // The layers before the chunk, run once on one image (on the host).
+  // The layers before the chunk, run once on two images (on the host).
   int64_t first = 0;
   for (int c = 0; c < chunk; ++c) first += cut[static_cast<size_t>(c)];
   loom::models::ResNetConfig host = resnet_config_;

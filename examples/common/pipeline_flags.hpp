@@ -15,6 +15,7 @@
 #include "flag_checks.hpp"
 #include "loom/comm/communicator.hpp"
 #include "loom/core/error.hpp"
+#include "loom/parallel/mean_over.hpp"
 #include "loom/parallel/pipeline/executor.hpp"
 #include "loom/parallel/pipeline/generators.hpp"
 #include "loom/parallel/pipeline/schedule.hpp"
@@ -81,13 +82,24 @@ struct PipelineFlags {
   bool plans_after(int64_t steps_run) const { return plan == "measured" && steps_run == 2; }
 
   // zb-v's order re-planned from the durations `stats` measured on every rank
-  // of `pp` in step `step` (collective over pp), which `executor` runs from
-  // the next step on; returns a report line for the log.
+  // of `pp` in step `step`, averaged over the pipelines of `world` (every
+  // data- and tensor-parallel replica must run the same order: ZeRO 3 gathers
+  // units in it), which `executor` runs from the next step on; returns a
+  // report line for the log. Collective over pp, then world.
   std::string replan(parallel::pipeline::PipelineExecutor& executor, comm::Communicator& pp,
-                     const parallel::pipeline::StepStats& stats, int64_t step) const {
+                     comm::Communicator& world, const parallel::pipeline::StepStats& stats,
+                     int64_t step) const {
     namespace pl = parallel::pipeline;
     const pl::Schedule& current = executor.schedule();
     pl::ActionCosts costs = pl::measured_costs(current, pp, stats);
+    if (world.size() > pp.size()) {  // the same bits everywhere (parallel::mean_over)
+      for (std::vector<double>* kind :
+           {&costs.forward, &costs.backward_input, &costs.backward_weight}) {
+        for (double& seconds : *kind) seconds = parallel::mean_over(world, seconds);
+      }
+      costs.reduce_gradients = parallel::mean_over(world, costs.reduce_gradients);
+      costs.optimizer_step = parallel::mean_over(world, costs.optimizer_step);
+    }
     costs.p2p_latency = 50e-6;  // about the mpi backend's on one node (docs/comm.md)
     pl::ScheduleConfig config{.pp = pp.size(), .micro_batches = micro_batch_count()};
     config.zb_v = {.activation_bound = activation_bound, .costs = costs};

@@ -477,7 +477,7 @@ int run(const Flags& f) {
       if (scaler && !pipeline_stats.stepped) say_skipped(pipeline_stats.loss_scale);
       if (f.pipe.plans_after(step - first_step + 1)) {
         examples::say_on(lead, "%s",
-                         f.pipe.replan(*executor, *groups.pp, pipeline_stats, step).c_str());
+                         f.pipe.replan(*executor, *groups.pp, world, pipeline_stats, step).c_str());
         pipeline = executor->schedule();
       }
     } else {

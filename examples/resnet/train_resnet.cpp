@@ -81,7 +81,7 @@ struct Flags {
   std::string precision = "fp32";      // nn/precision.hpp: the convolutions' and fc's operands
   loom::examples::PipelineFlags pipe;  // --pp, --schedule, --micro-batches, ... (docs/pipeline.md)
   // With --pp, what the cut balances: counted FLOPs, or each layer's seconds
-  // measured at start (pipeline::resnet_layer_seconds, the mean over the pp group).
+  // measured at start (pipeline::resnet_layer_seconds, the mean over every rank).
   std::string stage_cut = "flops";
 };
 
@@ -266,11 +266,12 @@ int run(const Flags& f) {
         pl::resnet_layer_flops(config, shape.height, shape.width);
     std::vector<double> layer_seconds;
     if (f.stage_cut == "time") {
-      // Each rank times every layer on one micro-batch; the mean over the pp
-      // group (bit for bit the same on every rank) gives every rank one cut.
+      // Each rank times every layer on one micro-batch; the mean over every
+      // rank (bit for bit the same everywhere) gives every rank one cut: the
+      // stages of every data-parallel replica must hold the same layers.
       layer_seconds =
           pl::resnet_layer_seconds(config, f.batch / micro_batches, shape.height, shape.width);
-      for (double& s : layer_seconds) s = parallel::mean_over(*groups.pp, s);
+      for (double& s : layer_seconds) s = parallel::mean_over(world, s);
     }
     cut = pl::resnet_chunk_layers(config, *pipeline,
                                   layer_seconds.empty() ? layer_flops : layer_seconds,
@@ -433,7 +434,8 @@ int run(const Flags& f) {
       norm = stats.grad_norm;
       busy_seconds = stats.compute_seconds();
       if (f.pipe.plans_after(step + 1)) {
-        examples::say_on(lead, "%s", f.pipe.replan(*executor, *groups.pp, stats, step).c_str());
+        examples::say_on(lead, "%s",
+                         f.pipe.replan(*executor, *groups.pp, world, stats, step).c_str());
         pipeline = executor->schedule();
       }
     } else {
@@ -578,7 +580,7 @@ int main(int argc, char** argv) {
   app.add_option("--trace", f.trace_path, "with --profile: write a Chrome trace here");
   app.add_option("--stage-cut", f.stage_cut,
                  "with --pp: balance the stages by counted FLOPs (flops), or by each layer's "
-                 "seconds measured at start on one micro-batch, averaged over the pp group (time)")
+                 "seconds measured at start on one micro-batch, averaged over the ranks (time)")
       ->check(CLI::IsMember({"flops", "time"}));
   app.add_option("--require-accuracy", f.require_accuracy,
                  "digits: exit 1 unless the final test accuracy (0..1) reaches this")

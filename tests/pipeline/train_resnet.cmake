@@ -40,6 +40,7 @@ loom_train_resnet_compare(
     "4|--pp 2 --schedule 1f1b --micro-batches 2 --zero-stage 1"
     "4|--pp 2 --schedule zb-h1 --micro-batches 4 --zero-stage 2"
     "4|--pp 2 --schedule zb-v --micro-batches 2 --zero-stage 3"
+    "4|--pp 2 --schedule 1f1b --micro-batches 2 --stage-cut time --zero-stage 1"
     "2|--micro-batches 2 --zero-stage 1")
 # bf16 convolutions (precision label too): the pipeline and data parallelism
 # with ZeRO equal one bf16 rank running the same micro-batches.

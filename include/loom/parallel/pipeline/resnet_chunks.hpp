@@ -58,8 +58,8 @@ std::vector<double> resnet_layer_flops(const models::ResNetConfig& config, int64
 // (resnet_chunk_layers takes either as the layer costs): BatchNorm, ReLU and
 // pooling are memory-bound, and a convolution's rate depends on its shape,
 // so the seconds per FLOP differ from layer to layer. Ranks that must agree
-// on a cut average their measurements over their group first
-// (train_resnet --stage-cut time). Throws loom::Error for fewer than one
+// on a cut average their measurements first (train_resnet --stage-cut time:
+// over every rank, as every data-parallel replica must cut alike). Throws loom::Error for fewer than one
 // image, pixel or repeat.
 std::vector<double> resnet_layer_seconds(const models::ResNetConfig& config, int64_t images,
                                          int64_t height, int64_t width, int repeats = 3);
