@@ -279,7 +279,8 @@ int run(const Flags& f) {
     chunk_flops = pl::resnet_chunk_flops(layer_flops, cut);
     if (!layer_seconds.empty()) chunk_seconds = pl::resnet_chunk_flops(layer_seconds, cut);
     chunks = pl::build_resnet_chunks("", config, *pipeline, groups.coord.pp, cut);
-    // ZeRO stage 3: each chunk is one unit, gathered around every action.
+    // ZeRO stage 3: each chunk and each of its layers with parameters is a
+    // unit, gathered around every action (the layers one by one).
     if (f.zero_stage == 3) units = chunks.shard_parameters();
   } else {
     model = models::make_resnet("", config);
@@ -485,6 +486,10 @@ int run(const Flags& f) {
       if (!f.forward_only && dp.size() > 1) {  // collective over dp, at the same steps everywhere
         examples::say_on(lead, "           %s\n",
                          examples::compute_spread_line(groups, busy_seconds).c_str());
+      }
+      if (!f.forward_only && zero.stage() > 0) {  // rank 0's bytes, as train_gpt prints them
+        examples::say_on(lead, "           ZeRO stage %d: %s\n", zero.stage(),
+                         zero.memory().summary().c_str());
       }
       if (executor) {  // collective over pp, likewise
         examples::say_on(

@@ -124,9 +124,20 @@ TEST_CASE("ResNet chunks: each rank's parts hold the whole network's layers and 
       REQUIRE(expected.count(p->name()) == 1);
       CHECK(p->value().to_vector<float>() == expected[p->name()]);
     }
+    size_t layers_with_parameters = 0;
+    for (const auto& part : chunks.parts) {
+      for (nn::Module* layer : part->children()) {
+        layers_with_parameters += layer->parameters().empty() ? 0 : 1;
+      }
+    }
+    const size_t parameters_before = chunks.parameters().size();
     const auto units = chunks.shard_parameters();
-    CHECK(units.size() == 2);
+    // Per part its wrapper, then one unit per layer with parameters (rank 0:
+    // conv1, bn1 | the last block, fc; rank 1: seven blocks).
+    CHECK(layers_with_parameters == (rank == 0 ? 4u : 7u));
+    CHECK(units.size() == 2 + layers_with_parameters);
     CHECK(chunks.modules()[0] == units[0]);
+    CHECK(chunks.parameters().size() == parameters_before);  // the same, wrapped
     CHECK_THROWS_WITH(chunks.shard_parameters(), Contains("called already"));
   }
   CHECK(seen.size() == expected.size());

@@ -167,12 +167,15 @@ std::vector<nn::Parameter*> ResNetChunks::parameters() const {
 
 std::vector<parallel::ShardedModule*> ResNetChunks::shard_parameters() {
   LOOM_CHECK(wrappers.empty(),
-             "ResNet chunks: shard_parameters() was called already; each part takes one "
-             "ShardedModule");
+             "ResNet chunks: shard_parameters() was called already; each part and each of its "
+             "layers takes one ShardedModule");
   std::vector<parallel::ShardedModule*> units;
   for (const auto& part : parts) {
+    // The part's wrapper (what the executor runs; no parameters of its own
+    // once its layers are wrapped), then one unit per layer with parameters.
     wrappers.push_back(std::make_unique<parallel::ShardedModule>(*part));
     units.push_back(wrappers.back().get());
+    for (parallel::ShardedModule* layer : parallel::shard_children(*part)) units.push_back(layer);
   }
   return units;
 }

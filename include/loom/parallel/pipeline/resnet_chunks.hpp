@@ -20,10 +20,12 @@
 // (gradient accumulation) does; that run, not one over the whole batch, is
 // the pipeline's single-rank equal.
 //
-// ZeRO stage 3: shard_parameters() wraps each part in one
-// parallel::ShardedModule (the whole chunk is one unit, gathered around each
-// action the executor runs) and returns the wrappers for ZeroOptions.modules;
-// modules() then returns them.
+// ZeRO stage 3: shard_parameters() wraps each part in a
+// parallel::ShardedModule (what the executor runs) and each of the part's
+// layers that has parameters (conv1, bn1, every block, fc) in another, so a
+// chunk's layers are gathered one by one (the next prefetched) around each
+// action instead of the whole chunk at once, and returns them all for
+// ZeroOptions.modules; modules() then returns the part wrappers.
 //
 // Bad input throws loom::Error naming the values, before anything is built:
 // fewer layers than chunks, an explicit cut with the wrong number of entries,
@@ -79,15 +81,16 @@ std::vector<double> resnet_chunk_flops(const std::vector<double>& layer_flops,
 struct ResNetChunks {
   // Per virtual stage of the rank (what PipelineExecutor takes, in order).
   std::vector<std::unique_ptr<nn::Sequential>> parts;
-  // Per virtual stage, the ZeRO stage 3 wrapper (empty until shard_parameters()).
+  // Per virtual stage, the ZeRO stage 3 wrapper around the part (empty until
+  // shard_parameters()); the layers' wrappers live inside the parts.
   std::vector<std::unique_ptr<parallel::ShardedModule>> wrappers;
 
   // What runs each virtual stage: the parts, or their wrappers once sharded.
   std::vector<nn::Module*> modules() const;
   // Every parameter of the rank's parts.
   std::vector<nn::Parameter*> parameters() const;
-  // ZeRO stage 3: one wrapper per part, returned for ZeroOptions.modules.
-  // Throws if called twice.
+  // ZeRO stage 3: a wrapper per part and per layer with parameters (above),
+  // returned for ZeroOptions.modules. Throws if called twice.
   std::vector<parallel::ShardedModule*> shard_parameters();
 };
 
