@@ -141,11 +141,13 @@ loom_train_gpt_compare(mpi ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp
          --eval-batches 2
   CASES "2|--layers 2|--zero-stage 1" "2|--layers 2|--tp 2 --sequence-parallel"
         "2|--layers 4|--pp 2 --schedule zb-v --micro-batches 4"
-        # Every data-parallel replica runs the same re-planned order (the
-        # durations averaged over all ranks): ZeRO 3 gathers its units in that
-        # order, and replicas that planned alone called their all-gathers
-        # out of step ("all_gather #147 on group 'dp' does not match").
-        "4|--layers 4|--pp 2 --schedule zb-v --micro-batches 4 --plan measured --activation-bound 6 --zero-stage 3")
+        # Every data- and tensor-parallel replica runs the same re-planned
+        # order (the durations averaged over all ranks): ZeRO 3 gathers its
+        # units in that order, tp's collectives run inside its actions, and
+        # replicas that planned alone called their all-gathers out of step
+        # ("all_gather #147 on group 'dp' does not match").
+        "4|--layers 4|--pp 2 --schedule zb-v --micro-batches 4 --plan measured --activation-bound 6 --zero-stage 3"
+        "4|--layers 4|--tp 2 --pp 2 --schedule zb-v --micro-batches 4 --plan measured --activation-bound 6")
 
 # Dropout under any layout drops what one rank drops on the whole batch: each
 # mask is drawn by its element's place in the step's global batch (NOTE
