@@ -22,6 +22,7 @@
 #include "loom/core/error.hpp"
 #include "loom/parallel/layout.hpp"
 #include "loom/parallel/mean_over.hpp"
+#include "loom/parallel/pipeline/executor.hpp"
 #include "loom/parallel/spread_over.hpp"
 
 namespace loom::examples {
@@ -53,6 +54,23 @@ inline std::string stage_spread_line(const parallel::ParallelGroups& groups, dou
                     "); the others idle at least ", idle, " of the step: ", balance_hint);
   }
   return line;
+}
+
+// What the examples print under a pipeline at a logged step: rank 0's waits
+// on receives, messages and micro-batch activations, then stage_spread_line
+// over `stats.compute_seconds()`; each line indented under the step line.
+// Collective over groups.pp.
+inline std::string pipeline_step_lines(const parallel::ParallelGroups& groups,
+                                       const parallel::pipeline::StepStats& stats,
+                                       const std::string& balance_hint) {
+  char waits[256];
+  std::snprintf(waits, sizeof(waits),
+                "           pipeline (rank 0): %.1f ms waiting on receives (%.0f%% of the step), "
+                "%lld messages sent, at most %d micro-batch chunk activations alive\n",
+                stats.recv_wait_seconds * 1e3, 100.0 * stats.recv_wait_seconds / stats.step_seconds,
+                static_cast<long long>(stats.messages_sent), stats.peak_tapes);
+  return str_cat(waits, "           ",
+                 stage_spread_line(groups, stats.compute_seconds(), balance_hint), "\n");
 }
 
 }  // namespace loom::examples

@@ -560,18 +560,10 @@ int run(const Flags& f) {
         examples::say_on(lead, "           ZeRO stage %d: %s\n", zero.stage(),
                          zero.memory().summary().c_str());
       }
-      if (executor) {
+      if (executor) {  // collective over pp, at the same (logged) steps on every rank
         examples::say_on(
-            lead,
-            "           pipeline (rank 0): %.1f ms waiting on receives (%.0f%% of the step), "
-            "%lld messages sent, at most %d micro-batch chunk activations alive\n",
-            pipeline_stats.recv_wait_seconds * 1e3,
-            100.0 * pipeline_stats.recv_wait_seconds / pipeline_stats.step_seconds,
-            static_cast<long long>(pipeline_stats.messages_sent), pipeline_stats.peak_tapes);
-        // Collective over pp, at the same (logged) steps on every rank.
-        examples::say_on(
-            lead, "           %s\n",
-            examples::stage_spread_line(groups, busy_seconds, "--stage-layers").c_str());
+            lead, "%s",
+            examples::pipeline_step_lines(groups, pipeline_stats, "--stage-layers").c_str());
       }
     }
     if (f.save_every > 0 && (step + 1) % f.save_every == 0) {

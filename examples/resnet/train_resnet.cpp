@@ -416,13 +416,14 @@ int run(const Flags& f) {
     double loss = std::nan(""), norm = std::nan("");
     // Time to the step's gradient reduction (the straggler line).
     double busy_seconds = 0;
+    pl::StepStats pipeline_stats;  // under --pp
     zero.optimizer().set_lr(schedule.lr_at(step));
     if (f.forward_only) {
       model->set_training(false);
       nn::Tape tape;
       model->forward(batch.images, tape);
     } else if (executor) {
-      const pl::StepStats stats = executor->step(
+      pipeline_stats = executor->step(
           [&](int m) { return images[static_cast<size_t>(m)]; },
           [&](Tensor logits, int m, float dloss) {
             nn::Tape loss_tape;
@@ -431,12 +432,12 @@ int run(const Flags& f) {
             logits = Tensor();  // dlogits over them (NOTE [loss gradient in place])
             return pl::LossOutput{value, loss_fn.backward(loss_tape, dloss)};
           });
-      loss = stats.loss;
-      norm = stats.grad_norm;
-      busy_seconds = stats.compute_seconds();
+      loss = pipeline_stats.loss;
+      norm = pipeline_stats.grad_norm;
+      busy_seconds = pipeline_stats.compute_seconds();
       if (f.pipe.plans_after(step + 1)) {
         examples::say_on(lead, "%s",
-                         f.pipe.replan(*executor, *groups.pp, world, stats, step).c_str());
+                         f.pipe.replan(*executor, *groups.pp, world, pipeline_stats, step).c_str());
         pipeline = executor->schedule();
       }
     } else {
@@ -493,9 +494,9 @@ int run(const Flags& f) {
       }
       if (executor) {  // collective over pp, likewise
         examples::say_on(
-            lead, "           %s\n",
-            examples::stage_spread_line(
-                groups, busy_seconds,
+            lead, "%s",
+            examples::pipeline_step_lines(
+                groups, pipeline_stats,
                 f.stage_cut == "time" ? "--stage-layers" : "--stage-cut time or --stage-layers")
                 .c_str());
       }
