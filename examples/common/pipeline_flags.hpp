@@ -15,7 +15,6 @@
 #include "flag_checks.hpp"
 #include "loom/comm/communicator.hpp"
 #include "loom/core/error.hpp"
-#include "loom/parallel/mean_over.hpp"
 #include "loom/parallel/pipeline/executor.hpp"
 #include "loom/parallel/pipeline/generators.hpp"
 #include "loom/parallel/pipeline/schedule.hpp"
@@ -91,15 +90,7 @@ struct PipelineFlags {
                      int64_t step) const {
     namespace pl = parallel::pipeline;
     const pl::Schedule& current = executor.schedule();
-    pl::ActionCosts costs = pl::measured_costs(current, pp, stats);
-    if (world.size() > pp.size()) {  // the same bits everywhere (parallel::mean_over)
-      for (std::vector<double>* kind :
-           {&costs.forward, &costs.backward_input, &costs.backward_weight}) {
-        for (double& seconds : *kind) seconds = parallel::mean_over(world, seconds);
-      }
-      costs.reduce_gradients = parallel::mean_over(world, costs.reduce_gradients);
-      costs.optimizer_step = parallel::mean_over(world, costs.optimizer_step);
-    }
+    pl::ActionCosts costs = pl::measured_costs(current, pp, stats, &world);
     costs.p2p_latency = 50e-6;  // about the mpi backend's on one node (docs/comm.md)
     pl::ScheduleConfig config{.pp = pp.size(), .micro_batches = micro_batch_count()};
     config.zb_v = {.activation_bound = activation_bound, .costs = costs};

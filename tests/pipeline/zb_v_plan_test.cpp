@@ -10,11 +10,14 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "executor_harness.hpp"
+#include "loom/comm/local.hpp"
 #include "loom/core/error.hpp"
+#include "loom/parallel/pipeline/executor.hpp"
 #include "loom/parallel/pipeline/generators.hpp"
 #include "loom/parallel/pipeline/simulate.hpp"
 #include "loom/parallel/pipeline/validate.hpp"
@@ -172,4 +175,33 @@ TEST_CASE("pipeline executor: zb-v planned with a larger bound equals one rank",
   INFO("worst error / tolerance: " << worst_ratio(got, want, 1e-6, 1e-5));
   CHECK(compare_with_single_rank(got, want, 1e-6, 1e-5) == "");
   for (const RankRun& r : got) CHECK(r.activation_bound == planned.activation_bound);
+}
+
+TEST_CASE("measured_costs: the durations averaged over the replicas, the same on every rank",
+          "[pipeline][zb-v]") {
+  // Two pipelines of 2 ranks (world ranks 0, 1 and 2, 3), as two data-parallel
+  // replicas: each rank's F, B and W grow with its world rank. Each pipeline
+  // alone gathers its own; with the world as `replicas` every rank gets the
+  // mean of the two pipelines' durations, so every replica plans one order.
+  const Schedule s = schedule_1f1b(2, 2);
+  std::vector<ActionCosts> alone(4), agreed(4);
+  comm::run_local_ranks(comm::make_local_group(4, "world"), [&](comm::Communicator& world) {
+    const int r = world.rank();
+    const std::shared_ptr<comm::Communicator> pp = world.split(r / 2, r, "pp");
+    StepStats stats;
+    const double seconds = s.micro_batches * (r + 1.0);  // per micro-batch: r + 1
+    stats.chunk_seconds = {
+        {.forward = seconds, .backward_input = 2 * seconds, .backward_weight = 3 * seconds}};
+    alone[r] = measured_costs(s, *pp, stats);
+    agreed[r] = measured_costs(s, *pp, stats, &world);
+  });
+  CHECK(alone[0].forward == std::vector<double>{1, 2});
+  CHECK(alone[2].forward == std::vector<double>{3, 4});  // the other pipeline differs
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r);
+    CHECK(agreed[r] == agreed[0]);
+    CHECK(agreed[r].forward == std::vector<double>{2, 3});
+    CHECK(agreed[r].backward_input == std::vector<double>{4, 6});
+    CHECK(agreed[r].backward_weight == std::vector<double>{6, 9});
+  }
 }

@@ -10,6 +10,7 @@
 #include "loom/core/error.hpp"
 #include "loom/core/stream.hpp"
 #include "loom/kernels/gemm.hpp"
+#include "loom/parallel/mean_over.hpp"
 #include "loom/parallel/pipeline/validate.hpp"
 #include "loom/trace/profiler.hpp"
 #include "stage_messages.hpp"
@@ -455,8 +456,8 @@ StepStats PipelineExecutor::Impl::run(const InputProvider& input, const LossFunc
   return stats;
 }
 
-ActionCosts measured_costs(const Schedule& schedule, comm::Communicator& pp,
-                           const StepStats& stats) {
+ActionCosts measured_costs(const Schedule& schedule, comm::Communicator& pp, const StepStats& stats,
+                           comm::Communicator* replicas) {
   LOOM_CHECK(pp.size() == schedule.pp, "measured_costs: the pp group has ", pp.size(),
              " ranks, the schedule ", schedule.pp);
   const auto stages = static_cast<size_t>(schedule.virtual_stages);
@@ -485,6 +486,12 @@ ActionCosts measured_costs(const Schedule& schedule, comm::Communicator& pp,
     costs.forward[c] = std::bit_cast<double>(bits[at]);
     costs.backward_input[c] = std::bit_cast<double>(bits[at + 1]);
     costs.backward_weight[c] = std::bit_cast<double>(bits[at + 2]);
+  }
+  if (replicas != nullptr && replicas->size() > pp.size()) {
+    for (std::vector<double>* kind :
+         {&costs.forward, &costs.backward_input, &costs.backward_weight}) {
+      for (double& seconds : *kind) seconds = mean_over(*replicas, seconds);
+    }
   }
   return costs;
 }

@@ -252,8 +252,13 @@ class PipelineExecutor {
 // describes (this rank's StepStats::chunk_seconds, all-gathered over `pp`):
 // the durations simulate() and ZbVPlan take. A fused BW counts as B (W 0).
 // Collective: every rank of `pp` calls it with its own stats of the same step.
-ActionCosts measured_costs(const Schedule& schedule, comm::Communicator& pp,
-                           const StepStats& stats);
+// Ranks of other pipelines that must plan the same order (data- and
+// tensor-parallel replicas: ZeRO 3's gathers and tp's collectives run inside
+// the actions) pass `replicas`, a group holding all of them (the world): the
+// durations are then averaged over it, the same bits on every rank, and the
+// call is collective over it too.
+ActionCosts measured_costs(const Schedule& schedule, comm::Communicator& pp, const StepStats& stats,
+                           comm::Communicator* replicas = nullptr);
 
 // Rows [m * n, (m + 1) * n) of `batch` for each micro-batch m, n = rows / M
 // (views, no copy). Throws naming both numbers when M does not divide the

@@ -74,7 +74,8 @@ std::vector<int64_t> resnet_chunk_layers(const models::ResNetConfig& config,
                                          const std::vector<double>& layer_flops,
                                          const std::vector<int64_t>& chunk_layers = {});
 
-// Each chunk's share of `layer_flops` under `cut` (layers per chunk).
+// Each chunk's sum of `layer_flops` under `cut` (layers per chunk); any
+// per-layer cost sums alike (resnet_layer_seconds' too).
 std::vector<double> resnet_chunk_flops(const std::vector<double>& layer_flops,
                                        const std::vector<int64_t>& cut);
 
