@@ -22,13 +22,14 @@ void ZeroOptimizer::Impl::launch(size_t index) {
   const Range range = layout.buckets[index].range;
   // Compression rounds f32 gradients to the wire dtype (bf16 or f16) for the
   // collective, as GradReducer does at stage 0; other dtypes travel as they are.
-  const bool compress = options.compression != GradCompression::none && dtype == DType::f32;
-  const DType wire = options.compression == GradCompression::f16 ? DType::f16 : DType::bf16;
-  if (stage != 1) {
-    // Keep at most two full-size buckets in flight: free the older ones first.
-    for (size_t k = 0; k + 1 < index; ++k) release_bucket(k);
-    if (!b.buffer.defined()) (void)grad_view(layout.buckets[index].params.front());
+  const bool compress = compressing();
+  const DType wire = wire_dtype();
+  // Keep at most two full-size buckets in flight (stages 2, 3: free the older
+  // ones first); under hybrid sharding, start the older ones' replica averages.
+  if (stage != 1 || options.replicas) {
+    for (size_t k = 0; k + 1 < index; ++k) complete_bucket(k);
   }
+  if (stage != 1 && !b.buffer.defined()) (void)grad_view(layout.buckets[index].params.front());
   Tensor payload = b.buffer;
   Tensor out = stage == 1 ? Tensor() : flat_range(shard_grad, local_piece(range));
   if (compress) {
@@ -68,15 +69,57 @@ void ZeroOptimizer::Impl::unwire(size_t index) {
   b.wire_piece = Tensor();
 }
 
-void ZeroOptimizer::Impl::release_bucket(size_t index) {
+void ZeroOptimizer::Impl::complete_bucket(size_t index) {
   Bucket& b = buckets[index];
-  if (!b.launched || !b.buffer.defined()) return;
+  if (!b.launched || b.completed) return;
   b.work.block_stream(current_stream(device));
   b.work.wait();
   unwire(index);
-  for (const size_t i : layout.buckets[index].params) params[i]->release_grad();
-  track(0, -static_cast<int64_t>(b.buffer.nbytes()));
-  b.buffer = Tensor();
+  b.completed = true;
+  if (stage != 1) {
+    for (const size_t i : layout.buckets[index].params) params[i]->release_grad();
+    track(0, -static_cast<int64_t>(b.buffer.nbytes()));
+    b.buffer = Tensor();
+  }
+  if (options.replicas) start_replica_average(index);
+}
+
+Tensor ZeroOptimizer::Impl::own_grad_piece(size_t index) {
+  const Range range = layout.buckets[index].range;
+  if (stage == 1) {
+    const Range piece = detail::intersect(range, mine);
+    return piece.size() > 0 ? flat_range(flat_grad, piece) : Tensor();
+  }
+  const Range local = local_piece(range);
+  return local.size() > 0 ? flat_range(shard_grad, local) : Tensor();
+}
+
+void ZeroOptimizer::Impl::start_replica_average(size_t index) {
+  Bucket& b = buckets[index];
+  const Tensor piece = own_grad_piece(index);
+  // The replicas have this rank's place in their shard groups, hence the same
+  // pieces: all of them skip an empty one.
+  if (!piece.defined()) return;
+  Tensor payload = piece;
+  if (compressing()) {
+    b.replica_wire = Tensor::empty({piece.numel()}, wire_dtype(), device);
+    b.replica_wire.copy_from(piece);  // rounds to nearest even
+    payload = b.replica_wire;
+    track(0, static_cast<int64_t>(b.replica_wire.nbytes()));
+  }
+  b.replica_work =
+      options.replicas->all_reduce(payload, {.op = comm::ReduceOp::avg, .overlaps_compute = true});
+}
+
+void ZeroOptimizer::Impl::finish_replica_average(size_t index) {
+  Bucket& b = buckets[index];
+  b.replica_work.block_stream(current_stream(device));
+  b.replica_work.wait();
+  b.replica_work = comm::Work();
+  if (!b.replica_wire.defined()) return;
+  own_grad_piece(index).copy_from(b.replica_wire);  // widening is exact
+  track(0, -static_cast<int64_t>(b.replica_wire.nbytes()));
+  b.replica_wire = Tensor();
 }
 
 void ZeroOptimizer::Impl::finish() {
@@ -84,15 +127,11 @@ void ZeroOptimizer::Impl::finish() {
              "ZeroOptimizer::finish() called inside no_sync(); end the no_sync scope "
              "and run the last micro-batch's backward first");
   engine->launch_remaining();
+  for (size_t b = 0; b < buckets.size(); ++b) complete_bucket(b);
   for (size_t b = 0; b < buckets.size(); ++b) {
-    if (stage == 1) {
-      buckets[b].work.block_stream(current_stream(device));
-      buckets[b].work.wait();
-      unwire(b);
-    } else {
-      release_bucket(b);
-    }
+    if (options.replicas) finish_replica_average(b);
     buckets[b].launched = false;
+    buckets[b].completed = false;
     buckets[b].work = comm::Work();
   }
   engine->end_step();  // throws on every rank for an unused parameter under `error`

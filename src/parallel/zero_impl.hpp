@@ -32,7 +32,12 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
     // both live from launch to completion.
     Tensor wire, wire_piece;
     bool launched = false;
+    bool completed = false;  // its collective over dp waited for (and unwired)
     comm::Work work;
+    // Hybrid sharding: this rank's piece averaged over ZeroOptions::replicas
+    // (through replica_wire, the piece in the wire dtype, under compression).
+    Tensor replica_wire;
+    comm::Work replica_work;
   };
   enum class UnitState { released, gathering, gathered };
   struct Unit {
@@ -127,6 +132,15 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
 
   // ---- gradients (stages 1 to 3) ----------------------------------------------------------
 
+  // ZeroOptions::compression rounds f32 gradients to the wire dtype for their
+  // collectives; gradients in bf16/f16 travel as they are.
+  bool compressing() const {
+    return options.compression != GradCompression::none && dtype == DType::f32;
+  }
+  DType wire_dtype() const {
+    return options.compression == GradCompression::f16 ? DType::f16 : DType::bf16;
+  }
+
   // Stages 2, 3: where parameter i's next gradient goes (its bucket, allocated on first use).
   Tensor grad_view(size_t i);
 
@@ -135,8 +149,16 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
   // into the gradient (stage 1) or the shard (stages 2, 3), the wire freed.
   void unwire(size_t index);
 
-  // Stages 2, 3: waits for a launched bucket and frees its full-size buffer.
-  void release_bucket(size_t index);
+  // Waits for a launched bucket's collective over dp and unwires it; at
+  // stages 2, 3 frees its full-size buffer; under hybrid sharding starts the
+  // average of this rank's piece over the replicas. Buckets complete in index
+  // order, so the replicas' collectives are issued in one order everywhere.
+  void complete_bucket(size_t index);
+  // This rank's piece of bucket `index`'s reduced gradient (in the flat
+  // gradient at stage 1, in the shard at stages 2, 3; possibly empty).
+  Tensor own_grad_piece(size_t index);
+  void start_replica_average(size_t index);
+  void finish_replica_average(size_t index);
 
   void finish();
 

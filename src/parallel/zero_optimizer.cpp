@@ -59,6 +59,12 @@ void validate(const std::vector<nn::Parameter*>& params, const ZeroOptions& opti
                params[0]->name(), "' is ", dtype_name(params[0]->dtype()),
                "; stages 1 to 3 keep every parameter in one flat buffer of one dtype");
   }
+  if (options.replicas != nullptr) {
+    LOOM_CHECK(options.stage >= 1,
+               "ZeroOptimizer: ZeroOptions.replicas (hybrid sharding) is set "
+               "at stage 0; it needs stage 1, 2 or 3 (at stage 0 nothing is sharded: pass the "
+               "whole data-parallel group as dp)");
+  }
   if (options.stage == 3) {
     LOOM_CHECK(!options.modules.empty(),
                "ZeroOptimizer: stage 3 needs ZeroOptions.modules, the parallel::ShardedModule "
@@ -91,6 +97,12 @@ ZeroOptimizer::Impl::Impl(std::vector<nn::Parameter*> list, comm::Communicator& 
   dtype = params[0]->dtype();
   element = dtype_size(dtype);
   stage = options.stage;
+  if (options.replicas != nullptr) {
+    // Every rank checks the same numbers, so all of them throw together.
+    LOOM_CHECK(comm.size() >= 2, "ZeroOptimizer: hybrid sharding over a shard group of ",
+               comm.size(), " rank shards nothing; use stage ", stage,
+               " over the whole data-parallel group (dp) without ZeroOptions.replicas");
+  }
   if (stage > 0 && comm.size() == 1) {
     LOOM_LOG_INFO("ZeroOptimizer: the data-parallel group has one rank; stage ", stage,
                   " shards nothing and runs as stage 0");
@@ -124,14 +136,24 @@ ZeroOptimizer::Impl::Impl(std::vector<nn::Parameter*> list, comm::Communicator& 
                                                  [this](size_t bucket) { launch(bucket); });
   std::vector<bool> group_sum(params.size());
   for (size_t i = 0; i < params.size(); ++i) group_sum[i] = engine->needs_group_sum(i);
+  comm::Communicator* replicas = options.replicas;
   detail::check_parameter_agreement(comm, params, device);
+  if (replicas) detail::check_parameter_agreement(*replicas, params, device);
   layout = detail::build_zero_layout(params, unit_of, group_sum, comm.size(), element,
                                      options.first_bucket_bytes, options.bucket_cap_bytes);
   detail::check_layout_agreement(comm, layout.describe(params), device);
+  // Hybrid sharding: the replicas hold the same shard, so their layouts
+  // (and the shard groups' sizes) must agree too.
+  if (replicas) detail::check_layout_agreement(*replicas, layout.describe(params), device);
   if (options.broadcast_parameters) {
-    std::vector<comm::Work> works;
-    for (nn::Parameter* p : params) works.push_back(comm.broadcast(p->value(), {.root = 0}));
-    comm::wait_all(works);
+    // Rank 0 of each shard group, then replica 0 of each place: every rank
+    // ends with the values of the first shard group's rank 0.
+    for (comm::Communicator* group : {&comm, replicas}) {
+      if (group == nullptr) continue;
+      std::vector<comm::Work> works;
+      for (nn::Parameter* p : params) works.push_back(group->broadcast(p->value(), {.root = 0}));
+      comm::wait_all(works);
+    }
   }
   mine = layout.shard_of(comm.rank());
   const auto shard_bytes = static_cast<int64_t>(layout.shard * element);
@@ -256,7 +278,10 @@ ZeroOptimizer::Impl::~Impl() {
       // Already reported to whoever waited first; nothing to add while unwinding.
     }
   };
-  for (const Bucket& b : buckets) quiet_wait(b.work);
+  for (const Bucket& b : buckets) {
+    quiet_wait(b.work);
+    quiet_wait(b.replica_work);
+  }
   for (const Unit& u : units) quiet_wait(u.work);
   quiet_wait(gather_work);
 }
@@ -301,6 +326,30 @@ const std::vector<nn::Parameter*>& ZeroOptimizer::parameters() const {
 
 int ZeroOptimizer::data_parallel_size() const {
   return impl_->comm.size();
+}
+
+int ZeroOptimizer::replica_count() const {
+  return impl_->options.replicas ? impl_->options.replicas->size() : 1;
+}
+
+int ZeroOptimizer::replica_rank() const {
+  return impl_->options.replicas ? impl_->options.replicas->rank() : 0;
+}
+
+ZeroGroups hybrid_shard_groups(comm::Communicator& dp, int shard_size) {
+  LOOM_CHECK(shard_size >= 2 && shard_size < dp.size() && dp.size() % shard_size == 0,
+             "hybrid sharding: a shard group of ", shard_size,
+             " rank(s) in a data-parallel group "
+             "of ",
+             dp.size(),
+             "; the shard group must have at least 2 ranks, fewer than the "
+             "group's ",
+             dp.size(), ", and divide it");
+  const int rank = dp.rank();
+  ZeroGroups groups;
+  groups.shard = dp.split(rank / shard_size, rank, str_cat(dp.name(), ".shard"));
+  groups.replicas = dp.split(rank % shard_size, rank, str_cat(dp.name(), ".replicas"));
+  return groups;
 }
 
 std::vector<ShardPiece> ZeroOptimizer::shard_pieces(int rank) const {

@@ -43,6 +43,7 @@ parallel::OptimizerOptions optimizer_options(ZeroOptim kind) {
 ZeroResult run_single_rank_reference(const ZeroRun& run, int ranks) {
   ZeroRun single = run;
   single.stage = 0;
+  single.shard_size = 0;
   single.per_rank_batch = run.per_rank_batch * ranks;
   single.micro_steps = run.micro_steps * ranks;
   const auto group = comm::make_local_group(1, "single");
@@ -53,7 +54,11 @@ std::string describe(const ZeroRun& run) {
   return str_cat(run.model == ZeroModel::gpt ? "gpt" : "resnet", " ",
                  run.optimizer == ZeroOptim::sgd ? "sgd" : "adamw", " stage ", run.stage,
                  run.micro_steps > 1 ? str_cat(", ", run.micro_steps, " micro-steps") : "",
-                 run.clip > 0 ? str_cat(", clip ", run.clip) : "");
+                 run.clip > 0 ? str_cat(", clip ", run.clip) : "",
+                 run.shard_size > 0 ? str_cat(", shard groups of ", run.shard_size) : "",
+                 run.compression != parallel::GradCompression::none
+                     ? str_cat(", ", parallel::grad_compression_name(run.compression))
+                     : "");
 }
 
 ZeroResult run_zero(const ZeroRun& run, comm::Communicator& dp) {
@@ -84,11 +89,16 @@ ZeroResult run_zero(const ZeroRun& run, comm::Communicator& dp) {
     }
   }
 
-  parallel::ZeroOptimizer zero(model.parameters(), dp, optimizer_options(run.optimizer),
+  parallel::ZeroGroups hybrid;
+  if (run.shard_size > 0) hybrid = parallel::hybrid_shard_groups(dp, run.shard_size);
+  parallel::ZeroOptimizer zero(model.parameters(), hybrid.shard ? *hybrid.shard : dp,
+                               optimizer_options(run.optimizer),
                                {.stage = run.stage,
                                 .first_bucket_bytes = run.bucket_bytes,
                                 .bucket_cap_bytes = run.bucket_bytes,
-                                .modules = built.modules});
+                                .modules = built.modules,
+                                .compression = run.compression,
+                                .replicas = hybrid.replicas.get()});
   result.effective_stage = zero.stage();
   const float scale = 1.0f / static_cast<float>(run.micro_steps);
   const int64_t micro = run.per_rank_batch / run.micro_steps;

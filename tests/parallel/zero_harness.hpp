@@ -32,6 +32,10 @@ struct ZeroRun {
   int micro_steps = 1;                    // > 1: all but the last under no_sync()
   double clip = 0;                        // > 0: clip_grad_norm(clip) after finish()
   size_t bucket_bytes = size_t{8} << 10;  // small, so the models get several buckets
+  // > 0: hybrid sharding, the state sharded over groups of this many ranks
+  // and replicated over the others (parallel::hybrid_shard_groups).
+  int shard_size = 0;
+  parallel::GradCompression compression = parallel::GradCompression::none;
 };
 
 struct ZeroResult {

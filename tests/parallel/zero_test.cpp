@@ -41,9 +41,12 @@ void check_matches_references(ZeroRun run, int ranks) {
   using loom::test::close;
   using loom::test::tolerance_ratio;
   const int stage = run.stage;
+  const int shard_size = run.shard_size;
   run.stage = 0;
+  run.shard_size = 0;
   const auto ref = run_ranks(run, ranks);
   run.stage = stage;
+  run.shard_size = shard_size;
   const auto got = run_ranks(run, ranks);
   const ZeroResult single = run_single_rank_reference(run, ranks);
   for (int r = 0; r < ranks; ++r) {
@@ -83,6 +86,66 @@ TEST_CASE("zero: GPT stages 1-3 match stage 0 (AdamW, accumulation, clipping)", 
 TEST_CASE("zero: ResNet stage 3 matches stage 0 (SGD)", "[zero]") {
   check_matches_references(
       {.model = ZeroModel::resnet, .optimizer = ZeroOptim::sgd, .stage = 3, .steps = 2}, 2);
+}
+
+TEST_CASE("zero: hybrid sharding matches stage 0 over every rank", "[zero]") {
+  // 4 ranks as 2 shard groups of 2, and 6 as 3 groups of 2 and 2 groups of 3.
+  for (int stage : {1, 2, 3}) {
+    check_matches_references({.stage = stage, .steps = 3, .shard_size = 2}, 4);
+    check_matches_references(
+        {.stage = stage, .steps = 3, .micro_steps = 2, .clip = 0.05, .shard_size = 2}, 4);
+  }
+  check_matches_references(
+      {.optimizer = ZeroOptim::sgd, .stage = 3, .steps = 3, .clip = 0.05, .shard_size = 2}, 6);
+  check_matches_references({.stage = 2, .steps = 3, .shard_size = 3}, 6);
+  check_matches_references({.model = ZeroModel::resnet,
+                            .optimizer = ZeroOptim::sgd,
+                            .stage = 3,
+                            .steps = 2,
+                            .shard_size = 2},
+                           4);
+}
+
+TEST_CASE("zero: hybrid sharding keeps the state of its shard group's size", "[zero]") {
+  // 4 ranks, shard groups of 2: each rank holds half the state, as ZeRO over 2 ranks.
+  for (int stage : {1, 2, 3}) {
+    const auto hybrid = run_ranks({.stage = stage, .steps = 2, .shard_size = 2}, 4);
+    const auto pairs = run_ranks({.stage = stage, .steps = 2}, 2);
+    for (int r = 0; r < 4; ++r) {
+      const parallel::MemoryStats& m = hybrid[static_cast<size_t>(r)].memory;
+      const parallel::MemoryStats& ref = pairs[static_cast<size_t>(r % 2)].memory;
+      INFO("stage " << stage << " rank " << r << ": " << m.summary() << " against "
+                    << ref.summary());
+      CHECK(m.optimizer_bytes == ref.optimizer_bytes);
+      CHECK(m.param_bytes == ref.param_bytes);
+      CHECK(m.grad_bytes == ref.grad_bytes);
+    }
+  }
+}
+
+TEST_CASE("zero: hybrid sharding with bf16 gradients stays within their rounding", "[zero]") {
+  // Both averages (over the shard group, then over the replicas) travel in
+  // bf16: the run differs from the f32 one, by bf16's rounding of gradients
+  // (2^-8 relative per element and rounding) through 3 SGD steps, whose
+  // updates are linear in the gradients (AdamW's sign of a tiny gradient
+  // could flip). Measured: within 1.08 x (1e-5 + 1e-3 |f32|); checked
+  // against 1e-4 + 1e-2 |f32|.
+  for (int stage : {1, 3}) {
+    const ZeroRun f32 = {.optimizer = ZeroOptim::sgd, .stage = stage, .steps = 3, .shard_size = 2};
+    ZeroRun bf16 = f32;
+    bf16.compression = parallel::GradCompression::bf16;
+    const auto exact = run_ranks(f32, 4);
+    const auto rounded = run_ranks(bf16, 4);
+    for (int r = 0; r < 4; ++r) {
+      INFO(describe(bf16) << " rank " << r);
+      CHECK(rounded[r].params != exact[r].params);  // the wire was bf16
+      CHECK(loom::test::tolerance_ratio(rounded[r].params, exact[r].params, 1e-4, 1e-2) <= 1.0);
+      for (size_t s = 0; s < exact[r].losses.size(); ++s) {
+        CHECK(loom::test::close(rounded[r].losses[s], exact[r].losses[s], 1e-3, 1e-3));
+      }
+      if (r > 0) CHECK(rounded[r].params == rounded[0].params);  // replicas identical
+    }
+  }
 }
 
 TEST_CASE("zero: memory per rank shrinks by the group size", "[zero]") {
@@ -136,6 +199,33 @@ TEST_CASE("zero: bad configurations fail clearly", "[zero]") {
     CHECK(zero.requested_stage() == 2);
   }
 
+  // Hybrid sharding: at stage 0, over a shard group of one rank, and groups
+  // that do not divide the data-parallel group.
+  {
+    auto pair = comm::make_local_group(2, "pair");
+    CHECK_THROWS_WITH(parallel::ZeroOptimizer(fc.parameters(), *dp[0], optim::SgdOptions{},
+                                              {.stage = 0, .replicas = pair[0].get()}),
+                      Catch::Contains("ZeroOptions.replicas (hybrid sharding) is set at stage 0"));
+    CHECK_THROWS_WITH(parallel::ZeroOptimizer(fc.parameters(), *dp[0], optim::SgdOptions{},
+                                              {.stage = 2, .replicas = pair[0].get()}),
+                      Catch::Contains("hybrid sharding over a shard group of 1 rank"));
+  }
+  std::vector<std::string> split_errors(6);
+  comm::run_local_ranks(comm::make_local_group(6, "dp"), [&](comm::Communicator& c) {
+    for (int size : {4, 1, 6}) {
+      try {
+        (void)parallel::hybrid_shard_groups(c, size);
+      } catch (const Error& e) {
+        split_errors[static_cast<size_t>(c.rank())] += str_cat(e.what(), "\n");
+      }
+    }
+  });
+  for (const std::string& error : split_errors) {
+    CHECK_THAT(error, Catch::Contains("a shard group of 4 rank(s) in a data-parallel group of 6"));
+    CHECK_THAT(error, Catch::Contains("a shard group of 1 rank(s)"));
+    CHECK_THAT(error, Catch::Contains("a shard group of 6 rank(s)"));
+  }
+
   // Ranks passing different bucket caps get different layouts: every rank throws.
   std::atomic<int> failures{0};
   std::mutex mutex;
@@ -156,6 +246,29 @@ TEST_CASE("zero: bad configurations fail clearly", "[zero]") {
     }
   });
   CHECK(failures == 2);
+  CHECK_THAT(message, Catch::Contains("disagree on the shard layout at line 0"));
+  // Hybrid sharding: the shard groups agree within, not with each other.
+  failures = 0;
+  message.clear();
+  comm::run_local_ranks(comm::make_local_group(4, "dp"), [&](comm::Communicator& c) {
+    nn::Linear a("a", 8, 8), b("b", 8, 8);
+    std::vector<nn::Parameter*> params = a.parameters();
+    for (nn::Parameter* p : b.parameters()) params.push_back(p);
+    const size_t cap = c.rank() < 2 ? size_t{64} : size_t{1024};
+    const parallel::ZeroGroups groups = parallel::hybrid_shard_groups(c, 2);
+    try {
+      parallel::ZeroOptimizer zero(params, *groups.shard, optim::SgdOptions{},
+                                   {.stage = 2,
+                                    .first_bucket_bytes = cap,
+                                    .bucket_cap_bytes = cap,
+                                    .replicas = groups.replicas.get()});
+    } catch (const Error& e) {
+      ++failures;
+      std::lock_guard lock(mutex);
+      message = e.what();
+    }
+  });
+  CHECK(failures == 4);
   CHECK_THAT(message, Catch::Contains("disagree on the shard layout at line 0"));
 
   // Stage 3 without a wrapper around some parameter. (Catch2 is not

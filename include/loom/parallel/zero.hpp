@@ -48,6 +48,17 @@
 //    holds the gradient (it was reduce-scattered); use grad_shards().
 //  - memory(): bytes this object keeps per rank for parameters, gradients
 //    and optimizer state now, and the peak of their sum since construction.
+//  - Hybrid sharding (ZeroOptions::replicas, stages 1 to 3; PyTorch FSDP's
+//    HYBRID_SHARD, DeepSpeed's MiCS): `dp` is then the group that shares one
+//    copy of the sharded state (a node, say) and `replicas` the ranks of the
+//    other such groups that hold the same shard. Buckets are reduced over
+//    `dp` as without it, then this rank's piece of each bucket is averaged
+//    over `replicas` (compressed as ZeroOptions::compression says); the step,
+//    the all-gathers and stage 3's gathering stay inside `dp`. Memory per
+//    rank is that of ZeRO over dp.size() ranks; across the replicas only the
+//    shard's gradient travels. At stage 1, Parameter::grad() outside this
+//    rank's shard is then averaged over `dp` only. hybrid_shard_groups()
+//    builds both groups from a data-parallel group.
 //  - bf16/f16 parameters (stages 1 to 3): the flat buffers, gradient buckets
 //    and collectives stay in the parameters' dtype; each rank also keeps an
 //    f32 master copy of its shard, which the optimizer steps (with the reduced
@@ -101,7 +112,26 @@ struct ZeroOptions {
   // the wire buffers with the gradients. Gradients already in bf16/f16
   // travel as they are.
   GradCompression compression = GradCompression::none;
+  // Hybrid sharding (stages 1 to 3): the ranks that hold the same shard as
+  // this one in the other shard groups (see the Guarantees above); null: the
+  // state is sharded over the whole of `dp`. Every rank of it has the same
+  // rank in its own `dp`, and every `dp` group has the same size.
+  comm::Communicator* replicas = nullptr;
 };
+
+// A data-parallel group split for hybrid sharding: `shard`, groups of
+// shard_size consecutive data-parallel ranks (which share one copy of the
+// ZeRO state: pass it as ZeroOptimizer's dp), and `replicas`, the ranks with
+// the same place in every shard group (ZeroOptions::replicas). Consecutive
+// ranks, because ParallelLayout numbers a node's ranks consecutively, so a
+// shard group of a node's size keeps the all-gathers inside the node.
+// Collective over `dp` (two splits). Throws, before communicating, unless
+// 2 <= shard_size < dp.size() and shard_size divides dp.size().
+struct ZeroGroups {
+  std::shared_ptr<comm::Communicator> shard;
+  std::shared_ptr<comm::Communicator> replicas;
+};
+ZeroGroups hybrid_shard_groups(comm::Communicator& dp, int shard_size);
 
 using OptimizerOptions = std::variant<optim::SgdOptions, optim::AdamWOptions>;
 
@@ -183,6 +213,10 @@ class ZeroOptimizer {
   // The parameters it manages, in the order given, and its group's size.
   const std::vector<nn::Parameter*>& parameters() const;
   int data_parallel_size() const;
+  // Hybrid sharding: the shard's copies (replicas->size(), 1 without) and this
+  // rank's place among them (0 without; checkpoints are written by replica 0).
+  int replica_count() const;
+  int replica_rank() const;
   int requested_stage() const { return options_.stage; }
   optim::Optimizer& optimizer();
   // Stage 0's data-parallel reducer (its overlap stats()); null at stages 1 to 3.
