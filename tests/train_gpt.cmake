@@ -131,6 +131,42 @@ loom_train_gpt_compare(dp ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.
         "2|--layers 2|--zero-stage 3 --activation-checkpointing"
         "2|--layers 2|--micro-batches 2 --zero-stage 3 --checkpoint-attention")
 
+# Hybrid sharding (--zero-shard-size: the ZeRO state sharded over groups of
+# dp ranks and replicated over the groups) reproduces one rank to the printed
+# digit: stages 1-3 over 4 ranks as 2 x 2 (with accumulation), 6 ranks as 3 x
+# 2 and 2 x 3, under tp 2 with SP and under pp 2 (8 ranks, dp 4).
+loom_train_gpt_compare(zero ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.tokens
+  NAME_PREFIX _hybrid
+  COMMON --d-model 64 --heads 4 --seq 32 --batch 4 --steps 6 --log-every 1 --eval-every 0
+         --eval-batches 2
+  CASES "4|--layers 2|--zero-stage 1 --zero-shard-size 2"
+        "4|--layers 2|--zero-stage 2 --zero-shard-size 2 --micro-batches 2"
+        "4|--layers 2|--zero-stage 3 --zero-shard-size 2"
+        "6|--layers 2|--zero-stage 2 --zero-shard-size 3"
+        "6|--layers 2|--zero-stage 3 --zero-shard-size 2"
+        "8|--layers 2|--tp 2 --sequence-parallel --zero-stage 2 --zero-shard-size 2"
+        "8|--layers 4|--pp 2 --schedule zb-h1 --micro-batches 2 --zero-stage 3 --zero-shard-size 2")
+loom_train_gpt_refuses(zero
+  COMMON --layers 1 --d-model 32 --heads 2 --seq 16 --batch 2 --steps 1
+         --token-file ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.tokens
+  CASES
+    "4|--zero-shard-size 2|--zero-shard-size 2 shards the ZeRO state over groups of data-parallel ranks. it needs --zero-stage 1, 2 or 3 .got 0."
+    "4|--zero-stage 1 --zero-shard-size 3|--zero-shard-size 3 with dp 4 .world / .tp x pp..: the shard group must have at least 2 ranks, fewer than dp, and divide dp"
+    "4|--zero-stage 3 --zero-shard-size 2 --tp 2|--zero-shard-size 2 with dp 2")
+# Checkpoints of a hybrid-sharded run: written by the first replica only,
+# resumed bit for bit on the same layout and to the printed digit on dp 2
+# ZeRO-1 and one rank; dp 2 ZeRO-3's resumed hybrid-sharded over dp 4.
+add_test(NAME checkpoint.train_gpt_hybrid
+         COMMAND ${Python3_EXECUTABLE}
+                 ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint/check_train_gpt_hybrid.py
+                 ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_gpt> $<TARGET_FILE:loom-ckpt>
+                 ${CMAKE_CURRENT_BINARY_DIR}/train_gpt_hybrid --
+                 --layers 2 --d-model 64 --heads 4 --seq 32 --batch 4 --steps 8 --log-every 1
+                 --eval-every 0 --eval-batches 2
+                 --token-file ${CMAKE_CURRENT_BINARY_DIR}/train_gpt_hybrid/python_stdlib.tokens)
+set_tests_properties(checkpoint.train_gpt_hybrid PROPERTIES TIMEOUT 400 PROCESSORS 4
+                     LABELS "checkpoint;zero;mpi;examples" ENVIRONMENT "${LOOM_MPI_TEST_ENV}")
+
 # With LOOM_DEBUG_COLLECTIVES=1 every collective is compared across its ranks
 # before it runs (docs/comm.md): the runs still reproduce one rank, under dp
 # with ZeRO-1, tp with SP and pp (the executor's gradient reductions and the

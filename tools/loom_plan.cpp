@@ -137,6 +137,7 @@ nlohmann::json to_json(const planner::Estimate& e) {
           {"pp", l.pp},
           {"sequence_parallel", l.sequence_parallel},
           {"zero_stage", l.zero_stage},
+          {"zero_shard", l.zero_shard},
           {"schedule", l.pp > 1 ? pl::to_string(l.schedule) : ""},
           {"micro_batches", l.micro_batches},
           {"activation_checkpointing", l.activation_checkpointing},
@@ -163,7 +164,7 @@ nlohmann::json to_json(const planner::Estimate& e) {
 }
 
 void print_row(int index, const planner::Estimate& e) {
-  std::printf("%4d  %-44s %9s %6s %10s %7s %7s %7s %7s %6s %8s %8s\n", index,
+  std::printf("%4d  %-50s %9s %6s %10s %7s %7s %7s %7s %6s %8s %8s\n", index,
               e.layout.str().c_str(), fixed(e.step * 1e3, 1).c_str(), fixed(100 * e.mfu, 1).c_str(),
               fixed(e.tokens_per_second, 0).c_str(), fixed(e.total_bytes / GiB, 2).c_str(),
               fixed((e.parameter_bytes + e.gradient_bytes + e.optimizer_bytes) / GiB, 2).c_str(),
@@ -185,7 +186,7 @@ std::string model_flags(const planner::Workload& work, const planner::Layout& la
 }
 
 void print_header() {
-  std::printf("%4s  %-44s %9s %6s %10s %7s %7s %7s %7s %6s %8s %8s\n", "#", "layout", "step ms",
+  std::printf("%4s  %-50s %9s %6s %10s %7s %7s %7s %7s %6s %8s %8s\n", "#", "layout", "step ms",
               "MFU %", "tokens/s", "GiB", "state", "act", "trans", "bubble", "tp ms", "dp ms");
 }
 
@@ -242,12 +243,17 @@ int main(int argc, char** argv) {
   auto* mb_opt = app.add_option("--micro-batches", only.micro_batches);
   auto* vs_opt = app.add_option("--virtual-stages", only.virtual_stages);
   auto* zero_opt = app.add_option("--zero-stage", only.zero_stage);
+  auto* shard_opt = app.add_option("--zero-shard-size", only.zero_shard,
+                                   "hybrid sharding: the ZeRO state sharded over groups of this "
+                                   "many dp ranks, replicated "
+                                   "over the others")
+                        ->check(CLI::NonNegativeNumber);
   auto* sp_opt = app.add_flag("--sequence-parallel", only.sequence_parallel);
   auto* ckpt_opt = app.add_flag("--activation-checkpointing", only.activation_checkpointing);
   auto* attn_opt = app.add_flag("--checkpoint-attention", only.checkpoint_attention);
   CLI11_PARSE(app, argc, argv);
-  for (CLI::Option* o :
-       {tp_opt, pp_opt, sched_opt, mb_opt, vs_opt, zero_opt, sp_opt, ckpt_opt, attn_opt}) {
+  for (CLI::Option* o : {tp_opt, pp_opt, sched_opt, mb_opt, vs_opt, zero_opt, shard_opt, sp_opt,
+                         ckpt_opt, attn_opt}) {
     evaluate = evaluate || o->count() > 0;
   }
   try {

@@ -53,6 +53,12 @@ inline void print_layout(loom::comm::Communicator& world,
   const std::vector<int32_t> table = all.to_vector<int32_t>();
   std::printf("layout: %d rank(s) = dp %d x tp %d x pp %d (tp innermost, then dp, then pp)\n",
               world.size(), groups.dp->size(), groups.tp->size(), groups.pp->size());
+  if (zero.replica_count() > 1) {
+    std::printf(
+        "  ZeRO-%d state sharded over groups of %d consecutive dp ranks, replicated %d times "
+        "(hybrid sharding)\n",
+        zero.stage(), zero.data_parallel_size(), zero.replica_count());
+  }
   std::printf("  rank    dp    tp    pp  host and device\n");
   constexpr int kShown = 64;
   for (int r = 0; r < world.size(); ++r) {

@@ -71,6 +71,7 @@ inline std::optional<StepPrediction> predict_step(const Context& launch, const g
                          .pp = f.pipe.pp,
                          .sequence_parallel = f.sequence_parallel,
                          .zero_stage = dp > 1 ? f.zero_stage : 0,
+                         .zero_shard = f.zero_shard,
                          .micro_batches = f.pipe.micro_batch_count(),
                          .virtual_stages = f.pipe.pp > 1 ? f.pipe.virtual_stages : 0,
                          .activation_checkpointing = f.activation_checkpointing,

@@ -172,6 +172,8 @@ RankSnapshot snapshot_rank(const std::filesystem::path& dir, const comm::Communi
       continue;
     }
     if (!p.sharded() && !options.write_replicated) continue;
+    // Hybrid sharding: the other replicas hold the same pieces as the first.
+    if (stage > 0 && zero.replica_rank() > 0) continue;
     const Layout layout{p.shape(), p.placement()};
     // The next host buffer of an earlier snapshot, if any.
     auto spare = [&]() -> Tensor {

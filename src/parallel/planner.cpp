@@ -191,6 +191,7 @@ std::string Layout::str() const {
   std::string s = str_cat("dp ", dp, " x tp ", tp, " x pp ", pp);
   if (sequence_parallel) s += ", SP";
   s += str_cat(", ZeRO-", zero_stage);
+  if (zero_shard > 0) s += str_cat(" over ", zero_shard);
   if (pp > 1) {
     s += str_cat(", ", pipeline::to_string(schedule));
     if (virtual_stages > 0) s += str_cat(" v ", virtual_stages);
@@ -212,6 +213,7 @@ std::string Layout::flags() const {
   }
   if (micro_batches > 1 || pp > 1) add(str_cat("--micro-batches ", micro_batches));
   if (zero_stage > 0) add(str_cat("--zero-stage ", zero_stage));
+  if (zero_shard > 0) add(str_cat("--zero-shard-size ", zero_shard));
   if (activation_checkpointing) add("--activation-checkpointing");
   if (checkpoint_attention) add("--checkpoint-attention");
   return s;
@@ -280,6 +282,10 @@ StepTraffic gpt_step_traffic(const TrafficShape& s) {
   // after the step at stages 1 and 2, around every use at stage 3 (forward
   // and backward; per micro-batch under a pipeline).
   const int stage = s.dp > 1 ? s.zero_stage : 0;
+  // Hybrid sharding: the collectives below run over the shard group, and
+  // each rank's 1/n_shard of the gradients is all-reduced over the replicas.
+  const double n_shard = stage > 0 && s.zero_shard > 0 ? s.zero_shard : n_dp;
+  const double n_replicas = n_dp / n_shard;
   const double grad_passes = (stage <= 1 ? 2.0 : 1.0) * (s.bf16_gradients ? 0.5 : 1.0);
   const double param_passes =
       stage == 0 ? 0.0 : (stage < 3 ? 1.0 : 2.0 * (s.virtual_stages > 0 ? s.micro_batches : 1));
@@ -295,7 +301,9 @@ StepTraffic gpt_step_traffic(const TrafficShape& s) {
       (s.sequence_parallel ? 0.5 * (2.0 * blocks + (s.last_stage ? 1.0 : 0.0)) : 0.0);
   const double pp_messages = 2.0 * s.virtual_stages;
   StepTraffic t;
-  t.dp = (grad_passes + param_passes) * (n_dp - 1) / n_dp * s.parameter_bytes;
+  t.dp_replicas = 2.0 * (n_replicas - 1) / n_replicas * (s.bf16_gradients ? 0.5 : 1.0) *
+                  s.parameter_bytes / n_shard;
+  t.dp = (grad_passes + param_passes) * (n_shard - 1) / n_shard * s.parameter_bytes + t.dp_replicas;
   t.tp = tp_collectives * 2.0 * (n_tp - 1) / n_tp * activations;
   t.pp = pp_messages * activations / (s.sequence_parallel ? n_tp : 1.0);
   return t;
@@ -342,6 +350,14 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
   }
   if (layout.zero_stage < 0 || layout.zero_stage > 3) {
     return refuse(str_cat("ZeRO stage ", layout.zero_stage, " is not 0 to 3"));
+  }
+  if (layout.zero_shard != 0 &&
+      (layout.zero_stage < 1 || layout.zero_shard < 2 || layout.zero_shard >= layout.dp ||
+       layout.dp % layout.zero_shard != 0)) {
+    return refuse(str_cat("hybrid sharding over groups of ", layout.zero_shard, " of dp ",
+                          layout.dp, " at ZeRO stage ", layout.zero_stage,
+                          ": it needs stage 1 to 3 and a group of at least 2 ranks, fewer than "
+                          "dp, dividing it"));
   }
   if (work.batch % layout.dp != 0) {
     return refuse(str_cat("dp ", layout.dp, " does not divide the batch of ", work.batch));
@@ -419,7 +435,8 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
   const double table_bytes =
       static_cast<double>(padded_vocab(config.vocab, layout.tp) / layout.tp * d) * kF32;
   for (int r = 0; r < layout.pp; ++r) {
-    const StateBytes state = zero_state_bytes(numels[static_cast<size_t>(r)], layout.dp, stage);
+    const StateBytes state =
+        zero_state_bytes(numels[static_cast<size_t>(r)], layout.shard_ranks(), stage);
     double largest_chunk = 0, weight_copies = 0;
     for (int c = 0; c < chunks; ++c) {
       if (schedule->rank_of(c) != r) continue;
@@ -554,9 +571,14 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
   e.tp_communication = rank_tp[static_cast<size_t>(busiest)];
 
   // Traffic and the data-parallel exposure, per pipeline rank; the worst counts.
+  // Hybrid sharding: the shard group's collectives at its own bandwidth, the
+  // replicas' (the ranks of the shard group's size apart) at dp's.
   const bool dp_local = within_node(cluster, layout.tp, layout.dp);
   const double dp_bandwidth =
       dp_local ? cluster.intra_node_bandwidth : cluster.inter_node_bandwidth;
+  const double shard_bandwidth = within_node(cluster, layout.tp, layout.shard_ranks())
+                                     ? cluster.intra_node_bandwidth
+                                     : cluster.inter_node_bandwidth;
   double optimizer_elements = 0;
   for (int r = 0; r < layout.pp; ++r) {
     const double params = sum(numels[static_cast<size_t>(r)]) * kF32;
@@ -565,6 +587,7 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
                           .dp = layout.dp,
                           .tp = layout.tp,
                           .zero_stage = stage,
+                          .zero_shard = layout.zero_shard,
                           .batch = rows,
                           .seq = seq,
                           .d_model = d,
@@ -581,23 +604,26 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
     e.pp_wire_bytes = std::max(e.pp_wire_bytes, traffic.pp);
     double exposed = 0;
     if (layout.dp > 1) {
-      const double n_dp = layout.dp;
-      const double ring = (n_dp - 1) / n_dp;
+      const double n_shard = stage > 0 ? layout.shard_ranks() : layout.dp;
+      const double ring = (n_shard - 1) / n_shard;
       const double grad_wire =
           (stage <= 1 ? 2.0 : 1.0) * (work.bf16_gradients ? 0.5 : 1.0) * ring * params;
-      const double grad_seconds = grad_wire / dp_bandwidth + cluster.latency;
+      const double grad_seconds =
+          grad_wire / shard_bandwidth + traffic.dp_replicas / dp_bandwidth + cluster.latency;
       const double last_bucket =
-          std::min(grad_seconds,
-                   (stage <= 1 ? 2.0 : 1.0) * ring * std::min(kLastBucket, params) / dp_bandwidth);
+          std::min(grad_seconds, (stage <= 1 ? 2.0 : 1.0) * ring * std::min(kLastBucket, params) /
+                                     shard_bandwidth);
       exposed = std::max(grad_seconds - rank_backward[static_cast<size_t>(r)], last_bucket);
-      const double gather_seconds = (traffic.dp - grad_wire) / dp_bandwidth;
+      const double gather_seconds =
+          (traffic.dp - traffic.dp_replicas - grad_wire) / shard_bandwidth;
       exposed += stage == 3 ? std::max(0.0, gather_seconds - rank_compute[static_cast<size_t>(r)])
                             : gather_seconds;
     }
     e.dp_exposed = std::max(e.dp_exposed, exposed);
     optimizer_elements = std::max(
         optimizer_elements,
-        zero_state_bytes(numels[static_cast<size_t>(r)], layout.dp, stage).optimizer / 2.0 / kF32);
+        zero_state_bytes(numels[static_cast<size_t>(r)], layout.shard_ranks(), stage).optimizer /
+            2.0 / kF32);
   }
   e.optimizer = optimizer_elements * kAdamWBytesPerElement / cluster.memory_bandwidth;
   e.step = e.pipeline_step + e.dp_exposed + e.optimizer;

@@ -64,7 +64,18 @@ std::vector<Estimate> plan(const Workload& work, const Cluster& cluster,
                 }
               }
             }
-            for (const Layout& l : layouts) out.push_back(estimate(work, cluster, l));
+            // Hybrid sharding over a node's dp ranks when dp spans nodes
+            // (ParallelLayout: tp innermost, then dp).
+            const int node_dp = cluster.devices_per_node / tp;
+            const bool hybrid =
+                stage > 0 && cluster.nodes > 1 && node_dp >= 2 && node_dp < dp && dp % node_dp == 0;
+            for (const Layout& l : layouts) {
+              out.push_back(estimate(work, cluster, l));
+              if (!hybrid) continue;
+              Layout h = l;
+              h.zero_shard = node_dp;
+              out.push_back(estimate(work, cluster, h));
+            }
           }
         }
       }
@@ -102,8 +113,8 @@ size_t recommended(const std::vector<Estimate>& ranked, double tolerance) {
   auto simpler = [](const Estimate& a, const Estimate& b) {
     const Layout &x = a.layout, &y = b.layout;
     const auto key = [](const Layout& l) {
-      return std::tuple(l.pp, l.tp, recompute_level(l), l.zero_stage, l.micro_batches,
-                        l.sequence_parallel);
+      return std::tuple(l.pp, l.tp, recompute_level(l), l.zero_stage, l.zero_shard > 0,
+                        l.micro_batches, l.sequence_parallel);
     };
     if (key(x) != key(y)) return key(x) < key(y);
     return a.step < b.step;

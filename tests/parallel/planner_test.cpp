@@ -10,6 +10,7 @@
 
 #include "loom/comm/local.hpp"
 #include "loom/core/error.hpp"
+#include "loom/models/gpt.hpp"
 #include "loom/models/gpt_flops.hpp"
 #include "loom/optim/adamw.hpp"
 #include "loom/parallel/pipeline/gpt_chunks.hpp"
@@ -239,6 +240,94 @@ TEST_CASE("planner: communication terms by hand", "[planner]") {
         planner::estimate(work, simple_cluster(1, 2),
                           {.pp = 2, .schedule = pl::ScheduleKind::zb_h1, .micro_batches = 4});
     CHECK(zb.bubble_fraction < e.bubble_fraction);
+  }
+}
+
+TEST_CASE("planner: hybrid sharding's bytes and traffic", "[planner]") {
+  planner::Workload work{.model = small_config(), .batch = 8};
+  const double grads = 4.0 * static_cast<double>(work.model.parameter_count());
+  // dp 4 as 2 nodes of 2, ZeRO-3: sharded over all 4, every all-gather and
+  // the reduce-scatter cross nodes; sharded over a node's 2 and replicated
+  // across the nodes, only the shard's gradient average does.
+  const planner::Cluster c = simple_cluster(2, 2);
+  const planner::Estimate flat = planner::estimate(work, c, {.dp = 4, .zero_stage = 3});
+  const planner::Estimate hybrid =
+      planner::estimate(work, c, {.dp = 4, .zero_stage = 3, .zero_shard = 2});
+  REQUIRE(flat.fits());
+  REQUIRE(hybrid.fits());
+  CHECK(hybrid.layout.str() == "dp 4 x tp 1 x pp 1, ZeRO-3 over 2");
+  CHECK(hybrid.layout.flags() == "--zero-stage 3 --zero-shard-size 2");
+  // The state of ZeRO over 2 ranks.
+  const std::vector<int64_t> numels = planner::rank_parameter_numels(work.model, {.dp = 4})[0];
+  const planner::StateBytes two = planner::zero_state_bytes(numels, 2, 3);
+  CHECK(hybrid.optimizer_bytes == two.optimizer);
+  CHECK(hybrid.parameter_bytes == two.parameters);
+  CHECK(hybrid.optimizer_bytes > flat.optimizer_bytes);
+  // Wire bytes: flat, 3 passes (two gathers, one reduce-scatter) x 3/4; hybrid,
+  // 3 x 1/2 in the node plus an all-reduce of half the gradient over 2 (x 1/2).
+  CHECK(flat.dp_wire_bytes == Approx(3.0 * 0.75 * grads));
+  CHECK(hybrid.dp_wire_bytes == Approx(3.0 * 0.5 * grads + 0.5 * grads));
+  const planner::StepTraffic t = planner::gpt_step_traffic(
+      {.parameter_bytes = grads, .dp = 4, .zero_stage = 3, .zero_shard = 2});
+  CHECK(t.dp_replicas == Approx(0.5 * grads));
+  // At a tenth of the bandwidth across nodes, the hybrid layout exposes less.
+  CHECK(hybrid.dp_exposed < flat.dp_exposed);
+  // Stage 1 over a shard group: the bucket all-reduce in the node, then the piece.
+  const planner::StepTraffic t1 = planner::gpt_step_traffic(
+      {.parameter_bytes = grads, .dp = 4, .zero_stage = 1, .zero_shard = 2});
+  CHECK(t1.dp == Approx((2.0 + 1.0) * 0.5 * grads + 0.5 * grads));
+
+  // Refused: at stage 0, a group of one, a group that does not divide dp or is all of it.
+  CHECK_THAT(planner::estimate(work, c, {.dp = 4, .zero_shard = 2}).refused,
+             Contains("hybrid sharding over groups of 2 of dp 4 at ZeRO stage 0"));
+  for (const int bad : {1, 3, 4}) {
+    CHECK_THAT(planner::estimate(work, c, {.dp = 4, .zero_stage = 2, .zero_shard = bad}).refused,
+               Contains(str_cat("hybrid sharding over groups of ", bad, " of dp 4")));
+  }
+  // plan() offers it where dp spans nodes (a node's dp ranks per group), not within one node.
+  auto hybrids = [&](const planner::Cluster& cluster) {
+    int n = 0;
+    for (const planner::Estimate& e : planner::plan(work, cluster, {.recompute = false})) {
+      if (e.layout.zero_shard == 0) continue;
+      ++n;
+      CHECK(e.layout.zero_shard == cluster.devices_per_node / e.layout.tp);
+      CHECK(e.layout.zero_stage > 0);
+    }
+    return n;
+  };
+  CHECK(hybrids(c) > 0);
+  CHECK(hybrids(simple_cluster(1, 4)) == 0);
+}
+
+TEST_CASE("planner: hybrid sharding's state bytes are ZeroOptimizer's", "[planner]") {
+  // 4 in-process ranks, groups of 2: each rank keeps what ZeRO over 2 keeps,
+  // as zero_state_bytes(numels, 2, stage) counts it.
+  const models::GPTConfig config = small_config();
+  const std::vector<int64_t> numels = planner::rank_parameter_numels(config, {.dp = 4})[0];
+  for (const int stage : {1, 2, 3}) {
+    INFO("stage " << stage);
+    const planner::StateBytes want = planner::zero_state_bytes(numels, 2, stage);
+    std::vector<double> params(4), shard(4);
+    comm::run_local_ranks(comm::make_local_group(4), [&](comm::Communicator& c) {
+      const parallel::ZeroGroups groups = parallel::hybrid_shard_groups(c, 2);
+      std::unique_ptr<nn::Module> model = std::make_unique<models::GPT>("", config);
+      std::vector<parallel::ShardedModule*> units;
+      if (stage == 3) {
+        // Only the parameter bytes at rest are compared: one unit holds all.
+        model = std::make_unique<parallel::ShardedModule>(std::move(model));
+        units = {static_cast<parallel::ShardedModule*>(model.get())};
+      }
+      parallel::ZeroOptimizer zero(
+          model->parameters(), *groups.shard, optim::AdamWOptions{},
+          {.stage = stage, .modules = units, .replicas = groups.replicas.get()});
+      const auto r = static_cast<size_t>(c.rank());
+      params[r] = static_cast<double>(zero.memory().param_bytes);
+      shard[r] = static_cast<double>(zero.shard_numel());
+    });
+    for (size_t r = 0; r < 4; ++r) {
+      CHECK(params[r] == want.parameters);
+      CHECK(4.0 * shard[r] == want.optimizer / 2.0);
+    }
   }
 }
 

@@ -8,7 +8,8 @@
 //
 // What a rank writes: for each piece ZeroOptimizer::shard_pieces() gives its
 // data-parallel rank (a whole parameter at stage 0, where the pieces are
-// spread over the dp ranks so each is written once), the piece's elements of
+// spread over the dp ranks so each is written once; under hybrid sharding
+// only the first replica writes, ZeroOptimizer::replica_rank() 0), the piece's elements of
 // the parameter's value and of every optimizer state tensor ("exp_avg",
 // "momentum", ...), as 1-D tensors. The header's metadata (key
 // "loom.checkpoint", JSON) gives each record's parameter, the parameter's

@@ -86,6 +86,10 @@ struct Layout {
   int dp = 1, tp = 1, pp = 1;
   bool sequence_parallel = false;
   int zero_stage = 0;
+  // Hybrid sharding (ZeroOptions::replicas; train_gpt --zero-shard-size):
+  // the ZeRO state sharded over groups of this many data-parallel ranks and
+  // replicated over dp / zero_shard of them (0: sharded over the whole dp).
+  int zero_shard = 0;
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;
   int micro_batches = 1;                  // per replica per step (gradient accumulation at pp 1)
   int virtual_stages = 0;                 // 0: the schedule's own
@@ -95,6 +99,8 @@ struct Layout {
   bool checkpoint_attention = false;
 
   int world() const { return dp * tp * pp; }
+  // The ranks one copy of the ZeRO state is sharded over.
+  int shard_ranks() const { return zero_shard > 0 ? zero_shard : dp; }
   // "dp 2 x tp 2 x pp 2, SP, ZeRO-1, 1f1b, M 8, checkpointed"
   std::string str() const;
   // The train_gpt flags that run it: "--tp 2 --sequence-parallel --pp 2 ..."
@@ -147,17 +153,18 @@ struct PlanOptions {
 
 // Every layout of cluster.world() ranks: tp dividing the heads and the ranks
 // of a node, pp up to the layers, dp what is left (dividing the batch); SP
-// on and off; ZeRO 0-3 (0 at dp 1); each schedule at pp > 1 with M from pp
-// doubling up to the rows per replica (gradient accumulation at pp 1);
-// checkpointing off and on. Fitting layouts first, fastest first (less
-// memory on ties), then the refused ones, the closest to fitting first.
+// on and off; ZeRO 0-3 (0 at dp 1), and at stages 1-3, when dp spans nodes,
+// also sharded over a node's dp ranks and replicated across nodes; each schedule at pp > 1 with M
+// from pp doubling up to the rows per replica (gradient accumulation at pp 1); checkpointing off
+// and on. Fitting layouts first, fastest first (less memory on ties), then the refused ones, the
+// closest to fitting first.
 std::vector<Estimate> plan(const Workload& work, const Cluster& cluster,
                            const PlanOptions& options = {});
 
 // The layout to run: among the fitting layouts whose predicted step is within
 // `tolerance` of the fastest, the simplest (NOTE [planner recommendation]):
 // fewest pipeline stages, then fewest tp ranks, the least recompute (none,
-// the attention, whole blocks), the lowest ZeRO stage, the fewest micro-batches, SP
+// the attention, whole blocks), the lowest ZeRO stage, not hybrid, the fewest micro-batches, SP
 // off before on, then the faster. `ranked` as plan() returns it; returns its
 // index, or ranked.size() when nothing fits.
 size_t recommended(const std::vector<Estimate>& ranked, double tolerance = 0.02);
@@ -171,7 +178,8 @@ std::vector<std::vector<int64_t>> rank_parameter_numels(const models::GPTConfig&
                                                         const Layout& layout);
 
 // The bytes ZeroOptimizer keeps at rest for parameters of `numels` elements
-// of f32 on one of `dp` ranks at `stage` (its 64-byte alignment included):
+// of f32 on one of `dp` ranks sharing the state (hybrid sharding: the shard
+// group's) at `stage` (its 64-byte alignment included):
 // {parameters, gradients, optimizer state} with AdamW's two moments.
 struct StateBytes {
   double parameters = 0, gradients = 0, optimizer = 0;
@@ -185,6 +193,7 @@ struct TrafficShape {
   double parameter_bytes = 0;  // this rank's part of the model (unsharded)
   int dp = 1, tp = 1;
   int zero_stage = 0;
+  int zero_shard = 0;                       // hybrid sharding: Layout::zero_shard
   int64_t batch = 0, seq = 0, d_model = 0;  // sequences per replica per step
   int64_t blocks = 0;                       // transformer blocks on this rank
   bool first_stage = true;                  // holds the (vocabulary-parallel) embedding
@@ -197,6 +206,9 @@ struct TrafficShape {
 };
 struct StepTraffic {
   double dp = 0, tp = 0, pp = 0;  // wire bytes per rank per step
+  // Hybrid sharding: of `dp`, the bytes averaging the shard's gradient over
+  // the replicas (the rest stays in the shard group).
+  double dp_replicas = 0;
 };
 StepTraffic gpt_step_traffic(const TrafficShape& shape);
 
