@@ -44,6 +44,7 @@
 #include "../common/pipeline_flags.hpp"
 #include "../common/say.hpp"
 #include "../common/step_meter.hpp"
+#include "../common/zero_shard.hpp"
 #include "evaluation.hpp"
 #include "loom/loom.hpp"
 #include "loom/parallel/pipeline/executor.hpp"
@@ -161,11 +162,9 @@ int run(const Flags& f) {
   // gradients and parameters (ZeRO stages 1-3).
   // --zero-shard-size: the state sharded over groups of consecutive dp ranks,
   // replicated over the groups (parallel::hybrid_shard_groups).
-  parallel::ZeroGroups hybrid;
-  if (f.zero_shard > 0) hybrid = parallel::hybrid_shard_groups(dp, f.zero_shard);
-  comm::Communicator& zero_group = hybrid.shard ? *hybrid.shard : dp;
+  const examples::ZeroGroup zero_group(dp, f.zero_shard);
   parallel::ZeroOptimizer zero(
-      pipeline ? chunks.parameters() : model->parameters(), zero_group, adamw,
+      pipeline ? chunks.parameters() : model->parameters(), zero_group.shard(), adamw,
       parallel::ZeroOptions{
           .stage = f.zero_stage,
           .first_bucket_bytes = static_cast<size_t>(f.first_bucket_mib * (1 << 20)),
@@ -176,7 +175,7 @@ int run(const Flags& f) {
           .groups = parallel::reduction_groups(groups),
           .compression = f.grad_reduce == "bf16" ? parallel::GradCompression::bf16
                                                  : parallel::GradCompression::none,
-          .replicas = hybrid.replicas.get()});
+          .replicas = zero_group.replicas()});
   examples::Loss loss_fn;
   if (f.tp > 1) {
     loss_fn.vocab_parallel =
@@ -199,7 +198,7 @@ int run(const Flags& f) {
   if (f.resume) {
     if (const auto latest = checkpoint::latest_checkpoint(f.checkpoint_dir)) {
       const checkpoint::TrainingState saved =
-          checkpoint::load_checkpoint(*latest, zero, zero_group.rank(), world);
+          checkpoint::load_checkpoint(*latest, zero, zero_group.shard().rank(), world);
       for (const auto& [key, value] : resume_invariants(f, dp.size())) {
         const auto it = saved.info.find(key);
         LOOM_CHECK(it != saved.info.end() && it->second == value, "--resume: checkpoint ",
@@ -221,7 +220,7 @@ int run(const Flags& f) {
   // has its weights already).
   if (!f.init_from.empty() && first_step == 0) {
     const checkpoint::WeightsReport loaded =
-        checkpoint::load_weights(f.init_from, zero, zero_group.rank(), world);
+        checkpoint::load_weights(f.init_from, zero, zero_group.shard().rank(), world);
     if (lead) {
       std::printf("initial weights from %s: %lld tensors%s", f.init_from.c_str(),
                   static_cast<long long>(loaded.tensors),
@@ -346,7 +345,7 @@ int run(const Flags& f) {
                     .sequence_parallel = f.sequence_parallel,
                     .recompute = f.checkpoints(groups.coord.pp),
                     .bf16_gradients = f.grad_reduce == "bf16"},
-                   hybrid));
+                   zero_group.hybrid));
   }
   // The planner's step for this layout, against the measured one at the end.
   const std::optional<examples::StepPrediction> prediction = examples::predict_step(
@@ -578,8 +577,9 @@ int run(const Flags& f) {
       // consolidate --gpt2 writes Hugging Face's config.json from them).
       std::map<std::string, std::string> info = resume_invariants(f, dp.size());
       info.merge(checkpoint::gpt_model_info(config));
-      saver.save(f.checkpoint_dir, world, zero, {.step = step + 1, .info = info},
-                 {.dp_rank = zero_group.rank(), .write_replicated = groups.tp->rank() == 0});
+      saver.save(
+          f.checkpoint_dir, world, zero, {.step = step + 1, .info = info},
+          {.dp_rank = zero_group.shard().rank(), .write_replicated = groups.tp->rank() == 0});
     }
     if (const auto report = saver.poll()) say_saved(*report);
     // Every rank must stop at the same step: rank 0's clock decides.

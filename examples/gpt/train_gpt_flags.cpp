@@ -1,6 +1,7 @@
 #include "train_gpt_flags.hpp"
 
 #include "../common/flag_checks.hpp"
+#include "../common/zero_shard.hpp"
 #include "loom/core/error.hpp"
 #include "loom/models/gpt_config.hpp"
 #include "loom/parallel/pipeline/schedule.hpp"
@@ -81,17 +82,7 @@ void check_layout(const Flags& f, int world) {
              f.seq,
              " (under --sequence-parallel each rank holds seq / tp tokens of every sequence)");
 
-  if (f.zero_shard > 0) {
-    const int dp = world / (f.tp * f.pipe.pp);
-    LOOM_CHECK(f.zero_stage >= 1, "--zero-shard-size ", f.zero_shard,
-               " shards the ZeRO state over groups of data-parallel ranks; it needs "
-               "--zero-stage 1, 2 or 3 (got ",
-               f.zero_stage, ")");
-    LOOM_CHECK(f.zero_shard >= 2 && f.zero_shard < dp && dp % f.zero_shard == 0,
-               "--zero-shard-size ", f.zero_shard, " with dp ", dp,
-               " (world / (tp x pp)): the shard group must have at least 2 ranks, fewer than dp, "
-               "and divide dp");
-  }
+  examples::check_zero_shard(f.zero_shard, f.zero_stage, world / (f.tp * f.pipe.pp));
   check_pipeline(f);
   LOOM_CHECK(f.checkpoint_dir.empty() == (f.save_every == 0 && !f.resume),
              f.checkpoint_dir.empty()
@@ -140,12 +131,7 @@ void add_flags(CLI::App& app, Flags& f) {
                  "0: plain data parallelism; 1, 2, 3: shard optimizer state, + gradients, "
                  "+ parameters (docs/zero.md)")
       ->check(flags::between(0, 3));
-  app.add_option("--zero-shard-size", f.zero_shard,
-                 "with --zero-stage: shard the state over groups of this many data-parallel ranks "
-                 "(a node's, say) and replicate it over the groups, so that only each shard's "
-                 "gradient average crosses between them (0: shard over all of dp; "
-                 "docs/zero.md)")
-      ->check(flags::at_least(0));
+  examples::add_zero_shard_flag(app, f.zero_shard);
   app.add_option("--checkpoint-dir", f.checkpoint_dir,
                  "distributed checkpoints here (docs/checkpoint.md): with --save-every and/or "
                  "--resume");

@@ -46,6 +46,7 @@
 #include "../common/pipeline_flags.hpp"
 #include "../common/say.hpp"
 #include "../common/step_meter.hpp"
+#include "../common/zero_shard.hpp"
 #include "loom/loom.hpp"
 #include "loom/parallel/pipeline/executor.hpp"
 #include "loom/parallel/pipeline/forward_pass.hpp"
@@ -77,6 +78,7 @@ struct Flags {
   std::string trace_path;
   double require_accuracy = 0;  // digits: fail unless the final test accuracy reaches this
   int zero_stage = 0;           // 0: plain data parallelism; 1-3: ZeRO (docs/zero.md)
+  int zero_shard = 0;           // hybrid sharding: dp ranks per shard group (0: all of dp)
   double bucket_cap_mib = 4;
   std::string precision = "fp32";      // nn/precision.hpp: the convolutions' and fc's operands
   loom::examples::PipelineFlags pipe;  // --pp, --schedule, --micro-batches, ... (docs/pipeline.md)
@@ -115,6 +117,7 @@ std::optional<pl::Schedule> check_flags(const Flags& f, int world,
              "--forward-only times one rank's forward pass over the whole batch; it runs on one "
              "rank without --pp or --micro-batches (the world has ",
              world, " ranks, --micro-batches ", f.pipe.micro_batches, ")");
+  loom::examples::check_zero_shard(f.zero_shard, f.zero_stage, world / f.pipe.pp);
   const pl::Schedule schedule = f.pipe.check(f.batch, /*accumulation=*/true);
   LOOM_CHECK(f.stage_cut == "flops" || f.pipe.pp > 1,
              "--stage-cut time balances a pipeline's stages; it needs --pp 2 or more");
@@ -304,8 +307,9 @@ int run(const Flags& f) {
   // One optimizer path for every layout: parameters broadcast from rank 0,
   // gradients averaged over dp bucket by bucket while backward runs, or
   // sharded with the optimizer state (ZeRO 1-3).
+  const examples::ZeroGroup zero_group(dp, f.zero_shard);  // --zero-shard-size
   parallel::ZeroOptimizer zero(
-      params, dp,
+      params, zero_group.shard(),
       optim::SgdOptions{.lr = f.lr,
                         .momentum = f.momentum,
                         .dampening = 0.0,
@@ -316,7 +320,8 @@ int run(const Flags& f) {
                             .decay = optim::DecayPolicy::all,
                             .modules = units,
                             .broadcast_parameters = true,
-                            .groups = parallel::reduction_groups(groups)});
+                            .groups = parallel::reduction_groups(groups),
+                            .replicas = zero_group.replicas()});
   nn::CrossEntropyLoss loss_fn;
   std::unique_ptr<pl::PipelineExecutor> executor;
   if (pipeline) {
@@ -569,6 +574,7 @@ int main(int argc, char** argv) {
                  "0: plain data parallelism; 1, 2, 3: shard optimizer state, + gradients, "
                  "+ parameters (docs/zero.md)")
       ->check(flags::between(0, 3));
+  loom::examples::add_zero_shard_flag(app, f.zero_shard);
   app.add_option("--bucket-cap-mib", f.bucket_cap_mib, "data parallel: gradient bucket cap")
       ->check(flags::positive());
   f.pipe.add_to(app, "images",

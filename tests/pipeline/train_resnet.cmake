@@ -42,6 +42,12 @@ loom_train_resnet_compare(
     "4|--pp 2 --schedule zb-v --micro-batches 2 --zero-stage 3"
     "4|--pp 2 --schedule 1f1b --micro-batches 2 --stage-cut time --zero-stage 1"
     "2|--micro-batches 2 --zero-stage 1")
+# Hybrid sharding (--zero-shard-size): dp 4 as 2 groups of 2, alone and
+# under pp 2 (8 ranks); zero label too.
+loom_train_resnet_compare(NAME_PREFIX _hybrid LABELS zero
+  COMMON --data cifar --width 8 --batch 8 --steps 4 --log-every 1 --lr 0.05
+  CASES "4|--micro-batches 2 --zero-stage 2 --zero-shard-size 2"
+        "8|--pp 2 --schedule 1f1b --micro-batches 2 --zero-stage 3 --zero-shard-size 2")
 # bf16 convolutions (precision label too): the pipeline and data parallelism
 # with ZeRO equal one bf16 rank running the same micro-batches.
 loom_train_resnet_compare(NAME_PREFIX _bf16 LABELS precision
