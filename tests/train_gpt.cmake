@@ -153,6 +153,18 @@ loom_train_gpt_refuses(zero
     "4|--zero-shard-size 2|--zero-shard-size 2 shards the ZeRO state over groups of data-parallel ranks. it needs --zero-stage 1, 2 or 3 .got 0."
     "4|--zero-stage 1 --zero-shard-size 3|--zero-shard-size 3 with dp 4 .world / .tp x pp..: the shard group must have at least 2 ranks, fewer than dp, and divide dp"
     "4|--zero-stage 3 --zero-shard-size 2 --tp 2|--zero-shard-size 2 with dp 2")
+# A head that outweighs the blocks (vocabulary 8192 at d_model 64): the
+# balanced cut leaves the last stage the head and the loss alone, and the
+# stage-balance line says no cut helps and what does.
+add_test(NAME examples.gpt_stage_spread_head
+         COMMAND ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe $<TARGET_FILE:train_gpt>
+                 --layers 2 --d-model 64 --heads 4 --seq 32 --batch 4 --vocab 8192 --steps 2
+                 --log-every 1 --eval-every 0 --eval-batches 1 --pp 2 --micro-batches 2
+                 --token-file ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.tokens)
+set_tests_properties(examples.gpt_stage_spread_head PROPERTIES TIMEOUT 120 PROCESSORS 2
+                     LABELS "pipeline;examples;mpi" ENVIRONMENT "${LOOM_MPI_TEST_ENV}"
+                     RESOURCE_LOCK ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.tokens
+                     PASS_REGULAR_EXPRESSION "rank 1 [0-9]+% above the median [(]world rank 1[)]; the others idle at least 0[.][0-9]+ of the step: the last stage holds only the head and the loss [(]vocabulary 8192, [0-9]+% of the counted FLOPs[)], which no --stage-layers lightens; --tp splits them")
 # Checkpoints of a hybrid-sharded run: written by the first replica only,
 # resumed bit for bit on the same layout and to the printed digit on dp 2
 # ZeRO-1 and one rank; dp 2 ZeRO-3's resumed hybrid-sharded over dp 4.

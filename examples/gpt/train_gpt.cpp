@@ -272,6 +272,8 @@ int run(const Flags& f) {
         lead, "gradient accumulation: %d micro-batches of %lld sequences per replica per step\n",
         f.pipe.micro_batch_count(), static_cast<long long>(f.batch / f.pipe.micro_batch_count()));
   }
+  // What the stage-balance line suggests when a stage computes well above the others.
+  std::string balance_hint = "--stage-layers";
   if (pipeline) {
     // The cut and each chunk's counted FLOPs (forward + backward of one sequence).
     const std::vector<int64_t> layers_per_chunk =
@@ -310,6 +312,15 @@ int run(const Flags& f) {
     examples::say_on(lead,
                      "pipeline: counted GFLOP per sequence per chunk (forward + backward%s): %s\n",
                      recomputed.c_str(), costs.c_str());
+    // A last chunk without blocks that still outweighs a stage's share: the
+    // head and the loss alone, which no cut of the blocks can lighten.
+    if (layers_per_chunk.back() == 0 && chunk_flops.back() > total_flops / f.pipe.pp) {
+      balance_hint =
+          str_cat("the last stage holds only the head and the loss (vocabulary ", config.vocab,
+                  ", ", static_cast<int>(100.0 * chunk_flops.back() / total_flops + 0.5),
+                  "% of the counted FLOPs), which no --stage-layers lightens; --tp "
+                  "splits them");
+    }
     // The simulator fed the counted FLOPs (F, B and W each a third of a chunk's).
     pl::ActionCosts counted;
     counted.forward.clear();
@@ -569,7 +580,7 @@ int run(const Flags& f) {
       if (executor) {  // collective over pp, at the same (logged) steps on every rank
         examples::say_on(
             lead, "%s",
-            examples::pipeline_step_lines(groups, pipeline_stats, "--stage-layers").c_str());
+            examples::pipeline_step_lines(groups, pipeline_stats, balance_hint).c_str());
       }
     }
     if (f.save_every > 0 && (step + 1) % f.save_every == 0) {
