@@ -123,8 +123,9 @@ struct ZeroOptions {
 // shard_size consecutive data-parallel ranks (which share one copy of the
 // ZeRO state: pass it as ZeroOptimizer's dp), and `replicas`, the ranks with
 // the same place in every shard group (ZeroOptions::replicas). Consecutive
-// ranks, because ParallelLayout numbers a node's ranks consecutively, so a
-// shard group of a node's size keeps the all-gathers inside the node.
+// ranks, because launchers place consecutive world ranks on a node and
+// ParallelLayout puts only tp inside dp: a group of a node's dp ranks keeps
+// the all-gathers inside the node.
 // Collective over `dp` (two splits). Throws, before communicating, unless
 // 2 <= shard_size < dp.size() and shard_size divides dp.size().
 struct ZeroGroups {
