@@ -181,14 +181,16 @@ set_tests_properties(checkpoint.train_gpt_hybrid PROPERTIES TIMEOUT 400 PROCESSO
 
 # With LOOM_DEBUG_COLLECTIVES=1 every collective is compared across its ranks
 # before it runs (docs/comm.md): the runs still reproduce one rank, under dp
-# with ZeRO-1, tp with SP and pp (the executor's gradient reductions and the
-# tied embedding's group).
+# with ZeRO-1, tp with SP, pp (the executor's gradient reductions and the
+# tied embedding's group) and ZeRO-3 hybrid-sharded.
 loom_train_gpt_compare(mpi ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.tokens
   NAME_PREFIX _debug_collectives ENVIRONMENT LOOM_DEBUG_COLLECTIVES=1
   COMMON --d-model 64 --heads 4 --seq 32 --batch 4 --steps 4 --log-every 1 --eval-every 0
          --eval-batches 2
   CASES "2|--layers 2|--zero-stage 1" "2|--layers 2|--tp 2 --sequence-parallel"
         "2|--layers 4|--pp 2 --schedule zb-v --micro-batches 4"
+        # Hybrid sharding: the shard groups' and the replicas' collectives.
+        "4|--layers 2|--zero-stage 3 --zero-shard-size 2"
         # Every data- and tensor-parallel replica runs the same re-planned
         # order (the durations averaged over all ranks): ZeRO 3 gathers its
         # units in that order, tp's collectives run inside its actions, and
