@@ -193,7 +193,10 @@ Work Communicator::all_reduce(const Tensor& tensor, const AllReduceOptions& opti
   LOOM_CHECK(tensor.defined(), "all_reduce on group '", name_, "': tensor is undefined");
   check_tensor_support(tensor, "all_reduce");
   check_reduce_op(options.op, tensor.dtype(), "all_reduce");
-  auto work = begin(collective_info(OpType::all_reduce, &tensor, -1, options.op), options.timeout);
+  OpInfo info = collective_info(OpType::all_reduce, &tensor, -1, options.op);
+  info.overlaps_compute = options.overlaps_compute;
+  info.symmetric = in_symmetric_memory(tensor);
+  auto work = begin(std::move(info), options.timeout);
   start_all_reduce(tensor, options, work);
   return Work(work);
 }
@@ -212,6 +215,10 @@ Tensor Communicator::make_symmetric(const Shape& shape, DType dtype) {
   return Tensor::zeros(shape, dtype);
 }
 
+bool Communicator::in_symmetric_memory(const Tensor&) const {
+  return false;
+}
+
 Work Communicator::reduce_scatter(const Tensor& input, const Tensor& output,
                                   const ReduceScatterOptions& options) {
   check_same_device_dtype(input, output, "reduce_scatter");
@@ -221,8 +228,9 @@ Work Communicator::reduce_scatter(const Tensor& input, const Tensor& output,
   LOOM_CHECK(output.numel() == counts[static_cast<size_t>(rank_)], "reduce_scatter on group '",
              name_, "': output ", output.str(), " of rank ", rank_, " must hold its chunk of ",
              counts[static_cast<size_t>(rank_)], " elements");
-  auto work = begin(collective_info(OpType::reduce_scatter, &input, -1, options.op),
-                    options.timeout, counts);
+  OpInfo info = collective_info(OpType::reduce_scatter, &input, -1, options.op);
+  info.overlaps_compute = options.overlaps_compute;
+  auto work = begin(std::move(info), options.timeout, counts);
   ReduceScatterOptions resolved = options;
   resolved.counts = counts;
   start_reduce_scatter(input, output, resolved, work);

@@ -14,8 +14,9 @@ bool reduces(OpType op) {
   return op == OpType::all_reduce || op == OpType::reduce || op == OpType::reduce_scatter;
 }
 
-// The reduction operator is named only when it is what differs.
-std::string describe(const CallRecord& call, bool with_seq, bool with_reduce = false) {
+// The reduction operator and the path options are named only when they differ.
+std::string describe(const CallRecord& call, bool with_seq, bool with_reduce = false,
+                     bool with_path = false) {
   const auto op = static_cast<OpType>(call.op);
   std::string text(op_type_name(op));
   if (with_seq) text += str_cat(" #", call.seq);
@@ -25,6 +26,13 @@ std::string describe(const CallRecord& call, bool with_seq, bool with_reduce = f
   if (with_reduce && call.reduce >= 0) {
     text += str_cat(" with op ", reduce_op_name(static_cast<ReduceOp>(call.reduce)));
   }
+  if (with_path) {
+    const bool overlaps = (call.path & CallRecord::kOverlapsCompute) != 0;
+    const bool symmetric = (call.path & CallRecord::kSymmetric) != 0;
+    text += str_cat(overlaps ? " with" : " without", " overlaps_compute");
+    if (op == OpType::all_reduce)
+      text += symmetric ? " on symmetric memory" : " on ordinary memory";
+  }
   return text;
 }
 
@@ -32,7 +40,9 @@ bool same(const CallRecord& a, const CallRecord& b) {
   if (a.op != b.op || a.seq != b.seq) return false;
   const auto op = static_cast<OpType>(a.op);
   if (op == OpType::barrier) return true;
-  if (a.dtype != b.dtype || a.peer != b.peer || a.reduce != b.reduce) return false;
+  if (a.dtype != b.dtype || a.peer != b.peer || a.reduce != b.reduce || a.path != b.path) {
+    return false;
+  }
   return !count_must_match(op) || a.count == b.count;
 }
 
@@ -91,6 +101,10 @@ CallRecord call_record(const OpInfo& info, std::span<const int64_t> counts,
   record.peer = info.peer;
   record.seq = static_cast<int64_t>(info.seq);
   if (reduces(info.op)) record.reduce = static_cast<int64_t>(info.reduce_op);
+  if (info.op == OpType::all_reduce || info.op == OpType::reduce_scatter) {
+    record.path = (info.overlaps_compute ? CallRecord::kOverlapsCompute : 0) |
+                  (info.symmetric ? CallRecord::kSymmetric : 0);
+  }
   if (info.op == OpType::all_to_all) {
     for (size_t j = 0; j < counts.size(); ++j) {
       record.layout += transfer_hash(rank, static_cast<int64_t>(j), counts[j]);
@@ -168,16 +182,18 @@ std::string counts_mismatch(const std::string& group, const CallRecord& call,
 
 std::string collective_mismatch(const std::string& group, const std::vector<CallRecord>& calls) {
   if (calls.empty()) return "";
-  bool all_same = true, seq_differs = false, reduce_differs = false;
+  bool all_same = true, seq_differs = false, reduce_differs = false, path_differs = false;
   for (const CallRecord& call : calls) {
     all_same = all_same && same(call, calls[0]);
     seq_differs = seq_differs || call.seq != calls[0].seq;
     reduce_differs = reduce_differs || reduce_differ(call, calls[0]);
+    path_differs = path_differs || call.path != calls[0].path;
   }
   if (all_same) return "";
   // Group the ranks by what they called.
   const auto groups = group_ranks(calls.size(), [&](size_t r) {
-    return std::optional<std::string>(describe(calls[r], seq_differs, reduce_differs));
+    return std::optional<std::string>(
+        describe(calls[r], seq_differs, reduce_differs, path_differs));
   });
   std::string message =
       seq_differs ? str_cat("collectives on group '", group, "' are out of step across ranks: ")
@@ -192,17 +208,19 @@ std::string collective_mismatch(const std::string& group, const std::vector<Call
 
 std::string collective_disagreement(const std::vector<std::optional<OpInfo>>& calls) {
   const OpInfo* first = nullptr;
-  bool all_same = true, reduce_differs = false;
+  bool all_same = true, reduce_differs = false, path_differs = false;
   for (const std::optional<OpInfo>& call : calls) {
     if (!call) continue;
     if (first == nullptr) first = &*call;
     all_same = all_same && same(call_record(*call), call_record(*first));
     reduce_differs = reduce_differs || reduce_differ(call_record(*call), call_record(*first));
+    path_differs = path_differs || call_record(*call).path != call_record(*first).path;
   }
   if (all_same) return "";
   const auto groups = group_ranks(calls.size(), [&](size_t r) -> std::optional<std::string> {
     if (!calls[r]) return std::nullopt;
-    std::string text = describe(call_record(*calls[r]), /*with_seq=*/true, reduce_differs);
+    std::string text =
+        describe(call_record(*calls[r]), /*with_seq=*/true, reduce_differs, path_differs);
     if (calls[r]->group != first->group) text += str_cat(" on group '", calls[r]->group, "'");
     return text;
   });

@@ -6,8 +6,9 @@
 // runs collective_mismatch() on the same records, so all ranks reach the same
 // verdict before any data moves.
 //
-// The calls match when op, dtype, sequence number, root and reduction
-// operator agree, and, for the collectives whose input has the same size
+// The calls match when op, dtype, sequence number, root, reduction operator
+// and the options that pick the backend's path (OpInfo::overlaps_compute,
+// OpInfo::symmetric) agree, and, for the collectives whose input has the same size
 // everywhere (all_reduce, broadcast, reduce, reduce_scatter), the element
 // count. all_gather and all_to_all inputs may differ in size (uneven chunks);
 // what must agree there is the layout of the chunks, compared apart
@@ -36,7 +37,7 @@ namespace loom::comm::detail {
 
 // One rank's call, as exchanged: kWords int64 values.
 struct CallRecord {
-  static constexpr int kWords = 8;
+  static constexpr int kWords = 9;
   int64_t op = 0;
   int64_t dtype = 0;
   int64_t count = 0;
@@ -48,6 +49,9 @@ struct CallRecord {
   // over this rank's sends (layout) and its receives (layout_check); the sums
   // over the ranks are equal when every send matches its receive.
   uint64_t layout = 0, layout_check = 0;
+  // all_reduce, reduce_scatter: OpInfo's path options, kOverlapsCompute | kSymmetric.
+  int64_t path = 0;
+  static constexpr int64_t kOverlapsCompute = 1, kSymmetric = 2;
 };
 
 static_assert(sizeof(CallRecord) == CallRecord::kWords * sizeof(int64_t) &&

@@ -304,6 +304,17 @@ void check_mismatches_named(Communicator& comm) {
       [&] { return comm.all_reduce(sums, {.op = r == 0 ? ReduceOp::max : ReduceOp::sum}); }, sums,
       str_cat(group, "rank 0 called all_reduce of 8 f32 with op max; ", ranks_but(n, 0),
               " called all_reduce of 8 f32 with op sum"));
+  // The hint that picks the backend's path (on the mpi backend, shared memory
+  // on one rank and MPI on the others would wait for each other forever).
+  const Tensor large = Tensor::full({1 << 18}, r + 1.0);  // 1 MiB: above the shm threshold
+  expect_mismatch(
+      comm, "all_reduce with overlaps_compute on rank 0",
+      [&] { return comm.all_reduce(large, {.overlaps_compute = r == 0}); }, large,
+      str_cat(group,
+              "rank 0 called all_reduce of 262144 f32 with overlaps_compute on ordinary "
+              "memory; ",
+              ranks_but(n, 0),
+              " called all_reduce of 262144 f32 without overlaps_compute on ordinary memory"));
 
   // Every rank 4 elements, but rank 0 believes its chunk is 5 and rank 1's 3.
   const std::vector<int64_t> even(nn, 4);

@@ -87,6 +87,40 @@ TEST_CASE("cross-check: a different reduction operator is named, only where it d
             .empty());
 }
 
+TEST_CASE("cross-check: the options that pick the backend's path must agree") {
+  auto with_path = [](OpType op, bool overlaps, bool symmetric) {
+    OpInfo info;
+    info.op = op;
+    info.count = 8;
+    info.seq = 3;
+    info.overlaps_compute = overlaps;
+    info.symmetric = symmetric;
+    return call_record(info);
+  };
+  CHECK(collective_mismatch("dp", {with_path(OpType::all_reduce, true, false),
+                                   with_path(OpType::all_reduce, false, false)}) ==
+        "collective #3 on group 'dp' does not match across ranks: rank 0 called all_reduce of 8 "
+        "f32 with overlaps_compute on ordinary memory; rank 1 called all_reduce of 8 f32 "
+        "without overlaps_compute on ordinary memory");
+  CHECK(collective_mismatch("dp", {with_path(OpType::all_reduce, false, true),
+                                   with_path(OpType::all_reduce, false, false)}) ==
+        "collective #3 on group 'dp' does not match across ranks: rank 0 called all_reduce of 8 "
+        "f32 without overlaps_compute on symmetric memory; rank 1 called all_reduce of 8 f32 "
+        "without overlaps_compute on ordinary memory");
+  CHECK(collective_mismatch("dp", {with_path(OpType::reduce_scatter, true, false),
+                                   with_path(OpType::reduce_scatter, false, false)}) ==
+        "collective #3 on group 'dp' does not match across ranks: rank 0 called reduce_scatter "
+        "of 8 f32 with overlaps_compute; rank 1 called reduce_scatter of 8 f32 without "
+        "overlaps_compute");
+  CHECK(collective_mismatch("dp", {with_path(OpType::all_reduce, true, true),
+                                   with_path(OpType::all_reduce, true, true)})
+            .empty());
+  // Only all_reduce and reduce_scatter take them.
+  CHECK(collective_mismatch("dp", {with_path(OpType::broadcast, true, false),
+                                   with_path(OpType::broadcast, false, true)})
+            .empty());
+}
+
 namespace {
 // A rank's record of an all_gather / reduce_scatter (counts) or an all_to_all
 // (counts sent and received).

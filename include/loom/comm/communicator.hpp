@@ -200,6 +200,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
                                 const detail::WorkPtr& work);
   // Host memory for allocate_symmetric(); the default is an ordinary tensor.
   virtual Tensor make_symmetric(const Shape& shape, DType dtype);
+  // Whether `tensor` lies in this group's allocate_symmetric() memory, where
+  // the backend takes another path (OpInfo::symmetric). Default: never.
+  virtual bool in_symmetric_memory(const Tensor& tensor) const;
   // options.counts is resolved: one count per rank.
   virtual void start_reduce_scatter(const Tensor& input, const Tensor& output,
                                     const ReduceScatterOptions& options,

@@ -108,7 +108,13 @@ struct OpInfo {
   size_t bytes = 0;   // count * element size
   int peer = -1;      // root for broadcast/reduce, peer for send/recv; -1 otherwise
   ReduceOp reduce_op = ReduceOp::sum;  // of all_reduce, reduce and reduce_scatter
-  std::string describe() const;        // "all_reduce #17 on group 'dp' (4096 f32 elements, 16 KiB)"
+  // all_reduce, reduce_scatter: the options that pick the backend's path, which
+  // every rank must pass alike (LOOM_DEBUG_COLLECTIVES compares them): the
+  // overlaps_compute hint, and (all_reduce) a tensor in allocate_symmetric()
+  // memory, which the mpi backend reduces in place in every rank's copy.
+  bool overlaps_compute = false;
+  bool symmetric = false;
+  std::string describe() const;  // "all_reduce #17 on group 'dp' (4096 f32 elements, 16 KiB)"
 };
 
 // A failure of communication. Recoverable in the sense of docs/errors.md: the

@@ -17,8 +17,8 @@ constexpr size_t kHeaderBytes = 2 * sizeof(uint64_t);
 constexpr uint64_t kAckRequested = 1;
 
 // A status reply's body: the splits called, whether a call follows, the call
-// (op, dtype, count, root, number, reduction: detail::CallRecord's words), then
-// its group name.
+// (op, dtype, count, root, number, reduction, path options: detail::CallRecord's
+// words), then its group name.
 constexpr size_t kReplyWords = 2 + detail::CallRecord::kWords;
 
 std::string encode_reply(uint64_t splits, const std::optional<OpInfo>& call) {
@@ -34,6 +34,7 @@ std::string encode_reply(uint64_t splits, const std::optional<OpInfo>& call) {
     words[5] = record.peer;
     words[6] = record.seq;
     words[7] = record.reduce;
+    words[8] = record.path;
     group = call->group;
   }
   std::string body(sizeof(words), '\0');
@@ -59,6 +60,8 @@ std::optional<ControlChannel::Progress> decode_reply(uint64_t last_collective,
     call.peer = static_cast<int>(words[5]);
     call.seq = static_cast<uint64_t>(words[6]);
     if (words[7] >= 0) call.reduce_op = static_cast<ReduceOp>(words[7]);
+    call.overlaps_compute = (words[8] & detail::CallRecord::kOverlapsCompute) != 0;
+    call.symmetric = (words[8] & detail::CallRecord::kSymmetric) != 0;
     call.group = body.substr(sizeof(words));
     progress.call = std::move(call);
   }

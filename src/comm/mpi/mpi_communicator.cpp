@@ -267,6 +267,12 @@ void MpiCommunicator::start_all_reduce(const Tensor& tensor, const AllReduceOpti
   issue(work, make_all_reduce(target(), tensor, options, work));
 }
 
+bool MpiCommunicator::in_symmetric_memory(const Tensor& tensor) const {
+  // As make_all_reduce decides (NOTE [symmetric memory]).
+  return shm_ != nullptr && tensor.device().is_cpu() && tensor.numel() > 0 &&
+         symmetric_->find(tensor.data(), tensor.nbytes()).has_value();
+}
+
 Tensor MpiCommunicator::make_symmetric(const Shape& shape, DType dtype) {
   // Without the shared-memory all-reduce (ranks on several nodes, or
   // LOOM_SHM_ALLREDUCE=off) nothing would use the mapping. shm_ is the same on

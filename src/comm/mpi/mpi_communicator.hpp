@@ -73,6 +73,7 @@ class MpiCommunicator final : public Communicator, public ControlPeer {
   void start_all_reduce(const Tensor& tensor, const AllReduceOptions& options,
                         const detail::WorkPtr& work) override;
   Tensor make_symmetric(const Shape& shape, DType dtype) override;
+  bool in_symmetric_memory(const Tensor& tensor) const override;
   void start_reduce_scatter(const Tensor& input, const Tensor& output,
                             const ReduceScatterOptions& options,
                             const detail::WorkPtr& work) override;
