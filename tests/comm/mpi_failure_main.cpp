@@ -38,6 +38,9 @@
 //                        others 10 (through shared memory).
 //   skipped-collective   the last rank skips the second all_reduce and calls
 //                        barrier.
+//   mismatch-path        every rank all_reduces 1 Mi elements, rank 0 alone
+//                        marking it overlaps_compute (shared memory there, MPI
+//                        on the others).
 //
 // A rank that fails with an error of its own (NOTE [failing rank]): the last
 // rank throws loom::Error("the input of rank N is corrupt") while the others
@@ -162,6 +165,9 @@ int run(const std::string& mode) {
   } else if (mode == "mismatch-size") {
     const Tensor x = Tensor::full({rank == 0 ? int64_t{1} << 20 : 10}, 1.0);
     world.all_reduce(x).wait();
+  } else if (mode == "mismatch-path") {
+    const Tensor x = Tensor::full({int64_t{1} << 20}, 1.0);
+    world.all_reduce(x, {.overlaps_compute = rank == 0}).wait();
   } else if (mode == "skipped-collective") {
     if (rank != last) world.all_reduce(t).wait();
     world.barrier().wait();
