@@ -94,10 +94,14 @@ int consolidate(const fs::path& dir, const fs::path& out, bool gpt2) {
   std::vector<ckpt::StoredTensor> tensors;
   for (const auto& [name, info] : reader.params()) {
     // The f32 master weights of a bf16/f16 run where it saved them (NOTE
-    // [master records] in src/checkpoint/distributed.cpp), else the values.
-    const bool master =
-        std::find(info.kinds.begin(), info.kinds.end(), "master") != info.kinds.end();
-    loom::Tensor value = reader.assemble(name, master ? "master" : "value");
+    // [master records] in src/checkpoint/distributed.cpp), else the values;
+    // a buffer (BatchNorm's running statistics: NOTE [buffer records]) as it is.
+    auto has = [&](const char* kind) {
+      return std::find(info.kinds.begin(), info.kinds.end(), kind) != info.kinds.end();
+    };
+    loom::Tensor value = reader.assemble(name, has("master")  ? "master"
+                                               : has("value") ? "value"
+                                                              : "buffer");
     if (gpt2) value = ckpt::gpt2_conv1d_transposed(name, value);
     tensors.push_back({name, value, std::nullopt});
   }

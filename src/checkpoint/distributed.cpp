@@ -88,6 +88,7 @@ Tensor flat_host(const Tensor& t, int64_t begin, int64_t end, const Tensor& into
 // precise weights of a low-precision run). A low-precision model at stage 0
 // keeps no master and takes the values.
 constexpr const char* kMaster = "master";
+constexpr const char* kBuffer = "buffer";  // NOTE [buffer records]
 
 bool keeps_master(const optim::ParamSlot& slot, const nn::Parameter& p) {
   return slot.current_value().dtype() != p.dtype();
@@ -164,6 +165,27 @@ RankSnapshot snapshot_rank(const std::filesystem::path& dir, const comm::Communi
   const int dp_size = std::max(1, zero.data_parallel_size());
 
   json records = json::array();
+  // The next host buffer of an earlier snapshot, if any.
+  auto spare = [&]() -> Tensor {
+    const size_t k = snap.tensors.size();
+    return k < reuse.size() ? reuse[k] : Tensor();
+  };
+  // Elements [begin, end) of `param` (laid out as `layout`, of dtype `dtype`)
+  // of one kind, as a record.
+  auto add_record = [&](const std::string& param, const std::string& kind, int64_t begin,
+                        int64_t end, DType dtype, const Layout& layout, Tensor host) {
+    const std::string name = str_cat(param, "@", begin, ":", end, ".", kind);
+    records.push_back({{"tensor", name},
+                       {"param", param},
+                       {"kind", kind},
+                       {"begin", begin},
+                       {"end", end},
+                       // The parameter's own dtype (every record is stored as f32).
+                       {"dtype", std::string(dtype_name(dtype))},
+                       {"layout", on_disk::layout_json(layout)}});
+    snap.bytes += static_cast<int64_t>(host.nbytes());
+    snap.tensors.push_back({name, std::move(host), std::nullopt});
+  };
   for (size_t i = 0; i < pieces.size(); ++i) {
     const parallel::ShardPiece& piece = pieces[i];
     nn::Parameter& p = *piece.param;
@@ -175,23 +197,8 @@ RankSnapshot snapshot_rank(const std::filesystem::path& dir, const comm::Communi
     // Hybrid sharding: the other replicas hold the same pieces as the first.
     if (stage > 0 && zero.replica_rank() > 0) continue;
     const Layout layout{p.shape(), p.placement()};
-    // The next host buffer of an earlier snapshot, if any.
-    auto spare = [&]() -> Tensor {
-      const size_t k = snap.tensors.size();
-      return k < reuse.size() ? reuse[k] : Tensor();
-    };
     auto add = [&](const std::string& kind, Tensor host) {
-      const std::string name = str_cat(p.name(), "@", piece.begin, ":", piece.end, ".", kind);
-      records.push_back({{"tensor", name},
-                         {"param", p.name()},
-                         {"kind", kind},
-                         {"begin", piece.begin},
-                         {"end", piece.end},
-                         // The parameter's own dtype (every record is stored as f32).
-                         {"dtype", std::string(dtype_name(p.dtype()))},
-                         {"layout", on_disk::layout_json(layout)}});
-      snap.bytes += static_cast<int64_t>(host.nbytes());
-      snap.tensors.push_back({name, std::move(host), std::nullopt});
+      add_record(p.name(), kind, piece.begin, piece.end, p.dtype(), layout, std::move(host));
     };
     add("value", flat_host(p.value(), piece.begin, piece.end, spare()));
     if (stage > 0 && keeps_master(opt.slots()[i], p)) {  // NOTE [master records]
@@ -205,6 +212,17 @@ RankSnapshot snapshot_rank(const std::filesystem::path& dir, const comm::Communi
     }
   }
   if (stage == 3) zero.release_parameters();
+  // NOTE [buffer records] Buffers (BatchNorm's running statistics) are whole
+  // and the same on every replica (per-rank BatchNorm: dp rank 0's are kept):
+  // written by dp rank 0 of the first replica, where it writes replicated
+  // parameters, as records of kind "buffer".
+  if (options.dp_rank == 0 && options.write_replicated && zero.replica_rank() == 0) {
+    for (const nn::Buffer& b : options.buffers) {
+      add_record(b.name, kBuffer, 0, b.value.numel(), b.value.dtype(),
+                 Layout{b.value.shape(), nn::Placement{}},
+                 flat_host(b.value, 0, b.value.numel(), spare()));
+    }
+  }
   snap.metadata = json{
       {"format", on_disk::kFormat},
       {"rank", world.rank()},
@@ -250,7 +268,7 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& dir, comm::Co
 }
 
 TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::ZeroOptimizer& zero,
-                              int dp_rank) {
+                              int dp_rank, const std::vector<nn::Buffer>& buffers) {
   const CheckpointReader reader(step_dir);
   const CheckpointReader::Impl& c = reader.impl();
   const auto& by_param = c.by_param;
@@ -264,6 +282,17 @@ TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::Z
   for (nn::Parameter* p : zero.parameters()) {
     LOOM_CHECK(by_param.count(p->name()) > 0, "checkpoint ", step_dir, ": parameter '", p->name(),
                "' of the model is in no file (a checkpoint of another model?)");
+  }
+  for (const nn::Buffer& b : buffers) {
+    const auto it = c.params.find(b.name);
+    LOOM_CHECK(it != c.params.end() && std::find(it->second.kinds.begin(), it->second.kinds.end(),
+                                                 kBuffer) != it->second.kinds.end(),
+               "checkpoint ", step_dir, ": buffer '", b.name,
+               "' of the model is in no file (saved without SaveOptions::buffers, or of another "
+               "model?)");
+    LOOM_CHECK(it->second.global_shape == b.value.shape(), "checkpoint ", step_dir, ": buffer '",
+               b.name, "' was saved as ", shape_str(it->second.global_shape),
+               " where the model has ", shape_str(b.value.shape()));
   }
   // NOTE [records read on demand] (records.hpp): each piece this rank keeps
   // is read from the records that hold it, nothing else.
@@ -295,6 +324,13 @@ TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::Z
     }
     for (const on_disk::Record* r : mine_records) r->release();
   }
+  for (const nn::Buffer& b : buffers) {  // NOTE [buffer records]
+    const std::vector<const on_disk::Record*>& records = by_param.at(b.name);
+    copy_into(on_disk::read_local(records, b.name, kBuffer,
+                                  Layout{b.value.shape(), nn::Placement{}}, 0, b.value.numel()),
+              b.value);
+    for (const on_disk::Record* r : records) r->release();
+  }
   if (optimizer_steps >= 0) opt.set_step_count(optimizer_steps);
   return state;
 }
@@ -312,6 +348,20 @@ TrainingState load_checkpoint_weights(const std::filesystem::path& step_dir, nn:
                "' was saved as ", shape_str(saved), " where the model needs ", shape_str(wanted),
                ": the model's sizes (vocabulary, layers, width, sequence) must be the run's");
   }
+  const std::vector<nn::Buffer> buffers = model.buffers();
+  for (const nn::Buffer& b : buffers) {
+    const auto it = c.params.find(b.name);
+    LOOM_CHECK(it != c.params.end() && it->second.global_shape == b.value.shape(), "checkpoint ",
+               step_dir, ": buffer '", b.name, "' of the model (", shape_str(b.value.shape()),
+               ") is in no file with that shape");
+  }
+  for (const nn::Buffer& b : buffers) {  // NOTE [buffer records]
+    const std::vector<const on_disk::Record*>& records = c.by_param.at(b.name);
+    copy_into(on_disk::read_local(records, b.name, kBuffer,
+                                  Layout{b.value.shape(), nn::Placement{}}, 0, b.value.numel()),
+              b.value);
+    for (const on_disk::Record* r : records) r->release();
+  }
   for (nn::Parameter* p : params) {
     const std::vector<const on_disk::Record*>& records = c.by_param.at(p->name());
     // NOTE [master records]: an f32 model takes the precise weights.
@@ -327,9 +377,10 @@ TrainingState load_checkpoint_weights(const std::filesystem::path& step_dir, nn:
 }
 
 TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::ZeroOptimizer& zero,
-                              int dp_rank, comm::Communicator& world) {
+                              int dp_rank, comm::Communicator& world,
+                              const std::vector<nn::Buffer>& buffers) {
   return load_agreed(world, str_cat("checkpoint ", step_dir),
-                     [&] { return load_checkpoint(step_dir, zero, dp_rank); });
+                     [&] { return load_checkpoint(step_dir, zero, dp_rank, buffers); });
 }
 
 namespace {

@@ -137,4 +137,9 @@ void BatchNorm2d::collect_parameters(std::vector<Parameter*>& out) {
   out.push_back(bias_.get());
 }
 
+void BatchNorm2d::collect_buffers(std::vector<Buffer>& out) {
+  out.push_back({child_name("running_mean"), running_mean_});
+  out.push_back({child_name("running_var"), running_var_});
+}
+
 }  // namespace loom::nn

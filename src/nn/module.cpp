@@ -11,6 +11,15 @@ std::vector<Parameter*> Module::parameters() {
   return out;
 }
 
+std::vector<Buffer> Module::buffers() {
+  std::vector<Buffer> out;
+  collect_buffers(out);
+  for (Module* child : children()) {
+    for (Buffer& b : child->buffers()) out.push_back(std::move(b));
+  }
+  return out;
+}
+
 bool Module::backward_weight_reads_parameters() {
   size_t in_children = 0;
   for (Module* child : children()) {

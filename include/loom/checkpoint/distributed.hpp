@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "loom/comm/communicator.hpp"
+#include "loom/nn/module.hpp"
 #include "loom/parallel/zero.hpp"
 
 namespace loom::checkpoint {
@@ -63,6 +64,10 @@ struct SaveOptions {
   // tensor-parallel group (true on tp rank 0 only, so each is written once).
   int dp_rank = 0;
   bool write_replicated = true;
+  // The model's buffers (nn::Module::buffers(): BatchNorm's running
+  // statistics), saved whole by dp rank 0 of the first replica where it
+  // writes replicated parameters, as records of kind "buffer".
+  std::vector<nn::Buffer> buffers = {};
   // Test seam (a test kills a rank here, leaving a checkpoint without its
   // manifest, as a crash during a save does). save_checkpoint: runs on every
   // rank after its own file is complete, before the barrier that precedes the
@@ -194,19 +199,21 @@ class CheckpointReader {
 
 // Loads the checkpoint in `step_dir` into the parameters and the optimizer
 // state that `zero` manages on this rank (its data-parallel rank `dp_rank`),
-// and the optimizer's step count. Not collective: each rank reads the headers
-// of every file and the data of the records that hold what it keeps, nothing
-// more (NOTE [records read on demand] in src/checkpoint/records.hpp). Returns
-// the saved training state.
+// the optimizer's step count, and `buffers` (nn::Module::buffers(): every one
+// must be in the checkpoint with its shape). Not collective: each rank reads
+// the headers of every file and the data of the records that hold what it
+// keeps, nothing more (NOTE [records read on demand] in
+// src/checkpoint/records.hpp). Returns the saved training state.
 TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::ZeroOptimizer& zero,
-                              int dp_rank);
+                              int dp_rank, const std::vector<nn::Buffer>& buffers = {});
 
 // The same on every rank of `world` together, which agree on the outcome
 // before any of them goes on: when a rank fails to load (a record only it
 // reads fails its checksum, say), every rank throws loom::Error naming that
 // rank and its error, so no rank trains on a partly loaded state.
 TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::ZeroOptimizer& zero,
-                              int dp_rank, comm::Communicator& world);
+                              int dp_rank, comm::Communicator& world,
+                              const std::vector<nn::Buffer>& buffers = {});
 
 // The parameter values alone of the checkpoint in `step_dir`, into a model
 // without an optimizer (inference, e.g. loom-generate --checkpoint): each
@@ -215,7 +222,8 @@ TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::Z
 // bf16/f16 run where they were saved. Not collective. Throws loom::Error,
 // before any parameter changes, naming the parameter when one is missing or
 // was saved with another global shape; corrupt files as CheckpointReader
-// does. Returns the saved training state (step, info).
+// does. The model's buffers (nn::Module::buffers()) are loaded too. Returns
+// the saved training state (step, info).
 TrainingState load_checkpoint_weights(const std::filesystem::path& step_dir, nn::Module& model);
 
 // Initial weights from one safetensors file of whole tensors named as the

@@ -54,6 +54,8 @@ class BatchNorm2d : public Module {
   // Its weight gradient needs only the saved input and the output gradient.
   bool backward_weight_reads_parameters() override { return false; }
   void collect_parameters(std::vector<Parameter*>& out) override;
+  // running_mean and running_var, as "<name>.running_mean" / ".running_var".
+  void collect_buffers(std::vector<Buffer>& out) override;
 
   // Installs (or, with empty functions, removes) the synchronization hooks.
   void set_stats_reducers(StatsReducer forward_reducer, StatsReducer backward_reducer);

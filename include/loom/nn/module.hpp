@@ -38,6 +38,16 @@ struct ModuleOptions {
   Precision precision = {};  // the operands of matrix products (nn/precision.hpp)
 };
 
+// State a module keeps beside its parameters that training changes but no
+// optimizer steps (BatchNorm's running statistics): what a checkpoint saves
+// besides the parameters. `value` is the module's own tensor (a handle on the
+// same storage: copying into it sets the module's state); `name` is dotted
+// like a parameter's ("layer1.0.bn1.running_mean").
+struct Buffer {
+  std::string name;
+  Tensor value;
+};
+
 class Module {
  public:
   explicit Module(std::string name) : name_(std::move(name)) {}
@@ -64,6 +74,10 @@ class Module {
   // of asking for container types.
   virtual std::vector<Module*> children() { return {}; }
   virtual void collect_parameters(std::vector<Parameter*>& out) { (void)out; }
+  // This module's buffers, then its children's (through children()), in order.
+  std::vector<Buffer> buffers();
+  // This module's own buffers (not its children's).
+  virtual void collect_buffers(std::vector<Buffer>& out) { (void)out; }
   // Whether backward_weight reads the values of this module's parameters (it
   // always writes their gradients). ZeRO stage 3 releases a unit's gathered
   // parameters right after backward_input when its module answers no
