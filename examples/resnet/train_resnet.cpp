@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -85,7 +86,20 @@ struct Flags {
   // With --pp, what the cut balances: counted FLOPs, or each layer's seconds
   // measured at start (pipeline::resnet_layer_seconds, the mean over every rank).
   std::string stage_cut = "flops";
+  std::string checkpoint_dir;  // distributed checkpoints (docs/checkpoint.md)
+  int64_t save_every = 0;      // save every N steps (0: never)
+  bool resume = false;         // start from the newest complete checkpoint in checkpoint_dir
 };
+
+// What a checkpoint must share with the run that resumes it so that the data
+// and the learning-rate schedule continue; dp, pp and the ZeRO stage may differ.
+std::map<std::string, std::string> resume_invariants(const Flags& f, int64_t global_batch,
+                                                     int64_t total_steps) {
+  return {{"seed", std::to_string(f.seed)},
+          {"data", f.data},
+          {"global_batch", std::to_string(global_batch)},
+          {"total_steps", std::to_string(total_steps)}};
+}
 
 loom::models::ResNetConfig make_config(const Flags& f, int64_t in_channels, int64_t classes,
                                        loom::Device device) {
@@ -118,6 +132,12 @@ std::optional<pl::Schedule> check_flags(const Flags& f, int world,
              "rank without --pp or --micro-batches (the world has ",
              world, " ranks, --micro-batches ", f.pipe.micro_batches, ")");
   loom::examples::check_zero_shard(f.zero_shard, f.zero_stage, world / f.pipe.pp);
+  LOOM_CHECK(f.checkpoint_dir.empty() == (f.save_every == 0 && !f.resume),
+             f.checkpoint_dir.empty()
+                 ? "--save-every and --resume need --checkpoint-dir (where checkpoints live)"
+                 : "--checkpoint-dir needs --save-every N or --resume (what to do there)");
+  LOOM_CHECK(f.checkpoint_dir.empty() || !f.forward_only,
+             "--forward-only trains nothing; it takes no --checkpoint-dir");
   const pl::Schedule schedule = f.pipe.check(f.batch, /*accumulation=*/true);
   LOOM_CHECK(f.stage_cut == "flops" || f.pipe.pp > 1,
              "--stage-cut time balances a pipeline's stages; it needs --pp 2 or more");
@@ -331,6 +351,33 @@ int run(const Flags& f) {
         *pipeline, *groups.pp, modules, zero,
         pl::ExecutorOptions{.clip_grad_norm = std::numeric_limits<double>::max()});
   }
+  // BatchNorm's running statistics of this rank's modules: saved and resumed
+  // with the parameters (checkpoint::SaveOptions::buffers).
+  std::vector<nn::Buffer> buffers;
+  for (nn::Module* m : modules) {
+    for (nn::Buffer& b : m->buffers()) buffers.push_back(std::move(b));
+  }
+  // --resume: the newest complete checkpoint, under whatever layout it was saved.
+  int64_t first_step = 0;
+  if (f.resume) {
+    if (const auto latest = checkpoint::latest_checkpoint(f.checkpoint_dir)) {
+      const checkpoint::TrainingState saved =
+          checkpoint::load_checkpoint(*latest, zero, zero_group.shard().rank(), world, buffers);
+      for (const auto& [key, value] : resume_invariants(f, global_batch, total_steps)) {
+        const auto it = saved.info.find(key);
+        LOOM_CHECK(it != saved.info.end() && it->second == value, "--resume: checkpoint ",
+                   latest->string(), " was saved with ", key, " ",
+                   it == saved.info.end() ? std::string("unknown") : it->second, ", this run has ",
+                   value, "; they must be equal to continue the run");
+      }
+      first_step = saved.step;
+      examples::say_on(lead, "resumed from %s at step %lld\n", latest->string().c_str(),
+                       static_cast<long long>(first_step));
+    } else {
+      examples::say_on(lead, "--resume: no complete checkpoint in %s; starting at step 0\n",
+                       f.checkpoint_dir.c_str());
+    }
+  }
 
   int64_t parameters = 0;
   for (const nn::Parameter* p : params) parameters += p->numel();
@@ -397,9 +444,20 @@ int run(const Flags& f) {
   std::mt19937_64 shuffle(f.seed);
   std::vector<int64_t> order(static_cast<size_t>(digits ? split.train.size() : 0));
   std::iota(order.begin(), order.end(), 0);
+  // A resumed run replays the shuffles of the epochs begun before its first
+  // step, so that it draws the batches the uninterrupted run drew.
+  for (int64_t s = 0; digits && s < first_step; s += steps_per_epoch) {
+    std::shuffle(order.begin(), order.end(), shuffle);
+  }
+  // Checkpoints are written in the background: a save stalls training only
+  // while the state is copied to host memory.
+  checkpoint::AsyncCheckpointer saver;
+  auto say_saved = [&](const checkpoint::SaveReport& r) {
+    examples::say_on(lead, "%s\n", r.summary().c_str());
+  };
   double seconds = 0;
   double test_accuracy = 0;
-  for (int64_t step = 0; step < total_steps; ++step) {
+  for (int64_t step = first_step; step < total_steps; ++step) {
     const int64_t in_epoch = step % steps_per_epoch;
     if (digits && in_epoch == 0) std::shuffle(order.begin(), order.end(), shuffle);
     // This replica's rows of the global batch.
@@ -515,10 +573,18 @@ int run(const Flags& f) {
       examples::say_on(lead, "epoch %lld  test accuracy %.1f%%\n",
                        static_cast<long long>(step / steps_per_epoch + 1), 100.0 * test_accuracy);
     }
+    if (f.save_every > 0 && (step + 1) % f.save_every == 0) {
+      saver.save(f.checkpoint_dir, world, zero,
+                 {.step = step + 1, .info = resume_invariants(f, global_batch, total_steps)},
+                 {.dp_rank = zero_group.shard().rank(), .buffers = buffers});
+    }
+    if (const auto report = saver.poll()) say_saved(*report);
   }
+  while (const auto report = saver.wait()) say_saved(*report);
   examples::say_on(lead, "done: %lld steps in %.1f s, %.1f images/s on %d rank(s)\n",
-                   static_cast<long long>(total_steps), seconds,
-                   static_cast<double>(global_batch * total_steps) / seconds, world.size());
+                   static_cast<long long>(total_steps - first_step), seconds,
+                   static_cast<double>(global_batch * (total_steps - first_step)) / seconds,
+                   world.size());
   if (!f.forward_only) {
     zero.gather_parameters();
     const auto [l2, l1] = parameter_norms(params, *groups.pp);
@@ -575,6 +641,15 @@ int main(int argc, char** argv) {
                  "+ parameters (docs/zero.md)")
       ->check(flags::between(0, 3));
   loom::examples::add_zero_shard_flag(app, f.zero_shard);
+  app.add_option("--checkpoint-dir", f.checkpoint_dir,
+                 "distributed checkpoints here (docs/checkpoint.md): with --save-every and/or "
+                 "--resume");
+  app.add_option("--save-every", f.save_every,
+                 "save a checkpoint every N steps (0: never), with BatchNorm's running statistics")
+      ->check(flags::at_least(0));
+  app.add_flag("--resume", f.resume,
+               "start from the newest complete checkpoint in --checkpoint-dir, saved under any dp "
+               "x pp layout and ZeRO stage");
   app.add_option("--bucket-cap-mib", f.bucket_cap_mib, "data parallel: gradient bucket cap")
       ->check(flags::positive());
   f.pipe.add_to(app, "images",

@@ -78,6 +78,26 @@ loom_refuses_runs(PROGRAM train_resnet NAME examples.resnet_refuses LABELS pipel
     "2|--pp 2 --forward-only|--forward-only times one rank's forward pass"
     "1|--stage-cut time|--stage-cut time balances a pipeline's stages. it needs --pp 2 or more"
     "2|--pp 2 --stage-cut time --stage-layers 7,6|--stage-cut time and --stage-layers both choose the cut")
+loom_refuses_runs(PROGRAM train_resnet NAME examples.resnet_refuses LABELS checkpoint
+  COMMON --data cifar --width 8 --batch 8 --steps 1
+  CASES
+    "1|--save-every 2|--save-every and --resume need --checkpoint-dir"
+    "1|--checkpoint-dir ckpt|--checkpoint-dir needs --save-every N or --resume")
+
+# Checkpoints of train_resnet, BatchNorm's running statistics included: a dp 2
+# ZeRO-1 run on the digits resumed bit for bit on its layout (losses, the
+# test accuracy with the running statistics, the parameters' norms), on pp 2
+# and on one rank to the printed digit; another --seed refused.
+add_test(NAME checkpoint.train_resnet_resume
+         COMMAND ${Python3_EXECUTABLE}
+                 ${PROJECT_SOURCE_DIR}/tests/checkpoint/check_train_resnet_resume.py
+                 ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_resnet>
+                 ${CMAKE_CURRENT_BINARY_DIR}/train_resnet_resume --
+                 --data digits --digits ${PROJECT_SOURCE_DIR}/data/digits.csv.gz --width 8
+                 --batch 32 --epochs 2 --log-every 1)
+set_tests_properties(checkpoint.train_resnet_resume PROPERTIES TIMEOUT 400 PROCESSORS 2
+                     LABELS "checkpoint;mpi;examples" ENVIRONMENT "${LOOM_MPI_TEST_ENV}"
+                     SKIP_REGULAR_EXPRESSION "digits: cannot open")
 
 # An uneven cut is named in the log: the stage that computes longest, its
 # world rank, the share of the step the others idle whatever the schedule,
