@@ -99,6 +99,33 @@ void copy_into(const std::vector<float>& values, const Tensor& dst) {
   dst.copy_from(Tensor::from_vector(values, dst.shape(), Device::cpu()).to(dst.device()));
 }
 
+// NOTE [buffer records]: every buffer is in the checkpoint, with its shape
+// (checked before anything is loaded)...
+void check_buffers(const CheckpointReader::Impl& c, const std::vector<nn::Buffer>& buffers) {
+  for (const nn::Buffer& b : buffers) {
+    const auto it = c.params.find(b.name);
+    LOOM_CHECK(it != c.params.end() && std::find(it->second.kinds.begin(), it->second.kinds.end(),
+                                                 kBuffer) != it->second.kinds.end(),
+               "checkpoint ", c.dir, ": buffer '", b.name,
+               "' of the model is in no file (saved without SaveOptions::buffers, or of another "
+               "model?)");
+    LOOM_CHECK(it->second.global_shape == b.value.shape(), "checkpoint ", c.dir, ": buffer '",
+               b.name, "' was saved as ", shape_str(it->second.global_shape),
+               " where the model has ", shape_str(b.value.shape()));
+  }
+}
+
+// ... and is copied whole into the module's tensor.
+void load_buffers(const CheckpointReader::Impl& c, const std::vector<nn::Buffer>& buffers) {
+  for (const nn::Buffer& b : buffers) {
+    const std::vector<const on_disk::Record*>& records = c.by_param.at(b.name);
+    copy_into(on_disk::read_local(records, b.name, kBuffer,
+                                  Layout{b.value.shape(), nn::Placement{}}, 0, b.value.numel()),
+              b.value);
+    for (const on_disk::Record* r : records) r->release();
+  }
+}
+
 // Runs `load` on this rank of `world`, then agrees with the others on the
 // outcome before any goes on: when a rank failed, every rank throws naming
 // the lowest failing rank and its error, so no rank trains on a partly
@@ -283,17 +310,7 @@ TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::Z
     LOOM_CHECK(by_param.count(p->name()) > 0, "checkpoint ", step_dir, ": parameter '", p->name(),
                "' of the model is in no file (a checkpoint of another model?)");
   }
-  for (const nn::Buffer& b : buffers) {
-    const auto it = c.params.find(b.name);
-    LOOM_CHECK(it != c.params.end() && std::find(it->second.kinds.begin(), it->second.kinds.end(),
-                                                 kBuffer) != it->second.kinds.end(),
-               "checkpoint ", step_dir, ": buffer '", b.name,
-               "' of the model is in no file (saved without SaveOptions::buffers, or of another "
-               "model?)");
-    LOOM_CHECK(it->second.global_shape == b.value.shape(), "checkpoint ", step_dir, ": buffer '",
-               b.name, "' was saved as ", shape_str(it->second.global_shape),
-               " where the model has ", shape_str(b.value.shape()));
-  }
+  check_buffers(c, buffers);
   // NOTE [records read on demand] (records.hpp): each piece this rank keeps
   // is read from the records that hold it, nothing else.
   const std::vector<Tensor> values = zero.value_shards();
@@ -324,13 +341,7 @@ TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::Z
     }
     for (const on_disk::Record* r : mine_records) r->release();
   }
-  for (const nn::Buffer& b : buffers) {  // NOTE [buffer records]
-    const std::vector<const on_disk::Record*>& records = by_param.at(b.name);
-    copy_into(on_disk::read_local(records, b.name, kBuffer,
-                                  Layout{b.value.shape(), nn::Placement{}}, 0, b.value.numel()),
-              b.value);
-    for (const on_disk::Record* r : records) r->release();
-  }
+  load_buffers(c, buffers);
   if (optimizer_steps >= 0) opt.set_step_count(optimizer_steps);
   return state;
 }
@@ -349,19 +360,8 @@ TrainingState load_checkpoint_weights(const std::filesystem::path& step_dir, nn:
                ": the model's sizes (vocabulary, layers, width, sequence) must be the run's");
   }
   const std::vector<nn::Buffer> buffers = model.buffers();
-  for (const nn::Buffer& b : buffers) {
-    const auto it = c.params.find(b.name);
-    LOOM_CHECK(it != c.params.end() && it->second.global_shape == b.value.shape(), "checkpoint ",
-               step_dir, ": buffer '", b.name, "' of the model (", shape_str(b.value.shape()),
-               ") is in no file with that shape");
-  }
-  for (const nn::Buffer& b : buffers) {  // NOTE [buffer records]
-    const std::vector<const on_disk::Record*>& records = c.by_param.at(b.name);
-    copy_into(on_disk::read_local(records, b.name, kBuffer,
-                                  Layout{b.value.shape(), nn::Placement{}}, 0, b.value.numel()),
-              b.value);
-    for (const on_disk::Record* r : records) r->release();
-  }
+  check_buffers(c, buffers);
+  load_buffers(c, buffers);
   for (nn::Parameter* p : params) {
     const std::vector<const on_disk::Record*>& records = c.by_param.at(p->name());
     // NOTE [master records]: an f32 model takes the precise weights.

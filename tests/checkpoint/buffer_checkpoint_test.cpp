@@ -119,7 +119,7 @@ TEST_CASE("a checkpoint without a model's buffers is refused naming one", "[chec
                              "SaveOptions::buffers, or of another model?)"));
   CHECK(values_of(buffers) == before);
   CHECK_THROWS_WITH(checkpoint::load_checkpoint_weights(step, *model),
-                    Contains("buffer 'bn1.running_mean' of the model ([8]) is in no file"));
+                    Contains("buffer 'bn1.running_mean' of the model is in no file"));
   // Without buffers asked for, the parameters load as before.
   CHECK_NOTHROW(checkpoint::load_checkpoint(step, zero, 0));
 }
