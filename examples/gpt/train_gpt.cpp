@@ -42,6 +42,7 @@
 #include "../common/flag_checks.hpp"
 #include "../common/layout_table.hpp"
 #include "../common/pipeline_flags.hpp"
+#include "../common/resume.hpp"
 #include "../common/say.hpp"
 #include "../common/step_meter.hpp"
 #include "../common/zero_shard.hpp"
@@ -199,13 +200,7 @@ int run(const Flags& f) {
     if (const auto latest = checkpoint::latest_checkpoint(f.checkpoint_dir)) {
       const checkpoint::TrainingState saved =
           checkpoint::load_checkpoint(*latest, zero, zero_group.shard().rank(), world);
-      for (const auto& [key, value] : resume_invariants(f, dp.size())) {
-        const auto it = saved.info.find(key);
-        LOOM_CHECK(it != saved.info.end() && it->second == value, "--resume: checkpoint ",
-                   latest->string(), " was saved with ", key, " ",
-                   it == saved.info.end() ? std::string("unknown") : it->second, ", this run has ",
-                   value, "; they must be equal to continue the run");
-      }
+      examples::check_resume_invariants(*latest, saved, resume_invariants(f, dp.size()));
       first_step = saved.step;
       if (lead) {
         std::printf("resumed from %s at step %lld\n", latest->string().c_str(),

@@ -45,6 +45,7 @@
 #include "../common/flag_checks.hpp"
 #include "../common/layout_table.hpp"
 #include "../common/pipeline_flags.hpp"
+#include "../common/resume.hpp"
 #include "../common/say.hpp"
 #include "../common/step_meter.hpp"
 #include "../common/zero_shard.hpp"
@@ -363,13 +364,8 @@ int run(const Flags& f) {
     if (const auto latest = checkpoint::latest_checkpoint(f.checkpoint_dir)) {
       const checkpoint::TrainingState saved =
           checkpoint::load_checkpoint(*latest, zero, zero_group.shard().rank(), world, buffers);
-      for (const auto& [key, value] : resume_invariants(f, global_batch, total_steps)) {
-        const auto it = saved.info.find(key);
-        LOOM_CHECK(it != saved.info.end() && it->second == value, "--resume: checkpoint ",
-                   latest->string(), " was saved with ", key, " ",
-                   it == saved.info.end() ? std::string("unknown") : it->second, ", this run has ",
-                   value, "; they must be equal to continue the run");
-      }
+      examples::check_resume_invariants(*latest, saved,
+                                        resume_invariants(f, global_batch, total_steps));
       first_step = saved.step;
       examples::say_on(lead, "resumed from %s at step %lld\n", latest->string().c_str(),
                        static_cast<long long>(first_step));

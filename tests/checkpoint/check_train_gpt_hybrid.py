@@ -25,7 +25,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from train_gpt_log import run, with_batch  # noqa: E402
+from train_gpt_log import run, step_mismatches, with_batch  # noqa: E402
 
 
 def tensors_in(path):
@@ -48,14 +48,7 @@ def main():
     def compare(name, got, want, got_val, want_val, exact, steps):
         if sorted(got) != steps:
             problems.append(f"{name}: logged steps {sorted(got)}, expected {steps}")
-        for s in sorted(set(got) & set(want)):
-            (gl, gn), (wl, wn) = got[s], want[s]
-            print(f"{name}, step {s}: loss {gl} norm {gn} (reference {wl} {wn})")
-            ok = (gl, gn) == (wl, wn) if exact else (
-                abs(float(gl) - float(wl)) <= 1e-4 + 1e-4 * float(wl)
-                and abs(float(gn) - float(wn)) <= 1e-3 + 1e-4 * float(wn))
-            if not ok:
-                problems.append(f"{name}, step {s}: loss {gl} norm {gn}, reference {wl} {wn}")
+        problems.extend(step_mismatches(name, got, want, exact))
         if got_val is None or (got_val != want_val if exact else
                                abs(float(got_val) - float(want_val))
                                > 1e-4 + 1e-4 * float(want_val)):

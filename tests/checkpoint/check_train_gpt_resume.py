@@ -25,7 +25,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from train_gpt_log import run, with_batch  # noqa: E402
+from train_gpt_log import run, step_mismatches, with_batch  # noqa: E402
 
 
 def main():
@@ -49,14 +49,7 @@ def main():
             problems.append(f"{name}: did not resume from step-00000004 at step 4")
         if sorted(got) != [4, 5, 6, 7]:
             problems.append(f"{name}: logged steps {sorted(got)}, expected 4-7")
-        for s in sorted(set(got) & set(whole)):
-            (gl, gn), (wl, wn) = got[s], whole[s]
-            ok = (gl, gn) == (wl, wn) if exact else (
-                abs(float(gl) - float(wl)) <= 1e-4 + 1e-4 * float(wl)
-                and abs(float(gn) - float(wn)) <= 1e-3 + 1e-4 * float(wn))
-            print(f"{name}, step {s}: loss {gl} norm {gn} (uninterrupted {wl} {wn})")
-            if not ok:
-                problems.append(f"{name}, step {s}: loss {gl} norm {gn}, uninterrupted {wl} {wn}")
+        problems.extend(step_mismatches(name, got, whole, exact))
         if val is None or (val != whole_val if exact else
                            abs(float(val) - float(whole_val)) > 1e-4 + 1e-4 * float(whole_val)):
             problems.append(f"{name}: validation loss {val}, uninterrupted {whole_val}")

@@ -23,7 +23,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from train_gpt_log import run, with_batch  # noqa: E402
+from train_gpt_log import run, step_mismatches, with_batch  # noqa: E402
 
 ACCURACY = re.compile(r"^epoch (\d+)  test accuracy ([\d.]+)%", re.M)
 NORMS = re.compile(r"^parameters: L2 norm ([\d.]+)  L1 norm ([\d.]+)", re.M)
@@ -62,14 +62,7 @@ def main():
             problems.append(f"{name}: did not resume at step 30")
         if sorted(got) != list(range(30, last + 1)):
             problems.append(f"{name}: logged steps {sorted(got)}, expected 30-{last}")
-        for s in sorted(set(got) & set(whole)):
-            (gl, gn), (wl, wn) = got[s], whole[s]
-            ok = (gl, gn) == (wl, wn) if exact else (
-                abs(float(gl) - float(wl)) <= 1e-4 + 1e-4 * float(wl)
-                and abs(float(gn) - float(wn)) <= 1e-3 + 1e-4 * float(wn))
-            print(f"{name}, step {s}: loss {gl} norm {gn} (uninterrupted {wl} {wn})")
-            if not ok:
-                problems.append(f"{name}, step {s}: loss {gl} norm {gn}, uninterrupted {wl} {wn}")
+        problems.extend(step_mismatches(name, got, whole, exact))
         accuracy = ACCURACY.findall(text)
         norms = NORMS.findall(text)
         print(f"{name}: accuracy {accuracy}, norms {norms}")

@@ -4,7 +4,8 @@ run(command) runs it (240 s at most), fails the script unless its exit status
 is as expected, and returns its output, {step: (loss, norm)} as printed (the
 text, so that runs can be compared to the printed digit), and the last
 validation loss (text, or None). with_batch(args, factor) multiplies --batch
-(one rank running what dp ranks ran together).
+(one rank running what dp ranks ran together). step_mismatches(name, got,
+want, exact) compares two runs' common steps.
 """
 import re
 import subprocess
@@ -29,4 +30,20 @@ def with_batch(args, factor):
     out = list(args)
     i = out.index("--batch") + 1
     out[i] = str(int(out[i]) * factor)
+    return out
+
+
+def step_mismatches(name, got, want, exact):
+    """Each step both runs logged: (loss, norm) equal as printed when `exact`,
+    else within the printed digit (loss 1e-4 + 1e-4 relative, norm 1e-3 +
+    1e-4 relative). Prints every pair; returns the mismatches as text."""
+    out = []
+    for s in sorted(set(got) & set(want)):
+        (gl, gn), (wl, wn) = got[s], want[s]
+        print(f"{name}, step {s}: loss {gl} norm {gn} (reference {wl} {wn})")
+        ok = (gl, gn) == (wl, wn) if exact else (
+            abs(float(gl) - float(wl)) <= 1e-4 + 1e-4 * float(wl)
+            and abs(float(gn) - float(wn)) <= 1e-3 + 1e-4 * float(wn))
+        if not ok:
+            out.append(f"{name}, step {s}: loss {gl} norm {gn}, reference {wl} {wn}")
     return out
