@@ -1,5 +1,7 @@
 // ZeRO stage 3: units of parameters gathered around their ShardedModule's
-// forward and backward, prefetched within a budget, released after use.
+// forward and backward, prefetched within a budget, released after use. (At
+// stages 1 and 2 with overlap_param_gather a module only waits for its
+// buckets' all-gather: NOTE [gather at forward] in zero_grads.cpp.)
 #include <algorithm>
 #include <limits>
 
@@ -9,7 +11,7 @@
 
 namespace loom::parallel {
 
-std::vector<size_t> ZeroOptimizer::Impl::assign_units() {
+std::vector<size_t> ZeroOptimizer::Impl::assign_units(bool everywhere) {
   std::unordered_map<const nn::Parameter*, size_t> index;
   for (size_t i = 0; i < params.size(); ++i) index[params[i]] = i;
   constexpr size_t kUnassigned = std::numeric_limits<size_t>::max();
@@ -27,6 +29,7 @@ std::vector<size_t> ZeroOptimizer::Impl::assign_units() {
     }
   }
   for (size_t i = 0; i < params.size(); ++i) {
+    if (!everywhere && unit_of[i] == kUnassigned) unit_of[i] = options.modules.size();
     LOOM_CHECK(unit_of[i] != kUnassigned, "ZeroOptimizer: stage 3 parameter '", params[i]->name(),
                "' is inside none of ZeroOptions.modules; wrap the whole model in a "
                "ShardedModule too (its own parameters are those no inner wrapper holds)");
@@ -93,6 +96,19 @@ void ZeroOptimizer::Impl::release_unit(size_t u) {
 }
 
 void ZeroOptimizer::Impl::before_use(ShardedModule& module, Phase phase) {
+  if (overlapping_gather()) {
+    // Stages 1, 2 (NOTE [gather at forward]): wait for this module's buckets.
+    const auto it = gather_buckets.find(&module);
+    if (it == gather_buckets.end()) return;
+    for (const size_t b : it->second) {
+      if (recording && std::find(first_use_buckets.begin(), first_use_buckets.end(), b) ==
+                           first_use_buckets.end()) {
+        first_use_buckets.push_back(b);
+      }
+      wait_param_gather(b);
+    }
+    return;
+  }
   const long found = unit_of(module);
   if (found < 0) return;
   const auto u = static_cast<size_t>(found);
@@ -112,6 +128,7 @@ void ZeroOptimizer::Impl::before_use(ShardedModule& module, Phase phase) {
 }
 
 void ZeroOptimizer::Impl::after_use(ShardedModule& module, Phase) {
+  if (overlapping_gather()) return;  // the flat buffer holds every parameter
   const long found = unit_of(module);
   if (found < 0) return;
   const auto u = static_cast<size_t>(found);

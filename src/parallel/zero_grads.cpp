@@ -1,5 +1,7 @@
 // ZeRO stages 1 to 3: the gradient buckets (all-reduce at stage 1, reduce-scatter
 // into the shard at 2 and 3) and the parameters' all-gather after the step.
+#include <algorithm>
+
 #include "loom/core/error.hpp"
 #include "loom/core/stream.hpp"
 #include "parallel/zero_impl.hpp"
@@ -145,26 +147,95 @@ void ZeroOptimizer::Impl::finish() {
                  "its backward_weight");
       if (units[u].state != UnitState::released) release_unit(u);  // an unused prefetch
     }
-    recording = false;
   }
+  recording = false;  // stage 3's unit order, overlap_param_gather's bucket order
+}
+
+// NOTE [gather at forward]
+// Under ZeroOptions::overlap_param_gather (stages 1, 2), step() gathers the
+// flat values bucket by bucket, each in place over the bucket's range (every
+// rank contributing the part of its shard inside it), instead of the whole
+// buffer at once, and nothing waits in zero_grad() except for the buckets of
+// parameters no module holds. Each ShardedModule waits at its forward (and
+// backward: a no-op by then) for the buckets holding its own parameters, so
+// the next forward starts once the first module's buckets have arrived and
+// the later layers' gathers run behind it. The launch order is the order the
+// first step's forward used the buckets (a GPT's embeddings and final norm,
+// which its outer module holds, first), then the rest in reverse layout
+// order; every rank of the group records the same order, as it runs the same
+// modules. Buckets, not modules, because they are the layout's contiguous
+// ranges with one count per rank already agreed; a module whose parameters
+// share a bucket with the next one's waits for both. Bitwise, the values are
+// those of the whole-buffer gather.
+void ZeroOptimizer::Impl::plan_gather_buckets() {
+  const std::vector<size_t> unit_of = assign_units(/*everywhere=*/false);
+  std::vector<bool> unowned(buckets.size(), false);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const size_t b = bucket_of[i];
+    if (unit_of[i] == options.modules.size()) {
+      unowned[b] = true;
+      continue;
+    }
+    std::vector<size_t>& list = gather_buckets[options.modules[unit_of[i]]];
+    if (std::find(list.begin(), list.end(), b) == list.end()) list.push_back(b);
+  }
+  // A module's later-used parameters sit earlier in the layout: wait in reverse.
+  for (auto& [module, list] : gather_buckets) std::sort(list.rbegin(), list.rend());
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (unowned[b]) unowned_buckets.push_back(b);
+  }
+  for (ShardedModule* m : options.modules) m->attach(this);
+}
+
+void ZeroOptimizer::Impl::start_param_gather(size_t index) {
+  // In place: this rank's contribution is its part of the output, at the
+  // offset the counts give it (an empty one just before or after the range).
+  const Range range = overlapping_gather() ? layout.buckets[index].range : Range{0, layout.total};
+  const Range piece{std::clamp(mine.begin, range.begin, range.end),
+                    std::clamp(mine.end, range.begin, range.end)};
+  param_gathers[index] =
+      comm.all_gather(flat_range(flat_value, piece), flat_range(flat_value, range),
+                      {.counts = layout.counts(range)});
+  gather_pending[index] = true;
+}
+
+void ZeroOptimizer::Impl::wait_param_gather(size_t index) {
+  if (!gather_pending[index]) return;
+  param_gathers[index].block_stream(current_stream(device));
+  param_gathers[index].wait();
+  param_gathers[index] = comm::Work();
+  gather_pending[index] = false;
 }
 
 void ZeroOptimizer::Impl::step() {
   wait_parameters();
   opt->step();
   if (master.defined()) low_value_shard().copy_from(master);  // round to nearest even
-  if (stage == 1 || stage == 2) {
-    // In place: this rank's shard is its chunk of the flat values.
-    gather_work = comm.all_gather(flat_range(flat_value, mine), flat_value);
-    gather_pending = true;
+  if (stage != 1 && stage != 2) return;
+  if (!overlapping_gather()) {
+    start_param_gather(0);
+    return;
   }
+  std::vector<bool> started(buckets.size(), false);
+  auto start = [&](size_t b) {
+    if (started[b]) return;
+    started[b] = true;
+    start_param_gather(b);
+  };
+  for (const size_t b : first_use_buckets) start(b);
+  for (size_t b = buckets.size(); b-- > 0;) start(b);
 }
 
 void ZeroOptimizer::Impl::wait_parameters() {
-  if (!gather_pending) return;
-  gather_work.block_stream(current_stream(device));
-  gather_work.wait();
-  gather_pending = false;
+  for (size_t g = 0; g < param_gathers.size(); ++g) wait_param_gather(g);
+}
+
+void ZeroOptimizer::Impl::wait_unowned_parameters() {
+  if (!overlapping_gather()) {
+    wait_parameters();
+    return;
+  }
+  for (const size_t b : unowned_buckets) wait_param_gather(b);
 }
 
 }  // namespace loom::parallel

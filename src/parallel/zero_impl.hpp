@@ -77,8 +77,17 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
   std::vector<Bucket> buckets;
   std::vector<size_t> bucket_of;
 
-  comm::Work gather_work;
-  bool gather_pending = false;
+  // Stages 1, 2: the parameter all-gather step() starts, one per bucket under
+  // ZeroOptions::overlap_param_gather (NOTE [gather at forward] in
+  // zero_grads.cpp), else one of the whole buffer (entry 0).
+  std::vector<comm::Work> param_gathers;
+  std::vector<bool> gather_pending;
+  // Under overlap_param_gather: the buckets holding each module's own
+  // parameters, those holding parameters no module holds, and the modules'
+  // buckets in the order the first forward used them (the gathers' launch order).
+  std::unordered_map<const ShardedModule*, std::vector<size_t>> gather_buckets;
+  std::vector<size_t> unowned_buckets;
+  std::vector<size_t> first_use_buckets;
 
   // Stage 3.
   std::vector<Unit> units;                                        // layout order
@@ -108,8 +117,10 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
 
   ~Impl() override;
 
-  // Each parameter goes to the innermost module that contains it (the one with fewest parameters).
-  std::vector<size_t> assign_units();
+  // Each parameter goes to the innermost module that contains it (the one
+  // with fewest parameters); parameters outside every module get
+  // options.modules.size() where `everywhere` is false, else it throws.
+  std::vector<size_t> assign_units(bool everywhere);
 
   long unit_of(const ShardedModule& module) const;
 
@@ -164,9 +175,17 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
 
   // ---- parameters ---------------------------------------------------------------------------
 
+  bool overlapping_gather() const {
+    return options.overlap_param_gather && (stage == 1 || stage == 2);
+  }
+  // Under overlap_param_gather: which buckets each module waits for.
+  void plan_gather_buckets();
   void step();
-
+  void start_param_gather(size_t bucket);
+  void wait_param_gather(size_t index);
+  // Every pending gather, or (zero_grad()) only those no module waits for.
   void wait_parameters();
+  void wait_unowned_parameters();
 
   // ---- stage 3: ParameterGatherer --------------------------------------------------------------
 

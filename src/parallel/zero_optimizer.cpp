@@ -65,15 +65,24 @@ void validate(const std::vector<nn::Parameter*>& params, const ZeroOptions& opti
                "at stage 0; it needs stage 1, 2 or 3 (at stage 0 nothing is sharded: pass the "
                "whole data-parallel group as dp)");
   }
+  if (options.overlap_param_gather && (options.stage == 1 || options.stage == 2)) {
+    LOOM_CHECK(!options.modules.empty(),
+               "ZeroOptimizer: ZeroOptions.overlap_param_gather at stage ", options.stage,
+               " needs ZeroOptions.modules, the parallel::ShardedModule wrappers whose forward "
+               "waits for their own parameters' all-gather (e.g. shard_children(gpt.blocks()) "
+               "plus a ShardedModule around the whole model)");
+  }
+  if (options.stage == 3 || (options.overlap_param_gather && options.stage > 0)) {
+    for (size_t j = 0; j < options.modules.size(); ++j) {
+      LOOM_CHECK(options.modules[j] != nullptr, "ZeroOptimizer: ZeroOptions.modules[", j,
+                 "] is null");
+    }
+  }
   if (options.stage == 3) {
     LOOM_CHECK(!options.modules.empty(),
                "ZeroOptimizer: stage 3 needs ZeroOptions.modules, the parallel::ShardedModule "
                "wrappers that gather parameters around their forward and backward (e.g. "
                "shard_children(gpt.blocks()) plus a ShardedModule around the whole model)");
-    for (size_t j = 0; j < options.modules.size(); ++j) {
-      LOOM_CHECK(options.modules[j] != nullptr, "ZeroOptimizer: ZeroOptions.modules[", j,
-                 "] is null");
-    }
   }
 }
 
@@ -109,7 +118,7 @@ ZeroOptimizer::Impl::Impl(std::vector<nn::Parameter*> list, comm::Communicator& 
     stage = 0;
   }
   std::vector<size_t> unit_of(params.size(), 0);
-  if (stage == 3) unit_of = assign_units();
+  if (stage == 3) unit_of = assign_units(/*everywhere=*/true);
 
   std::vector<optim::ParamSlot> decay = optim::param_slots(params, options.decay);
   if (stage == 0) {
@@ -212,6 +221,12 @@ ZeroOptimizer::Impl::Impl(std::vector<nn::Parameter*> list, comm::Communicator& 
     if (stage == 1) buckets[b].buffer = flat_range(flat_grad, layout.buckets[b].range);
   }
   engine->set_buckets(std::move(members));
+  if (stage == 1 || stage == 2) {
+    const size_t gathers = overlapping_gather() ? buckets.size() : 1;
+    param_gathers.resize(gathers);
+    gather_pending.assign(gathers, false);
+    if (overlapping_gather()) plan_gather_buckets();
+  }
   if (stage >= 2) {
     for (size_t i = 0; i < params.size(); ++i) {
       params[i]->release_grad();
@@ -283,7 +298,7 @@ ZeroOptimizer::Impl::~Impl() {
     quiet_wait(b.replica_work);
   }
   for (const Unit& u : units) quiet_wait(u.work);
-  quiet_wait(gather_work);
+  for (const comm::Work& w : param_gathers) quiet_wait(w);
 }
 
 ZeroOptimizer::ZeroOptimizer(std::vector<nn::Parameter*> params, comm::Communicator& dp,
@@ -293,7 +308,7 @@ ZeroOptimizer::ZeroOptimizer(std::vector<nn::Parameter*> params, comm::Communica
 ZeroOptimizer::~ZeroOptimizer() = default;
 
 void ZeroOptimizer::zero_grad() {
-  wait_parameters();
+  impl_->wait_unowned_parameters();
   if (impl_->stage == 0) {
     impl_->opt->zero_grad();
     return;

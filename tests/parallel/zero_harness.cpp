@@ -58,11 +58,12 @@ std::string describe(const ZeroRun& run) {
                  run.shard_size > 0 ? str_cat(", shard groups of ", run.shard_size) : "",
                  run.compression != parallel::GradCompression::none
                      ? str_cat(", ", parallel::grad_compression_name(run.compression))
-                     : "");
+                     : "",
+                 run.overlap_param_gather ? ", gathered at forward" : "");
 }
 
 ZeroResult run_zero(const ZeroRun& run, comm::Communicator& dp) {
-  ZeroBuilt built = build_zero_model(run.model, run.stage == 3);
+  ZeroBuilt built = build_zero_model(run.model, run.stage == 3 || run.overlap_param_gather);
   nn::Module& model = *built.model;
   ZeroResult result;
   for (const nn::Parameter* p : model.parameters()) {
@@ -98,7 +99,8 @@ ZeroResult run_zero(const ZeroRun& run, comm::Communicator& dp) {
                                 .bucket_cap_bytes = run.bucket_bytes,
                                 .modules = built.modules,
                                 .compression = run.compression,
-                                .replicas = hybrid.replicas.get()});
+                                .replicas = hybrid.replicas.get(),
+                                .overlap_param_gather = run.overlap_param_gather});
   result.effective_stage = zero.stage();
   const float scale = 1.0f / static_cast<float>(run.micro_steps);
   const int64_t micro = run.per_rank_batch / run.micro_steps;

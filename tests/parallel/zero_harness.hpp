@@ -36,6 +36,9 @@ struct ZeroRun {
   // and replicated over the others (parallel::hybrid_shard_groups).
   int shard_size = 0;
   parallel::GradCompression compression = parallel::GradCompression::none;
+  // Stages 1, 2: the model wrapped as for stage 3, each wrapper's forward
+  // waiting for its parameters' all-gather (ZeroOptions::overlap_param_gather).
+  bool overlap_param_gather = false;
 };
 
 struct ZeroResult {

@@ -11,10 +11,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <functional>
+#include <future>
 #include <mutex>
 
 #include "loom/comm/local.hpp"
+#include "loom/nn/cross_entropy_loss.hpp"
 #include "loom/nn/linear.hpp"
 #include "loom/parallel/zero.hpp"
 #include "zero_harness.hpp"
@@ -81,6 +84,90 @@ TEST_CASE("zero: GPT stages 1-3 match stage 0 (AdamW, accumulation, clipping)", 
     check_matches_references({.stage = stage, .steps = 3, .micro_steps = 2, .clip = 0.05}, 2);
   }
   check_matches_references({.optimizer = ZeroOptim::sgd, .stage = 3, .steps = 3, .clip = 0.05}, 3);
+}
+
+// The all-gather waited per module at its forward (overlap_param_gather)
+// gives the values of the gather waited at zero_grad(): bit for bit.
+TEST_CASE("zero: the parameter gather overlapped with forward changes no bit", "[zero]") {
+  const std::vector<std::pair<ZeroRun, int>> runs = {
+      {{.stage = 1, .steps = 3}, 2},
+      {{.stage = 2, .steps = 3, .micro_steps = 2, .clip = 0.05}, 2},
+      {{.optimizer = ZeroOptim::sgd, .stage = 1, .steps = 3}, 3},
+      {{.stage = 2, .steps = 3, .shard_size = 2}, 4},
+      {{.model = ZeroModel::resnet, .optimizer = ZeroOptim::sgd, .stage = 2, .steps = 2}, 2},
+  };
+  for (auto [run, ranks] : runs) {
+    const auto ref = run_ranks(run, ranks);
+    run.overlap_param_gather = true;
+    const auto got = run_ranks(run, ranks);
+    for (int r = 0; r < ranks; ++r) {
+      INFO(describe(run) << " rank " << r);
+      CHECK(got[r].effective_stage == run.stage);
+      CHECK(got[r].losses == ref[r].losses);
+      CHECK(got[r].norms == ref[r].norms);
+      CHECK(got[r].params == ref[r].params);
+      CHECK(got[r].memory.peak_bytes == ref[r].memory.peak_bytes);
+    }
+  }
+}
+
+// zero_grad() does not wait for the modules' parameters: rank 1 steps only
+// after rank 0 has seen, past zero_grad(), its stale copy of rank 1's shard;
+// rank 0's forward then waits for the gather and computes with the new values.
+// (Waiting in zero_grad(), rank 0 would sit there until rank 1 gave up waiting
+// for it, 10 s later, and then see the new values.)
+TEST_CASE("zero: under overlap_param_gather the forward, not zero_grad(), waits", "[zero]") {
+  std::promise<void> rank0_checked;
+  std::shared_future<void> checked = rank0_checked.get_future().share();
+  std::vector<std::vector<std::vector<float>>> after(2);
+  std::vector<int> stale(2, -1), fresh_own(2, -1);
+  comm::run_local_ranks(comm::make_local_group(2, "dp"), [&](comm::Communicator& c) {
+    ZeroBuilt built = build_zero_model(ZeroModel::gpt, /*wrap=*/true);
+    nn::Module& model = *built.model;
+    parallel::ZeroOptimizer zero(model.parameters(), c, optim::AdamWOptions{.lr = 1e-2},
+                                 {.stage = 1,
+                                  .first_bucket_bytes = 4096,
+                                  .bucket_cap_bytes = 4096,
+                                  .modules = built.modules,
+                                  .overlap_param_gather = true});
+    nn::CrossEntropyLoss ce;
+    auto train_step = [&](int step) {
+      const SmallBatch batch = make_small_batch(ZeroModel::gpt, {step * 2 + c.rank()});
+      nn::Tape tape;
+      const Tensor logits = model.forward(batch.x, tape);
+      (void)ce.forward(logits, batch.y, tape);
+      model.backward(ce.backward(tape, 1.0f), tape);
+      zero.finish();
+    };
+    auto pieces_of = [&](int rank) {
+      std::vector<float> values;
+      for (const parallel::ShardPiece& piece : zero.shard_pieces(rank)) {
+        const std::vector<float> all = piece.param->value().to_vector<float>();
+        values.insert(values.end(), all.begin() + piece.begin, all.begin() + piece.end);
+      }
+      return values;
+    };
+    zero.zero_grad();
+    train_step(0);
+    const std::vector<float> peer_before = pieces_of(1 - c.rank());
+    const std::vector<float> own_before = pieces_of(c.rank());
+    if (c.rank() == 1) (void)checked.wait_for(std::chrono::seconds(10));
+    zero.step();
+    zero.zero_grad();
+    if (c.rank() == 0) {
+      stale[0] = pieces_of(1) == peer_before;
+      rank0_checked.set_value();
+    }
+    fresh_own[static_cast<size_t>(c.rank())] = pieces_of(c.rank()) != own_before;
+    train_step(1);  // the forward waits for every module's buckets
+    for (nn::Parameter* p : model.parameters()) {
+      after[static_cast<size_t>(c.rank())].push_back(p->value().to_vector<float>());
+    }
+  });
+  CHECK(stale[0] == 1);
+  CHECK(fresh_own[0] == 1);
+  CHECK(fresh_own[1] == 1);
+  CHECK(after[0] == after[1]);
 }
 
 TEST_CASE("zero: ResNet stage 3 matches stage 0 (SGD)", "[zero]") {
@@ -192,6 +279,10 @@ TEST_CASE("zero: bad configurations fail clearly", "[zero]") {
   CHECK_THROWS_WITH(
       parallel::ZeroOptimizer(fc.parameters(), *dp[0], optim::SgdOptions{}, {.stage = 3}),
       Catch::Contains("stage 3 needs ZeroOptions.modules"));
+  CHECK_THROWS_WITH(parallel::ZeroOptimizer(fc.parameters(), *dp[0], optim::SgdOptions{},
+                                            {.stage = 2, .overlap_param_gather = true}),
+                    Catch::Contains("ZeroOptions.overlap_param_gather at stage 2 needs "
+                                    "ZeroOptions.modules"));
   {
     // One rank: stage 2 runs as stage 0.
     parallel::ZeroOptimizer zero(fc.parameters(), *dp[0], optim::SgdOptions{}, {.stage = 2});

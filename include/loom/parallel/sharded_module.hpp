@@ -14,8 +14,10 @@
 // in which case backward_input keeps them until backward_weight. So under a
 // split backward (a zero-bubble pipeline schedule, B now and W later) a unit
 // is not held from a micro-batch's B to its W. Wrappers nest: an outer wrapper's parameters stay
-// gathered while its inner modules run. At stages 0 to 2 nothing is attached
-// and the wrapper only forwards calls.
+// gathered while its inner modules run. At stages 1 and 2 with
+// ZeroOptions::overlap_param_gather the wrapper's forward only waits for the
+// all-gather of its own parameters that the last step() started; otherwise
+// nothing is attached and the wrapper only forwards calls.
 //
 // shard_children(seq) wraps every child of a Sequential that has parameters
 // (e.g. GPT::blocks(), or a ResNet's stem, blocks and head) in place.

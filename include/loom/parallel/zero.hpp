@@ -17,7 +17,9 @@
 //   1  optimizer state sharded: the parameters become views into one flat
 //      padded buffer; gradients are all-reduced bucket by bucket; each rank
 //      steps its shard [rank * S, (rank + 1) * S) of the buffer and the shards
-//      are all-gathered back (asynchronously, waited in zero_grad()).
+//      are all-gathered back (asynchronously, waited in zero_grad(); with
+//      ZeroOptions::overlap_param_gather bucket by bucket, each waited at the
+//      forward of the first ShardedModule that uses it).
 //   2  stage 1 + gradients sharded: each bucket is reduce-scattered as soon as
 //      its gradients are ready (in bucket order on every rank); the full-size
 //      bucket buffers are transient (allocated at the bucket's first gradient
@@ -117,6 +119,16 @@ struct ZeroOptions {
   // state is sharded over the whole of `dp`. Every rank of it has the same
   // rank in its own `dp`, and every `dp` group has the same size.
   comm::Communicator* replicas = nullptr;
+  // Stages 1 and 2: all-gather the stepped parameters bucket by bucket and
+  // let each of `modules` wait, at its forward, only for the buckets that
+  // hold its own parameters (Megatron-LM's overlap_param_gather), so that the
+  // gathers of later layers run while earlier ones compute; zero_grad() then
+  // waits only for parameters no module holds. Needs `modules` (e.g. the GPT
+  // wrapped as for stage 3; parameters outside every module are allowed).
+  // Without it, step() starts one all-gather of the whole buffer and
+  // zero_grad() waits for it. Stage 3 always gathers per module; stage 0 has
+  // nothing to gather. See NOTE [gather at forward] in zero_grads.cpp.
+  bool overlap_param_gather = false;
 };
 
 // A data-parallel group split for hybrid sharding: `shard`, groups of
@@ -168,7 +180,9 @@ class ZeroOptimizer {
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
-  // Waits for the previous step's parameter all-gather, then marks every
+  // Waits for the previous step's parameter all-gather (under
+  // ZeroOptions::overlap_param_gather only for the parameters no module
+  // holds: the modules wait for theirs at their forward), then marks every
   // gradient stale. Call before the forward pass.
   void zero_grad();
   // Launches the buckets not yet launched, waits for all of them.
@@ -186,7 +200,8 @@ class ZeroOptimizer {
   // optimizer that steps this rank's shard (or the f32 master pieces).
   void set_lr(double lr) { optimizer().set_lr(lr); }
   double lr() { return optimizer().lr(); }
-  // Waits for the all-gather step() started (zero_grad() calls it).
+  // Waits for every all-gather step() started. Call it before reading
+  // parameters outside the modules' forward under overlap_param_gather.
   void wait_parameters();
   // Stage 3: gathers every parameter (for evaluation outside the wrappers or a
   // full checkpoint) until release_parameters(); other stages: waits only.
