@@ -91,7 +91,9 @@ set_tests_properties(checkpoint.train_gpt_init_from PROPERTIES TIMEOUT 400 PROCE
 # --stage-layers gives one; activation checkpointing under split B / W, on
 # the first stage alone, and of the attention alone under zb-v; zb-v
 # re-planned from step 2's measured durations with a larger bound), 1f1b
-# and zb-v at pp 4, pp 2 x dp 2 with ZeRO 1 and 3, tp 2 x pp 2 (+ SP, ZeRO 2);
+# and zb-v at pp 4, pp 2 x dp 2 with ZeRO 1 (1f1b, and zb-v, whose rank 0
+# waits for the tied table's all-gather in both of its chunks) and 3, tp 2 x
+# pp 2 (+ SP, ZeRO 2);
 # logged losses, gradient norms and the validation loss (forward-only through
 # the stages) to the last printed digit.
 loom_train_gpt_compare(pipeline ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.tokens
@@ -113,12 +115,14 @@ loom_train_gpt_compare(pipeline ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdl
     "4|--layers 4|--pp 2 --schedule 1f1b --micro-batches 2 --zero-stage 1"
     "4|--layers 4|--pp 2 --schedule 1f1b --micro-batches 4 --zero-stage 3"
     "4|--layers 4|--pp 2 --schedule zb-v --micro-batches 4 --zero-stage 3"
+    "4|--layers 4|--pp 2 --schedule zb-v --micro-batches 4 --zero-stage 1"
     "4|--layers 4|--tp 2 --pp 2 --schedule zb-v --micro-batches 2"
     "4|--layers 4|--tp 2 --sequence-parallel --pp 2 --schedule zb-h1 --micro-batches 4 --zero-stage 2")
 
 # Gradient accumulation without --pp (--micro-batches M: the micro-batches one
 # after another, the reduction over dp launched by the last backward) under
-# dp 2 with ZeRO 1 and 3, and on one rank, reproduces one rank on the whole
+# dp 2 with ZeRO 1, 2 (its parameter all-gather waited whole:
+# --no-overlap-param-gather) and 3, and on one rank, reproduces one rank on the whole
 # batch to the printed digit; so does activation checkpointing (whole blocks,
 # or the attention alone) under ZeRO 3, whose recompute gathers each block's
 # parameters again in backward.
@@ -127,6 +131,7 @@ loom_train_gpt_compare(dp ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.
   COMMON --d-model 64 --heads 4 --seq 32 --batch 4 --steps 6 --log-every 1 --eval-every 0
          --eval-batches 2
   CASES "1|--layers 2|--micro-batches 4" "2|--layers 2|--micro-batches 2 --zero-stage 1"
+        "2|--layers 2|--micro-batches 2 --zero-stage 2 --no-overlap-param-gather"
         "2|--layers 2|--micro-batches 2 --zero-stage 3"
         "2|--layers 2|--zero-stage 3 --activation-checkpointing"
         "2|--layers 2|--micro-batches 2 --zero-stage 3 --checkpoint-attention")

@@ -142,6 +142,7 @@ nlohmann::json to_json(const planner::Estimate& e) {
           {"micro_batches", l.micro_batches},
           {"activation_checkpointing", l.activation_checkpointing},
           {"checkpoint_attention", l.checkpoint_attention},
+          {"overlap_param_gather", l.overlap_param_gather},
           {"refused", e.refused},
           {"parameter_bytes", e.parameter_bytes},
           {"gradient_bytes", e.gradient_bytes},
@@ -251,9 +252,12 @@ int main(int argc, char** argv) {
   auto* sp_opt = app.add_flag("--sequence-parallel", only.sequence_parallel);
   auto* ckpt_opt = app.add_flag("--activation-checkpointing", only.activation_checkpointing);
   auto* attn_opt = app.add_flag("--checkpoint-attention", only.checkpoint_attention);
+  auto* gather_opt = app.add_flag("!--no-overlap-param-gather", only.overlap_param_gather,
+                                  "ZeRO 1, 2: the parameter all-gather waited whole at the "
+                                  "step's start, not per module at the forward");
   CLI11_PARSE(app, argc, argv);
   for (CLI::Option* o : {tp_opt, pp_opt, sched_opt, mb_opt, vs_opt, zero_opt, shard_opt, sp_opt,
-                         ckpt_opt, attn_opt}) {
+                         ckpt_opt, attn_opt, gather_opt}) {
     evaluate = evaluate || o->count() > 0;
   }
   try {

@@ -1,6 +1,7 @@
-// --zero-shard-size, shared by the examples: hybrid sharding (the ZeRO state
-// sharded over groups of consecutive data-parallel ranks and replicated over
-// the groups; parallel::hybrid_shard_groups, docs/zero.md).
+// ZeRO flags shared by the examples: --zero-shard-size, hybrid sharding (the
+// ZeRO state sharded over groups of consecutive data-parallel ranks and
+// replicated over the groups; parallel::hybrid_shard_groups), and
+// --no-overlap-param-gather (docs/zero.md).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -18,6 +19,19 @@ inline void add_zero_shard_flag(CLI::App& app, int& zero_shard) {
                  "gradient average crosses between them (0: shard over all of dp; "
                  "docs/zero.md)")
       ->check(flags::at_least(0));
+}
+
+inline void add_param_gather_flag(CLI::App& app, bool& overlap) {
+  app.add_flag("!--no-overlap-param-gather", overlap,
+               "ZeRO 1, 2: all-gather the stepped parameters whole and wait before the next "
+               "step (default: bucket by bucket, each waited by the first forward that uses it)");
+}
+
+// Whether the model is wrapped in ShardedModules: stage 3 gathers parameters
+// by them, stages 1 and 2 wait for their all-gather by them
+// (ZeroOptions::overlap_param_gather).
+inline bool zero_units(int stage, bool overlap_param_gather) {
+  return stage == 3 || (stage >= 1 && overlap_param_gather);
 }
 
 // Before any communication: the stage and the group size the world's dp allows.

@@ -75,7 +75,8 @@ inline std::optional<StepPrediction> predict_step(const Context& launch, const g
                          .micro_batches = f.pipe.micro_batch_count(),
                          .virtual_stages = f.pipe.pp > 1 ? f.pipe.virtual_stages : 0,
                          .activation_checkpointing = f.activation_checkpointing,
-                         .checkpoint_attention = f.checkpoint_attention};
+                         .checkpoint_attention = f.checkpoint_attention,
+                         .overlap_param_gather = f.overlap_param_gather};
   if (f.pipe.pp > 1) {
     layout.schedule = parallel::pipeline::schedule_kind_from_string(f.pipe.schedule);
   }

@@ -129,20 +129,24 @@ int run(const Flags& f) {
   std::optional<pl::Schedule> pipeline;
   pl::GPTChunks chunks;
   std::unique_ptr<nn::Module> model_owner;
-  models::GPT* whole_gpt = nullptr;  // the GPT (under ZeRO-3 inside its ShardedModule)
+  models::GPT* whole_gpt = nullptr;  // the GPT (under ZeRO inside its ShardedModule)
   std::vector<parallel::ShardedModule*> units;
   if (f.pipe.pp > 1) {
     pipeline = f.pipe.make_schedule();
     chunks = pl::build_gpt_chunks(config, *pipeline, groups.coord.pp, f.pipe.stage_layers, layers);
     // ZeRO stage 3: every chunk and every block of it is one unit, gathered
-    // around each forward and backward the executor runs (docs/pipeline.md).
-    if (f.zero_stage == 3) units = chunks.shard_parameters();
+    // around each forward and backward the executor runs (docs/pipeline.md);
+    // stages 1, 2: each waits there for its part of the step's all-gather.
+    if (examples::zero_units(f.zero_stage, f.overlap_param_gather)) {
+      units = chunks.shard_parameters();
+    }
   } else {
     model_owner = std::make_unique<models::GPT>("", config, layers);
     whole_gpt = static_cast<models::GPT*>(model_owner.get());
     // ZeRO stage 3 gathers each block's parameters around its use: every block
     // is one unit, the rest of the GPT (embeddings, final LayerNorm) the outer one.
-    if (f.zero_stage == 3) {
+    // Stages 1, 2 wait there for each unit's part of the step's all-gather.
+    if (examples::zero_units(f.zero_stage, f.overlap_param_gather)) {
       units = parallel::shard_children(static_cast<models::GPT&>(*model_owner).blocks());
       auto root = std::make_unique<parallel::ShardedModule>(std::move(model_owner));
       units.insert(units.begin(), root.get());
@@ -177,7 +181,8 @@ int run(const Flags& f) {
           .groups = parallel::reduction_groups(groups),
           .compression = f.grad_reduce == "bf16" ? parallel::GradCompression::bf16
                                                  : parallel::GradCompression::none,
-          .replicas = zero_group.replicas()});
+          .replicas = zero_group.replicas(),
+          .overlap_param_gather = f.overlap_param_gather});
   examples::Loss loss_fn;
   if (f.tp > 1) {
     loss_fn.vocab_parallel =

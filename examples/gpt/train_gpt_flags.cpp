@@ -132,6 +132,7 @@ void add_flags(CLI::App& app, Flags& f) {
                  "+ parameters (docs/zero.md)")
       ->check(flags::between(0, 3));
   examples::add_zero_shard_flag(app, f.zero_shard);
+  examples::add_param_gather_flag(app, f.overlap_param_gather);
   app.add_option("--checkpoint-dir", f.checkpoint_dir,
                  "distributed checkpoints here (docs/checkpoint.md): with --save-every and/or "
                  "--resume");

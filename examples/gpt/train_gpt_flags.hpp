@@ -39,9 +39,10 @@ struct Flags {
   double require_below_unigram = 0;  // > 0: fail unless validation loss < this x unigram
   double first_bucket_mib = 1;
   double bucket_cap_mib = 25;
-  int zero_stage = 0;  // 0: plain data parallelism; 1-3: ZeRO (docs/zero.md)
-  int zero_shard = 0;  // hybrid sharding: dp ranks per shard group (0: all of dp)
-  int tp = 1;          // tensor-parallel ranks per replica (docs/tensor_parallel.md)
+  int zero_stage = 0;                // 0: plain data parallelism; 1-3: ZeRO (docs/zero.md)
+  int zero_shard = 0;                // hybrid sharding: dp ranks per shard group (0: all of dp)
+  bool overlap_param_gather = true;  // ZeRO 1, 2: the all-gather waited per module at forward
+  int tp = 1;                        // tensor-parallel ranks per replica (docs/tensor_parallel.md)
   bool sequence_parallel = false;
   loom::examples::PipelineFlags pipe;  // --pp, --schedule, ... (docs/pipeline.md)
   std::string checkpoint_dir;          // distributed checkpoints (docs/checkpoint.md)

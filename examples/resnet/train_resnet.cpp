@@ -78,9 +78,10 @@ struct Flags {
   bool forward_only = false;
   bool profile = false;
   std::string trace_path;
-  double require_accuracy = 0;  // digits: fail unless the final test accuracy reaches this
-  int zero_stage = 0;           // 0: plain data parallelism; 1-3: ZeRO (docs/zero.md)
-  int zero_shard = 0;           // hybrid sharding: dp ranks per shard group (0: all of dp)
+  double require_accuracy = 0;       // digits: fail unless the final test accuracy reaches this
+  int zero_stage = 0;                // 0: plain data parallelism; 1-3: ZeRO (docs/zero.md)
+  bool overlap_param_gather = true;  // ZeRO 1, 2: the all-gather waited per module at forward
+  int zero_shard = 0;                // hybrid sharding: dp ranks per shard group (0: all of dp)
   double bucket_cap_mib = 4;
   std::string precision = "fp32";      // nn/precision.hpp: the convolutions' and fc's operands
   loom::examples::PipelineFlags pipe;  // --pp, --schedule, --micro-batches, ... (docs/pipeline.md)
@@ -282,7 +283,7 @@ int run(const Flags& f) {
   // gives the cut. Otherwise the whole network.
   pl::ResNetChunks chunks;
   std::unique_ptr<nn::Sequential> model;
-  std::vector<parallel::ShardedModule*> units;  // ZeRO stage 3
+  std::vector<parallel::ShardedModule*> units;  // ZeRO (examples::zero_units)
   std::vector<int64_t> cut;
   std::vector<double> chunk_flops, chunk_seconds;
   if (pipeline) {
@@ -305,11 +306,16 @@ int run(const Flags& f) {
     chunks = pl::build_resnet_chunks("", config, *pipeline, groups.coord.pp, cut);
     // ZeRO stage 3: each chunk and each of its layers with parameters is a
     // unit, gathered around every action (the layers one by one).
-    if (f.zero_stage == 3) units = chunks.shard_parameters();
+    if (examples::zero_units(f.zero_stage, f.overlap_param_gather)) {
+      units = chunks.shard_parameters();
+    }
   } else {
     model = models::make_resnet("", config);
-    // ZeRO stage 3: the stem's layers, every block and the head are units.
-    if (f.zero_stage == 3) units = parallel::shard_children(*model);
+    // ZeRO stage 3: the stem's layers, every block and the head are units
+    // (stages 1, 2: each waits there for its part of the step's all-gather).
+    if (examples::zero_units(f.zero_stage, f.overlap_param_gather)) {
+      units = parallel::shard_children(*model);
+    }
   }
   const std::vector<nn::Parameter*> params = pipeline ? chunks.parameters() : model->parameters();
   const std::vector<nn::Module*> modules =
@@ -342,7 +348,8 @@ int run(const Flags& f) {
                             .modules = units,
                             .broadcast_parameters = true,
                             .groups = parallel::reduction_groups(groups),
-                            .replicas = zero_group.replicas()});
+                            .replicas = zero_group.replicas(),
+                            .overlap_param_gather = f.overlap_param_gather});
   nn::CrossEntropyLoss loss_fn;
   std::unique_ptr<pl::PipelineExecutor> executor;
   if (pipeline) {
@@ -637,6 +644,7 @@ int main(int argc, char** argv) {
                  "+ parameters (docs/zero.md)")
       ->check(flags::between(0, 3));
   loom::examples::add_zero_shard_flag(app, f.zero_shard);
+  loom::examples::add_param_gather_flag(app, f.overlap_param_gather);
   app.add_option("--checkpoint-dir", f.checkpoint_dir,
                  "distributed checkpoints here (docs/checkpoint.md): with --save-every and/or "
                  "--resume");

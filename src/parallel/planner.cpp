@@ -86,8 +86,11 @@ namespace loom::parallel::planner {
 // backward on the rank (buckets launch as gradients become ready), so only
 // what exceeds that backward is exposed, and at least the last bucket's
 // transfer (ZeroOptions::first_bucket_bytes, the small bucket that launches
-// last). The parameter all-gather after the step (stages 1 and 2) is waited
-// for at the next step's start: exposed. Stage 3 gathers before each unit,
+// last). The parameter all-gather after the step (stages 1 and 2), waited
+// for per module at the next forward (overlap_param_gather), hides behind the
+// rank's first micro-batch forward except what exceeds it, and at least the
+// share of the first of its units (the blocks and the rest); waited for whole
+// at the step's start, it is exposed. Stage 3 gathers before each unit,
 // prefetched behind the compute: only what exceeds the compute is exposed.
 //
 // Placement (ParallelLayout: tp innermost, then dp, then pp; ranks filled a
@@ -199,6 +202,7 @@ std::string Layout::str() const {
   if (micro_batches > 1 || pp > 1) s += str_cat(", M ", micro_batches);
   if (activation_checkpointing) s += ", blocks recomputed";
   if (checkpoint_attention) s += ", attention recomputed";
+  if ((zero_stage == 1 || zero_stage == 2) && !overlap_param_gather) s += ", gathered at step";
   return s;
 }
 
@@ -216,6 +220,9 @@ std::string Layout::flags() const {
   if (zero_shard > 0) add(str_cat("--zero-shard-size ", zero_shard));
   if (activation_checkpointing) add("--activation-checkpointing");
   if (checkpoint_attention) add("--checkpoint-attention");
+  if ((zero_stage == 1 || zero_stage == 2) && !overlap_param_gather) {
+    add("--no-overlap-param-gather");
+  }
   return s;
 }
 
@@ -552,6 +559,7 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
   std::vector<double> rank_compute(static_cast<size_t>(layout.pp), 0.0);
   std::vector<double> rank_tp(static_cast<size_t>(layout.pp), 0.0);
   std::vector<double> rank_backward(static_cast<size_t>(layout.pp), 0.0);
+  std::vector<double> rank_forward(static_cast<size_t>(layout.pp), 0.0);  // one micro-batch's
   std::vector<int64_t> rank_blocks(static_cast<size_t>(layout.pp), 0);
   for (int c = 0; c < chunks; ++c) {
     const auto r = static_cast<size_t>(schedule->rank_of(c));
@@ -559,6 +567,7 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
     rank_tp[r] += micro * chunk_tp[static_cast<size_t>(c)];
     rank_backward[r] += costs.backward_input[static_cast<size_t>(c)] +
                         costs.backward_weight[static_cast<size_t>(c)];
+    rank_forward[r] += costs.forward[static_cast<size_t>(c)];
     rank_blocks[r] += layers[static_cast<size_t>(c)];
   }
   for (int r = 1; r < layout.pp; ++r) {
@@ -616,8 +625,15 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
       exposed = std::max(grad_seconds - rank_backward[static_cast<size_t>(r)], last_bucket);
       const double gather_seconds =
           (traffic.dp - traffic.dp_replicas - grad_wire) / shard_bandwidth;
-      exposed += stage == 3 ? std::max(0.0, gather_seconds - rank_compute[static_cast<size_t>(r)])
-                            : gather_seconds;
+      const auto rank = static_cast<size_t>(r);
+      if (stage == 3) {
+        exposed += std::max(0.0, gather_seconds - rank_compute[rank]);
+      } else if (layout.overlap_param_gather) {
+        const double first_unit = gather_seconds / static_cast<double>(rank_blocks[rank] + 1);
+        exposed += std::max(gather_seconds - rank_forward[rank], first_unit);
+      } else {
+        exposed += gather_seconds;
+      }
     }
     e.dp_exposed = std::max(e.dp_exposed, exposed);
     optimizer_elements = std::max(

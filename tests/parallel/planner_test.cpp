@@ -223,10 +223,21 @@ TEST_CASE("planner: communication terms by hand", "[planner]") {
     const planner::Estimate far = planner::estimate(work, simple_cluster(2, 1), {.dp = 2});
     CHECK(far.dp_exposed > e.dp_exposed);
     CHECK(far.dp_exposed >= grads / 1e8 - e.compute);
-    // ZeRO-1 adds the parameter all-gather after the step, exposed.
+    // ZeRO-1 adds the parameter all-gather after the step: exposed when it
+    // is waited for whole before the next step, hidden behind the next
+    // forward but for what exceeds it and the first unit's share when each
+    // module waits for its own parameters.
+    const double gather = grads / 2 / 1e9;
+    const planner::Estimate z1_whole =
+        planner::estimate(work, slow, {.dp = 2, .zero_stage = 1, .overlap_param_gather = false});
+    CHECK(z1_whole.dp_exposed == Approx(e.dp_exposed + gather));
+    CHECK(z1_whole.optimizer_bytes < e.optimizer_bytes);
+    CHECK(z1_whole.layout.flags() == "--zero-stage 1 --no-overlap-param-gather");
     const planner::Estimate z1 = planner::estimate(work, slow, {.dp = 2, .zero_stage = 1});
-    CHECK(z1.dp_exposed == Approx(e.dp_exposed + grads / 2 / 1e9));
-    CHECK(z1.optimizer_bytes < e.optimizer_bytes);
+    const double first_unit = gather / static_cast<double>(work.model.layers + 1);
+    CHECK(z1.dp_exposed < z1_whole.dp_exposed);
+    CHECK(z1.dp_exposed >= Approx(e.dp_exposed + std::max(gather - e.compute, first_unit)));
+    CHECK(z1.layout.flags() == "--zero-stage 1");
   }
   // pp 2: the simulator's step on the same schedule, its bubble above zero.
   {

@@ -97,6 +97,10 @@ struct Layout {
   // Selective recompute: only each block's attention core (--checkpoint-attention);
   // not with activation_checkpointing.
   bool checkpoint_attention = false;
+  // ZeRO 1, 2: the parameter all-gather after the step waited per module at
+  // the next forward (ZeroOptions::overlap_param_gather, train_gpt's default),
+  // or whole before it (--no-overlap-param-gather).
+  bool overlap_param_gather = true;
 
   int world() const { return dp * tp * pp; }
   // The ranks one copy of the ZeRO state is sharded over.
