@@ -86,6 +86,19 @@ add_test(NAME checkpoint.train_gpt_init_from
 set_tests_properties(checkpoint.train_gpt_init_from PROPERTIES TIMEOUT 400 PROCESSORS 4
                      LABELS "checkpoint;mpi;examples" ENVIRONMENT "${LOOM_MPI_TEST_ENV}")
 
+# loom-restart: a rank killed (SIGKILL) after the step-10 checkpoint, the job
+# run again with --resume continues bit for bit; a job that fails at once is
+# given up after two attempts; SIGTERM stops it without a restart.
+add_test(NAME checkpoint.loom_restart
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint/check_loom_restart.py
+                 ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_gpt> $<TARGET_FILE:loom-restart>
+                 ${CMAKE_CURRENT_BINARY_DIR}/loom_restart --
+                 --layers 2 --d-model 64 --heads 4 --seq 32 --batch 4 --log-every 1
+                 --eval-every 0 --eval-batches 2
+                 --token-file ${CMAKE_CURRENT_BINARY_DIR}/loom_restart.tokens)
+set_tests_properties(checkpoint.loom_restart PROPERTIES TIMEOUT 300 PROCESSORS 2
+                     LABELS "checkpoint;mpi;examples" ENVIRONMENT "${LOOM_MPI_TEST_ENV}")
+
 # Pipeline parallelism under mpirun reproduces one rank on the same global
 # batch: every schedule at pp 2 (the cut balanced by counted FLOPs unless
 # --stage-layers gives one; activation checkpointing under split B / W, on
