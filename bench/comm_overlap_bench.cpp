@@ -35,12 +35,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "../examples/common/flag_checks.hpp"
+#include "bench_util.hpp"
 #include "loom/comm/context.hpp"
 
 namespace {
@@ -312,15 +312,16 @@ int main(int argc, char** argv) {
       std::printf("send-to-arrival: not measured (needs ranks 0 and 1 on one host)\n");
     }
     if (!json_path.empty()) {
-      std::ofstream(json_path) << nlohmann::json{{"benchmark", "comm_overlap_bench"},
-                                                 {"mib", mib},
-                                                 {"overlaps_compute", overlaps_compute},
-                                                 {"symmetric", symmetric},
-                                                 {"ranks", ranks},
-                                                 {"send_to_arrival", p2p_json},
-                                                 {"progress", mode && *mode ? mode : "default"}}
-                                      .dump(2)
-                               << "\n";
+      loom::bench::write_file_atomically(
+          json_path, nlohmann::json{{"benchmark", "comm_overlap_bench"},
+                                    {"mib", mib},
+                                    {"overlaps_compute", overlaps_compute},
+                                    {"symmetric", symmetric},
+                                    {"ranks", ranks},
+                                    {"send_to_arrival", p2p_json},
+                                    {"progress", mode && *mode ? mode : "default"}}
+                             .dump(2) +
+                         "\n");
     }
   }
   return 0;
