@@ -18,6 +18,9 @@
 #   -o, --output PATTERN      output file (default: loom-%x-%j.out in the
 #                             current directory; %x name, %j job id)
 #       --comm-timeout T      LOOM_COMM_TIMEOUT for the job (default 300s)
+#       --max-restarts N      run the program again with --resume when it fails,
+#                             at most N times, inside the allocation (loom.sbatch
+#                             through tools/loom-restart; docs/checkpoint.md)
 #       --wait                return when the job ends, with its exit status
 #       --sbatch-arg ARG      pass ARG to sbatch as it is (repeatable)
 #       --dry-run             print the command only
@@ -42,7 +45,7 @@ positive() {  # NAME VALUE [MIN]
 }
 
 nodes=1 tasks_per_node='' gpus=0 gpu_mode=per-task cpus='' time=01:00:00
-partition='' account='' job_name='' output='' comm_timeout='' wait=0 dry_run=0
+partition='' account='' job_name='' output='' comm_timeout='' max_restarts='' wait=0 dry_run=0
 extra=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -57,6 +60,7 @@ while [ $# -gt 0 ]; do
     -J | --job-name) job_name=${2:?} && shift ;;
     -o | --output) output=${2:?} && shift ;;
     --comm-timeout) comm_timeout=${2:?} && shift ;;
+    --max-restarts) max_restarts=${2:?} && shift ;;
     --wait) wait=1 ;;
     --sbatch-arg) extra+=("${2:?}") && shift ;;
     --dry-run) dry_run=1 ;;
@@ -78,6 +82,7 @@ if [ "$gpus" -gt 0 ] && [ "$tasks_per_node" -ne "$gpus" ]; then
   die "$tasks_per_node tasks per node with $gpus GPUs per node: Loom runs one rank per GPU"
 fi
 case $gpu_mode in per-task | per-node) ;; *) die "--gpu-mode must be per-task or per-node, got '$gpu_mode'" ;; esac
+[ -z "$max_restarts" ] || positive "--max-restarts" "$max_restarts" 0
 
 # The job starts in the current directory: a program given by a path is made
 # absolute so that the job finds it whatever its working directory.
@@ -106,7 +111,24 @@ if [ "$gpus" -gt 0 ]; then
 fi
 [ "$wait" = 0 ] || cmd+=(--wait)
 # sbatch hands the submitting environment to the job; loom.sbatch reads these.
-[ -z "$comm_timeout" ] || cmd+=(--export="ALL,LOOM_COMM_TIMEOUT=$comm_timeout")
+exports=()
+[ -z "$comm_timeout" ] || exports+=("LOOM_COMM_TIMEOUT=$comm_timeout")
+if [ -n "$max_restarts" ]; then
+  # loom-restart: the build's (tools/ beside the program's examples/), else PATH's.
+  restart=$(dirname "$program")/../tools/loom-restart
+  if [ -x "$restart" ]; then
+    restart=$(cd "$(dirname "$restart")" && pwd)/loom-restart
+  else
+    restart=$(command -v loom-restart || true)
+  fi
+  [ -n "$restart" ] || [ "$dry_run" = 1 ] ||
+    die "--max-restarts needs loom-restart (build/tools/loom-restart beside the program's" \
+      "folder, or on PATH)"
+  exports+=("LOOM_MAX_RESTARTS=$max_restarts" "LOOM_RESTART=${restart:-loom-restart}")
+fi
+if [ ${#exports[@]} -gt 0 ]; then
+  cmd+=(--export="ALL,$(IFS=, && echo "${exports[*]}")")
+fi
 cmd+=("${extra[@]}" "$here/loom.sbatch" "$program" "$@")
 
 printf '%q ' "${cmd[@]}"

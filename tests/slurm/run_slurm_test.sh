@@ -6,6 +6,7 @@
 #
 #   run_slurm_test.sh WORK_DIR [PROGRAM [ARGS...]]
 #   run_slurm_test.sh WORK_DIR --compare-layout "LAYOUT ARGS" TRAIN_GPT [ARGS...]
+#   run_slurm_test.sh WORK_DIR --kill-and-resume TRAIN_GPT [ARGS...]
 #
 # 1. PROGRAM ARGS (default: ./loom_mpi_tests, less its mpirun-only case) as
 #    2 nodes x 2 tasks: the job must exit 0, every one of the 4 tasks must
@@ -27,6 +28,15 @@
 # nodes), and its logged losses, gradient norms and validation loss must match
 # one rank's run of TRAIN_GPT ARGS on the same global batch, to
 # tests/support/compare_train_runs.py's tolerance (the printed digit).
+#
+# With --kill-and-resume, job 1 alone runs, as TRAIN_GPT ARGS saving a
+# checkpoint every 5 steps, through `launch.sh --max-restarts 1`; once its
+# step-10 checkpoint is complete one of its rank processes is killed
+# (SIGKILL). srun fails, loom-restart runs it again in the allocation with
+# --resume, and the job must exit 0 after two attempts, the second resuming
+# from a checkpoint and logging every later step's loss and norm, and the
+# validation loss, as one rank's run of TRAIN_GPT ARGS (compare_train_runs.py
+# --resumed).
 #
 # Exit status 0: passed; 1: failed; 77: skipped (no Slurm, or not root), with
 # the reason on stdout. Everything lives under WORK_DIR (configuration, state,
@@ -50,7 +60,12 @@ launcher=$root/scripts/slurm/launch.sh
 work=$(mkdir -p "$1" && cd "$1" && pwd)
 shift
 compare_layout=
-if [ "${1:-}" = --compare-layout ]; then
+kill_and_resume=0
+if [ "${1:-}" = --kill-and-resume ]; then
+  kill_and_resume=1
+  shift
+  [ $# -gt 0 ] || { echo "run_slurm_test.sh: --kill-and-resume needs TRAIN_GPT" >&2 && exit 2; }
+elif [ "${1:-}" = --compare-layout ]; then
   compare_layout=${2:?--compare-layout needs the layout arguments}
   shift 2
   [ $# -gt 0 ] || { echo "run_slurm_test.sh: --compare-layout needs TRAIN_GPT" >&2 && exit 2; }
@@ -305,6 +320,48 @@ submit() {
     fail "job '$name' did not end within $limit s"
   fi
 }
+
+# --- 1'. --kill-and-resume: a rank killed, the job run again from its checkpoint -----
+if [ "$kill_and_resume" = 1 ]; then
+  ckpt=$work/checkpoints
+  rm -rf "$ckpt" "$work/killed"
+  # In the background: once the step-10 checkpoint is complete, SIGKILL the
+  # newest of the program's processes (a rank; their command lines start with
+  # the program and name the checkpoint directory).
+  (
+    for ((i = 0; i < 12000; ++i)); do
+      if [ -f "$ckpt/step-00000010/manifest.json" ]; then
+        for f in $(grep -l -F -- "$ckpt" /proc/[0-9]*/cmdline 2>/dev/null); do
+          line=$(tr '\0' ' ' <"$f" 2>/dev/null) || continue
+          if [[ "$line" == "${program[0]} "* ]]; then pid=${f#/proc/} && pid=${pid%/cmdline}; fi
+        done
+        if [ -n "${pid:-}" ] && kill -KILL "$pid" 2>/dev/null; then
+          echo "slurm test: killed rank process $pid" | tee "$work/killed"
+        fi
+        exit 0
+      fi
+      sleep 0.01
+    done
+  ) &
+  killer=$!
+  submit restart "$job_limit" --max-restarts 1 -- "${program[@]}" --checkpoint-dir "$ckpt" \
+    --save-every 5
+  wait "$killer"
+  [ "$job_status" -eq 0 ] || fail "job 'restart' failed (sbatch exit status $job_status)"
+  [ -f "$work/killed" ] || fail "no rank was killed: the job ended before its step-10 checkpoint"
+  grep -q "^loom-restart: attempt 2 of 2: srun " "$job_out" &&
+    grep -q -- "--save-every 5 --resume\$" "$job_out" ||
+    fail "the job was not run a second time with --resume"
+  grep -q "^loom-restart: attempt 2 succeeded" "$job_out" || fail "the second attempt did not succeed"
+  grep -q "resum.* at step [1-9][0-9]*" "$job_out" || fail "the second attempt did not resume from a checkpoint"
+  # The second attempt's log (the first one's last lines died with it).
+  sed -n '/^loom-restart: attempt 2 of 2: /,$p' "$job_out" >"$work/jobs/restart.second"
+  python3 "$root/tests/support/compare_train_runs.py" --resumed --output "$work/jobs/restart.second" \
+    "$ntasks" "${program[@]:0:1}" --layout "" -- "${program[@]:1}" ||
+    fail "the restarted job does not reproduce one rank's losses"
+  echo "PASS: slurm job killed after its step-10 checkpoint ran again from it and matches one rank"
+  exit 0
+fi
 
 # --- 1. The program on 2 nodes x N tasks -------------------------------------------
 # With --compare-layout: the program with the layout's arguments.
