@@ -86,6 +86,19 @@ add_test(NAME checkpoint.train_gpt_init_from
 set_tests_properties(checkpoint.train_gpt_init_from PROPERTIES TIMEOUT 400 PROCESSORS 4
                      LABELS "checkpoint;mpi;examples" ENVIRONMENT "${LOOM_MPI_TEST_ENV}")
 
+# --global-batch: one command line under any launch size; saved by 4 ranks,
+# resumed by 2 and by one to the printed digit; 3 ranks refused.
+add_test(NAME checkpoint.train_gpt_global_batch
+         COMMAND ${Python3_EXECUTABLE}
+                 ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint/check_global_batch_resume.py
+                 ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_gpt>
+                 ${CMAKE_CURRENT_BINARY_DIR}/train_gpt_global_batch --
+                 --layers 2 --d-model 64 --heads 4 --seq 32 --steps 8 --log-every 1
+                 --eval-every 0 --eval-batches 2
+                 --token-file ${CMAKE_CURRENT_BINARY_DIR}/train_gpt_global_batch.tokens)
+set_tests_properties(checkpoint.train_gpt_global_batch PROPERTIES TIMEOUT 300 PROCESSORS 4
+                     LABELS "checkpoint;mpi;examples" ENVIRONMENT "${LOOM_MPI_TEST_ENV}")
+
 # loom-restart: a rank killed (SIGKILL) after the step-10 checkpoint, the job
 # run again with --resume continues bit for bit; a job that fails at once is
 # given up after two attempts; SIGTERM stops it without a restart.
@@ -170,7 +183,8 @@ loom_train_gpt_refuses(zero
   CASES
     "4|--zero-shard-size 2|--zero-shard-size 2 shards the ZeRO state over groups of data-parallel ranks. it needs --zero-stage 1, 2 or 3 .got 0."
     "4|--zero-stage 1 --zero-shard-size 3|--zero-shard-size 3 with dp 4 .world / .tp x pp..: the shard group must have at least 2 ranks, fewer than dp, and divide dp"
-    "4|--zero-stage 3 --zero-shard-size 2 --tp 2|--zero-shard-size 2 with dp 2")
+    "4|--zero-stage 3 --zero-shard-size 2 --tp 2|--zero-shard-size 2 with dp 2"
+    "1|--global-batch 4|--batch excludes --global-batch")
 # A head that outweighs the blocks (vocabulary 8192 at d_model 64): the
 # balanced cut leaves the last stage the head and the loss alone, and the
 # stage-balance line says no cut helps and what does.

@@ -40,6 +40,7 @@
 
 #include "../common/compute_spread.hpp"
 #include "../common/flag_checks.hpp"
+#include "../common/global_batch.hpp"
 #include "../common/layout_table.hpp"
 #include "../common/pipeline_flags.hpp"
 #include "../common/resume.hpp"
@@ -64,10 +65,14 @@ namespace {
 namespace pl = loom::parallel::pipeline;
 using loom::examples::gpt::Flags;
 
-int run(const Flags& f) {
+int run(Flags f) {
   using namespace loom;
   loom::Context launch = loom::init();
   comm::Communicator& world = *launch.world();
+  if (world.size() % (f.tp * f.pipe.pp) == 0) {  // else check_layout says so
+    examples::apply_global_batch(f.global_batch, f.batch, world.size() / (f.tp * f.pipe.pp),
+                                 "sequences");
+  }
   check_layout(f, world.size());
   const parallel::ParallelGroups groups = parallel::make_parallel_groups(
       launch.world(), parallel::ParallelLayout(world.size(), f.tp, f.pipe.pp));

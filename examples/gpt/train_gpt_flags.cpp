@@ -1,6 +1,7 @@
 #include "train_gpt_flags.hpp"
 
 #include "../common/flag_checks.hpp"
+#include "../common/global_batch.hpp"
 #include "../common/zero_shard.hpp"
 #include "loom/core/error.hpp"
 #include "loom/models/gpt_config.hpp"
@@ -106,7 +107,10 @@ void add_flags(CLI::App& app, Flags& f) {
   CLI::Option* d_model = app.add_option("--d-model", f.d_model)->check(flags::at_least(1));
   CLI::Option* heads = app.add_option("--heads", f.heads)->check(flags::at_least(1));
   app.add_option("--seq", f.seq, "sequence length")->check(flags::at_least(1));
-  app.add_option("--batch", f.batch, "sequences per step")->check(flags::at_least(1));
+  CLI::Option* batch =
+      app.add_option("--batch", f.batch, "sequences per data-parallel replica per step")
+          ->check(flags::at_least(1));
+  examples::add_global_batch_flag(app, batch, f.global_batch, "sequences");
   app.add_option("--steps", f.steps)->check(flags::at_least(1));
   app.add_option("--max-seconds", f.max_seconds, "stop after this much training time")
       ->check(flags::at_least(0));

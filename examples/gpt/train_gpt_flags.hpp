@@ -22,6 +22,7 @@ struct Flags {
   int64_t heads = 4;
   int64_t seq = 128;
   int64_t batch = 8;
+  int64_t global_batch = 0;  // > 0: --global-batch, batch = global_batch / dp
   int64_t steps = 300;
   double max_seconds = 0;  // stop early after this much training time (0: no limit)
   double lr = 1e-3;

@@ -43,6 +43,7 @@
 
 #include "../common/compute_spread.hpp"
 #include "../common/flag_checks.hpp"
+#include "../common/global_batch.hpp"
 #include "../common/layout_table.hpp"
 #include "../common/pipeline_flags.hpp"
 #include "../common/resume.hpp"
@@ -66,9 +67,10 @@ struct Flags {
   std::string data = "digits";  // digits | cifar | imagenet (the last two synthetic)
   std::string digits_path;      // default: loom::data::default_digits_path()
   int64_t width = 64;
-  int64_t batch = 32;  // images per data-parallel replica per step
-  int64_t epochs = 8;  // digits
-  int64_t steps = 20;  // synthetic data
+  int64_t batch = 32;        // images per data-parallel replica per step
+  int64_t global_batch = 0;  // > 0: --global-batch, batch = global_batch / dp
+  int64_t epochs = 8;        // digits
+  int64_t steps = 20;        // synthetic data
   double lr = 0.1;
   double momentum = 0.9;
   double weight_decay = 5e-4;
@@ -252,10 +254,13 @@ std::pair<double, double> parameter_norms(const std::vector<loom::nn::Parameter*
           loom::parallel::mean_over(pp, absolutes) * ranks};
 }
 
-int run(const Flags& f) {
+int run(Flags f) {
   using namespace loom;
   loom::Context launch = loom::init();
   comm::Communicator& world = *launch.world();
+  if (world.size() % f.pipe.pp == 0) {  // else check_flags says so
+    examples::apply_global_batch(f.global_batch, f.batch, world.size() / f.pipe.pp, "images");
+  }
   const bool lead = launch.rank() == 0;
   const Device device = parse_device(f.device);
   LOOM_CHECK(f.data == "digits" || f.data == "cifar" || f.data == "imagenet", "--data '", f.data,
@@ -628,8 +633,10 @@ int main(int argc, char** argv) {
   app.add_option("--data", f.data, "digits, or synthetic cifar / imagenet batches");
   app.add_option("--digits", f.digits_path, "digits.csv.gz (default: data/digits.csv.gz)");
   app.add_option("--width", f.width, "channels of the first stage")->check(flags::at_least(1));
-  app.add_option("--batch", f.batch, "images per data-parallel replica per step")
-      ->check(flags::at_least(1));
+  CLI::Option* batch =
+      app.add_option("--batch", f.batch, "images per data-parallel replica per step")
+          ->check(flags::at_least(1));
+  loom::examples::add_global_batch_flag(app, batch, f.global_batch, "images");
   app.add_option("--epochs", f.epochs, "digits: passes over the 1,500 training images")
       ->check(flags::at_least(1));
   app.add_option("--steps", f.steps, "synthetic data: steps to run")->check(flags::at_least(1));
