@@ -1,7 +1,8 @@
 // loom-restart: run a training job again from its newest checkpoint when it
 // fails (torchrun's --max-restarts for MPI and Slurm launches).
 //
-//   loom-restart [--max-restarts N] [--checkpoint-dir DIR] [--resume-flag F] -- COMMAND...
+//   loom-restart [--max-restarts N] [--checkpoint-dir DIR] [--resume-flag F]
+//                [--no-restart-status S]... -- COMMAND...
 //
 //   loom-restart --max-restarts 3 -- mpirun -np 8 train_gpt --checkpoint-dir ckpt --save-every 100
 //
@@ -10,6 +11,9 @@
 // runs it again with --resume appended (unless COMMAND has it already), so
 // that the job continues from the newest complete checkpoint, at most N
 // times (default 3). It does not run it again when
+//  - the attempt exited with a status of --no-restart-status (default 2,
+//    the status Loom's examples end with for input they refuse: a flag, a
+//    layout, a checkpoint of another run; running again cannot fix it);
 //  - the attempt ended because loom-restart itself was sent SIGINT, SIGTERM
 //    or SIGHUP (a user or Slurm stopping the job): the signal is passed on to
 //    COMMAND and loom-restart exits with its status;
@@ -20,6 +24,7 @@
 //    attempts.
 // Exit status: 0 once an attempt succeeds; else the last attempt's status
 // (128 + the signal's number when a signal ended it).
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -113,7 +118,7 @@ std::string joined(const std::vector<std::string>& words) {
 }
 
 int run(int max_restarts, std::optional<fs::path> dir, const std::string& resume_flag,
-        std::vector<std::string> command) {
+        const std::vector<int>& final_statuses, std::vector<std::string> command) {
   if (!dir) dir = checkpoint_dir_of(command);
   install_stop_handlers();
   bool stalled = false;  // the previous attempt failed without a new checkpoint
@@ -138,6 +143,14 @@ int run(int max_restarts, std::optional<fs::path> dir, const std::string& resume
                         : loom::str_cat("newest checkpoint ", after, " (none new in this attempt)");
     std::fprintf(stderr, "loom-restart: attempt %d failed (%s) after %.1f s; %s\n", attempt,
                  outcome.text.c_str(), seconds, saved.c_str());
+    if (std::find(final_statuses.begin(), final_statuses.end(), outcome.status) !=
+        final_statuses.end()) {
+      std::fprintf(stderr,
+                   "loom-restart: exit status %d means the job refused its input "
+                   "(--no-restart-status); not restarting\n",
+                   outcome.status);
+      return outcome.status;
+    }
     if (g_stop_signal != 0) {
       std::fprintf(stderr, "loom-restart: stopped by signal %d; not restarting\n",
                    static_cast<int>(g_stop_signal));
@@ -177,12 +190,15 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-dir", dir,
                  "where the job saves checkpoints (default: the command's --checkpoint-dir)");
   app.add_option("--resume-flag", resume_flag, "appended to the command to resume (--resume)");
+  std::vector<int> final_statuses = {2};
+  app.add_option("--no-restart-status", final_statuses,
+                 "exit statuses not worth another attempt (default 2: input the job refuses)");
   app.add_option("command", command, "the job, after --")->required();
   app.allow_extras(false);
   CLI11_PARSE(app, argc, argv);
   try {
     return run(max_restarts, dir.empty() ? std::nullopt : std::optional<fs::path>(dir), resume_flag,
-               command);
+               final_statuses, command);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "loom-restart: %s\n", e.what());
     return 1;

@@ -38,6 +38,7 @@
 
 #include <unistd.h>
 
+#include "../common/bad_input.hpp"
 #include "../common/compute_spread.hpp"
 #include "../common/flag_checks.hpp"
 #include "../common/global_batch.hpp"
@@ -69,11 +70,13 @@ int run(Flags f) {
   using namespace loom;
   loom::Context launch = loom::init();
   comm::Communicator& world = *launch.world();
-  if (world.size() % (f.tp * f.pipe.pp) == 0) {  // else check_layout says so
-    examples::apply_global_batch(f.global_batch, f.batch, world.size() / (f.tp * f.pipe.pp),
-                                 "sequences");
-  }
-  check_layout(f, world.size());
+  examples::refuse_bad_input([&] {
+    if (world.size() % (f.tp * f.pipe.pp) == 0) {  // else check_layout says so
+      examples::apply_global_batch(f.global_batch, f.batch, world.size() / (f.tp * f.pipe.pp),
+                                   "sequences");
+    }
+    check_layout(f, world.size());
+  });
   const parallel::ParallelGroups groups = parallel::make_parallel_groups(
       launch.world(), parallel::ParallelLayout(world.size(), f.tp, f.pipe.pp));
   comm::Communicator& dp = *groups.dp;
@@ -655,12 +658,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Train Loom's GPT on byte-level Python standard library sources"};
   Flags f;
   loom::examples::gpt::add_flags(app, f);
-  CLI11_PARSE(app, argc, argv);
-  f.pipe.parsed();
-  try {
+  return loom::examples::main_with_status("train_gpt", app, argc, argv, [&] {
+    f.pipe.parsed();
     return run(f);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_gpt: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/bad_input.hpp"
 #include "../common/compute_spread.hpp"
 #include "../common/flag_checks.hpp"
 #include "../common/global_batch.hpp"
@@ -258,9 +259,11 @@ int run(Flags f) {
   using namespace loom;
   loom::Context launch = loom::init();
   comm::Communicator& world = *launch.world();
-  if (world.size() % f.pipe.pp == 0) {  // else check_flags says so
-    examples::apply_global_batch(f.global_batch, f.batch, world.size() / f.pipe.pp, "images");
-  }
+  examples::refuse_bad_input([&] {
+    if (world.size() % f.pipe.pp == 0) {  // else check_flags says so
+      examples::apply_global_batch(f.global_batch, f.batch, world.size() / f.pipe.pp, "images");
+    }
+  });
   const bool lead = launch.rank() == 0;
   const Device device = parse_device(f.device);
   LOOM_CHECK(f.data == "digits" || f.data == "cifar" || f.data == "imagenet", "--data '", f.data,
@@ -276,7 +279,8 @@ int run(Flags f) {
     shape = {1, 8, 8, split.train.classes};
   }
   const models::ResNetConfig config = make_config(f, shape.channels, shape.classes, device);
-  std::optional<pl::Schedule> pipeline = check_flags(f, world.size(), config);
+  std::optional<pl::Schedule> pipeline;
+  examples::refuse_bad_input([&] { pipeline = check_flags(f, world.size(), config); });
   const int micro_batches =
       f.pipe.pp > 1 ? f.pipe.micro_batch_count() : std::max(1, f.pipe.micro_batches);
   const parallel::ParallelGroups groups = parallel::make_parallel_groups(
@@ -683,12 +687,8 @@ int main(int argc, char** argv) {
   app.add_option("--require-accuracy", f.require_accuracy,
                  "digits: exit 1 unless the final test accuracy (0..1) reaches this")
       ->check(flags::between(0, 1));
-  CLI11_PARSE(app, argc, argv);
-  f.pipe.parsed();
-  try {
+  return loom::examples::main_with_status("train_resnet", app, argc, argv, [&] {
+    f.pipe.parsed();
     return run(f);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_resnet: %s\n", e.what());
-    return 1;
-  }
+  });
 }

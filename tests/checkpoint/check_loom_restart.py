@@ -10,8 +10,10 @@ COMMON_ARGS: a small GPT with --log-every 1 (the script adds --steps).
    job fails, loom-restart runs it again with --resume, and the second attempt
    logs every step from its checkpoint to the last exactly as the reference
    (the same layout resumes bit for bit); two attempts, exit status 0.
-3. A job that fails at once (a layout the world refuses) is run twice, then
-   given up as not transient: no new checkpoint in between; exit status 1.
+3. A job that refuses its input (a layout the world cannot take: train_gpt
+   exits 2) is not run again; a job that keeps failing otherwise (exit 1)
+   is run twice, then given up as not transient: no new checkpoint in
+   between.
 4. SIGTERM to loom-restart (Slurm's time limit, a user) reaches the job and
    ends it without a restart: exit status 143.
 Each run has a hard 240 s limit.
@@ -111,6 +113,11 @@ def main():
     refused_dir = os.path.join(work, "refused")
     text, _, _ = run([restart, "--"] + mp2 + common + ["--tp", "3", "--checkpoint-dir",
                                                       refused_dir], expect_ok=False)
+    if (len(re.findall(r"loom-restart: attempt \d+ of", text)) != 1
+            or "exit status 2 means the job refused its input" not in text):
+        problems.append("a job that refuses its input was run again")
+    text, _, _ = run([restart, "--checkpoint-dir", refused_dir, "--", "sh", "-c", "exit 1"],
+                     expect_ok=False)
     if len(re.findall(r"loom-restart: attempt \d+ of", text)) != 2 or "not transient" not in text:
         problems.append("a job that fails at once was not given up after two attempts")
 
