@@ -47,6 +47,7 @@
 #include "../common/resume.hpp"
 #include "../common/say.hpp"
 #include "../common/step_meter.hpp"
+#include "../common/stop_signal.hpp"
 #include "../common/zero_shard.hpp"
 #include "evaluation.hpp"
 #include "loom/loom.hpp"
@@ -402,6 +403,7 @@ int run(Flags f) {
     }
     zero.release_parameters();
   };
+  const examples::StopSignal stop_signal;
   for (; step < f.steps; ++step) {
     data::TokenBatch batch = loader.next();
     trace::StepScope profiled_step;
@@ -537,7 +539,13 @@ int run(Flags f) {
             examples::pipeline_step_lines(groups, pipeline_stats, balance_hint).c_str());
       }
     }
-    if (f.save_every > 0 && (step + 1) % f.save_every == 0) {
+    // Every rank must stop at the same step: rank 0's clock decides
+    // (--max-seconds), or SIGUSR1 on any rank; either saves this step.
+    const examples::StopSignal::Agreed stop =
+        stop_signal.agree(world, f.max_seconds > 0 && train_seconds >= f.max_seconds);
+    const bool out_of_time = stop.out_of_time || stop.signalled;
+    if (!f.checkpoint_dir.empty() &&
+        ((f.save_every > 0 && (step + 1) % f.save_every == 0) || out_of_time)) {
       // What a resume must match, and the model's sizes (loom-ckpt
       // consolidate --gpt2 writes Hugging Face's config.json from them).
       std::map<std::string, std::string> info = resume_invariants(f, dp.size());
@@ -547,15 +555,14 @@ int run(Flags f) {
           {.dp_rank = zero_group.shard().rank(), .write_replicated = groups.tp->rank() == 0});
     }
     if (const auto report = saver.poll()) say_saved(*report);
-    // Every rank must stop at the same step: rank 0's clock decides.
-    bool out_of_time = f.max_seconds > 0 && train_seconds >= f.max_seconds;
-    if (f.max_seconds > 0 && world.size() > 1) {
-      Tensor flag = Tensor::full({1}, out_of_time ? 1.0 : 0.0, DType::i32);
-      world.broadcast(flag, {.root = 0}).wait();
-      out_of_time = flag.item<int32_t>() != 0;
+    if (stop.signalled) {
+      examples::say_on(lead, "step %5lld  SIGUSR1: stopping after this step%s\n",
+                       static_cast<long long>(step),
+                       f.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)"
+                                                : ", its checkpoint saved for --resume");
     }
     if ((f.eval_every > 0 && (step + 1) % f.eval_every == 0) || step + 1 == f.steps ||
-        out_of_time) {
+        stop.out_of_time) {  // not on SIGUSR1: its deadline is near
       // Waits for the step's parameter all-gather (ZeRO 1, 2: the executor
       // leaves it in flight), gathers them all at stage 3.
       zero.gather_parameters();

@@ -112,7 +112,9 @@ void add_flags(CLI::App& app, Flags& f) {
           ->check(flags::at_least(1));
   examples::add_global_batch_flag(app, batch, f.global_batch, "sequences");
   app.add_option("--steps", f.steps)->check(flags::at_least(1));
-  app.add_option("--max-seconds", f.max_seconds, "stop after this much training time")
+  app.add_option("--max-seconds", f.max_seconds,
+                 "stop after this much training time (saving a checkpoint with --checkpoint-dir; "
+                 "SIGUSR1 stops the same way)")
       ->check(flags::at_least(0));
   app.add_option("--lr", f.lr, "peak learning rate (linear warm-up, cosine decay)")
       ->check(flags::positive());

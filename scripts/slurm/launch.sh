@@ -18,6 +18,9 @@
 #   -o, --output PATTERN      output file (default: loom-%x-%j.out in the
 #                             current directory; %x name, %j job id)
 #       --comm-timeout T      LOOM_COMM_TIMEOUT for the job (default 300s)
+#       --stop-before S       send the tasks SIGUSR1 S seconds before the time
+#                             limit (--signal=USR1@S): train_gpt then stops after
+#                             its step with a checkpoint, to resume in a later job
 #       --max-restarts N      run the program again with --resume when it fails,
 #                             at most N times, inside the allocation (loom.sbatch
 #                             through tools/loom-restart; docs/checkpoint.md)
@@ -45,7 +48,8 @@ positive() {  # NAME VALUE [MIN]
 }
 
 nodes=1 tasks_per_node='' gpus=0 gpu_mode=per-task cpus='' time=01:00:00
-partition='' account='' job_name='' output='' comm_timeout='' max_restarts='' wait=0 dry_run=0
+partition='' account='' job_name='' output='' comm_timeout='' max_restarts='' stop_before=''
+wait=0 dry_run=0
 extra=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -61,6 +65,7 @@ while [ $# -gt 0 ]; do
     -o | --output) output=${2:?} && shift ;;
     --comm-timeout) comm_timeout=${2:?} && shift ;;
     --max-restarts) max_restarts=${2:?} && shift ;;
+    --stop-before) stop_before=${2:?} && shift ;;
     --wait) wait=1 ;;
     --sbatch-arg) extra+=("${2:?}") && shift ;;
     --dry-run) dry_run=1 ;;
@@ -83,6 +88,7 @@ if [ "$gpus" -gt 0 ] && [ "$tasks_per_node" -ne "$gpus" ]; then
 fi
 case $gpu_mode in per-task | per-node) ;; *) die "--gpu-mode must be per-task or per-node, got '$gpu_mode'" ;; esac
 [ -z "$max_restarts" ] || positive "--max-restarts" "$max_restarts" 0
+[ -z "$stop_before" ] || positive "--stop-before" "$stop_before"
 
 # The job starts in the current directory: a program given by a path is made
 # absolute so that the job finds it whatever its working directory.
@@ -110,6 +116,7 @@ if [ "$gpus" -gt 0 ]; then
   fi
 fi
 [ "$wait" = 0 ] || cmd+=(--wait)
+[ -z "$stop_before" ] || cmd+=(--signal="USR1@$stop_before")
 # sbatch hands the submitting environment to the job; loom.sbatch reads these.
 exports=()
 [ -z "$comm_timeout" ] || exports+=("LOOM_COMM_TIMEOUT=$comm_timeout")
