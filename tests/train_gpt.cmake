@@ -86,16 +86,17 @@ add_test(NAME checkpoint.train_gpt_init_from
 set_tests_properties(checkpoint.train_gpt_init_from PROPERTIES TIMEOUT 400 PROCESSORS 4
                      LABELS "checkpoint;mpi;examples" ENVIRONMENT "${LOOM_MPI_TEST_ENV}")
 
-# SIGUSR1 (Slurm's --signal=USR1@T, passed on by mpirun): train_gpt stops
-# after the step it is in with a checkpoint of it, exit 0; --resume goes on bit for bit.
-add_test(NAME checkpoint.train_gpt_stop_signal
+# SIGUSR1 (Slurm's --signal=USR1@T, passed on by mpirun): train_gpt and
+# train_resnet stop after the step they are in with a checkpoint of it, exit
+# 0; --resume goes on bit for bit. --max-seconds stops train_gpt likewise.
+add_test(NAME checkpoint.stop_signal
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint/check_stop_signal.py
-                 ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_gpt>
+                 ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_gpt> $<TARGET_FILE:train_resnet>
                  ${CMAKE_CURRENT_BINARY_DIR}/train_gpt_stop_signal --
                  --layers 2 --d-model 64 --heads 4 --seq 32 --batch 4 --log-every 1
                  --eval-every 0 --eval-batches 2
                  --token-file ${CMAKE_CURRENT_BINARY_DIR}/train_gpt_stop_signal.tokens)
-set_tests_properties(checkpoint.train_gpt_stop_signal PROPERTIES TIMEOUT 300 PROCESSORS 2
+set_tests_properties(checkpoint.stop_signal PROPERTIES TIMEOUT 300 PROCESSORS 2
                      LABELS "checkpoint;mpi;examples" ENVIRONMENT "${LOOM_MPI_TEST_ENV}")
 
 # --global-batch: one command line under any launch size; saved by 4 ranks,

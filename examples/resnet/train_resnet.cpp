@@ -31,7 +31,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -50,6 +49,7 @@
 #include "../common/resume.hpp"
 #include "../common/say.hpp"
 #include "../common/step_meter.hpp"
+#include "../common/stop_signal.hpp"
 #include "../common/zero_shard.hpp"
 #include "loom/loom.hpp"
 #include "loom/parallel/pipeline/executor.hpp"
@@ -57,10 +57,13 @@
 #include "loom/parallel/pipeline/resnet_chunks.hpp"
 #include "loom/parallel/pipeline/simulate.hpp"
 #include "loom/trace/profiler.hpp"
+#include "resnet_accuracy.hpp"
 
 namespace {
 
 namespace pl = loom::parallel::pipeline;
+using loom::examples::resnet::accuracy;
+using loom::examples::resnet::gather;
 
 struct Flags {
   std::string arch = "resnet18";
@@ -170,73 +173,6 @@ std::optional<pl::Schedule> check_flags(const Flags& f, int world,
                " has ", layers);
   }
   return schedule;
-}
-
-// Rows `order[begin, end)` of a dataset, as one batch.
-loom::data::ImageBatch gather(const loom::data::ImageDataset& set,
-                              const std::vector<int64_t>& order, int64_t begin, int64_t end,
-                              loom::Device device) {
-  const int64_t n = end - begin;
-  const int64_t sample = set.images.numel() / set.size();
-  loom::Shape shape = set.images.shape();
-  shape[0] = n;
-  loom::Tensor images = loom::Tensor::empty(shape);
-  loom::Tensor labels = loom::Tensor::empty({n}, loom::DType::i32);
-  const float* src = set.images.data<float>();
-  const int32_t* src_labels = set.labels.data<int32_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t row = order[static_cast<size_t>(begin + i)];
-    std::memcpy(images.data<float>() + i * sample, src + row * sample, sizeof(float) * sample);
-    labels.data<int32_t>()[i] = src_labels[row];
-  }
-  return {images.to(device), labels.to(device)};
-}
-
-// Correct predictions among `logits` [n, classes] for `labels`.
-int64_t count_correct(const loom::Tensor& logits, const loom::Tensor& labels) {
-  const auto values = logits.to_vector<float>();
-  const auto truth = labels.to_vector<int32_t>();
-  const int64_t n = static_cast<int64_t>(truth.size());
-  const int64_t classes = static_cast<int64_t>(values.size()) / std::max<int64_t>(1, n);
-  int64_t correct = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const auto first = values.begin() + i * classes;
-    const int64_t predicted = std::max_element(first, first + classes) - first;
-    correct += predicted == truth[static_cast<size_t>(i)];
-  }
-  return correct;
-}
-
-// Test accuracy of this replica (BatchNorm's running statistics are its
-// own), in eval mode: through the whole model, or through the pipeline's
-// stages (the rank holding the last chunk counts, and tells the pp group).
-double accuracy(const std::vector<loom::nn::Module*>& modules,
-                const std::optional<pl::Schedule>& pipeline, loom::comm::Communicator& pp,
-                const loom::data::ImageDataset& test, int64_t batch, loom::Device device) {
-  for (loom::nn::Module* m : modules) m->set_training(false);
-  // The weights stay as they are over the test batches (at ZeRO stage 3 the
-  // caller gathered them all first): packed (and rounded) once, not per batch.
-  const loom::kernels::PackedWeightScope packed_weights(pl::ExecutorOptions{}.packed_weight_bytes);
-  std::vector<int64_t> order(static_cast<size_t>(test.size()));
-  std::iota(order.begin(), order.end(), 0);
-  int64_t correct = 0;
-  for (int64_t begin = 0; begin < test.size(); begin += batch) {
-    const int64_t end = std::min(test.size(), begin + batch);
-    auto b = gather(test, order, begin, end, device);
-    if (pipeline) {
-      const loom::Tensor logits =
-          pl::forward_through_stages(*pipeline, pp, modules, b.images, device);
-      if (logits.defined()) correct += count_correct(logits, b.labels);
-    } else {
-      loom::nn::Tape tape;
-      correct += count_correct(modules.front()->forward(b.images, tape), b.labels);
-    }
-  }
-  for (loom::nn::Module* m : modules) m->set_training(true);
-  double fraction = static_cast<double>(correct) / static_cast<double>(test.size());
-  if (pipeline)
-    fraction = pl::broadcast_double(pp, fraction, pipeline->rank_of(pipeline->chunks() - 1));
-  return fraction;
 }
 
 // The L2 and L1 norms of every parameter of the model (summed over the pp
@@ -469,6 +405,8 @@ int run(Flags f) {
   };
   double seconds = 0;
   double test_accuracy = 0;
+  const examples::StopSignal stop_signal;  // SIGUSR1: stop after this step, saving it
+  int64_t end_step = total_steps;
   for (int64_t step = first_step; step < total_steps; ++step) {
     const int64_t in_epoch = step % steps_per_epoch;
     if (digits && in_epoch == 0) std::shuffle(order.begin(), order.end(), shuffle);
@@ -585,17 +523,27 @@ int run(Flags f) {
       examples::say_on(lead, "epoch %lld  test accuracy %.1f%%\n",
                        static_cast<long long>(step / steps_per_epoch + 1), 100.0 * test_accuracy);
     }
-    if (f.save_every > 0 && (step + 1) % f.save_every == 0) {
+    const bool stopping = stop_signal.agree(world, false).signalled;  // the same on every rank
+    if (!f.checkpoint_dir.empty() &&
+        ((f.save_every > 0 && (step + 1) % f.save_every == 0) || stopping)) {
       saver.save(f.checkpoint_dir, world, zero,
                  {.step = step + 1, .info = resume_invariants(f, global_batch, total_steps)},
                  {.dp_rank = zero_group.shard().rank(), .buffers = buffers});
     }
     if (const auto report = saver.poll()) say_saved(*report);
+    if (stopping) {
+      examples::say_on(lead, "step %5lld  SIGUSR1: stopping after this step%s\n",
+                       static_cast<long long>(step),
+                       f.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)"
+                                                : ", its checkpoint saved for --resume");
+      end_step = step + 1;
+      break;
+    }
   }
   while (const auto report = saver.wait()) say_saved(*report);
   examples::say_on(lead, "done: %lld steps in %.1f s, %.1f images/s on %d rank(s)\n",
-                   static_cast<long long>(total_steps - first_step), seconds,
-                   static_cast<double>(global_batch * (total_steps - first_step)) / seconds,
+                   static_cast<long long>(end_step - first_step), seconds,
+                   static_cast<double>(global_batch * (end_step - first_step)) / seconds,
                    world.size());
   if (!f.forward_only) {
     zero.gather_parameters();
