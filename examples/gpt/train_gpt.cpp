@@ -616,6 +616,17 @@ int run(Flags f) {
         "communication hidden behind backward (rank 0)\n",
         1e3 * comm_seconds / static_cast<double>(ran),
         1e3 * exposed_seconds / static_cast<double>(ran), 100.0 * std::max(0.0, hidden));
+  } else if (zero.stage() > 0 && ran > 0) {
+    const parallel::ZeroWaitStats waits = zero.wait_stats();
+    const double per_step = 1e3 / static_cast<double>(std::max<int64_t>(1, waits.steps));
+    examples::say_on(lead,
+                     "overlap: ZeRO-%d waited %.1f ms per step for the gradient reduction after "
+                     "backward, %.1f ms for the parameter all-gather (%s; rank 0)\n",
+                     zero.stage(), per_step * waits.reduction_wait_s,
+                     per_step * waits.gather_wait_s,
+                     zero.stage() == 3        ? "each unit's, around its use"
+                     : f.overlap_param_gather ? "each module's, at its forward"
+                                              : "the whole step's, before the next");
   }
 
   if (f.sample_tokens > 0) {

@@ -3,6 +3,7 @@
 // stages 1 and 2 with overlap_param_gather a module only waits for its
 // buckets' all-gather: NOTE [gather at forward] in zero_grads.cpp.)
 #include <algorithm>
+#include <chrono>
 #include <limits>
 
 #include "loom/core/error.hpp"
@@ -72,8 +73,10 @@ void ZeroOptimizer::Impl::complete_gather(size_t u) {
   Unit& unit = units[u];
   if (unit.state == UnitState::gathered) return;
   start_gather(u);
+  const auto start = std::chrono::steady_clock::now();
   unit.work.block_stream(current_stream(device));
   unit.work.wait();
+  waits.gather_wait_s += seconds_since(start);
   unit.work = comm::Work();
   const Range range = layout.units[u].range;
   for (const size_t i : layout.units[u].params) {

@@ -1,6 +1,7 @@
 // ZeRO stages 1 to 3: the gradient buckets (all-reduce at stage 1, reduce-scatter
 // into the shard at 2 and 3) and the parameters' all-gather after the step.
 #include <algorithm>
+#include <chrono>
 
 #include "loom/core/error.hpp"
 #include "loom/core/stream.hpp"
@@ -201,8 +202,10 @@ void ZeroOptimizer::Impl::start_param_gather(size_t index) {
 
 void ZeroOptimizer::Impl::wait_param_gather(size_t index) {
   if (!gather_pending[index]) return;
+  const auto start = std::chrono::steady_clock::now();
   param_gathers[index].block_stream(current_stream(device));
   param_gathers[index].wait();
+  waits.gather_wait_s += seconds_since(start);
   param_gathers[index] = comm::Work();
   gather_pending[index] = false;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -18,6 +19,10 @@
 #include "parallel/zero_layout.hpp"
 
 namespace loom::parallel {
+
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 struct ZeroOptimizer::Impl final : ParameterGatherer {
   using Range = detail::Range;
@@ -102,6 +107,7 @@ struct ZeroOptimizer::Impl final : ParameterGatherer {
   // gathered when its turn comes instead.
   int64_t prefetch_budget = 0;
 
+  ZeroWaitStats waits;
   int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
   int64_t peak = 0, peak_params = 0, peak_grads = 0;
 

@@ -2,6 +2,7 @@
 // optimizer over this rank's shard, and the public façade (zero.hpp). The
 // gradient buckets are in zero_grads.cpp, stage 3's gathering in zero_gather.cpp.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -317,11 +318,14 @@ void ZeroOptimizer::zero_grad() {
 }
 
 void ZeroOptimizer::finish() {
+  const auto start = std::chrono::steady_clock::now();
   if (impl_->stage == 0) {
     impl_->reducer->finish();
   } else {
     impl_->finish();
   }
+  impl_->waits.reduction_wait_s += seconds_since(start);
+  ++impl_->waits.steps;
 }
 
 double ZeroOptimizer::clip_grad_norm(double max_norm, double grad_scale) {
@@ -471,6 +475,10 @@ MemoryStats ZeroOptimizer::memory() const {
           .peak_bytes = static_cast<size_t>(impl_->peak),
           .peak_param_bytes = static_cast<size_t>(impl_->peak_params),
           .peak_grad_bytes = static_cast<size_t>(impl_->peak_grads)};
+}
+
+ZeroWaitStats ZeroOptimizer::wait_stats() const {
+  return impl_->waits;
 }
 
 int64_t ZeroOptimizer::shard_numel() const {

@@ -15,6 +15,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <thread>
 
 #include "loom/comm/local.hpp"
 #include "loom/nn/cross_entropy_loss.hpp"
@@ -115,12 +116,14 @@ TEST_CASE("zero: the parameter gather overlapped with forward changes no bit", "
 // after rank 0 has seen, past zero_grad(), its stale copy of rank 1's shard;
 // rank 0's forward then waits for the gather and computes with the new values.
 // (Waiting in zero_grad(), rank 0 would sit there until rank 1 gave up waiting
-// for it, 10 s later, and then see the new values.)
+// for it, 10 s later, and then see the new values.) Rank 1 steps 0.2 s after
+// rank 0's check: rank 0's forward waits that long, which wait_stats() counts.
 TEST_CASE("zero: under overlap_param_gather the forward, not zero_grad(), waits", "[zero]") {
   std::promise<void> rank0_checked;
   std::shared_future<void> checked = rank0_checked.get_future().share();
   std::vector<std::vector<std::vector<float>>> after(2);
   std::vector<int> stale(2, -1), fresh_own(2, -1);
+  std::vector<parallel::ZeroWaitStats> waits(2);
   comm::run_local_ranks(comm::make_local_group(2, "dp"), [&](comm::Communicator& c) {
     ZeroBuilt built = build_zero_model(ZeroModel::gpt, /*wrap=*/true);
     nn::Module& model = *built.model;
@@ -151,7 +154,10 @@ TEST_CASE("zero: under overlap_param_gather the forward, not zero_grad(), waits"
     train_step(0);
     const std::vector<float> peer_before = pieces_of(1 - c.rank());
     const std::vector<float> own_before = pieces_of(c.rank());
-    if (c.rank() == 1) (void)checked.wait_for(std::chrono::seconds(10));
+    if (c.rank() == 1) {
+      (void)checked.wait_for(std::chrono::seconds(10));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
     zero.step();
     zero.zero_grad();
     if (c.rank() == 0) {
@@ -163,11 +169,16 @@ TEST_CASE("zero: under overlap_param_gather the forward, not zero_grad(), waits"
     for (nn::Parameter* p : model.parameters()) {
       after[static_cast<size_t>(c.rank())].push_back(p->value().to_vector<float>());
     }
+    waits[static_cast<size_t>(c.rank())] = zero.wait_stats();
   });
   CHECK(stale[0] == 1);
   CHECK(fresh_own[0] == 1);
   CHECK(fresh_own[1] == 1);
   CHECK(after[0] == after[1]);
+  CHECK(waits[0].steps == 2);
+  CHECK(waits[0].gather_wait_s >= 0.15);  // at the forward, for rank 1's step
+  CHECK(waits[0].gather_wait_s < 5.0);
+  CHECK(waits[0].reduction_wait_s > 0.0);
 }
 
 TEST_CASE("zero: ResNet stage 3 matches stage 0 (SGD)", "[zero]") {

@@ -172,6 +172,17 @@ struct MemoryStats {
   std::string summary() const;
 };
 
+// Time the training loop spent blocked on ZeroOptimizer's communication,
+// summed since construction (this rank's): what the overlap did not hide.
+struct ZeroWaitStats {
+  int64_t steps = 0;            // finish() calls
+  double reduction_wait_s = 0;  // in finish(): the last buckets launched and every reduction
+                                // waited for, i.e. exposed after backward
+  // Waiting for parameter all-gathers: stages 1, 2 the step's (in zero_grad(),
+  // or at the modules' forward under overlap_param_gather), stage 3 each unit's.
+  double gather_wait_s = 0;
+};
+
 class ZeroOptimizer {
  public:
   ZeroOptimizer(std::vector<nn::Parameter*> params, comm::Communicator& dp,
@@ -241,6 +252,7 @@ class ZeroOptimizer {
   // (f32, widened, when the optimizer steps an fp32 master).
   std::vector<Tensor> grad_shards() const;
   MemoryStats memory() const;
+  ZeroWaitStats wait_stats() const;
   // Elements per rank of the flat buffers (0 at stage 0).
   int64_t shard_numel() const;
   // What data-parallel rank `rank` owns, in layout order (stage 0: every
