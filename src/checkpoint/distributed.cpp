@@ -311,6 +311,8 @@ TrainingState load_checkpoint(const std::filesystem::path& step_dir, parallel::Z
                "' of the model is in no file (a checkpoint of another model?)");
   }
   check_buffers(c, buffers);
+  // An all-gather step() left in flight (stages 1, 2) would write over what is loaded.
+  zero.wait_parameters();
   // NOTE [records read on demand] (records.hpp): each piece this rank keeps
   // is read from the records that hold it, nothing else.
   const std::vector<Tensor> values = zero.value_shards();
