@@ -555,9 +555,9 @@ int run(Flags f) {
           {.dp_rank = zero_group.shard().rank(), .write_replicated = groups.tp->rank() == 0});
     }
     if (const auto report = saver.poll()) say_saved(*report);
-    if (stop.signalled) {
-      examples::say_on(lead, "step %5lld  SIGUSR1: stopping after this step%s\n",
-                       static_cast<long long>(step),
+    if (out_of_time) {
+      examples::say_on(lead, "step %5lld  %s: stopping after this step%s\n",
+                       static_cast<long long>(step), stop.signalled ? "SIGUSR1" : "--max-seconds",
                        f.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)"
                                                 : ", its checkpoint saved for --resume");
     }

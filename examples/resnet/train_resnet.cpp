@@ -75,6 +75,7 @@ struct Flags {
   int64_t global_batch = 0;  // > 0: --global-batch, batch = global_batch / dp
   int64_t epochs = 8;        // digits
   int64_t steps = 20;        // synthetic data
+  double max_seconds = 0;    // > 0: stop (and save) once training took this long
   double lr = 0.1;
   double momentum = 0.9;
   double weight_decay = 5e-4;
@@ -523,7 +524,10 @@ int run(Flags f) {
       examples::say_on(lead, "epoch %lld  test accuracy %.1f%%\n",
                        static_cast<long long>(step / steps_per_epoch + 1), 100.0 * test_accuracy);
     }
-    const bool stopping = stop_signal.agree(world, false).signalled;  // the same on every rank
+    // The same on every rank: SIGUSR1 on any, or rank 0's clock (--max-seconds).
+    const examples::StopSignal::Agreed stop =
+        stop_signal.agree(world, f.max_seconds > 0 && seconds >= f.max_seconds);
+    const bool stopping = stop.signalled || stop.out_of_time;
     if (!f.checkpoint_dir.empty() &&
         ((f.save_every > 0 && (step + 1) % f.save_every == 0) || stopping)) {
       saver.save(f.checkpoint_dir, world, zero,
@@ -532,8 +536,8 @@ int run(Flags f) {
     }
     if (const auto report = saver.poll()) say_saved(*report);
     if (stopping) {
-      examples::say_on(lead, "step %5lld  SIGUSR1: stopping after this step%s\n",
-                       static_cast<long long>(step),
+      examples::say_on(lead, "step %5lld  %s: stopping after this step%s\n",
+                       static_cast<long long>(step), stop.signalled ? "SIGUSR1" : "--max-seconds",
                        f.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)"
                                                 : ", its checkpoint saved for --resume");
       end_step = step + 1;
@@ -592,6 +596,10 @@ int main(int argc, char** argv) {
   app.add_option("--epochs", f.epochs, "digits: passes over the 1,500 training images")
       ->check(flags::at_least(1));
   app.add_option("--steps", f.steps, "synthetic data: steps to run")->check(flags::at_least(1));
+  app.add_option("--max-seconds", f.max_seconds,
+                 "stop after this much training time (saving a checkpoint with --checkpoint-dir; "
+                 "SIGUSR1 stops the same way)")
+      ->check(flags::at_least(0));
   app.add_option("--lr", f.lr, "peak learning rate (cosine decay)")->check(flags::positive());
   app.add_option("--momentum", f.momentum)->check(flags::between(0, 1));
   app.add_option("--weight-decay", f.weight_decay)->check(flags::at_least(0));

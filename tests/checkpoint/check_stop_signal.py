@@ -13,8 +13,9 @@ CIFAR-shaped batches):
    its newest checkpoint is the step after the last it logged.
 3. --resume continues from that checkpoint and logs every later step
    exactly as the reference (the same layout resumes bit for bit).
-Then train_gpt --max-seconds 0.5 of 100,000 steps stops early, exit 0, with
-its validation loss and a checkpoint of its last step.
+Then --max-seconds 0.5 of 100,000 steps stops each program early, exit 0,
+saying so, with a checkpoint of its last step (train_gpt: and its validation
+loss).
 Each run has a hard 240 s limit.
 """
 import os
@@ -105,20 +106,29 @@ def main():
                                    str(STEPS)], os.path.join(work, "resnet"), problems),
     }
 
-    timed = os.path.join(work, "timed")
-    text, got, val = run(mp2 + [train_gpt] + gpt_args +
-                         ["--steps", "100000", "--max-seconds", "0.5", "--checkpoint-dir", timed,
-                          "--save-every", "1000000"])
-    last = max(got, default=-1)
-    if not 0 <= last < 99999 or val is None:
-        problems.append(f"--max-seconds 0.5: logged up to step {last}, validation loss {val}")
-    if not os.path.exists(os.path.join(timed, f"step-{last + 1:08d}", "manifest.json")):
-        problems.append(f"--max-seconds 0.5 left no checkpoint of its last step, {last}")
+    timed_last = {}
+    for name, program, args in (("train_gpt", train_gpt, gpt_args),
+                                ("train_resnet", train_resnet,
+                                 ["--data", "cifar", "--width", "8", "--batch", "4"])):
+        timed = os.path.join(work, f"timed_{name}")
+        text, _, val = run(mp2 + [program] + args +
+                           ["--steps", "100000", "--max-seconds", "0.5", "--checkpoint-dir", timed,
+                            "--save-every", "1000000"])
+        said = re.search(r"^step\s+(\d+)  --max-seconds: stopping after this step, its "
+                         r"checkpoint saved for --resume", text, re.M)
+        last = int(said[1]) if said else -1
+        timed_last[name] = last
+        if not 0 <= last < 99999:
+            problems.append(f"{name} --max-seconds 0.5: did not say it stops")
+        if name == "train_gpt" and val is None:
+            problems.append("train_gpt --max-seconds 0.5: no validation loss")
+        if not os.path.exists(os.path.join(timed, f"step-{last + 1:08d}", "manifest.json")):
+            problems.append(f"{name} --max-seconds 0.5 left no checkpoint of its last step, {last}")
     if problems:
         print("FAIL:\n  " + "\n  ".join(problems))
         return 1
     print(f"PASS: stopped on SIGUSR1 after steps {stopped}, resumed there bit for bit; "
-          f"--max-seconds 0.5 stopped after step {last} with a checkpoint")
+          f"--max-seconds 0.5 stopped after steps {timed_last} with a checkpoint")
     return 0
 
 
