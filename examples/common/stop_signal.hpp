@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "loom/comm/communicator.hpp"
@@ -33,6 +35,16 @@ class StopSignal {
   struct Agreed {
     bool signalled = false;    // some rank got SIGUSR1
     bool out_of_time = false;  // rank 0's clock said so
+    bool stopping() const { return signalled || out_of_time; }
+    // "step    10  SIGUSR1: stopping after this step, its checkpoint saved for --resume"
+    std::string line(int64_t step, bool saved) const {
+      char text[160];
+      std::snprintf(
+          text, sizeof(text), "step %5lld  %s: stopping after this step%s",
+          static_cast<long long>(step), signalled ? "SIGUSR1" : "--max-seconds",
+          saved ? ", its checkpoint saved for --resume" : " (no --checkpoint-dir: nothing saved)");
+      return text;
+    }
   };
   // Collective over `world` (one all-reduce of two integers): every rank
   // gets the same answer.

@@ -543,7 +543,7 @@ int run(Flags f) {
     // (--max-seconds), or SIGUSR1 on any rank; either saves this step.
     const examples::StopSignal::Agreed stop =
         stop_signal.agree(world, f.max_seconds > 0 && train_seconds >= f.max_seconds);
-    const bool out_of_time = stop.out_of_time || stop.signalled;
+    const bool out_of_time = stop.stopping();
     if (!f.checkpoint_dir.empty() &&
         ((f.save_every > 0 && (step + 1) % f.save_every == 0) || out_of_time)) {
       // What a resume must match, and the model's sizes (loom-ckpt
@@ -556,10 +556,7 @@ int run(Flags f) {
     }
     if (const auto report = saver.poll()) say_saved(*report);
     if (out_of_time) {
-      examples::say_on(lead, "step %5lld  %s: stopping after this step%s\n",
-                       static_cast<long long>(step), stop.signalled ? "SIGUSR1" : "--max-seconds",
-                       f.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)"
-                                                : ", its checkpoint saved for --resume");
+      examples::say_on(lead, "%s\n", stop.line(step, !f.checkpoint_dir.empty()).c_str());
     }
     if ((f.eval_every > 0 && (step + 1) % f.eval_every == 0) || step + 1 == f.steps ||
         stop.out_of_time) {  // not on SIGUSR1: its deadline is near

@@ -527,19 +527,15 @@ int run(Flags f) {
     // The same on every rank: SIGUSR1 on any, or rank 0's clock (--max-seconds).
     const examples::StopSignal::Agreed stop =
         stop_signal.agree(world, f.max_seconds > 0 && seconds >= f.max_seconds);
-    const bool stopping = stop.signalled || stop.out_of_time;
     if (!f.checkpoint_dir.empty() &&
-        ((f.save_every > 0 && (step + 1) % f.save_every == 0) || stopping)) {
+        ((f.save_every > 0 && (step + 1) % f.save_every == 0) || stop.stopping())) {
       saver.save(f.checkpoint_dir, world, zero,
                  {.step = step + 1, .info = resume_invariants(f, global_batch, total_steps)},
                  {.dp_rank = zero_group.shard().rank(), .buffers = buffers});
     }
     if (const auto report = saver.poll()) say_saved(*report);
-    if (stopping) {
-      examples::say_on(lead, "step %5lld  %s: stopping after this step%s\n",
-                       static_cast<long long>(step), stop.signalled ? "SIGUSR1" : "--max-seconds",
-                       f.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)"
-                                                : ", its checkpoint saved for --resume");
+    if (stop.stopping()) {
+      examples::say_on(lead, "%s\n", stop.line(step, !f.checkpoint_dir.empty()).c_str());
       end_step = step + 1;
       break;
     }
