@@ -90,30 +90,6 @@ constexpr int64_t kMaxWeightGradientPlane = 256;
 // The stride-2 input gradient runs position major on input planes up to 16 x 16.
 constexpr int64_t kMaxInputGradientPlane = 256;
 
-// A kernel tap that reads inside the input for an output position: the tap
-// (ki KW + kj), the output position and the input position it reads.
-struct InsideTap {
-  int64_t tap, output, input;
-};
-
-// Every (output position, tap) whose tap reads inside the input, output
-// position major and in tap order within a position.
-std::vector<InsideTap> inside_taps(const Conv2dProblem& p) {
-  std::vector<InsideTap> taps;
-  for (int64_t oh = 0; oh < p.oh; ++oh) {
-    for (int64_t ow = 0; ow < p.ow; ++ow) {
-      for (int64_t ki = 0; ki < p.kh; ++ki) {
-        for (int64_t kj = 0; kj < p.kw; ++kj) {
-          const int64_t ih = oh * p.stride - p.padding + ki, iw = ow * p.stride - p.padding + kj;
-          if (ih < 0 || ih >= p.h || iw < 0 || iw >= p.w) continue;
-          taps.push_back({ki * p.kw + kj, oh * p.ow + ow, ih * p.w + iw});
-        }
-      }
-    }
-  }
-  return taps;
-}
-
 // This build, CPU and bf16 GEMM choice run the position-major passes.
 bool position_major_machine() {
   return LOOM_BF16_POSITION_MAJOR && host_machine_kind() == MachineKind::avx512_half_width &&
@@ -150,6 +126,30 @@ bool bf16_position_major_weight_gradient_fits(const Conv2dProblem& p) {
 #if LOOM_BF16_POSITION_MAJOR
 
 namespace {
+
+// A kernel tap that reads inside the input for an output position: the tap
+// (ki KW + kj), the output position and the input position it reads.
+struct InsideTap {
+  int64_t tap, output, input;
+};
+
+// Every (output position, tap) whose tap reads inside the input, output
+// position major and in tap order within a position.
+std::vector<InsideTap> inside_taps(const Conv2dProblem& p) {
+  std::vector<InsideTap> taps;
+  for (int64_t oh = 0; oh < p.oh; ++oh) {
+    for (int64_t ow = 0; ow < p.ow; ++ow) {
+      for (int64_t ki = 0; ki < p.kh; ++ki) {
+        for (int64_t kj = 0; kj < p.kw; ++kj) {
+          const int64_t ih = oh * p.stride - p.padding + ki, iw = ow * p.stride - p.padding + kj;
+          if (ih < 0 || ih >= p.h || iw < 0 || iw >= p.w) continue;
+          taps.push_back({ki * p.kw + kj, oh * p.ow + ow, ih * p.w + iw});
+        }
+      }
+    }
+  }
+  return taps;
+}
 
 #define LOOM_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
@@ -476,16 +476,16 @@ void bf16_position_major_weight_gradient(const Conv2dProblem& p, Activations x, 
 
 #else  // no AVX-512 build: never chosen
 
-void bf16_position_major_convolution(const Conv2dProblem&, const float*, const float*,
-                                     KernelReading, float*) {
+void bf16_position_major_convolution(const Conv2dProblem&, Activations, const float*, KernelReading,
+                                     float*) {
   LOOM_CHECK(false, "the bf16 position-major convolution needs an AVX-512 build");
 }
 
-void bf16_position_major_input_gradient(const Conv2dProblem&, const float*, const float*, float*) {
+void bf16_position_major_input_gradient(const Conv2dProblem&, Activations, const float*, float*) {
   LOOM_CHECK(false, "the bf16 position-major convolution needs an AVX-512 build");
 }
 
-void bf16_position_major_weight_gradient(const Conv2dProblem&, const float*, const float*, float*,
+void bf16_position_major_weight_gradient(const Conv2dProblem&, Activations, Activations, float*,
                                          bool) {
   LOOM_CHECK(false, "the bf16 position-major convolution needs an AVX-512 build");
 }
