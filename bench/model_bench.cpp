@@ -38,6 +38,9 @@
 // the GPU's data-sheet peak for the precision (trace/roofline.hpp), the
 // peer's from Loom's counted FLOPs of the same model over its step time.
 // --python names the peer's interpreter there (a GPU machine's own torch).
+// --profile: after the rounds, `--steps` more steps of each Loom model with
+// the profiler on (trace/profiler.hpp; CUDA ops timed by events), and its
+// per-op table: where the step's time goes, op by op, against the roofline.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -129,6 +132,23 @@ RoundResult time_loom(LoomModel& m, int warmup, int steps, const loom::trace::Ro
           share.share()};
 }
 
+// --profile: `steps` more steps of `m` with the profiler on; its per-op table.
+std::string profile_loom(LoomModel& m, int steps, const loom::trace::Roofline& peak,
+                         loom::trace::Precision precision) {
+  auto& profiler = loom::trace::Profiler::instance();
+  profiler.clear();
+  profiler.enable();
+  for (int i = 0; i < steps; ++i) {
+    const loom::trace::StepScope step;
+    m.step();
+  }
+  profiler.disable();
+  const std::string table =
+      profiler.report({.top_n = 30, .precision = precision, .roofline = &peak});
+  profiler.clear();
+  return table;
+}
+
 // The peer's columns, in the order the peer runs them; compile_bf16 only
 // when asked (--peer-columns).
 const std::vector<std::string> kColumns = {"eager", "compile", "bf16", "compile_bf16"};
@@ -172,6 +192,7 @@ int main(int argc, char** argv) {
   std::string python = loom::bench::default_peer_python(LOOM_SOURCE_DIR);
   const std::string script = std::string(LOOM_SOURCE_DIR) + "/bench/peers/torch_models.py";
   bool no_peer = false;
+  bool profile = false;
   std::string json_path;
   app.add_option(
          "--models", models,
@@ -203,6 +224,9 @@ int main(int argc, char** argv) {
                  "cpu, or cuda (Loom and the peer on CUDA device 0, steps synchronised)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--no-peer", no_peer, "time Loom only");
+  app.add_flag(
+      "--profile", profile,
+      "after the rounds, Loom's per-op table of --steps more steps per model and precision");
   app.add_option("--json", json_path, "also write the results here");
   CLI11_PARSE(app, argc, argv);
 
@@ -253,6 +277,7 @@ int main(int argc, char** argv) {
     nlohmann::json results = nlohmann::json::array();
     nlohmann::json peer_record;  // the last peer output: torch version, config, binding
     std::vector<std::string> notes;
+    std::string profiles;  // --profile's tables, printed after the results table
     const bool fp32 = std::find(precisions.begin(), precisions.end(), "fp32") != precisions.end();
     for (const auto& name : models) {
       // Loom in fp32 and/or bf16, as --precision asks.
@@ -396,6 +421,14 @@ int main(int argc, char** argv) {
            mfu_text(m ? median(mfus) : -1.0, m16 ? median(mfus16) : -1.0),
            m ? loom::bench::fixed(m->last_loss, 3) : "-", shares, per_round});
       if (!why.empty()) std::printf("peer unavailable for %s: %s\n", name.c_str(), why.c_str());
+      if (profile && m) {
+        profiles += "Loom fp32 " + name + ", " + std::to_string(steps) + " steps:\n" +
+                    profile_loom(*m, steps, peak, loom::trace::Precision::fp32) + "\n";
+      }
+      if (profile && m16) {
+        profiles += "Loom bf16 " + name + ", " + std::to_string(steps) + " steps:\n" +
+                    profile_loom(*m16, steps, peak, loom::trace::Precision::bf16) + "\n";
+      }
       nlohmann::json peers = nlohmann::json::array();
       for (const auto& c : columns) {
         if (!peer.count(c)) continue;
@@ -480,6 +513,7 @@ int main(int argc, char** argv) {
           "highest round, Loom | each peer column\n");
     }
     for (const auto& note : notes) std::printf("%s\n", note.c_str());
+    if (!profiles.empty()) std::printf("\n%s", profiles.c_str());
     if (!json_path.empty()) {
       loom::bench::write_file_atomically(
           json_path, nlohmann::json{{"peak_flops", peak.fp32_flops}, {"results", results}}.dump(2));

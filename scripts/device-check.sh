@@ -23,6 +23,9 @@
 #                some fail, those once more under compute-sanitizer's memcheck
 #     model      model_bench --device cuda: GPT-2 124M and ResNet-50, Loom fp32
 #                and bf16 against torch eager fp32 and bf16 autocast
+#     profile    model_bench --device cuda --no-peer --profile: Loom's per-op
+#                tables (CUDA events) of GPT-2 124M and ResNet-50, fp32 and
+#                bf16: where a step's time goes, for the next session to work on
 #     kernel     kernel_bench --device cuda --quick (GEMMs, element-wise,
 #                AdamW against the copy bandwidth)
 #     pipeline   pipeline_bench --drive --device cuda (two ranks on the GPU)
@@ -46,7 +49,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root" || exit 1
 
 budget=540
-steps=build,cuda,model,kernel,pipeline,tp,compile,suite
+steps=build,cuda,model,profile,kernel,pipeline,tp,compile,suite
 out=${OUT:-$root/device-check-out}
 build=$root/build-gpu
 while [ $# -gt 0 ]; do
@@ -64,8 +67,8 @@ case "$budget" in
 esac
 for s in ${steps//,/ }; do
   case "$s" in
-    build | cuda | model | kernel | pipeline | tp | compile | suite) ;;
-    *) echo "device-check: --steps: '$s' is not one of build, cuda, model, kernel, pipeline, tp, compile, suite" >&2
+    build | cuda | model | profile | kernel | pipeline | tp | compile | suite) ;;
+    *) echo "device-check: --steps: '$s' is not one of build, cuda, model, profile, kernel, pipeline, tp, compile, suite" >&2
        exit 2 ;;
   esac
 done
@@ -195,6 +198,8 @@ fi
 wants model && run model 120 240 "$build/bench/model_bench" --device cuda --models gpt2,resnet50 \
   --precision fp32,bf16 --peer-columns eager,bf16 --rounds 1 --steps 10 --warmup 3 \
   --python "$python" --json "$out/model.json"
+wants profile && run profile 60 120 "$build/bench/model_bench" --device cuda --models gpt2,resnet50 \
+  --precision fp32,bf16 --no-peer --profile --rounds 1 --steps 5 --warmup 3
 wants kernel && run kernel 30 90 "$build/bench/kernel_bench" --device cuda --quick --json "$out/kernel.json"
 wants pipeline && run pipeline 90 120 "$build/bench/pipeline_bench" --drive --device cuda \
   --micro-batches 8 --rounds 1 --steps 4 --warmup 2 --json "$out/pipeline.json"

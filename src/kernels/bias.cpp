@@ -13,15 +13,20 @@
 namespace loom::kernels {
 namespace {
 
-// Checks y [..., C] against b [C]; returns C. `mixed`: a bf16 or f16 y with an f32 b.
+// Checks y [..., C] against b [C]; returns C. `gradient` (bias_grad): also a
+// bf16 or f16 y with an f32 b, and f16 operands on CUDA.
 int64_t check_bias(const char* op, const char* y_name, const Tensor& y, const char* b_name,
-                   const Tensor& b, bool mixed = false) {
-  detail::check_float(op, b_name, b, true);
-  if (mixed && b.dtype() == DType::f32) {
+                   const Tensor& b, bool gradient = false) {
+  detail::check_defined(op, b_name, b);
+  if (gradient && b.device().is_cuda() && b.dtype() == DType::f16) {  // CUDA sums f16 too
+    detail::check_defined(op, y_name, y);
+    detail::check_same_dtype(op, b_name, b, y);
+  } else if (gradient && b.dtype() == DType::f32) {
     detail::check_defined(op, y_name, y);
     LOOM_CHECK(is_floating(y.dtype()), op, ": ", y_name, " ", y, " has dtype ", y.dtype(),
                "; with an f32 ", b_name, " it must be f32, bf16 or f16");
   } else {
+    detail::check_float(op, b_name, b, true);
     detail::check_float(op, y_name, y, true);
     detail::check_same_dtype(op, b_name, b, y);
   }

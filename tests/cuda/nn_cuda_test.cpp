@@ -226,6 +226,17 @@ std::string compare_to_magnitude(const std::vector<float>& got, const std::vecto
   return loom::test::out_of_tolerance(got, want, relative * magnitude.hi + 1e-7);
 }
 
+// ||got - want|| / ||want|| (Euclidean norms; 0 for two zero vectors).
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double error = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    error += d * d;
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  return norm > 0 ? std::sqrt(error / norm) : std::sqrt(error);
+}
+
 // One SGD step of `host` and `gpu` from the same start: the loss to
 // `loss_epsilon` relative, every gradient and updated parameter to `relative`
 // of its largest magnitude.
@@ -268,14 +279,38 @@ TEST_CASE("a ResNet on CUDA trains like the host: one SGD step, BatchNorm statis
 }
 
 // bf16 (nn/precision.hpp): cuDNN's bf16 convolutions, BatchNorm, ReLU, the
-// residual sums and the pools on bf16 activations. The host rounds its f32
-// sums to bf16 where CUDA rounds its own (in another order), so a value may
-// land one bf16 step (2^-8) apart, and CUDA rounds the convolutions' weight
-// gradients to bf16 (NOTE [bf16 operands on CUDA]): one step's loss to 1e-2
-// relative, gradients and updated parameters to 5e-2 of their largest magnitude.
-TEST_CASE("a bf16 ResNet on CUDA trains like the host's bf16 ResNet: one SGD step", "[cuda][nn]") {
-  ResNetRun host(Device::cpu(), "bf16"), gpu(Device::cuda(0), "bf16");
-  check_one_step(host, gpu, 1e-2, 5e-2);
+// residual sums and the pools on bf16 activations. Two bf16 runs that round
+// in different orders cannot be compared with each other element by element:
+// BatchNorm's backward over few elements (here 32 per channel in the last
+// stage) subtracts nearly equal sums, so one bf16 step apart in an activation
+// becomes a large difference in a gradient. On the host, this model's bf16
+// gradients differ from its fp32 ones by 5-70% (relative Euclidean norm,
+// 30-40% for most). So both bf16 runs are measured against the host's fp32
+// run from the same start: CUDA's bf16 must be as accurate as the host's,
+// each gradient's error at most twice the host's plus 0.05, and the loss's
+// likewise. A CUDA bf16 path that is wrong (not only rounded differently)
+// lands near or above 1 for the parameters upstream of it.
+TEST_CASE("a bf16 ResNet on CUDA is as close to fp32 as the host's bf16 ResNet: one step",
+          "[cuda][nn]") {
+  ResNetRun reference(Device::cpu()), host(Device::cpu(), "bf16"), gpu(Device::cuda(0), "bf16");
+  const double reference_loss = reference.forward_backward(0);
+  const double host_loss = host.forward_backward(0), gpu_loss = gpu.forward_backward(0);
+  INFO("loss: fp32 " << reference_loss << ", host bf16 " << host_loss << ", CUDA bf16 "
+                     << gpu_loss);
+  CHECK(std::abs(gpu_loss - reference_loss) <=
+        2 * std::abs(host_loss - reference_loss) + 1e-3 * reference_loss);
+  const auto want = reference.model->parameters(), a = host.model->parameters(),
+             b = gpu.model->parameters();
+  REQUIRE(a.size() == want.size());
+  REQUIRE(b.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::vector<float> exact = want[i]->grad().to_vector<float>();
+    const double host_error = relative_error(a[i]->grad().to_vector<float>(), exact);
+    const double gpu_error = relative_error(b[i]->grad().to_vector<float>(), exact);
+    INFO(want[i]->name() << " gradient's error against fp32: host bf16 " << host_error
+                         << ", CUDA bf16 " << gpu_error);
+    CHECK(gpu_error <= 2 * host_error + 0.05);
+  }
 }
 
 TEST_CASE("a ResNet's training steps on CUDA give the same bits on every run, fp32 and bf16",
