@@ -1,6 +1,8 @@
 // conv2d: argument checks, empty problems, dispatch by device.
 #include "loom/kernels/conv2d.hpp"
 
+#include <atomic>
+#include <cstdlib>
 #include <string>
 
 #include "kernels/conv2d_problem.hpp"
@@ -279,6 +281,30 @@ void conv2d_backward_weight(const Tensor& x, const Tensor& dy, const Tensor& dw,
 #else
   throw InternalError("unreachable: CUDA tensor in a build without CUDA");
 #endif
+}
+
+namespace {
+
+// 0: not set (read LOOM_CONV_SEARCH at the first call), else 1 + the search.
+std::atomic<int> g_conv_search{0};
+
+}  // namespace
+
+void set_conv_algorithm_search(ConvAlgorithmSearch search) {
+  g_conv_search.store(1 + static_cast<int>(search), std::memory_order_relaxed);
+}
+
+ConvAlgorithmSearch conv_algorithm_search() {
+  int value = g_conv_search.load(std::memory_order_relaxed);
+  if (value == 0) {
+    const char* text = std::getenv("LOOM_CONV_SEARCH");
+    const std::string name = text == nullptr ? "heuristic" : text;
+    LOOM_CHECK(name == "heuristic" || name == "measured", "LOOM_CONV_SEARCH='", name,
+               "': must be heuristic or measured");
+    value = name == "measured" ? 2 : 1;
+    g_conv_search.store(value, std::memory_order_relaxed);
+  }
+  return static_cast<ConvAlgorithmSearch>(value - 1);
 }
 
 OpCost conv2d_cost(Conv2dPass pass, const Shape& x, const Shape& w, bool bias,

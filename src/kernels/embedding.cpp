@@ -3,6 +3,7 @@
 
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/operand_checks.hpp"
+#include "kernels/scatter_rows.hpp"
 #include "loom/config.hpp"
 #include "loom/core/stream.hpp"
 
@@ -70,13 +71,30 @@ void embedding_backward(const Tensor& dy, const Tensor& ids, const Tensor& dtabl
     return;
   }
 #if LOOM_HAS_CUDA
-  DeviceGuard guard(dtable.device());
-  cuda::embedding_backward(dy.data<float>(), ids.data(), ids.dtype(), ids.numel(), vocab, dim,
-                           dtable.data<float>(), current_stream(dtable.device()).native_handle());
+  detail::cuda_scatter_add_rows(op, dy, ids, dtable, vocab, dim);
 #else
   throw InternalError("unreachable: CUDA tensor in a build without CUDA");
 #endif
 }
+
+#if LOOM_HAS_CUDA
+namespace detail {
+
+void cuda_scatter_add_rows(const char* op, const Tensor& dy, const Tensor& ids,
+                           const Tensor& dtable, int64_t rows, int64_t row) {
+  DeviceGuard guard(dtable.device());
+  LOOM_CHECK(ids.numel() < int64_t{1} << 31, op, ": ", ids, " has ", ids.numel(),
+             " ids; on CUDA at most 2^31 - 1");
+  const size_t bytes = cuda::embedding_backward_scratch_bytes(ids.numel(), rows);
+  const Tensor scratch =
+      Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)}, DType::f32, dtable.device());
+  cuda::embedding_backward(dy.data<float>(), ids.data(), ids.dtype(), ids.numel(), rows, row,
+                           dtable.data<float>(), scratch.data(),
+                           current_stream(dtable.device()).native_handle());
+}
+
+}  // namespace detail
+#endif
 
 OpCost embedding_forward_cost(const Tensor& table, const Tensor& ids) {
   const double dim = table.dim() == 2 ? static_cast<double>(table.size(1)) : 0.0;

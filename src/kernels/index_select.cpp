@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/operand_checks.hpp"
+#include "kernels/scatter_rows.hpp"
 #include "loom/config.hpp"
 #include "loom/core/stream.hpp"
 
@@ -112,9 +113,7 @@ void index_select_backward(const Tensor& dout, const Tensor& index, const Tensor
     return;
   }
 #if LOOM_HAS_CUDA
-  DeviceGuard guard(dsrc.device());
-  cuda::embedding_backward(dout.data<float>(), index.data(), index.dtype(), index.numel(), rows,
-                           row, dsrc.data<float>(), current_stream(dsrc.device()).native_handle());
+  detail::cuda_scatter_add_rows(op, dout, index, dsrc, rows, row);
 #else
   throw InternalError("unreachable: CUDA tensor in a build without CUDA");
 #endif

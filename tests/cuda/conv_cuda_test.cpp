@@ -92,6 +92,41 @@ TEST_CASE("cuDNN conv2d matches the host in every pass") {
   }
 }
 
+// ConvAlgorithmSearch::measured times cuDNN's candidates on a scratch output:
+// the results still match the host, and a weight gradient that accumulates
+// from its first call (the search runs then) is added once.
+TEST_CASE("conv2d's measured algorithm search matches the host and accumulates once") {
+  struct Restore {
+    ~Restore() { k::set_conv_algorithm_search(k::ConvAlgorithmSearch::heuristic); }
+  } restore;
+  k::set_conv_algorithm_search(k::ConvAlgorithmSearch::measured);
+  REQUIRE(k::conv_algorithm_search() == k::ConvAlgorithmSearch::measured);
+  const k::Conv2dParams params{1, 1};
+  const Shape xs{3, 12, 11, 11}, ws{10, 12, 3, 3};  // shapes no other test uses
+  const Shape ys = k::conv2d_output_shape(xs, ws, params);
+  const Tensor x = loom::test::random_tensor(xs, DType::f32, 21);
+  const Tensor w = loom::test::random_tensor(ws, DType::f32, 22);
+  const Tensor dy = loom::test::random_tensor(ys, DType::f32, 23);
+  const Tensor before = loom::test::random_tensor(ws, DType::f32, 24);
+  const double depth = static_cast<double>(ws[1] * ws[2] * ws[3] + ys[0] * ys[2] * ys[3]);
+  const double tol = 4e-7 * depth;
+
+  const Tensor y = Tensor::empty(ys), dx = empty_like(x, Device::cpu()), dw = before.clone();
+  k::conv2d_forward(x, w, Tensor(), y, params);
+  k::conv2d_backward_input(dy, w, dx, params);
+  k::conv2d_backward_weight(x, dy, dw, Tensor(), params, true);
+
+  const Tensor gx = x.to(kGpu), gw = w.to(kGpu), gdy = dy.to(kGpu);
+  const Tensor gy = Tensor::empty(ys, DType::f32, kGpu), gdx = empty_like(gx, kGpu);
+  const Tensor gdw = before.to(kGpu);
+  k::conv2d_forward(gx, gw, Tensor(), gy, params);
+  k::conv2d_backward_input(gdy, gw, gdx, params);
+  k::conv2d_backward_weight(gx, gdy, gdw, Tensor(), params, true);
+  check_close("y", gy, y, tol);
+  check_close("dx", gdx, dx, tol);
+  check_close("dw accumulated once", gdw, dw, 2 * tol);
+}
+
 TEST_CASE("conv2d with bf16 operands of an f32 weight on CUDA matches the host's") {
   // Mixed precision (Conv2dParams::operands = bf16): the f32 weight and an f32
   // input rounded to bf16, f32 accumulation. CUDA rounds every result to bf16

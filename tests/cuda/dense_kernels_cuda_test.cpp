@@ -201,29 +201,44 @@ TEST_CASE("CUDA layer_norm backward_weight over many rows matches the host and r
   require_close(dbg, db, 1e-5, 2 * atol);
 }
 
+// Two shapes: few ids repeated many times, and GPT-2's (8192 tokens of a
+// 50304-row table, one id taking a quarter of them, the rest spread).
 TEST_CASE("CUDA embedding matches the host and its backward is deterministic",
           "[cuda][embedding]") {
-  const int64_t vocab = 3000, dim = 96, count = 5000;
-  const Tensor table = loom::test::random_tensor({vocab, dim}, DType::f32, 9);
-  std::vector<int64_t> ids(count);
-  for (int64_t i = 0; i < count; ++i) ids[i] = (i * 7919) % 97;  // many repeats
-  for (const DType id_dtype : {DType::i32, DType::i64}) {
-    const Tensor id_tensor = Tensor::from_vector(ids, {count}).to(id_dtype);
-    const Tensor out = Tensor::empty({count, dim});
-    k::embedding_forward(table, id_tensor, out);
-    const Tensor out_gpu = Tensor::empty({count, dim}, DType::f32, kGpu);
-    k::embedding_forward(table.to(kGpu), id_tensor.to(kGpu), out_gpu);
-    require_close(out_gpu, out, 0, 0);
+  struct Shape3 {
+    int64_t vocab, dim, count;
+  };
+  for (const Shape3 shape : {Shape3{3000, 96, 5000}, Shape3{50304, 768, 8192}}) {
+    const int64_t vocab = shape.vocab, dim = shape.dim, count = shape.count;
+    INFO("vocab " << vocab << ", dim " << dim << ", " << count << " ids");
+    const Tensor table = loom::test::random_tensor({vocab, dim}, DType::f32, 9);
+    std::vector<int64_t> ids(count);
+    for (int64_t i = 0; i < count; ++i) {
+      ids[i] = vocab < 10000 ? (i * 7919) % 97 : (i % 4 == 0 ? 50256 : (i * 7919) % vocab);
+    }
+    for (const DType id_dtype : {DType::i32, DType::i64}) {
+      INFO("ids " << id_dtype);
+      const Tensor id_tensor = Tensor::from_vector(ids, {count}).to(id_dtype);
+      const Tensor out = Tensor::empty({count, dim});
+      k::embedding_forward(table, id_tensor, out);
+      const Tensor out_gpu = Tensor::empty({count, dim}, DType::f32, kGpu);
+      k::embedding_forward(table.to(kGpu), id_tensor.to(kGpu), out_gpu);
+      require_close(out_gpu, out, 0, 0);
 
-    const Tensor dy = loom::test::random_tensor({count, dim}, DType::f32, 10);
-    const Tensor dtable = Tensor::empty({vocab, dim});
-    k::embedding_backward(dy, id_tensor, dtable, false);
-    const Tensor first = Tensor::empty({vocab, dim}, DType::f32, kGpu), second = first.clone();
-    k::embedding_backward(dy.to(kGpu), id_tensor.to(kGpu), first, false);
-    k::embedding_backward(dy.to(kGpu), id_tensor.to(kGpu), second, false);
-    // Same order of additions as the host: equal bits.
-    require_close(first, dtable, 0, 0);
-    require_close(second, first, 0, 0);
+      const Tensor dy = loom::test::random_tensor({count, dim}, DType::f32, 10);
+      const Tensor dtable = Tensor::empty({vocab, dim});
+      k::embedding_backward(dy, id_tensor, dtable, false);
+      const Tensor first = Tensor::empty({vocab, dim}, DType::f32, kGpu), second = first.clone();
+      k::embedding_backward(dy.to(kGpu), id_tensor.to(kGpu), first, false);
+      k::embedding_backward(dy.to(kGpu), id_tensor.to(kGpu), second, false);
+      // Same order of additions as the host: equal bits.
+      require_close(first, dtable, 0, 0);
+      require_close(second, first, 0, 0);
+      // A second micro-batch's contributions added to the first's, likewise.
+      k::embedding_backward(dy, id_tensor, dtable, true);
+      k::embedding_backward(dy.to(kGpu), id_tensor.to(kGpu), first, true);
+      require_close(first, dtable, 0, 0);
+    }
   }
 }
 

@@ -69,4 +69,21 @@ enum class Conv2dPass { forward, backward_input, backward_weight };
 OpCost conv2d_cost(Conv2dPass pass, const Shape& x, const Shape& w, bool bias,
                    const Conv2dParams& params, DType dtype = DType::f32);
 
+// How a CUDA convolution picks cuDNN's algorithm the first time a process
+// meets a problem (its shapes, dtype and pass; the choice is then cached):
+//   heuristic  cuDNN's ranking (the _v7 queries), its first deterministic
+//              algorithm: the same choice, and so the same bits, in every run.
+//              The default.
+//   measured   every candidate timed once on the problem, the fastest
+//              deterministic one kept (PyTorch's cudnn.benchmark, without
+//              ever choosing a nondeterministic algorithm): faster where the
+//              ranking misjudges, at the cost of benchmark runs at each new
+//              shape; two runs may choose differently and so differ in the
+//              last bits. The timings are logged at info level.
+// Unless set, the environment's LOOM_CONV_SEARCH (heuristic or measured) is
+// read at the first call; another value is an error naming it.
+enum class ConvAlgorithmSearch { heuristic, measured };
+void set_conv_algorithm_search(ConvAlgorithmSearch search);
+ConvAlgorithmSearch conv_algorithm_search();
+
 }  // namespace loom::kernels

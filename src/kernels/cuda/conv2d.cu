@@ -2,11 +2,14 @@
 // alongside the graph API; it is the shortest path to cuDNN's tuned kernels).
 //
 // Each pass builds its descriptors, picks an algorithm and runs. Algorithms
-// come from cuDNN's heuristics (the _v7 queries, best first; no timed search,
-// so a first call costs no benchmark runs), deterministic ones first, so that
-// a step gives the same bits on every run; the choice is cached per thread
-// and problem. The first algorithm whose workspace the device's allocator can
-// provide is used: the workspace is a Tensor on the stream, so the caching
+// come from cuDNN's heuristics (the _v7 queries, best first), deterministic
+// ones only unless none can run, so that a step gives the same bits on every
+// run; the choice is cached per thread and problem. By default the first
+// whose workspace the device's allocator can provide is used (no timed
+// search: a first call costs no benchmark runs). Under
+// ConvAlgorithmSearch::measured (kernels/conv2d.hpp) every candidate is timed
+// once on the problem, into a scratch output, and the fastest deterministic
+// one is kept. The workspace is a Tensor on the stream, so the caching
 // allocator serves it and a later pass reuses the memory.
 //
 // f32 runs in full FP32 (CUDNN_FMA_MATH: no TF32), like the host and like
@@ -16,8 +19,10 @@
 // refuses bf16 in some legacy ops (cudnnConvolutionBackwardBias does, see
 // conv2d_backward_weight), and a refusal there would fail every bf16
 // convolution with a bias.
+#include <algorithm>
 #include <climits>
 #include <map>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -28,7 +33,9 @@
 #include "kernels/cuda/conv2d.cuh"
 #include "kernels/cuda/cudnn_handle.hpp"
 #include "loom/core/error.hpp"
+#include "loom/core/logging.hpp"
 #include "loom/core/tensor.hpp"
+#include "loom/kernels/conv2d.hpp"
 
 namespace loom::kernels::cuda {
 namespace {
@@ -132,17 +139,32 @@ class Descriptors {
 
 enum class Pass { forward, backward_data, backward_filter };
 
-// An algorithm and the workspace it needs.
+// An algorithm, the workspace it needs and whether it gives the same bits on every run.
 struct Choice {
   int algo = 0;
   size_t workspace = 0;
+  bool deterministic = true;
 };
 
-using ProblemKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+const char* pass_name(Pass pass) {
+  switch (pass) {
+    case Pass::forward:
+      return "forward";
+    case Pass::backward_data:
+      return "backward_input";
+    case Pass::backward_filter:
+      return "backward_weight";
+  }
+  return "?";
+}
+
+// The search is part of the key: setting another one chooses again.
+using ProblemKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                               int64_t, int64_t, int64_t, int>;
 
 ProblemKey key_of(const Conv2dProblem& p, Pass pass, int device) {
-  return {static_cast<int>(pass),
+  return {static_cast<int>(conv_algorithm_search()),
+          static_cast<int>(pass),
           static_cast<int>(p.dtype),
           p.n,
           p.c_in,
@@ -171,7 +193,7 @@ std::vector<Choice> candidates(Query query) {
     for (int i = 0; i < returned; ++i) {
       if (perf[i].status == CUDNN_STATUS_SUCCESS &&
           (perf[i].determinism == CUDNN_DETERMINISTIC) == deterministic) {
-        out.push_back(Choice{static_cast<int>(perf[i].algo), perf[i].memory});
+        out.push_back(Choice{static_cast<int>(perf[i].algo), perf[i].memory, deterministic});
       }
     }
   }
@@ -202,39 +224,96 @@ std::vector<Choice> ranked(cudnnHandle_t handle, const Descriptors& d, Pass pass
   return {};
 }
 
-// Runs `launch(choice, workspace pointer)` with the cached or the best
-// candidate whose workspace can be allocated.
+Tensor workspace_for(const Choice& c, const Stream& stream) {
+  return c.workspace == 0 ? Tensor()
+                          : Tensor::empty({static_cast<int64_t>((c.workspace + 3) / 4)}, DType::f32,
+                                          stream.device());
+}
+
+// ConvAlgorithmSearch::measured: each candidate's time (ms, the least of two
+// runs after one untimed) writing into a scratch output of `out_bytes`, so
+// that a pass that accumulates is not run more than once on its real output;
+// the fastest deterministic one (the fastest of any when none is). A
+// candidate that cannot get its workspace or that cuDNN refuses is passed
+// over. The timings are logged at info level.
+template <typename Launch>
+Choice measure(const Conv2dProblem& p, Pass pass, const Stream& stream,
+               const std::vector<Choice>& options, size_t out_bytes, Launch launch) {
+  const Tensor scratch =
+      Tensor::empty({static_cast<int64_t>((out_bytes + 3) / 4)}, DType::f32, stream.device());
+  std::string timings;
+  const Choice* best = nullptr;
+  double best_ms = 0;
+  for (const Choice& c : options) {
+    double ms = -1;
+    try {
+      const Tensor workspace = workspace_for(c, stream);
+      void* space = workspace.defined() ? workspace.data() : nullptr;
+      launch(c, space, scratch.data());
+      for (int run = 0; run < 2; ++run) {
+        Event start(true), end(true);
+        start.record(stream);
+        launch(c, space, scratch.data());
+        end.record(stream);
+        end.synchronize();
+        const double t = start.elapsed_ms(end);
+        ms = ms < 0 ? t : std::min(ms, t);
+      }
+    } catch (const Error&) {
+      timings += str_cat(" ", c.algo, c.deterministic ? "" : "*", " refused");
+      continue;
+    }
+    timings += str_cat(" ", c.algo, c.deterministic ? "" : "*", " ", ms, " ms");
+    const bool better = best == nullptr || (c.deterministic && !best->deterministic) ||
+                        (c.deterministic == best->deterministic && ms < best_ms);
+    if (better) {
+      best = &c;
+      best_ms = ms;
+    }
+  }
+  LOOM_CHECK(best != nullptr, "conv2d on CUDA: every cuDNN algorithm for this problem failed (",
+             pass_name(pass), ", batch ", p.n, ", ", p.c_in, "->", p.c_out, " channels)");
+  LOOM_LOG_INFO("conv2d on CUDA, ", pass_name(pass), " of batch ", p.n, ", ", p.c_in, "->", p.c_out,
+                " channels, ", p.h, "x", p.w, ", kernel ", p.kh, "x", p.kw, "/", p.stride, ", ",
+                p.dtype, ": algorithm ", best->algo, " (measured, ms;",
+                " * nondeterministic, never chosen while a deterministic one runs):", timings);
+  return *best;
+}
+
+// Runs `launch(choice, workspace pointer, output pointer)` with the cached
+// choice, else with the one the search picks, on the pass's output `out`
+// (`out_bytes` long).
 template <typename Launch>
 void run_pass(const Conv2dProblem& p, Pass pass, const Stream& stream, cudnnHandle_t handle,
-              const Descriptors& d, Launch launch) {
+              const Descriptors& d, void* out, size_t out_bytes, Launch launch) {
   thread_local std::map<ProblemKey, Choice> cache;
   const ProblemKey key = key_of(p, pass, stream.device().index);
   auto hit = cache.find(key);
   if (hit != cache.end()) {
-    const Tensor workspace =
-        hit->second.workspace == 0
-            ? Tensor()
-            : Tensor::empty({static_cast<int64_t>((hit->second.workspace + 3) / 4)}, DType::f32,
-                            stream.device());
-    launch(hit->second, workspace.defined() ? workspace.data() : nullptr);
+    const Tensor workspace = workspace_for(hit->second, stream);
+    launch(hit->second, workspace.defined() ? workspace.data() : nullptr, out);
     return;
   }
   const std::vector<Choice> options = ranked(handle, d, pass);
   LOOM_CHECK(!options.empty(), "conv2d on CUDA: cuDNN has no algorithm for this problem (batch ",
              p.n, ", ", p.c_in, "->", p.c_out, " channels, ", p.h, "x", p.w, ", kernel ", p.kh, "x",
              p.kw, ", stride ", p.stride, ", padding ", p.padding, ", ", p.dtype, ")");
+  if (conv_algorithm_search() == ConvAlgorithmSearch::measured) {
+    const Choice chosen = measure(p, pass, stream, options, out_bytes, launch);
+    const Tensor workspace = workspace_for(chosen, stream);
+    launch(chosen, workspace.defined() ? workspace.data() : nullptr, out);
+    cache.emplace(key, chosen);
+    return;
+  }
   for (size_t i = 0; i < options.size(); ++i) {
     Tensor workspace;
     try {
-      if (options[i].workspace > 0) {
-        workspace = Tensor::empty({static_cast<int64_t>((options[i].workspace + 3) / 4)},
-                                  DType::f32, stream.device());
-      }
+      workspace = workspace_for(options[i], stream);
     } catch (const Error&) {
       if (i + 1 == options.size()) throw;
       continue;  // out of memory for this one: the next needs less or none
     }
-    launch(options[i], workspace.defined() ? workspace.data() : nullptr);
+    launch(options[i], workspace.defined() ? workspace.data() : nullptr, out);
     cache.emplace(key, options[i]);
     return;
   }
@@ -248,11 +327,14 @@ void conv2d_forward(const Conv2dProblem& p, const void* x, const void* w, const 
   const Descriptors d(p);
   cudnnHandle_t handle = cudnn_handle(stream);
   const float one = 1.0f, zero = 0.0f;
-  run_pass(p, Pass::forward, stream, handle, d, [&](const Choice& c, void* workspace) {
-    LOOM_CUDNN_CHECK(cudnnConvolutionForward(handle, &one, d.x, x, d.w, w, d.conv,
-                                             static_cast<cudnnConvolutionFwdAlgo_t>(c.algo),
-                                             workspace, c.workspace, &zero, d.y, y));
-  });
+  const size_t bytes = static_cast<size_t>(p.n * p.c_out * p.out_plane()) * dtype_size(p.dtype);
+  run_pass(
+      p, Pass::forward, stream, handle, d, y, bytes,
+      [&](const Choice& c, void* workspace, void* out) {
+        LOOM_CUDNN_CHECK(cudnnConvolutionForward(handle, &one, d.x, x, d.w, w, d.conv,
+                                                 static_cast<cudnnConvolutionFwdAlgo_t>(c.algo),
+                                                 workspace, c.workspace, &zero, d.y, out));
+      });
   if (bias != nullptr) add_channel_bias(p, bias, y, stream);
 }
 
@@ -262,11 +344,14 @@ void conv2d_backward_input(const Conv2dProblem& p, const void* dy, const void* w
   const Descriptors d(p);
   cudnnHandle_t handle = cudnn_handle(stream);
   const float one = 1.0f, zero = 0.0f;
-  run_pass(p, Pass::backward_data, stream, handle, d, [&](const Choice& c, void* workspace) {
-    LOOM_CUDNN_CHECK(cudnnConvolutionBackwardData(
-        handle, &one, d.w, w, d.y, dy, d.conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
-        workspace, c.workspace, &zero, d.x, dx));
-  });
+  const size_t bytes = static_cast<size_t>(p.n * p.c_in * p.h * p.w) * dtype_size(p.dtype);
+  run_pass(p, Pass::backward_data, stream, handle, d, dx, bytes,
+           [&](const Choice& c, void* workspace, void* out) {
+             LOOM_CUDNN_CHECK(
+                 cudnnConvolutionBackwardData(handle, &one, d.w, w, d.y, dy, d.conv,
+                                              static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
+                                              workspace, c.workspace, &zero, d.x, out));
+           });
 }
 
 void conv2d_backward_weight(const Conv2dProblem& p, const void* x, const void* dy, void* dw,
@@ -275,11 +360,14 @@ void conv2d_backward_weight(const Conv2dProblem& p, const void* x, const void* d
   const Descriptors d(p);
   cudnnHandle_t handle = cudnn_handle(stream);
   const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  run_pass(p, Pass::backward_filter, stream, handle, d, [&](const Choice& c, void* workspace) {
-    LOOM_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-        handle, &one, d.x, x, d.y, dy, d.conv, static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
-        workspace, c.workspace, &beta, d.w, dw));
-  });
+  const size_t bytes = static_cast<size_t>(p.c_out * p.c_in * p.kh * p.kw) * dtype_size(p.dtype);
+  run_pass(p, Pass::backward_filter, stream, handle, d, dw, bytes,
+           [&](const Choice& c, void* workspace, void* out) {
+             LOOM_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+                 handle, &one, d.x, x, d.y, dy, d.conv,
+                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), workspace, c.workspace,
+                 &beta, d.w, out));
+           });
   // cuDNN's cudnnConvolutionBackwardBias refuses bf16 (CUDNN_STATUS_NOT_SUPPORTED on
   // cuDNN 9 / H100), so the bias gradient is a per-channel sum of our own.
   if (db != nullptr) {
