@@ -74,12 +74,13 @@ OpCost conv2d_cost(Conv2dPass pass, const Shape& x, const Shape& w, bool bias,
 //   heuristic  cuDNN's ranking (the _v7 queries), its first deterministic
 //              algorithm: the same choice, and so the same bits, in every run.
 //              The default.
-//   measured   every candidate timed once on the problem, the fastest
-//              deterministic one kept (PyTorch's cudnn.benchmark, without
-//              ever choosing a nondeterministic algorithm): faster where the
-//              ranking misjudges, at the cost of benchmark runs at each new
-//              shape; two runs may choose differently and so differ in the
-//              last bits. The timings are logged at info level.
+//   measured   every candidate timed on the problem (PyTorch's
+//              cudnn.benchmark, without ever choosing a nondeterministic
+//              algorithm); the fastest deterministic one replaces the
+//              ranking's when at least 10% faster. Faster where the ranking
+//              misjudges, at the cost of benchmark runs at each new shape; two
+//              runs may choose differently and so differ in the last bits. The
+//              timings are logged at info level (LOOM_LOG_LEVEL=info).
 // Unless set, the environment's LOOM_CONV_SEARCH (heuristic or measured) is
 // read at the first call; another value is an error naming it.
 enum class ConvAlgorithmSearch { heuristic, measured };
