@@ -32,6 +32,30 @@ loom_train_gpt_compare(tp ${CMAKE_CURRENT_BINARY_DIR}/tensor_parallel/python_std
         "2|--gelu tanh|--tp 2 --sequence-parallel"
         "2|--gelu tanh|--pp 2 --schedule zb-h1 --micro-batches 2")
 
+# The same on CUDA, where a GPU is present (skipped elsewhere, by the message
+# of a process that sees no device): two processes sharing one GPU, the mpi
+# backend staging CUDA tensors through host memory, against one CUDA rank:
+# tp 2, tp 2 with SP and dropout (the masks drawn by global position on the
+# device too), pp 2 under ZB-V, dp 2 with ZeRO-3. Label cuda: the GPU
+# session's `ctest -L cuda` (scripts/device-check.sh) runs them.
+if(LOOM_HAS_CUDA)
+  set(cuda_tokens ${CMAKE_CURRENT_BINARY_DIR}/tensor_parallel/python_stdlib_cuda.tokens)
+  set(cuda_common --device cuda:0 --d-model 64 --heads 4 --seq 32 --batch 4 --steps 8
+                  --log-every 1 --eval-every 0 --eval-batches 2 --token-file ${cuda_tokens})
+  loom_compare_runs(PROGRAM train_gpt NAME examples.gpt_cuda LABELS cuda tp
+                    RESOURCE_LOCK ${cuda_tokens} SKIP_REGULAR_EXPRESSION "sees 0 CUDA device"
+                    COMMON ${cuda_common}
+                    CASES "2|--layers 2|--tp 2" "2|--layers 2 --dropout 0.1|--tp 2 --sequence-parallel")
+  loom_compare_runs(PROGRAM train_gpt NAME examples.gpt_cuda LABELS cuda pipeline
+                    RESOURCE_LOCK ${cuda_tokens} SKIP_REGULAR_EXPRESSION "sees 0 CUDA device"
+                    COMMON ${cuda_common}
+                    CASES "2|--layers 4|--pp 2 --schedule zb-v --micro-batches 4")
+  loom_compare_runs(PROGRAM train_gpt NAME examples.gpt_cuda LABELS cuda zero
+                    RESOURCE_LOCK ${cuda_tokens} SKIP_REGULAR_EXPRESSION "sees 0 CUDA device"
+                    COMMON ${cuda_common}
+                    CASES "2|--layers 2|--zero-stage 3")
+endif()
+
 # A layout the model cannot take is refused before any communication, naming
 # the numbers and the rule.
 loom_train_gpt_refuses(tp
