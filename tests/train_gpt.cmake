@@ -310,12 +310,14 @@ loom_train_gpt_compare(precision ${CMAKE_CURRENT_BINARY_DIR}/precision/python_st
         "2|--layers 2 --gelu tanh|--pp 2 --schedule zb-h1 --micro-batches 2"
         "4|--layers 4|--tp 2 --pp 2 --schedule 1f1b --micro-batches 2")
 # ResNet-18 on the digits (train_resnet's defaults, 8 epochs) in bf16: the
-# test accuracy within 1 point of fp32's (bf16 convolutions and classifier).
+# test accuracy within 1 point of fp32's (bf16 convolutions and classifier),
+# as a non-inferiority check over seeds 1-4, paired (one seed's accuracy
+# scatters by 2 points: tests/precision/check_resnet_digits.py).
 add_test(NAME precision.resnet_digits_bf16
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/precision/check_resnet_digits.py
-                 $<TARGET_FILE:train_resnet> 1.0 --
+                 $<TARGET_FILE:train_resnet> 1.0 --seeds 4 --
                  --digits ${PROJECT_SOURCE_DIR}/data/digits.csv.gz --log-every 1000)
-set_tests_properties(precision.resnet_digits_bf16 PROPERTIES TIMEOUT 600
+set_tests_properties(precision.resnet_digits_bf16 PROPERTIES TIMEOUT 900 PROCESSORS 2
                      LABELS "precision;examples" SKIP_REGULAR_EXPRESSION "digits: cannot open")
 # fp16 with dynamic loss scaling under the pipeline executor (the loss
 # gradient scaled by S / M, the norm unscaled, the step skipped together).
