@@ -46,14 +46,11 @@ if(LOOM_HAS_CUDA)
                     RESOURCE_LOCK ${cuda_tokens} SKIP_REGULAR_EXPRESSION "sees 0 CUDA device"
                     COMMON ${cuda_common}
                     CASES "2|--layers 2|--tp 2" "2|--layers 2 --dropout 0.1|--tp 2 --sequence-parallel")
-  loom_compare_runs(PROGRAM train_gpt NAME examples.gpt_cuda LABELS cuda pipeline
+  loom_compare_runs(PROGRAM train_gpt NAME examples.gpt_cuda LABELS cuda pipeline zero
                     RESOURCE_LOCK ${cuda_tokens} SKIP_REGULAR_EXPRESSION "sees 0 CUDA device"
                     COMMON ${cuda_common}
-                    CASES "2|--layers 4|--pp 2 --schedule zb-v --micro-batches 4")
-  loom_compare_runs(PROGRAM train_gpt NAME examples.gpt_cuda LABELS cuda zero
-                    RESOURCE_LOCK ${cuda_tokens} SKIP_REGULAR_EXPRESSION "sees 0 CUDA device"
-                    COMMON ${cuda_common}
-                    CASES "2|--layers 2|--zero-stage 3")
+                    CASES "2|--layers 4|--pp 2 --schedule zb-v --micro-batches 4"
+                          "2|--layers 2|--zero-stage 3")
 endif()
 
 # A layout the model cannot take is refused before any communication, naming
