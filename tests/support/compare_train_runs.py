@@ -45,6 +45,12 @@ def run(command):
     text = out.stdout + out.stderr
     if out.returncode != 0:
         print(text)
+        # A run asked for a GPU the process cannot see (--device cuda:N on a
+        # machine without one): the reason for ctest's skip (the CUDA cases'
+        # SKIP_REGULAR_EXPRESSION) and for report_skips.py.
+        absent = [line for line in text.splitlines() if "sees 0 CUDA device" in line]
+        if absent:
+            print("SKIPPED: " + absent[-1].strip())
         raise SystemExit(f"FAIL: exit status {out.returncode}")
     return parse(text)
 
