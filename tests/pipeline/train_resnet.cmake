@@ -42,6 +42,19 @@ loom_train_resnet_compare(
     "4|--pp 2 --schedule zb-v --micro-batches 2 --zero-stage 3"
     "4|--pp 2 --schedule 1f1b --micro-batches 2 --stage-cut time --zero-stage 1"
     "2|--micro-batches 2 --zero-stage 1")
+# On CUDA where a GPU is present (skipped elsewhere, by the message of a
+# process that sees no device): two processes sharing it, the mpi backend
+# staging CUDA tensors, against one CUDA rank running the same micro-batches:
+# pp 2 under ZB-H1 in fp32, dp 2 with ZeRO-2 in bf16 (cuDNN's convolutions,
+# Loom's BatchNorm kernels). Label cuda: a GPU session's `ctest -L cuda`.
+if(LOOM_HAS_CUDA)
+  loom_compare_runs(PROGRAM train_resnet NAME examples.resnet_cuda ACCUMULATE
+                    LABELS pipeline cuda SKIP_REGULAR_EXPRESSION "sees 0 CUDA device"
+                    COMMON --device cuda:0 --data cifar --width 8 --batch 8 --steps 4
+                           --log-every 1 --lr 0.05
+                    CASES "2||--pp 2 --schedule zb-h1 --micro-batches 4"
+                          "2|--precision bf16|--micro-batches 2 --zero-stage 2")
+endif()
 # Hybrid sharding (--zero-shard-size): dp 4 as 2 groups of 2, alone and
 # under pp 2 (8 ranks); zero label too.
 loom_train_resnet_compare(NAME_PREFIX _hybrid LABELS zero
