@@ -283,9 +283,9 @@ echo "slurm test: srun --mpi=list: $srun_mpi"
 # fake nodes share: TCP between every pair of ranks. Over the loopback
 # interface, where every fake node lives (NodeAddr above): Open MPI's TCP
 # leaves loopback out by default and connects to the machine's external
-# address, which a sandboxed CI machine may not let a process reach from
-# itself (a CI run's ranks failed to connect to 192.0.2.2 there, and one
-# died inside Open MPI before loom::init could print).
+# address, which a sandboxed CI machine may not let a process reach
+# reliably from itself (in a CI run one rank died inside Open MPI before
+# loom::init printed, and another failed to connect to 192.0.2.2).
 export OMPI_MCA_btl=self,tcp
 export OMPI_MCA_btl_tcp_if_include=${OMPI_MCA_btl_tcp_if_include:-lo}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
