@@ -52,7 +52,7 @@ std::unique_ptr<nn::Module> attention_branch(const std::string& block, const GPT
   branch->emplace<nn::LayerNorm>(block + ".ln_1", c.d_model, kLayerNormEps, c.module);
   branch->add(layers.linear(Role::attn_qkv, block + ".attn.c_attn", c.d_model, 3 * c.d_model,
                             handing_linear(c)));
-  std::unique_ptr<nn::Module> core = layers.attention(block + ".attn.core", c.heads);
+  std::unique_ptr<nn::Module> core = layers.attention(block + ".attn.core", c.heads, c.attention);
   if (c.checkpoint_attention) {
     core = std::make_unique<nn::Checkpoint>(block + ".attn.core.checkpoint", std::move(core));
   }
@@ -147,9 +147,9 @@ std::unique_ptr<nn::Module> GPTLayerFactory::linear(LinearRole role, const std::
   return std::make_unique<nn::Linear>(name, in_features, out_features, options);
 }
 
-std::unique_ptr<nn::Module> GPTLayerFactory::attention(const std::string& name,
-                                                       int64_t heads) const {
-  return std::make_unique<nn::CausalSelfAttention>(name, heads);
+std::unique_ptr<nn::Module> GPTLayerFactory::attention(const std::string& name, int64_t heads,
+                                                       nn::AttentionKernel kernel) const {
+  return std::make_unique<nn::CausalSelfAttention>(name, heads, kernel);
 }
 
 std::unique_ptr<nn::Module> GPTLayerFactory::dropout(const std::string& name, float p) const {

@@ -24,9 +24,11 @@ double bytes_of(DType dtype) {
 //                      pre-activation in its output's dtype; not its weight,
 //                      nor the weight's rounded copy (NOTE [weight not kept])
 //   CausalSelfAttention q, k, v head-major and the probabilities, in its
-//                      input's dtype; under checkpoint_attention the
-//                      nn::Checkpoint keeps its input, q | k | v as c_attn wrote
-//                      them, instead
+//                      input's dtype; fused: its input (q | k | v as c_attn
+//                      wrote them), its output (c_proj's input itself when
+//                      the dtypes agree, else a second tensor) and the f32
+//                      log-sum-exp per row and head; under checkpoint_attention
+//                      the nn::Checkpoint keeps its input instead
 //   nn::Dropout, the residual adds, nn::Embedding (beyond the ids)  nothing;
 //                      each replaces its input by a fresh output
 //   tensor parallel    column-parallel Linears see every token (under SP their
@@ -89,9 +91,14 @@ GPTActivationBytes gpt_activation_bytes(const GPTConfig& config, int64_t rows, i
                 + n * 4 * width * handed  // c_fc's pre-activation
                 + n * 4 * width * matmul  // c_proj's input (the GELU's output)
                 + local * d * stream;     // the output: the MLP residual's sum
-    // The probabilities [rows, heads, tokens, tokens], unless recomputed.
-    if (!config.checkpoint_attention)
-      out.block += static_cast<double>(rows) * heads * t * t * handed;
+    if (config.checkpoint_attention) {
+      // Recomputed in backward: nothing kept beyond the input counted above.
+    } else if (config.attention == nn::AttentionKernel::fused) {
+      out.block += static_cast<double>(rows) * heads * t * f32;  // the log-sum-exp
+      if (handed != matmul) out.block += n * width * handed;     // its own output
+    } else {
+      out.block += static_cast<double>(rows) * heads * t * t * handed;  // the probabilities
+    }
   }
   // Held by an open weight scope, not by the tape: c_attn 3d x d, c_proj
   // d x d, c_fc 4d x d, c_proj d x 4d: 12 d^2 / tp.

@@ -25,11 +25,18 @@
 // for backward in 16 bits (half the bytes of the largest activation) and the
 // f32 scores live only from their GEMM to the softmax. Flash-attention keeps
 // the same rule (f32 scores and softmax, P rounded for the P V product).
+//
+// AttentionKernel::fused hands the whole of it to kernels::fused_causal_attention
+// on the [B, T, 3C] input as it comes (no head permutation); the tape keeps
+// that input, the output (the same tensor c_proj keeps as its input when the
+// dtypes agree) and the f32 log-sum-exp of each row: B H T floats in place
+// of B H T^2 probabilities.
 #include "loom/nn/attention.hpp"
 
 #include <cmath>
 
 #include "loom/kernels/causal_softmax.hpp"
+#include "loom/kernels/fused_attention.hpp"
 #include "loom/kernels/gemm.hpp"
 #include "loom/kernels/heads.hpp"
 #include "loom/trace/op_scope.hpp"
@@ -41,6 +48,13 @@ struct AttentionState : SavedState {
   Tensor qkv_heads;  // [3, B, H, T, d]: q, k, v
   Tensor probs;      // [B, H, T, T]
   Shape input_shape;
+};
+
+// AttentionKernel::fused
+struct FusedAttentionState : SavedState {
+  Tensor qkv;  // [B, T, 3C], the input
+  Tensor y;    // [B, T, C], the output
+  Tensor lse;  // [B, H, T] f32
 };
 
 struct Dims {
@@ -71,8 +85,18 @@ constexpr DType kScoreDtype = DType::f32;
 
 }  // namespace
 
-CausalSelfAttention::CausalSelfAttention(std::string name, int64_t heads)
-    : Module(std::move(name)), heads_(heads) {
+const char* attention_kernel_name(AttentionKernel kernel) {
+  return kernel == AttentionKernel::fused ? "fused" : "materialized";
+}
+
+AttentionKernel parse_attention_kernel(std::string_view name) {
+  if (name == "materialized") return AttentionKernel::materialized;
+  if (name == "fused") return AttentionKernel::fused;
+  throw Error(str_cat("attention kernel '", name, "' is not one of materialized, fused"));
+}
+
+CausalSelfAttention::CausalSelfAttention(std::string name, int64_t heads, AttentionKernel kernel)
+    : Module(std::move(name)), heads_(heads), kernel_(kernel) {
   LOOM_CHECK(heads >= 1, "attention '", this->name(), "': needs at least one head; got ", heads);
 }
 
@@ -88,6 +112,9 @@ int64_t CausalSelfAttention::channels_of(const Tensor& qkv) const {
 
 kernels::OpCost CausalSelfAttention::forward_cost(int64_t batch, int64_t tokens, int64_t channels,
                                                   DType dtype) const {
+  if (kernel_ == AttentionKernel::fused) {
+    return kernels::fused_causal_attention_cost(batch, tokens, channels, heads_, dtype);
+  }
   const Dims d = dims_of(batch, tokens, channels, heads_);
   const size_t e = dtype_size(dtype), s = dtype_size(kScoreDtype);
   kernels::OpCost cost;
@@ -103,6 +130,9 @@ kernels::OpCost CausalSelfAttention::forward_cost(int64_t batch, int64_t tokens,
 
 kernels::OpCost CausalSelfAttention::backward_cost(int64_t batch, int64_t tokens, int64_t channels,
                                                    DType dtype) const {
+  if (kernel_ == AttentionKernel::fused) {
+    return kernels::fused_causal_attention_backward_cost(batch, tokens, channels, heads_, dtype);
+  }
   const Dims d = dims_of(batch, tokens, channels, heads_);
   const size_t e = dtype_size(dtype), s = dtype_size(kScoreDtype);
   kernels::OpCost cost;
@@ -118,6 +148,7 @@ kernels::OpCost CausalSelfAttention::backward_cost(int64_t batch, int64_t tokens
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& qkv, Tape& tape) {
+  if (kernel_ == AttentionKernel::fused) return forward_fused(qkv, tape);
   const int64_t channels = channels_of(qkv);
   const int64_t batch = qkv.size(0), tokens = qkv.size(1), head_dim = channels / heads_;
   const Device device = qkv.device();
@@ -149,6 +180,7 @@ Tensor CausalSelfAttention::forward(const Tensor& qkv, Tape& tape) {
 }
 
 Tensor CausalSelfAttention::backward_input(const Tensor& dy, Tape& tape) {
+  if (kernel_ == AttentionKernel::fused) return backward_fused(dy, tape);
   AttentionState& state = tape.get<AttentionState>(*this);
   const Shape& in = state.input_shape;
   const int64_t batch = in[0], tokens = in[1], channels = in[2] / 3, head_dim = channels / heads_;
@@ -183,6 +215,41 @@ Tensor CausalSelfAttention::backward_input(const Tensor& dy, Tape& tape) {
 
   const Tensor dqkv = Tensor::empty(in, dtype, device);
   kernels::merge_heads({dq, dk, dv}, dqkv);
+  tape.release(*this);
+  return dqkv;
+}
+
+Tensor CausalSelfAttention::forward_fused(const Tensor& qkv, Tape& tape) {
+  const int64_t channels = channels_of(qkv);
+  const int64_t batch = qkv.size(0), tokens = qkv.size(1), head_dim = channels / heads_;
+  const Device device = qkv.device();
+  trace::OpScope scope("attention.forward", forward_cost(batch, tokens, channels, qkv.dtype()),
+                       device, name());
+  std::string why;
+  LOOM_CHECK(kernels::fused_attention_supported(device, qkv.dtype(), head_dim, &why), "attention '",
+             name(), "' (kernel fused, input ", qkv, "): ", why);
+  FusedAttentionState& state = tape.emplace<FusedAttentionState>(*this);
+  state.qkv = qkv;
+  state.y = Tensor::empty({batch, tokens, channels}, qkv.dtype(), device);
+  state.lse = Tensor::empty({batch, heads_, tokens}, DType::f32, device);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  kernels::fused_causal_attention(qkv, heads_, scale, state.y, state.lse);
+  return state.y;
+}
+
+Tensor CausalSelfAttention::backward_fused(const Tensor& dy, Tape& tape) {
+  FusedAttentionState& state = tape.get<FusedAttentionState>(*this);
+  const Tensor& y = state.y;
+  LOOM_CHECK(dy.defined() && dy.shape() == y.shape() && dy.dtype() == y.dtype() &&
+                 dy.device() == y.device(),
+             "attention '", name(), "': the output gradient must be ", shape_str(y.shape()), " ",
+             y.dtype(), " on ", y.device(), " like the forward output; got ", dy);
+  const int64_t batch = y.size(0), tokens = y.size(1), channels = y.size(2);
+  trace::OpScope scope("attention.backward_input",
+                       backward_cost(batch, tokens, channels, dy.dtype()), dy.device(), name());
+  const Tensor dqkv = Tensor::empty(state.qkv.shape(), dy.dtype(), dy.device());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(channels / heads_));
+  kernels::fused_causal_attention_backward(state.qkv, y, dy, state.lse, heads_, scale, dqkv);
   tape.release(*this);
   return dqkv;
 }

@@ -54,10 +54,11 @@ std::unique_ptr<nn::Module> TensorParallelGPTLayers::linear(
 }
 
 std::unique_ptr<nn::Module> TensorParallelGPTLayers::attention(const std::string& name,
-                                                               int64_t heads) const {
+                                                               int64_t heads,
+                                                               nn::AttentionKernel kernel) const {
   LOOM_CHECK(heads % tp_->size() == 0, "tensor-parallel attention '", name, "': ", heads,
              " heads are not divisible by tp = ", tp_->size());
-  return std::make_unique<nn::CausalSelfAttention>(name, heads / tp_->size());
+  return std::make_unique<nn::CausalSelfAttention>(name, heads / tp_->size(), kernel);
 }
 
 std::unique_ptr<nn::Module> TensorParallelGPTLayers::dropout(const std::string& name,

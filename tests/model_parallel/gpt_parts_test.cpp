@@ -235,10 +235,10 @@ TEST_CASE("GPT parts: a layer factory builds every linear layer and attention of
                       std::to_string(in) + "x" + std::to_string(out));
       return GPTLayerFactory::linear(role, name, in, out, options);
     }
-    std::unique_ptr<loom::nn::Module> attention(const std::string& name,
-                                                int64_t heads) const override {
+    std::unique_ptr<loom::nn::Module> attention(const std::string& name, int64_t heads,
+                                                loom::nn::AttentionKernel kernel) const override {
       calls.push_back(name + " heads " + std::to_string(heads));
-      return GPTLayerFactory::attention(name, heads);
+      return GPTLayerFactory::attention(name, heads, kernel);
     }
   } factory;
   const GPTConfig c = small_config();

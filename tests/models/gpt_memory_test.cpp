@@ -151,7 +151,8 @@ struct Variant {
   GPTConfig config;
 };
 
-// Each precision with dropout, both checkpointings and the tanh GELU, one at a time.
+// Each precision with dropout, both checkpointings, the tanh GELU and the fused attention, one
+// at a time.
 std::vector<Variant> variants(const GPTConfig& base) {
   std::vector<Variant> out;
   for (const char* precision : {"fp32", "bf16", "fp16"}) {
@@ -171,6 +172,10 @@ std::vector<Variant> variants(const GPTConfig& base) {
     GPTConfig tanh = c;
     tanh.gelu = kernels::Activation::gelu_tanh;
     out.push_back({std::string(precision) + ", tanh GELU", tanh});
+    GPTConfig fused = c;
+    fused.attention = nn::AttentionKernel::fused;
+    fused.dropout = 0.1f;
+    out.push_back({std::string(precision) + ", fused attention, dropout 0.1", fused});
   }
   return out;
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "loom/kernels/activation.hpp"
+#include "loom/nn/attention.hpp"
 #include "loom/nn/module.hpp"
 
 namespace loom::models {
@@ -21,6 +22,10 @@ struct GPTConfig {
   // probabilities are recomputed in backward instead of kept from forward.
   // Not with checkpoint_blocks, which recomputes the whole block.
   bool checkpoint_attention = false;
+  // How each block's attention computes (nn::AttentionKernel): the fused
+  // kernel keeps B H T floats per block where the materialised one keeps the
+  // B H T^2 probabilities.
+  nn::AttentionKernel attention = nn::AttentionKernel::materialized;
   // The MLP's GELU: the exact erf form (PyTorch's default, nanoGPT's) or the
   // tanh approximation (GPT-2's own, llm.c's; the one cuBLASLt fuses into
   // c_fc's product and c_proj's input gradient on CUDA).

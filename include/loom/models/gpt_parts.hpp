@@ -73,8 +73,10 @@ class GPTLayerFactory {
   virtual std::unique_ptr<nn::Module> linear(LinearRole role, const std::string& name,
                                              int64_t in_features, int64_t out_features,
                                              const nn::LinearOptions& options) const;
-  // Causal self-attention over `heads` heads: [B, T, 3d] (q, k, v) -> [B, T, d].
-  virtual std::unique_ptr<nn::Module> attention(const std::string& name, int64_t heads) const;
+  // Causal self-attention over `heads` heads: [B, T, 3d] (q, k, v) -> [B, T, d],
+  // computed by `kernel` (GPTConfig::attention).
+  virtual std::unique_ptr<nn::Module> attention(const std::string& name, int64_t heads,
+                                                nn::AttentionKernel kernel) const;
   // Dropout with probability p > 0 (after the embeddings and each residual branch).
   virtual std::unique_ptr<nn::Module> dropout(const std::string& name, float p) const;
   // The embeddings of the GPT named `model`: token ids [B, T] -> [B, T, d_model].

@@ -45,7 +45,8 @@ class TensorParallelGPTLayers : public models::GPTLayerFactory {
   std::unique_ptr<nn::Module> linear(LinearRole role, const std::string& name, int64_t in_features,
                                      int64_t out_features,
                                      const nn::LinearOptions& options) const override;
-  std::unique_ptr<nn::Module> attention(const std::string& name, int64_t heads) const override;
+  std::unique_ptr<nn::Module> attention(const std::string& name, int64_t heads,
+                                        nn::AttentionKernel kernel) const override;
   std::unique_ptr<nn::Module> dropout(const std::string& name, float p) const override;
   std::unique_ptr<models::GPTEnd> embeddings(const std::string& model,
                                              const models::GPTConfig& config) const override;
