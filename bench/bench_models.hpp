@@ -43,16 +43,18 @@ inline int64_t benchmark_batch_size(const std::string& name) {
 }
 
 // The model, unwrapped (stage 3 of ZeRO wraps it); `precision`: the operands
-// of its matrix products (nn/precision.hpp).
-inline std::unique_ptr<nn::Module> make_benchmark_model(const std::string& name,
-                                                        nn::Precision precision = {},
-                                                        Device device = Device::cpu()) {
+// of its matrix products (nn/precision.hpp); `attention`: how a GPT's
+// attention computes.
+inline std::unique_ptr<nn::Module> make_benchmark_model(
+    const std::string& name, nn::Precision precision = {}, Device device = Device::cpu(),
+    nn::AttentionKernel attention = nn::AttentionKernel::materialized) {
   LOOM_CHECK(is_benchmark_model(name), "model '", name,
              "' is not one of gpt, resnet, gpt2, resnet50");
   if (is_gpt_model(name)) {
     models::GPTConfig config = benchmark_gpt_config(name);
     config.module.precision = precision;
     config.module.device = device;
+    config.attention = attention;
     return std::make_unique<models::GPT>("", config);
   }
   models::ResNetOptions options;

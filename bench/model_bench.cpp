@@ -92,11 +92,11 @@ struct LoomModel {
   }
 };
 
-LoomModel make_model(const std::string& name, loom::Device device,
-                     loom::nn::Precision precision = {}) {
+LoomModel make_model(const std::string& name, loom::Device device, loom::nn::Precision precision,
+                     loom::nn::AttentionKernel attention) {
   LoomModel m;
   m.device = device;
-  m.model = loom::bench::make_benchmark_model(name, precision, device);
+  m.model = loom::bench::make_benchmark_model(name, precision, device, attention);
   m.optimizer = loom::bench::make_benchmark_optimizer(name, *m.model);
   auto batch = loom::bench::benchmark_batch(name, 0);
   m.inputs = batch.inputs.to(device);
@@ -223,6 +223,11 @@ int main(int argc, char** argv) {
   app.add_option("--device", device_name,
                  "cpu, or cuda (Loom and the peer on CUDA device 0, steps synchronised)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  std::string attention = "materialized";
+  app.add_option("--attention", attention,
+                 "how Loom's GPT attention computes: materialized, or fused (the scores never "
+                 "stored; on CUDA bf16 only)")
+      ->check(CLI::IsMember({"materialized", "fused"}));
   app.add_flag("--no-peer", no_peer, "time Loom only");
   app.add_flag(
       "--profile", profile,
@@ -238,9 +243,11 @@ int main(int argc, char** argv) {
     const loom::Device device = cuda ? loom::Device::cuda(0) : loom::Device::cpu();
     const auto peak = loom::trace::Roofline::for_device(device);
     const std::vector<int> cores = loom::bench::cpu_affinity();
-    std::printf("model_bench: %d round(s) x %d steps (+%d warm-up), 1 thread each, cores %s; %s\n",
-                rounds, steps, warmup, loom::bench::cores_text(cores).c_str(),
-                peak.device_name.c_str());
+    std::printf(
+        "model_bench: %d round(s) x %d steps (+%d warm-up), 1 thread each, cores %s; %s; Loom's "
+        "GPT attention %s\n",
+        rounds, steps, warmup, loom::bench::cores_text(cores).c_str(), peak.device_name.c_str(),
+        attention.c_str());
     bool peer_on = !no_peer;
     if (peer_on && !loom::bench::peer_installed(python)) {
       std::printf("%s\n", loom::bench::kPeerNotInstalled);
@@ -286,7 +293,8 @@ int main(int argc, char** argv) {
       // and left out; the rest still runs.
       auto try_make = [&](std::optional<LoomModel>& into, const char* precision) {
         try {
-          into = make_model(name, device, loom::nn::precision_from_string(precision));
+          into = make_model(name, device, loom::nn::precision_from_string(precision),
+                            loom::nn::parse_attention_kernel(attention));
         } catch (const loom::Error& e) {
           notes.push_back(std::string("Loom ") + precision + " " + name + " on " + device.str() +
                           " not run: " + e.what());
@@ -469,6 +477,7 @@ int main(int argc, char** argv) {
              {"peer_median_ms", peer_median("eager")},
              {"ratio", peer_median("eager") > 0 ? loom_median / peer_median("eager") : -1.0},
              {"precision", "fp32"},
+             {"attention", attention},
              {"device", device.str()},
              {"step_ms", loom_median},
              {"peer_step_ms", peer_median("eager")},
@@ -479,6 +488,7 @@ int main(int argc, char** argv) {
         results.push_back(
             {{"model", name},
              {"precision", "bf16"},
+             {"attention", attention},
              {"step_ms", loom16_median},
              {"loom_ms", loom16_ms},
              {"loom_mfu", median(mfus16)},

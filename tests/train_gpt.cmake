@@ -30,7 +30,8 @@ loom_train_gpt_compare(tp ${CMAKE_CURRENT_BINARY_DIR}/tensor_parallel/python_std
   CASES "2||--tp 2" "4||--tp 4" "4||--tp 4 --sequence-parallel"
         "4||--tp 2 --sequence-parallel --zero-stage 1" "4||--tp 2 --zero-stage 3"
         "2|--gelu tanh|--tp 2 --sequence-parallel"
-        "2|--gelu tanh|--pp 2 --schedule zb-h1 --micro-batches 2")
+        "2|--gelu tanh|--pp 2 --schedule zb-h1 --micro-batches 2"
+        "1||--attention fused" "2||--tp 2 --sequence-parallel --attention fused")
 
 # The same on CUDA, where a GPU is present (skipped elsewhere, by the message
 # of a process that sees no device): two processes sharing one GPU, the mpi
@@ -51,6 +52,15 @@ if(LOOM_HAS_CUDA)
                     COMMON ${cuda_common}
                     CASES "2|--layers 4|--pp 2 --schedule zb-v --micro-batches 4"
                           "2|--layers 2|--zero-stage 3")
+  # The fused attention's tensor-core kernels (head size 32; sequences of 80
+  # tokens cross their 64-row blocks) in bf16, under tp 2 and dp 2 with ZeRO-1.
+  loom_compare_runs(PROGRAM train_gpt NAME examples.gpt_cuda_fused LABELS cuda precision
+                    RESOURCE_LOCK ${cuda_tokens} SKIP_REGULAR_EXPRESSION "sees 0 CUDA device"
+                    RTOL 1e-3
+                    COMMON --device cuda:0 --d-model 64 --heads 2 --seq 80 --batch 4 --steps 8
+                           --log-every 1 --eval-every 0 --eval-batches 2
+                           --token-file ${cuda_tokens} --precision bf16 --attention fused
+                    CASES "2|--layers 2|--tp 2" "2|--layers 2|--zero-stage 1")
 endif()
 
 # A layout the model cannot take is refused before any communication, naming
@@ -304,6 +314,7 @@ loom_train_gpt_compare(precision ${CMAKE_CURRENT_BINARY_DIR}/precision/python_st
          --eval-batches 2 --precision bf16
   CASES "2|--layers 2|--zero-stage 1" "2|--layers 2|--zero-stage 3" "2|--layers 2|--tp 2"
         "2|--layers 2|--tp 2 --sequence-parallel"
+        "2|--layers 2 --attention fused|--tp 2 --sequence-parallel --zero-stage 1"
         "2|--layers 2 --gelu tanh|--pp 2 --schedule zb-h1 --micro-batches 2"
         "4|--layers 4|--tp 2 --pp 2 --schedule 1f1b --micro-batches 2")
 # ResNet-18 on the digits (train_resnet's defaults, 8 epochs) in bf16: the

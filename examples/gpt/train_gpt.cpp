@@ -77,6 +77,7 @@ int run(Flags f) {
                                    "sequences");
     }
     check_layout(f, world.size());
+    check_attention(f, f.device == "auto" ? launch.device() : parse_device(f.device));
   });
   const parallel::ParallelGroups groups = parallel::make_parallel_groups(
       launch.world(), parallel::ParallelLayout(world.size(), f.tp, f.pipe.pp));
@@ -104,6 +105,7 @@ int run(Flags f) {
   config.seq_len = f.seq;
   config.checkpoint_blocks = f.checkpoints(groups.coord.pp);
   config.checkpoint_attention = f.checkpoint_attention;
+  config.attention = nn::parse_attention_kernel(f.attention);
   config.gelu = f.gelu == "tanh" ? kernels::Activation::gelu_tanh : kernels::Activation::gelu;
   config.dropout = static_cast<float>(f.dropout);
   config.module = {.device = device,

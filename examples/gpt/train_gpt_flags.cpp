@@ -4,7 +4,9 @@
 #include "../common/global_batch.hpp"
 #include "../common/zero_shard.hpp"
 #include "loom/core/error.hpp"
+#include "loom/kernels/fused_attention.hpp"
 #include "loom/models/gpt_config.hpp"
+#include "loom/nn/precision.hpp"
 #include "loom/parallel/pipeline/schedule.hpp"
 
 namespace loom::examples::gpt {
@@ -89,6 +91,20 @@ void check_layout(const Flags& f, int world) {
              f.checkpoint_dir.empty()
                  ? "--save-every and --resume need --checkpoint-dir (where checkpoints live)"
                  : "--checkpoint-dir needs --save-every N or --resume (what to do there)");
+}
+
+void check_attention(const Flags& f, Device device) {
+  if (f.attention != "fused") return;
+  const nn::Precision precision = nn::precision_from_string(f.precision);
+  // The attention's input: c_attn's output (nn/precision.hpp).
+  const DType dtype = precision.reduced() && precision.activations == precision.matmul
+                          ? precision.matmul
+                          : DType::f32;
+  const int64_t head_dim = f.d_model / f.heads;
+  std::string why;
+  LOOM_CHECK(kernels::fused_attention_supported(device, dtype, head_dim, &why),
+             "--attention fused with --precision ", f.precision, " (", dtype,
+             " q, k, v), head size ", head_dim, " on ", device, ": ", why);
 }
 
 std::map<std::string, std::string> resume_invariants(const Flags& f, int dp) {
@@ -213,6 +229,12 @@ void add_flags(CLI::App& app, Flags& f) {
                "selective recompute: keep each block's attention input, not its [batch, heads, "
                "seq, seq] probabilities, and recompute the attention in backward (less memory "
                "for long sequences, one more attention forward per block)");
+  app.add_option("--attention", f.attention,
+                 "how each block's attention computes: materialized (the [batch, heads, seq, "
+                 "seq] scores written and the probabilities kept for backward) or fused (one "
+                 "kernel that never stores them, keeping one float per row and head; on CUDA "
+                 "bf16 and fp16 with head sizes 32, 64, 128)")
+      ->check(CLI::IsMember({"materialized", "fused"}));
   app.add_option("--checkpoint-stages", f.checkpoint_stages,
                  "with --pp: recompute the blocks of these pipeline stages only (0: the first, "
                  "which holds the most micro-batches in flight under 1f1b), e.g. 0,1")

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../common/pipeline_flags.hpp"
+#include "loom/core/device.hpp"
 
 namespace loom::examples::gpt {
 
@@ -50,9 +51,10 @@ struct Flags {
   int64_t save_every = 0;              // save every N steps (0: never)
   bool resume = false;    // start from the newest complete checkpoint in checkpoint_dir
   std::string init_from;  // initial weights: a safetensors file (checkpoint::load_weights)
-  bool activation_checkpointing = false;  // GPTConfig::checkpoint_blocks
-  std::vector<int> checkpoint_stages;     // with --pp: only these stages' blocks
-  bool checkpoint_attention = false;      // GPTConfig::checkpoint_attention (selective)
+  bool activation_checkpointing = false;   // GPTConfig::checkpoint_blocks
+  std::vector<int> checkpoint_stages;      // with --pp: only these stages' blocks
+  bool checkpoint_attention = false;       // GPTConfig::checkpoint_attention (selective)
+  std::string attention = "materialized";  // GPTConfig::attention: materialized or fused
 
   // Whether pipeline stage `stage` recomputes its blocks in backward.
   bool checkpoints(int stage) const {
@@ -80,6 +82,10 @@ void add_flags(CLI::App& app, Flags& f);
 // Every rule the flags must meet that the model's shape and a world of
 // `world` ranks decide; throws loom::Error naming the values and the rule.
 void check_layout(const Flags& f, int world);
+
+// --attention fused on `device`: the fused kernel must take the attention's
+// dtype (--precision) and head size there; throws loom::Error naming them.
+void check_attention(const Flags& f, Device device);
 
 // What a checkpoint must share with the run that resumes it so that the data
 // stream and the schedule continue; anything else (dp, tp, pp, ZeRO stage)
