@@ -23,6 +23,9 @@
 #                some fail, those once more under compute-sanitizer's memcheck
 #     model      model_bench --device cuda: GPT-2 124M and ResNet-50, Loom fp32
 #                and bf16 against torch eager fp32 and bf16 autocast
+#     fused      model_bench --device cuda --attention fused: GPT-2 124M bf16
+#                with the fused attention kernels against bf16 autocast, and
+#                its per-op table (the MFU target of docs/nn.md)
 #     profile    model_bench --device cuda --no-peer --profile: Loom's per-op
 #                tables (CUDA events) of GPT-2 124M and ResNet-50, fp32 and
 #                bf16: where a step's time goes, for the next session to work on
@@ -37,8 +40,8 @@
 #                cuda) on the machine's cores
 # --out     where the results go (default $OUT, else device-check-out/): at
 #           most 8 files, as the device tool brings back: device-check.log
-#           (every step's output), model.json, model-compile.json,
-#           kernel.json, pipeline.json, tp.json.
+#           (every step's output), model.json, model-fused.json,
+#           model-compile.json, kernel.json, pipeline.json, tp.json.
 # --build   the build folder (default build-gpu/; without the build step, an
 #           existing build, e.g. one made here and carried)
 # A step that fails is logged with its exit status and the next one runs;
@@ -49,7 +52,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root" || exit 1
 
 budget=540
-steps=build,cuda,model,profile,kernel,pipeline,tp,compile,suite
+steps=build,cuda,model,fused,profile,kernel,pipeline,tp,compile,suite
 out=${OUT:-$root/device-check-out}
 build=$root/build-gpu
 while [ $# -gt 0 ]; do
@@ -67,8 +70,8 @@ case "$budget" in
 esac
 for s in ${steps//,/ }; do
   case "$s" in
-    build | cuda | model | profile | kernel | pipeline | tp | compile | suite) ;;
-    *) echo "device-check: --steps: '$s' is not one of build, cuda, model, profile, kernel, pipeline, tp, compile, suite" >&2
+    build | cuda | model | fused | profile | kernel | pipeline | tp | compile | suite) ;;
+    *) echo "device-check: --steps: '$s' is not one of build, cuda, model, fused, profile, kernel, pipeline, tp, compile, suite" >&2
        exit 2 ;;
   esac
 done
@@ -198,6 +201,9 @@ fi
 wants model && run model 120 240 "$build/bench/model_bench" --device cuda --models gpt2,resnet50 \
   --precision fp32,bf16 --peer-columns eager,bf16 --rounds 1 --steps 10 --warmup 3 \
   --python "$python" --json "$out/model.json"
+wants fused && run fused 90 180 "$build/bench/model_bench" --device cuda --models gpt2 \
+  --precision bf16 --attention fused --peer-columns bf16 --rounds 2 --steps 10 --warmup 3 \
+  --profile --python "$python" --json "$out/model-fused.json"
 wants profile && run profile 60 120 "$build/bench/model_bench" --device cuda --models gpt2,resnet50 \
   --precision fp32,bf16 --no-peer --profile --rounds 1 --steps 5 --warmup 3
 wants kernel && run kernel 30 90 "$build/bench/kernel_bench" --device cuda --quick --json "$out/kernel.json"
