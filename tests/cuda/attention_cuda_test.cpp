@@ -158,22 +158,6 @@ TEST_CASE("CUDA CausalSelfAttention in bf16 matches the host's bf16 attention") 
 
 // ---- the fused attention (kernels/fused_attention.hpp) on tensor cores ----------------------
 
-namespace {
-
-// |got - want| <= 4 units of `dtype` (2^-8 bf16, 2^-11 f16) of want's largest
-// magnitude, elementwise: the bound the host's fused and materialised 16-bit
-// attentions meet against f32 (tests/nn/fused_attention_test.cpp).
-std::string within_16bit(const Tensor& got, const Tensor& want, DType dtype) {
-  const std::vector<float> w = want.to(DType::f32).to_vector<float>();
-  double largest = 0;
-  for (float v : w) largest = std::max(largest, std::fabs(double(v)));
-  const double unit = dtype == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
-  return loom::test::out_of_tolerance(got.to(DType::f32).to_vector<float>(), w,
-                                      4.0 * unit * largest, 0.0);
-}
-
-}  // namespace
-
 TEST_CASE(
     "CUDA fused attention matches f32 and the host's fused attention: every head size, "
     "block edges") {
@@ -202,10 +186,10 @@ TEST_CASE(
         const Tensor wide_dx = wide.backward_input(dy.to(DType::f32), wide_tape);
         REQUIRE(dev_y.dtype() == dtype);
         REQUIRE(dev_dx.dtype() == dtype);
-        CHECK(within_16bit(dev_y, wide_y, dtype) == "");
-        CHECK(within_16bit(dev_dx, wide_dx, dtype) == "");
-        CHECK(within_16bit(dev_y, host_y, dtype) == "");
-        CHECK(within_16bit(dev_dx, host_dx, dtype) == "");
+        CHECK(loom::test::within_16bit_units(dev_y, wide_y, dtype) == "");
+        CHECK(loom::test::within_16bit_units(dev_dx, wide_dx, dtype) == "");
+        CHECK(loom::test::within_16bit_units(dev_y, host_y, dtype) == "");
+        CHECK(loom::test::within_16bit_units(dev_dx, host_dx, dtype) == "");
 
         // The log-sum-exp: f32 from the same 16-bit q and k.
         const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));

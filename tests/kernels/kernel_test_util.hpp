@@ -14,8 +14,23 @@
 #include <vector>
 
 #include "loom/core/tensor.hpp"
+#include "support/compare.hpp"
 
 namespace loom::test {
+
+// Empty when every element of `got` lies within `units` units of `dtype`'s
+// roundoff (2^-8 bf16, 2^-11 f16) of `want`'s largest magnitude from `want`;
+// otherwise what differs (out_of_tolerance). The bound for a 16-bit result
+// against f32 on the same rounded inputs, where each element sums products of
+// values rounded once or twice.
+inline std::string within_16bit_units(const Tensor& got, const Tensor& want, DType dtype,
+                                      double units = 4.0) {
+  const std::vector<float> w = want.to(DType::f32).to_vector<float>();
+  double largest = 0;
+  for (float v : w) largest = std::max(largest, std::fabs(double(v)));
+  const double unit = dtype == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+  return out_of_tolerance(got.to(DType::f32).to_vector<float>(), w, units * unit * largest, 0.0);
+}
 
 // n values uniform in [lo, hi) from a fixed seed.
 inline std::vector<float> random_values(int64_t n, uint32_t seed, float lo = -1.0f,

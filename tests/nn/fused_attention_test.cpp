@@ -129,17 +129,8 @@ TEST_CASE("fused attention in bf16 and f16 stays within the 16-bit tolerance of 
     const Tensor dqkv_wide = wide.backward_input(dy.to(DType::f32), wide_tape);
     REQUIRE(dqkv.dtype() == dtype);
 
-    const double unit = dtype == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
-    auto compare = [&](const Tensor& got, const Tensor& want) {
-      const std::vector<float> w = want.to_vector<float>();
-      double largest = 0;
-      for (float v : w) largest = std::max(largest, std::fabs(double(v)));
-      const std::vector<double> wd(w.begin(), w.end());
-      return loom::test::out_of_tolerance(got.to(DType::f32).to_vector<float>(), wd,
-                                          4.0 * unit * largest, 0.0);
-    };
-    CHECK(compare(y, y_wide) == "");
-    CHECK(compare(dqkv, dqkv_wide) == "");
+    CHECK(loom::test::within_16bit_units(y, y_wide, dtype) == "");
+    CHECK(loom::test::within_16bit_units(dqkv, dqkv_wide, dtype) == "");
   }
 }
 
