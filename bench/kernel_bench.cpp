@@ -52,6 +52,7 @@ using loom::bench::kernel_bench::Bench;
 using loom::bench::kernel_bench::dims;
 using loom::bench::kernel_bench::random_tensor;
 using loom::bench::kernel_bench::Result;
+using loom::bench::kernel_bench::run_attention;
 using loom::bench::kernel_bench::run_linear_epilogues;
 using loom::kernels::OpCost;
 
@@ -286,6 +287,8 @@ void run_device(Bench& bench, Device device, bool quick) {
       }
     }
   }
+
+  run_attention(bench, device, quick);
 
   // The causal softmax of the GPT's attention (model_bench: batch 8 x 4
   // heads of 128 x 128 scores): f32 in place, and f32 scores to bf16

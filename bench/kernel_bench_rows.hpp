@@ -56,4 +56,8 @@ inline std::string dims(std::initializer_list<int64_t> values, const char* sep =
 // (kernel_bench_linear.cpp).
 void run_linear_epilogues(Bench& bench, Device device, bool quick);
 
+// nn::CausalSelfAttention, materialised and fused, forward and forward with
+// backward (kernel_bench_attention.cpp).
+void run_attention(Bench& bench, Device device, bool quick);
+
 }  // namespace loom::bench::kernel_bench

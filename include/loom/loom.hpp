@@ -40,6 +40,7 @@
 #include "loom/kernels/dropout.hpp"
 #include "loom/kernels/elementwise.hpp"
 #include "loom/kernels/embedding.hpp"
+#include "loom/kernels/fused_attention.hpp"
 #include "loom/kernels/gemm.hpp"
 #include "loom/kernels/heads.hpp"
 #include "loom/kernels/index_select.hpp"
