@@ -182,6 +182,7 @@ std::string model_flags(const planner::Workload& work, const planner::Layout& la
               m.seq_len, " --vocab ", m.vocab, " --batch ", work.batch / layout.dp, " --precision ",
               loom::nn::precision_name(m.module.precision));
   if (m.gelu == loom::kernels::Activation::gelu_tanh) s += " --gelu tanh";
+  if (m.attention == loom::nn::AttentionKernel::fused) s += " --attention fused";
   const std::string rest = layout.flags();
   return rest.empty() ? s : s + " " + rest;
 }
@@ -216,6 +217,12 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", vocab)->check(CLI::PositiveNumber);
   app.add_option("--batch", batch, "sequences per step over all replicas (default 512)")
       ->check(CLI::PositiveNumber);
+  std::string attention = "materialized";
+  app.add_option("--attention", attention,
+                 "how the attention computes: materialized (the [batch, heads, seq, seq] "
+                 "probabilities kept for backward; the default) or fused (one float per row and "
+                 "head; docs/nn.md)")
+      ->check(CLI::IsMember({"materialized", "fused"}));
   app.add_option("--precision", precision, "fp32 or bf16 (default bf16)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--cluster", cluster_name, "h100-sxm, a100-sxm or host (default h100-sxm)");
@@ -269,6 +276,7 @@ int main(int argc, char** argv) {
     if (seq) work.model.seq_len = seq;
     if (vocab) work.model.vocab = vocab;
     work.model.module.precision = loom::nn::precision_from_string(precision);
+    work.model.attention = loom::nn::parse_attention_kernel(attention);
     work.batch = batch;
     work.bucket_cap_bytes = bucket_cap_mib * 1048576.0;
     work.model.validate();
@@ -284,11 +292,11 @@ int main(int argc, char** argv) {
 
     std::printf(
         "model: GPT %lld layers, d_model %lld, %lld heads, seq %lld, vocab %lld (%.1fM "
-        "parameters), %s, batch %lld sequences per step\n",
+        "parameters), %s, %s attention, batch %lld sequences per step\n",
         static_cast<long long>(work.model.layers), static_cast<long long>(work.model.d_model),
         static_cast<long long>(work.model.heads), static_cast<long long>(work.model.seq_len),
         static_cast<long long>(work.model.vocab), work.model.parameter_count() / 1e6,
-        precision.c_str(), static_cast<long long>(batch));
+        precision.c_str(), attention.c_str(), static_cast<long long>(batch));
     std::printf(
         "cluster: %s, %d node(s) x %d device(s); per device %.1f GiB, peak %.1f TFLOP/s x "
         "efficiency %.2f, memory %.0f GB/s; bus bandwidth %.1f GB/s in a node, %.1f GB/s "
@@ -363,6 +371,7 @@ int main(int argc, char** argv) {
                               {"seq", work.model.seq_len},
                               {"vocab", work.model.vocab},
                               {"precision", precision},
+                              {"attention", attention},
                               {"batch", batch}}},
                             {"cluster",
                              {{"name", cluster.name},

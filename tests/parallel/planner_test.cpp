@@ -364,6 +364,21 @@ TEST_CASE("planner: recompute trades activations for compute", "[planner]") {
       Contains("--checkpoint-attention is not with --activation-checkpointing"));
 }
 
+TEST_CASE("planner: the fused attention keeps a log-sum-exp where the probabilities were",
+          "[planner]") {
+  planner::Workload work{.model = small_config(), .batch = 8};
+  const planner::Cluster c = simple_cluster(1, 1);
+  const planner::Estimate plain = planner::estimate(work, c, {});
+  work.model.attention = loom::nn::AttentionKernel::fused;
+  const planner::Estimate fused = planner::estimate(work, c, {});
+  REQUIRE((plain.fits() && fused.fits()));
+  // Per block: the f32 probabilities [rows, heads, T, T] out, [rows, heads, T] in.
+  const double layers = static_cast<double>(work.model.layers);
+  CHECK(plain.activation_bytes - fused.activation_bytes ==
+        Approx((8.0 * 4 * 16 * 16 - 8.0 * 4 * 16) * 4 * layers));
+  CHECK(fused.compute == plain.compute);  // the same products, nothing recomputed
+}
+
 TEST_CASE("planner: a host's weights packed for the step are a transient", "[planner]") {
   planner::Workload work{.model = small_config(), .batch = 8};
   planner::Cluster host = simple_cluster(1, 2);

@@ -70,6 +70,26 @@ expect(code == 2 and "--cluster nope: the presets are h100-sxm, a100-sxm and hos
 code, out = run("--model", "gpt2-124m", "--heads", "7")
 expect(code == 2 and "7" in out, f"heads that do not divide d_model exit 2, not {code}", out)
 
+# Long sequences: the fused attention keeps less, and its command says so.
+def best_activation_gib(out):
+    rows = [l.split() for l in out.splitlines() if l.strip().startswith("1 ")]
+    return float(rows[0][-5]) if rows else -1.0  # the "act" column
+
+
+long_plan = ("--model", "gpt2-124m", "--seq", "4096", "--batch", "64", "--tp", "1", "--pp", "1",
+             "--zero-stage", "3", "--micro-batches", "8")
+code, plain = run(*long_plan)
+code_fused, fused = run(*long_plan, "--attention", "fused")
+expect(code == 0 and code_fused == 0, f"long-sequence plans exit 0, not {code}, {code_fused}",
+       plain + fused)
+expect("--attention fused" in fused and "--attention" not in plain,
+       "the fused attention's command carries --attention fused", fused)
+expect(0 < best_activation_gib(fused) < best_activation_gib(plain),
+       "the fused attention keeps fewer activation bytes", plain + fused)
+code, out = run("--model", "gpt2-124m", "--attention", "flash")
+expect(code != 0 and "flash not in {materialized,fused}" in out,
+       f"an unknown --attention is refused naming it, exit {code}", out)
+
 # This machine, measured: the pipeline benchmark's GPT on its cores.
 code, out = run("--cluster", "host", "--model", "train-gpt", "--layers", "8", "--d-model", "256",
                 "--seq", "128", "--vocab", "8192", "--batch", "8", "--precision", "fp32")
