@@ -557,6 +557,13 @@ void check_alignment(const char* what, const void* pointer) {
              " at ", pointer, " is not 16-byte aligned (rows are loaded 16 bytes at a time)");
 }
 
+// One grid row per (batch, head) matrix: CUDA's grid y is at most 65535.
+void check_matrices(const detail::FusedAttentionArgs& a) {
+  LOOM_CHECK(a.batch * a.heads <= 65535, "fused attention on CUDA: batch ", a.batch, " x ",
+             a.heads, " heads = ", a.batch * a.heads,
+             " matrices; the kernels take at most 65535 (split the batch)");
+}
+
 }  // namespace
 
 bool fused_attention_supported(DType dtype, int64_t head_dim, int device_index, std::string* why) {
@@ -590,8 +597,8 @@ bool fused_attention_supported(DType dtype, int64_t head_dim, int device_index, 
 }
 
 void fused_causal_attention(const detail::FusedAttentionArgs& args, void* stream) {
+  check_matrices(args);
   check_alignment("qkv", args.qkv);
-  LOOM_CHECK(args.channels() * 3 % 8 == 0, "fused attention on CUDA: internal: row alignment");
   visit(args, [&](auto tag, auto d) {
     using T = typename decltype(tag)::type;
     forward_for<T, decltype(d)::value>(args, static_cast<cudaStream_t>(stream));
@@ -600,6 +607,7 @@ void fused_causal_attention(const detail::FusedAttentionArgs& args, void* stream
 
 void fused_causal_attention_backward(const detail::FusedAttentionArgs& args, float* delta,
                                      void* stream) {
+  check_matrices(args);
   check_alignment("qkv", args.qkv);
   check_alignment("dy", args.dy);
   visit(args, [&](auto tag, auto d) {
