@@ -373,6 +373,7 @@ loom_train_gpt_refuses(pipeline
     "2|--pp 2 --layers 4 --batch 4 --checkpoint-stages 2|--checkpoint-stages names stage 2 but --pp 2 has stages 0 to 1"
     "2|--pp 2 --layers 4 --batch 4 --checkpoint-stages 1,1|--checkpoint-stages names stage 1 twice"
     "1|--layers 2 --batch 4 --checkpoint-attention --activation-checkpointing|--checkpoint-attention recomputes the attention alone. --activation-checkpointing recomputes whole blocks"
+    "1|--layers 2 --batch 4 --checkpoint-attention --attention fused|--checkpoint-attention recomputes the attention to drop its probabilities. --attention fused keeps none"
     "2|--pp 2 --layers 4 --batch 4 --checkpoint-stages 0 --activation-checkpointing|--checkpoint-stages recomputes some stages, --activation-checkpointing every stage: give one of them")
 
 # The layout planner's prediction in train_gpt's log (docs/planner.md):

@@ -22,6 +22,9 @@ void check_pipeline(const Flags& f) {
       "--checkpoint-attention recomputes the attention alone; ",
       f.activation_checkpointing ? "--activation-checkpointing" : "--checkpoint-stages",
       " recomputes whole blocks (attention included): give one of them");
+  LOOM_CHECK(!f.checkpoint_attention || f.attention != "fused",
+             "--checkpoint-attention recomputes the attention to drop its probabilities; "
+             "--attention fused keeps none: give one of them");
   if (!f.checkpoint_stages.empty()) {
     LOOM_CHECK(f.pipe.pp > 1,
                "--checkpoint-stages picks pipeline stages to recompute; it needs --pp 2 or more "

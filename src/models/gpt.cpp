@@ -128,6 +128,9 @@ void GPTConfig::validate() const {
   LOOM_CHECK(!(checkpoint_blocks && checkpoint_attention),
              "GPT checkpoint_attention recomputes the attention alone, checkpoint_blocks the "
              "whole block (attention included): set one of them");
+  LOOM_CHECK(!(checkpoint_attention && attention == nn::AttentionKernel::fused),
+             "GPT checkpoint_attention recomputes the attention to drop its probabilities; the "
+             "fused attention keeps none: set one of them");
   LOOM_CHECK(gelu == kernels::Activation::gelu || gelu == kernels::Activation::gelu_tanh,
              "GPT gelu is ", kernels::activation_name(gelu),
              "; it must be gelu (exact) or gelu_tanh (the tanh approximation)");

@@ -355,6 +355,11 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
         "the attention's recompute is part of the blocks' (--checkpoint-attention is not with "
         "--activation-checkpointing)");
   }
+  if (layout.checkpoint_attention && work.model.attention == nn::AttentionKernel::fused) {
+    return refuse(
+        "the fused attention keeps no probabilities to recompute (--checkpoint-attention is not "
+        "with --attention fused)");
+  }
   if (layout.zero_stage < 0 || layout.zero_stage > 3) {
     return refuse(str_cat("ZeRO stage ", layout.zero_stage, " is not 0 to 3"));
   }

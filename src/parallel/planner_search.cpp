@@ -37,6 +37,8 @@ std::vector<Estimate> plan(const Workload& work, const Cluster& cluster,
         for (int stage = 0; stage <= (dp > 1 ? 3 : 0); ++stage) {
           for (const int recompute : {0, 1, 2}) {  // none, the attention, whole blocks
             if (recompute > 0 && !options.recompute) continue;
+            // The fused attention keeps no probabilities to recompute.
+            if (recompute == 1 && work.model.attention == nn::AttentionKernel::fused) continue;
             Layout base{.dp = dp,
                         .tp = tp,
                         .pp = pp,

@@ -197,6 +197,10 @@ TEST_CASE("fused attention's bad input is named", "[attention][fused]") {
   CHECK_THROWS_WITH(loom::nn::parse_attention_kernel("flash"),
                     Contains("'flash' is not one of materialized, fused"));
   CHECK(loom::nn::parse_attention_kernel("fused") == AttentionKernel::fused);
+  loom::models::GPTConfig config;
+  config.attention = AttentionKernel::fused;
+  config.checkpoint_attention = true;
+  CHECK_THROWS_WITH(config.validate(), Contains("the fused attention keeps none"));
   std::string why;
   CHECK(k::fused_attention_supported(loom::Device::cpu(), DType::bf16, 48, &why));
   CHECK_FALSE(k::fused_attention_supported(loom::Device::cpu(), DType::i32, 8, &why));

@@ -377,6 +377,11 @@ TEST_CASE("planner: the fused attention keeps a log-sum-exp where the probabilit
   CHECK(plain.activation_bytes - fused.activation_bytes ==
         Approx((8.0 * 4 * 16 * 16 - 8.0 * 4 * 16) * 4 * layers));
   CHECK(fused.compute == plain.compute);  // the same products, nothing recomputed
+  CHECK_THAT(planner::estimate(work, c, {.checkpoint_attention = true}).refused,
+             Contains("--checkpoint-attention is not with --attention fused"));
+  for (const planner::Estimate& e : planner::plan(work, simple_cluster(1, 2))) {
+    CHECK_FALSE(e.layout.checkpoint_attention);  // nothing to recompute: not searched
+  }
 }
 
 TEST_CASE("planner: a host's weights packed for the step are a transient", "[planner]") {
