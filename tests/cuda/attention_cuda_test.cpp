@@ -159,8 +159,8 @@ TEST_CASE("CUDA CausalSelfAttention in bf16 matches the host's bf16 attention") 
 // ---- the fused attention (kernels/fused_attention.hpp) on tensor cores ----------------------
 
 TEST_CASE(
-    "CUDA fused attention matches f32 and the host's fused attention: every head size, "
-    "block edges") {
+    "CUDA fused attention matches f32 and the host's fused attention at every head size "
+    "and block edge") {
   // The CUDA kernels take 64 queries (32 in the head-128 key-gradient kernel)
   // against 64 keys at a time: one token, a partial block, exact blocks and
   // one past them.
@@ -230,7 +230,7 @@ TEST_CASE("CUDA fused attention gives the same bits on every run, and names what
   CHECK_THROWS_WITH(odd.forward(qkv, tape), Catch::Contains("head sizes 32, 64 and 128, not 48"));
 }
 
-TEST_CASE("a bf16 GPT with fused attention on CUDA matches the host's: loss and gradients") {
+TEST_CASE("a bf16 GPT with fused attention on CUDA matches the host's loss and gradients") {
   loom::models::GPTConfig config;
   config.vocab = 61;
   config.layers = 2;

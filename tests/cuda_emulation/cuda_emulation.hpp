@@ -1,0 +1,256 @@
+// CUDA device code on host threads, for tests on machines without a GPU.
+//
+// Included instead of <mma.h> by device code compiled with
+// LOOM_CUDA_EMULATION (src/kernels/cuda/fused_attention_kernels.cuh), it
+// supplies what that code uses: __global__ / __device__ as plain functions;
+// threadIdx, blockIdx and gridDim per thread; __syncthreads, __syncwarp and
+// __shfl_xor_sync as barriers over the thread block's and the warp's host
+// threads; dynamic shared memory; and WMMA's 16x16x16 fragments with the
+// documented semantics (load_matrix_sync in row- or column-major order with
+// a leading dimension, mma_sync D = A B + C summed in f32, store_matrix_sync),
+// including its rules: 32-byte aligned pointers, a leading dimension of a
+// multiple of 16 bytes. launch() runs a grid one thread block at a time, each
+// on blockDim.x host threads, and returns the first rule broken ("" if none).
+//
+// What it checks of a kernel: indexing, masking, the phases and the barriers
+// between them (a barrier missing where another warp's results are read shows
+// as wrong values more often than not; shared memory starts as NaN bytes, so
+// reading what was never written shows), the WMMA rules above, and the
+// arithmetic up to f32 summation order. What it cannot: the hardware's own
+// accumulation order and rounding, speed, out-of-bounds global accesses
+// (compute-sanitizer on a GPU), and races that its scheduling happens to hide.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>  // dim3, uint3, uint4
+
+#include <math.h>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#undef __global__
+#define __global__
+#undef __device__
+#define __device__
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+
+namespace loom::cuda_emulation {
+
+constexpr unsigned kWarpSize = 32;
+
+// One thread block's shared state while its threads run.
+struct Block {
+  Block(unsigned threads, size_t shared_bytes)
+      : block_barrier(static_cast<std::ptrdiff_t>(threads)),
+        shuffle(threads),
+        shared(shared_bytes + 128, 0xff) {  // NaN in every 16- and 32-bit float
+    for (unsigned w = 0; w < (threads + kWarpSize - 1) / kWarpSize; ++w) {
+      warp_barriers.push_back(std::make_unique<std::barrier<>>(kWarpSize));
+      warp_scratch.emplace_back(256);
+    }
+  }
+  unsigned char* shared_memory() {
+    const auto at = reinterpret_cast<uintptr_t>(shared.data());
+    return shared.data() + (128 - at % 128) % 128;
+  }
+
+  std::barrier<> block_barrier;
+  std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
+  std::vector<float> shuffle;                    // one slot per thread
+  std::vector<std::vector<float>> warp_scratch;  // a 16 x 16 tile per warp
+  std::vector<unsigned char> shared;
+};
+
+inline thread_local Block* current = nullptr;
+
+// The first rule a kernel broke during a launch.
+inline std::mutex error_mutex;
+inline std::string first_error;
+inline void fail(const std::string& what) {
+  std::lock_guard lock(error_mutex);
+  if (first_error.empty()) first_error = what;
+}
+
+inline unsigned char* shared_memory() {
+  return current->shared_memory();
+}
+
+}  // namespace loom::cuda_emulation
+
+inline thread_local uint3 threadIdx;
+inline thread_local uint3 blockIdx;
+inline thread_local dim3 gridDim;
+inline thread_local dim3 blockDim;
+
+#define LOOM_CUDA_DYNAMIC_SHARED(name) unsigned char* name = ::loom::cuda_emulation::shared_memory()
+
+inline void __syncthreads() {
+  loom::cuda_emulation::current->block_barrier.arrive_and_wait();
+}
+
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  loom::cuda_emulation::current->warp_barriers[threadIdx.x / 32]->arrive_and_wait();
+}
+
+inline float __shfl_xor_sync(unsigned, float value, int lane_mask) {
+  loom::cuda_emulation::Block& block = *loom::cuda_emulation::current;
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  block.shuffle[threadIdx.x] = value;
+  __syncwarp();
+  const float other = block.shuffle[warp * 32 + (lane ^ static_cast<unsigned>(lane_mask))];
+  __syncwarp();
+  return other;
+}
+
+inline int min(int a, int b) {
+  return a < b ? a : b;
+}
+
+namespace nvcuda::wmma {
+
+struct row_major {};
+struct col_major {};
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+enum layout_t { mem_row_major, mem_col_major };
+
+// Element (i, j) of the 16 x 16 tile at x[16 i + j], as f32 (16-bit
+// operands are exact in it).
+template <typename Use, int M, int N, int K, typename T, typename Layout = void>
+struct fragment {
+  static_assert(M == 16 && N == 16 && K == 16, "the emulation has the 16x16x16 shape only");
+  float x[256];
+};
+
+namespace detail {
+
+inline float widen(float v) {
+  return v;
+}
+inline float widen(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+inline float widen(__half v) {
+  return __half2float(v);
+}
+
+// WMMA's rules for a pointer and a leading dimension of T elements.
+template <typename T>
+void check_operand(const T* p, unsigned ldm, const char* call) {
+  if (reinterpret_cast<uintptr_t>(p) % 32 != 0) {
+    loom::cuda_emulation::fail(std::string(call) + ": pointer not 32-byte aligned");
+  }
+  if ((ldm * sizeof(T)) % 16 != 0) {
+    loom::cuda_emulation::fail(std::string(call) + ": leading dimension " + std::to_string(ldm) +
+                               " is not a multiple of 16 bytes");
+  }
+}
+
+template <typename T>
+void load(float* x, const T* p, unsigned ldm, bool row_major) {
+  for (unsigned i = 0; i < 16; ++i) {
+    for (unsigned j = 0; j < 16; ++j)
+      x[i * 16 + j] = widen(row_major ? p[i * ldm + j] : p[i + j * ldm]);
+  }
+}
+
+}  // namespace detail
+
+template <typename Use, typename T, typename Layout>
+void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsigned ldm) {
+  detail::check_operand(p, ldm, "load_matrix_sync");
+  detail::load(f.x, p, ldm, std::is_same_v<Layout, row_major>);
+}
+
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* p,
+                             unsigned ldm, layout_t layout) {
+  detail::check_operand(p, ldm, "load_matrix_sync (accumulator)");
+  detail::load(f.x, p, ldm, layout == mem_row_major);
+}
+
+// Every lane holds the same tile here, so lane 0 writes it; the warp waits
+// for the write, as the real call is collective.
+inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f,
+                              unsigned ldm, layout_t layout) {
+  detail::check_operand(p, ldm, "store_matrix_sync");
+  if (threadIdx.x % 32 == 0) {
+    for (unsigned i = 0; i < 16; ++i) {
+      for (unsigned j = 0; j < 16; ++j) {
+        (layout == mem_row_major ? p[i * ldm + j] : p[i + j * ldm]) = f.x[i * 16 + j];
+      }
+    }
+  }
+  __syncwarp();
+}
+
+inline void fill_fragment(fragment<accumulator, 16, 16, 16, float>& f, float value) {
+  for (float& v : f.x) v = value;
+}
+
+// d = a b + c, each product summed in k order in f32. Lane 0 computes it for
+// the warp (every lane's operands are equal) and the lanes copy it.
+template <typename T, typename LayoutA, typename LayoutB>
+void mma_sync(fragment<accumulator, 16, 16, 16, float>& d,
+              const fragment<matrix_a, 16, 16, 16, T, LayoutA>& a,
+              const fragment<matrix_b, 16, 16, 16, T, LayoutB>& b,
+              const fragment<accumulator, 16, 16, 16, float>& c) {
+  std::vector<float>& tile = loom::cuda_emulation::current->warp_scratch[threadIdx.x / 32];
+  if (threadIdx.x % 32 == 0) {
+    for (unsigned i = 0; i < 16; ++i) {
+      for (unsigned j = 0; j < 16; ++j) {
+        float sum = c.x[i * 16 + j];
+        for (unsigned k = 0; k < 16; ++k) sum += a.x[i * 16 + k] * b.x[k * 16 + j];
+        tile[i * 16 + j] = sum;
+      }
+    }
+  }
+  __syncwarp();
+  std::memcpy(d.x, tile.data(), sizeof d.x);
+  __syncwarp();
+}
+
+}  // namespace nvcuda::wmma
+
+namespace loom::cuda_emulation {
+
+// Runs kernel(args...) over `grid` with `threads` threads per block and
+// `shared_bytes` of dynamic shared memory; returns the first rule broken.
+template <typename Kernel, typename... Args>
+std::string launch(dim3 grid, unsigned threads, size_t shared_bytes, Kernel kernel, Args... args) {
+  {
+    std::lock_guard lock(error_mutex);
+    first_error.clear();
+  }
+  for (unsigned y = 0; y < grid.y; ++y) {
+    for (unsigned x = 0; x < grid.x; ++x) {
+      Block block(threads, shared_bytes);
+      std::vector<std::thread> pool;
+      for (unsigned t = 0; t < threads; ++t) {
+        pool.emplace_back([&, t] {
+          threadIdx = uint3{t, 0, 0};
+          blockIdx = uint3{x, y, 0};
+          gridDim = grid;
+          blockDim = dim3(threads);
+          current = &block;
+          kernel(args...);
+        });
+      }
+      for (std::thread& thread : pool) thread.join();
+    }
+  }
+  std::lock_guard lock(error_mutex);
+  return first_error;
+}
+
+}  // namespace loom::cuda_emulation
