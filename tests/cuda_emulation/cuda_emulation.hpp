@@ -9,7 +9,8 @@
 // documented semantics (load_matrix_sync in row- or column-major order with
 // a leading dimension, mma_sync D = A B + C summed in f32, store_matrix_sync),
 // including its rules: 32-byte aligned pointers, a leading dimension of a
-// multiple of 16 bytes. launch() runs a grid one thread block at a time, each
+// multiple of 16 bytes; and PTX's mma.sync m16n8k16 with its register layout
+// (mma_m16n8k16). launch() runs a grid one thread block at a time, each
 // on blockDim.x host threads, and returns the first rule broken ("" if none).
 //
 // What it checks of a kernel: indexing, masking, the phases and the barriers
@@ -57,6 +58,7 @@ struct Block {
     for (unsigned w = 0; w < (threads + kWarpSize - 1) / kWarpSize; ++w) {
       warp_barriers.push_back(std::make_unique<std::barrier<>>(kWarpSize));
       warp_scratch.emplace_back(256);
+      mma_registers.emplace_back(kWarpSize * 10);
     }
   }
   unsigned char* shared_memory() {
@@ -68,6 +70,8 @@ struct Block {
   std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
   std::vector<float> shuffle;                    // one slot per thread
   std::vector<std::vector<float>> warp_scratch;  // a 16 x 16 tile per warp
+  // mma_m16n8k16: each lane's a, b and c/d registers, per warp
+  std::vector<std::vector<uint32_t>> mma_registers;
   std::vector<unsigned char> shared;
 };
 
@@ -223,6 +227,61 @@ void mma_sync(fragment<accumulator, 16, 16, 16, float>& d,
 }  // namespace nvcuda::wmma
 
 namespace loom::cuda_emulation {
+
+// PTX's mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: d += a b for the
+// warp, each lane holding its registers in the layout the PTX ISA gives
+// (lane l: group g = l / 4, t = l % 4): a (16 x 16, two T per register)
+// elements i = 0..7 at row g + 8 ((i / 2) % 2), column 2 t + i % 2 + 8 (i / 4);
+// b (16 x 8) elements i = 0..3 at row 2 t + i % 2 + 8 (i / 2), column g; c and
+// d (16 x 8 f32) elements i = 0..3 at row g + 8 (i / 2), column 2 t + i % 2.
+// Lane 0 gathers every lane's registers, multiplies and scatters the result.
+template <typename T>
+void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>);
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  std::vector<uint32_t>& regs = current->mma_registers[warp];
+  uint32_t* mine = regs.data() + lane * 10;
+  std::memcpy(mine, a, sizeof a);
+  std::memcpy(mine + 4, b, sizeof b);
+  std::memcpy(mine + 6, d, sizeof d);
+  __syncwarp();
+  if (lane == 0) {
+    auto element = [](uint32_t reg, int i) {
+      const auto bits = static_cast<unsigned short>(i % 2 == 0 ? reg & 0xffffu : reg >> 16);
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        return __bfloat162float(__ushort_as_bfloat16(bits));
+      } else {
+        return __half2float(__ushort_as_half(bits));
+      }
+    };
+    float A[16][16], B[16][8], C[16][8];
+    for (unsigned l = 0; l < 32; ++l) {
+      const uint32_t* r = regs.data() + l * 10;
+      const unsigned g = l / 4, t = l % 4;
+      for (int i = 0; i < 8; ++i) {
+        A[g + 8 * ((i / 2) % 2)][2 * t + i % 2 + 8 * (i / 4)] = element(r[i / 2], i);
+      }
+      for (int i = 0; i < 4; ++i) B[2 * t + i % 2 + 8 * (i / 2)][g] = element(r[4 + i / 2], i);
+      for (int i = 0; i < 4; ++i) {
+        float c;
+        std::memcpy(&c, r + 6 + i, sizeof c);
+        C[g + 8 * (i / 2)][2 * t + i % 2] = c;
+      }
+    }
+    for (unsigned l = 0; l < 32; ++l) {
+      const unsigned g = l / 4, t = l % 4;
+      for (int i = 0; i < 4; ++i) {
+        const unsigned row = g + 8 * (i / 2), col = 2 * t + i % 2;
+        float sum = C[row][col];
+        for (int k = 0; k < 16; ++k) sum += A[row][k] * B[k][col];
+        std::memcpy(regs.data() + l * 10 + 6 + i, &sum, sizeof sum);
+      }
+    }
+  }
+  __syncwarp();
+  std::memcpy(d, mine + 6, sizeof d);
+  __syncwarp();
+}
 
 // Runs kernel(args...) over `grid` with `threads` threads per block and
 // `shared_bytes` of dynamic shared memory; returns the first rule broken.

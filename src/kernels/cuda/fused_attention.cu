@@ -1,21 +1,20 @@
-// CUDA fused causal attention on tensor cores (WMMA 16x16x16, 16-bit
-// operands, f32 accumulation), flash-attention's scheme (Dao 2023) with a
-// deterministic backward.
+// CUDA fused causal attention on tensor cores (16-bit operands, f32
+// accumulation), flash-attention's scheme (Dao 2023) with a deterministic
+// backward. The kernels are in fused_attention_kernels.cuh (so that the tests'
+// CUDA emulation can run them on host threads); this file launches them.
 //
-// Every kernel is one CTA of four warps per (block of rows, batch x head).
-// Operand tiles sit in shared memory as 16-bit rows padded by 8 elements
-// (16 bytes) and f32 tiles padded by 4, which keeps every WMMA pointer
-// 32-byte aligned and spreads rows over the banks. A product C += A B is cut
-// into 16 x 16 output tiles handed round the warps; each warp loads its
-// accumulator from shared memory, runs the k-steps and stores it back, so
-// that f32 sums live in shared memory between phases and the phases (load,
-// products, row-wise softmax, products) are separated by __syncthreads().
+// Every kernel is one CTA of four warps per (block of rows, batch x head);
+// operand tiles sit in shared memory as 16-bit rows padded by 8 elements.
 //
-//   forward (grid: query blocks, heaviest first x B*H): for each key block up
-//     to the diagonal: S = Q K^T; per row (one warp) the online softmax: new
-//     max, P = exp(scale S - max) rounded to 16 bits, the row's running sum
-//     and its output row rescaled; O += P V. Then y = O / l, lse = max + log l.
-//   backward: delta = rowsum(dy * y) per (row, head); then
+//   forward (grid: query blocks of 64, heaviest first x B*H): each warp holds
+//     its 16 query rows in registers as mma.sync m16n8k16 fragments; for each
+//     key block of 64 up to the diagonal (K and V in shared memory): S = Q K^T
+//     into register tiles, the online softmax on them (new max, P = exp(scale
+//     S - max) rounded to 16 bits straight into the A fragments of P V, the
+//     running sum, the output rescaled in place), O += P V. Then y = O / l,
+//     lse = max + log l.
+//   backward (WMMA 16x16x16, f32 sums kept in shared memory between phases
+//     separated by __syncthreads): delta = rowsum(dy * y) per (row, head); then
 //     dk, dv (grid: key blocks x B*H): for each query block from the
 //       diagonal on: S = Q K^T, dP = dy V^T, P = exp(scale S - lse),
 //       dS = P (dP - delta), both rounded to 16 bits; dV += P^T dy,

@@ -135,110 +135,204 @@ __device__ void block_product(float* out, const T* a, int lda, const T* b, int l
 }
 
 // ---- forward -----------------------------------------------------------------------------------
+//
+// Flash-attention 2's forward (Dao 2023): each warp owns 16 query rows and
+// keeps them in registers from start to end, as mma.sync m16n8k16 fragments
+// whose layout the PTX ISA fixes (unlike WMMA's), so that the online softmax
+// works on the score fragments where they are: Q as A fragments, the scores
+// S = Q K^T as 8 x 8-key accumulator tiles, P rounded straight into the A
+// fragments of P V (two score tiles make one), and the output O as f32
+// accumulators rescaled in place. Shared memory holds only the block's Q and
+// the key block's K and V, which the four warps share. In a fragment, lane
+// l's `group` = l / 4 picks rows group and group + 8, and its `quad` = l % 4
+// columns 2 quad and 2 quad + 1 (+ 8); the four lanes of a group hold one
+// row between them, so row reductions take two shuffles.
+
+// 16-bit bits of T (bf16 or f16).
+template <typename T>
+__device__ __forceinline__ uint32_t bits_of(T v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat16_as_ushort(v);
+  } else {
+    return __half_as_ushort(v);
+  }
+}
+
+// Two values rounded to T in one 32-bit register, `lo` in the low half.
+template <typename T>
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  return bits_of(from_float<T>(lo)) | (bits_of(from_float<T>(hi)) << 16);
+}
+
+// Elements (r, c) and (r, c + 1) of a 16-bit tile, c even, as one register.
+template <typename T>
+__device__ __forceinline__ uint32_t pair_at(const T* tile, int ld, int r, int c) {
+  return *reinterpret_cast<const uint32_t*>(tile + r * ld + c);
+}
+
+// Elements (r, c) and (r + 1, c) of a 16-bit tile as one register.
+template <typename T>
+__device__ __forceinline__ uint32_t column_pair_at(const T* tile, int ld, int r, int c) {
+  return bits_of(tile[r * ld + c]) | (bits_of(tile[(r + 1) * ld + c]) << 16);
+}
+
+// d += a b on the warp's tensor cores: a 16 x 16 (A fragment), b 16 x 8 (B
+// fragment), d 16 x 8 f32.
+template <typename T>
+__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4],
+                                            const uint32_t (&b)[2]) {
+#ifdef LOOM_CUDA_EMULATION
+  loom::cuda_emulation::mma_m16n8k16<T>(d, a, b);
+#else
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+#endif
+}
 
 template <int D>
 struct ForwardShape {
-  static constexpr int kRows = 64, kKeys = 64;
+  static constexpr int kRows = 64, kKeys = 64;  // 16 rows per warp
   static constexpr size_t kQ = 0;
   static constexpr size_t kK = kQ + round128(size_t{kRows} * ld16(D) * 2);
   static constexpr size_t kV = kK + round128(size_t{kKeys} * ld16(D) * 2);
-  static constexpr size_t kS = kV + round128(size_t{kKeys} * ld16(D) * 2);
-  static constexpr size_t kP = kS + round128(size_t{kRows} * ld32(kKeys) * 4);
-  static constexpr size_t kO = kP + round128(size_t{kRows} * ld16(kKeys) * 2);
-  static constexpr size_t kMax = kO + round128(size_t{kRows} * ld32(D) * 4);
-  static constexpr size_t kSum = kMax + round128(kRows * 4);
-  static constexpr size_t kBytes = kSum + round128(kRows * 4);
+  static constexpr size_t kBytes = kV + round128(size_t{kKeys} * ld16(D) * 2);
 };
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) forward_kernel(Problem p) {
   using Shape = ForwardShape<D>;
   constexpr int kRows = Shape::kRows, kKeys = Shape::kKeys;
+  constexpr int kDimChunks = D / 16, kDimTiles = D / 8;          // of Q's columns; of O's
+  constexpr int kKeyTiles = kKeys / 8, kKeyChunks = kKeys / 16;  // of S's columns; of P's
   LOOM_CUDA_DYNAMIC_SHARED(smem);
   T* q_tile = reinterpret_cast<T*>(smem + Shape::kQ);
   T* k_tile = reinterpret_cast<T*>(smem + Shape::kK);
   T* v_tile = reinterpret_cast<T*>(smem + Shape::kV);
-  float* s_tile = reinterpret_cast<float*>(smem + Shape::kS);
-  T* p_tile = reinterpret_cast<T*>(smem + Shape::kP);
-  float* o_tile = reinterpret_cast<float*>(smem + Shape::kO);
-  float* row_max = reinterpret_cast<float*>(smem + Shape::kMax);
-  float* row_sum = reinterpret_cast<float*>(smem + Shape::kSum);
 
   const int query_block = gridDim.x - 1 - blockIdx.x;  // the longest rows first
   const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
   const int q0 = query_block * kRows;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int group = lane / 4, quad = lane % 4;
+  const int row0 = warp * 16;  // the warp's first row in the block
   const int64_t stride = 3 * int64_t{p.channels};
   const T* q_base = static_cast<const T*>(p.qkv) + int64_t{b} * p.tokens * stride + h * D;
   const T* k_base = q_base + p.channels;
   const T* v_base = q_base + 2 * p.channels;
 
   load_rows<T, D>(q_tile, q_base, stride, q0, kRows, p.tokens);
-  for (int i = threadIdx.x; i < kRows * ld32(D); i += kThreads) o_tile[i] = 0.0f;
-  for (int r = threadIdx.x; r < kRows; r += kThreads) {
-    row_max[r] = -INFINITY;
-    row_sum[r] = 0.0f;
+  __syncthreads();
+  uint32_t qa[kDimChunks][4];
+#pragma unroll
+  for (int kc = 0; kc < kDimChunks; ++kc) {
+    const int c = kc * 16 + quad * 2;
+    qa[kc][0] = pair_at(q_tile, ld16(D), row0 + group, c);
+    qa[kc][1] = pair_at(q_tile, ld16(D), row0 + group + 8, c);
+    qa[kc][2] = pair_at(q_tile, ld16(D), row0 + group, c + 8);
+    qa[kc][3] = pair_at(q_tile, ld16(D), row0 + group + 8, c + 8);
   }
+  // This lane's two rows: [0] row0 + group, [1] row0 + group + 8.
+  const int query[2] = {q0 + row0 + group, q0 + row0 + group + 8};
+  float o[kDimTiles][4] = {};
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.0f, 0.0f};  // this lane's share; the group's four summed at the end
+
   const int q_last = min(q0 + kRows, p.tokens) - 1;
   for (int k0 = 0; k0 <= q_last; k0 += kKeys) {
-    __syncthreads();  // the previous block's products are done with k, v and P
+    __syncthreads();  // every warp is done with the previous k and v
     load_rows<T, D>(k_tile, k_base, stride, k0, kKeys, p.tokens);
     load_rows<T, D>(v_tile, v_base, stride, k0, kKeys, p.tokens);
     __syncthreads();
-    block_product<kRows, kKeys, D, wmma::row_major, wmma::col_major>(s_tile, q_tile, ld16(D),
-                                                                     k_tile, ld16(D), false);
-    __syncthreads();
-    for (int r = warp; r < kRows; r += kWarps) {
-      const int query = q0 + r;
-      T* p_row = p_tile + r * ld16(kKeys);
-      if (query >= p.tokens) {
-        for (int c = lane; c < kKeys; c += kWarp) p_row[c] = from_float<T>(0.0f);
-        continue;
-      }
-      const float* s_row = s_tile + r * ld32(kKeys);
-      float x[kKeys / kWarp];
-      float block_max = -INFINITY;
+    if (k0 > q0 + row0 + 15) continue;  // every key after the warp's rows: all masked
+
+    float s[kKeyTiles][4] = {};
 #pragma unroll
-      for (int i = 0; i < kKeys / kWarp; ++i) {
-        const int c = lane + i * kWarp;
-        x[i] = k0 + c <= query ? p.scale * s_row[c] : -INFINITY;
-        block_max = fmaxf(block_max, x[i]);
-      }
-      block_max = warp_max(block_max);
-      const float m_old = row_max[r];
-      const float m_new = fmaxf(m_old, block_max);  // finite: key 0 is in the first block
-      float sum = 0.0f;
+    for (int nt = 0; nt < kKeyTiles; ++nt) {
 #pragma unroll
-      for (int i = 0; i < kKeys / kWarp; ++i) {
-        const int c = lane + i * kWarp;
-        const float prob = k0 + c <= query ? expf(x[i] - m_new) : 0.0f;
-        sum += prob;
-        p_row[c] = from_float<T>(prob);
-      }
-      sum = warp_sum(sum);
-      const float alpha = expf(m_old - m_new);  // 0 on the first block
-      float* o_row = o_tile + r * ld32(D);
-      for (int c = lane; c < D; c += kWarp) o_row[c] *= alpha;
-      __syncwarp();
-      if (lane == 0) {
-        row_max[r] = m_new;
-        row_sum[r] = row_sum[r] * alpha + sum;
+      for (int kc = 0; kc < kDimChunks; ++kc) {
+        const uint32_t kb[2] = {pair_at(k_tile, ld16(D), nt * 8 + group, kc * 16 + quad * 2),
+                                pair_at(k_tile, ld16(D), nt * 8 + group, kc * 16 + quad * 2 + 8)};
+        mma_16x8x16<T>(s[nt], qa[kc], kb);
       }
     }
-    __syncthreads();
-    block_product<kRows, D, kKeys, wmma::row_major, wmma::row_major>(o_tile, p_tile, ld16(kKeys),
-                                                                     v_tile, ld16(D), true);
+    float block_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < kKeyTiles; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = i / 2, key = k0 + nt * 8 + quad * 2 + i % 2;
+        const bool visible = key <= query[r] && query[r] < p.tokens;
+        s[nt][i] = visible ? p.scale * s[nt][i] : -INFINITY;
+        block_max[r] = fmaxf(block_max[r], s[nt][i]);
+      }
+    }
+    float alpha[2], shift[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      block_max[r] = fmaxf(block_max[r], __shfl_xor_sync(0xffffffffu, block_max[r], 1));
+      block_max[r] = fmaxf(block_max[r], __shfl_xor_sync(0xffffffffu, block_max[r], 2));
+      const float m_new = fmaxf(row_max[r], block_max[r]);
+      // A row past the end sees nothing (m_new = -inf): shift by 0, not by -inf.
+      shift[r] = m_new == -INFINITY ? 0.0f : m_new;
+      alpha[r] = expf(row_max[r] - shift[r]);  // 0 on the first block (row_max = -inf)
+      row_max[r] = m_new;
+    }
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < kKeyTiles; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s[nt][i] = expf(s[nt][i] - shift[i / 2]);  // masked: exp(-inf) = 0
+        sum[i / 2] += s[nt][i];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * alpha[r] + sum[r];
+#pragma unroll
+    for (int dt = 0; dt < kDimTiles; ++dt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[dt][i] *= alpha[i / 2];
+    }
+    // O += P V: two score tiles are one A fragment of P (rounded to T).
+#pragma unroll
+    for (int kc = 0; kc < kKeyChunks; ++kc) {
+      const uint32_t pa[4] = {
+          pack<T>(s[2 * kc][0], s[2 * kc][1]), pack<T>(s[2 * kc][2], s[2 * kc][3]),
+          pack<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]), pack<T>(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+#pragma unroll
+      for (int dt = 0; dt < kDimTiles; ++dt) {
+        const uint32_t vb[2] = {
+            column_pair_at(v_tile, ld16(D), kc * 16 + quad * 2, dt * 8 + group),
+            column_pair_at(v_tile, ld16(D), kc * 16 + quad * 2 + 8, dt * 8 + group)};
+        mma_16x8x16<T>(o[dt], pa, vb);
+      }
+    }
   }
-  __syncthreads();
+
   T* y = static_cast<T*>(p.y) + int64_t{b} * p.tokens * p.channels + h * D;
-  for (int i = threadIdx.x; i < kRows * D; i += kThreads) {
-    const int r = i / D, c = i % D;
-    if (q0 + r < p.tokens) {
-      y[int64_t{q0 + r} * p.channels + c] = from_float<T>(o_tile[r * ld32(D) + c] / row_sum[r]);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+    if (query[r] >= p.tokens) continue;
+    const float inverse = 1.0f / row_sum[r];
+#pragma unroll
+    for (int dt = 0; dt < kDimTiles; ++dt) {
+      *reinterpret_cast<uint32_t*>(y + int64_t{query[r]} * p.channels + dt * 8 + quad * 2) =
+          pack<T>(o[dt][2 * r] * inverse, o[dt][2 * r + 1] * inverse);
     }
-  }
-  for (int r = threadIdx.x; r < kRows; r += kThreads) {
-    if (q0 + r < p.tokens) p.lse[int64_t{bh} * p.tokens + q0 + r] = row_max[r] + logf(row_sum[r]);
+    if (quad == 0) p.lse[int64_t{bh} * p.tokens + query[r]] = row_max[r] + logf(row_sum[r]);
   }
 }
 
