@@ -1,23 +1,22 @@
 // CUDA device code on host threads, for tests on machines without a GPU.
 //
-// Included instead of <mma.h> by device code compiled with
-// LOOM_CUDA_EMULATION (src/kernels/cuda/fused_attention_kernels.cuh), it
-// supplies what that code uses: __global__ / __device__ as plain functions;
-// threadIdx, blockIdx and gridDim per thread; __syncthreads, __syncwarp and
-// __shfl_xor_sync as barriers over the thread block's and the warp's host
-// threads; dynamic shared memory; and WMMA's 16x16x16 fragments with the
-// documented semantics (load_matrix_sync in row- or column-major order with
-// a leading dimension, mma_sync D = A B + C summed in f32, store_matrix_sync),
-// including its rules: 32-byte aligned pointers, a leading dimension of a
-// multiple of 16 bytes; and PTX's mma.sync m16n8k16 with its register layout
-// (mma_m16n8k16). launch() runs a grid one thread block at a time, each
-// on blockDim.x host threads, and returns the first rule broken ("" if none).
+// Included by device code compiled with LOOM_CUDA_EMULATION
+// (src/kernels/cuda/fused_attention_kernels.cuh), it supplies what that code
+// uses: __global__ / __device__ as plain functions; threadIdx, blockIdx and
+// gridDim per thread; __syncthreads, __syncwarp and __shfl_xor_sync as
+// barriers over the thread block's and the warp's host threads; dynamic
+// shared memory; and PTX's mma.sync m16n8k16 (bf16, f16) with the register
+// layout the PTX ISA gives (mma_m16n8k16), which the device code reaches
+// through inline assembly on a GPU. launch() runs a grid one thread block at
+// a time, each on blockDim.x host threads, and returns the first rule broken
+// ("" if none): a launch beyond sm_80's limits, or a word access at an
+// address not aligned to its size (as_words in the kernels).
 //
-// What it checks of a kernel: indexing, masking, the phases and the barriers
-// between them (a barrier missing where another warp's results are read shows
-// as wrong values more often than not; shared memory starts as NaN bytes, so
-// reading what was never written shows), the WMMA rules above, and the
-// arithmetic up to f32 summation order. What it cannot: the hardware's own
+// What it checks of a kernel: indexing, masking, fragment layouts, the
+// phases and the barriers between them (a barrier missing where another
+// warp's results are read shows as wrong values more often than not; shared
+// memory starts as NaN bytes, so reading what was never written shows), and
+// the arithmetic up to f32 summation order. What it cannot: the hardware's own
 // accumulation order and rounding, speed, out-of-bounds global accesses
 // (compute-sanitizer on a GPU), and races that its scheduling happens to hide.
 #pragma once
@@ -57,7 +56,6 @@ struct Block {
         shared(shared_bytes + 128, 0xff) {  // NaN in every 16- and 32-bit float
     for (unsigned w = 0; w < (threads + kWarpSize - 1) / kWarpSize; ++w) {
       warp_barriers.push_back(std::make_unique<std::barrier<>>(kWarpSize));
-      warp_scratch.emplace_back(256);
       mma_registers.emplace_back(kWarpSize * 10);
     }
   }
@@ -68,8 +66,7 @@ struct Block {
 
   std::barrier<> block_barrier;
   std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
-  std::vector<float> shuffle;                    // one slot per thread
-  std::vector<std::vector<float>> warp_scratch;  // a 16 x 16 tile per warp
+  std::vector<float> shuffle;  // one slot per thread
   // mma_m16n8k16: each lane's a, b and c/d registers, per warp
   std::vector<std::vector<uint32_t>> mma_registers;
   std::vector<unsigned char> shared;
@@ -88,6 +85,17 @@ inline void fail(const std::string& what) {
 inline unsigned char* shared_memory() {
   return current->shared_memory();
 }
+
+// A word access the GPU would fault on ("misaligned address").
+inline void check_aligned(const void* pointer, size_t bytes) {
+  if (reinterpret_cast<uintptr_t>(pointer) % bytes != 0) {
+    fail("a " + std::to_string(bytes) + "-byte access at a misaligned address");
+  }
+}
+
+// The most dynamic shared memory a thread block may ask for on sm_80 (A100),
+// the smaller of the architectures Loom builds for (sm_90: 227 KiB).
+constexpr size_t kMaxSharedBytes = 163 * 1024;
 
 }  // namespace loom::cuda_emulation
 
@@ -119,112 +127,6 @@ inline float __shfl_xor_sync(unsigned, float value, int lane_mask) {
 inline int min(int a, int b) {
   return a < b ? a : b;
 }
-
-namespace nvcuda::wmma {
-
-struct row_major {};
-struct col_major {};
-struct matrix_a {};
-struct matrix_b {};
-struct accumulator {};
-enum layout_t { mem_row_major, mem_col_major };
-
-// Element (i, j) of the 16 x 16 tile at x[16 i + j], as f32 (16-bit
-// operands are exact in it).
-template <typename Use, int M, int N, int K, typename T, typename Layout = void>
-struct fragment {
-  static_assert(M == 16 && N == 16 && K == 16, "the emulation has the 16x16x16 shape only");
-  float x[256];
-};
-
-namespace detail {
-
-inline float widen(float v) {
-  return v;
-}
-inline float widen(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-inline float widen(__half v) {
-  return __half2float(v);
-}
-
-// WMMA's rules for a pointer and a leading dimension of T elements.
-template <typename T>
-void check_operand(const T* p, unsigned ldm, const char* call) {
-  if (reinterpret_cast<uintptr_t>(p) % 32 != 0) {
-    loom::cuda_emulation::fail(std::string(call) + ": pointer not 32-byte aligned");
-  }
-  if ((ldm * sizeof(T)) % 16 != 0) {
-    loom::cuda_emulation::fail(std::string(call) + ": leading dimension " + std::to_string(ldm) +
-                               " is not a multiple of 16 bytes");
-  }
-}
-
-template <typename T>
-void load(float* x, const T* p, unsigned ldm, bool row_major) {
-  for (unsigned i = 0; i < 16; ++i) {
-    for (unsigned j = 0; j < 16; ++j)
-      x[i * 16 + j] = widen(row_major ? p[i * ldm + j] : p[i + j * ldm]);
-  }
-}
-
-}  // namespace detail
-
-template <typename Use, typename T, typename Layout>
-void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsigned ldm) {
-  detail::check_operand(p, ldm, "load_matrix_sync");
-  detail::load(f.x, p, ldm, std::is_same_v<Layout, row_major>);
-}
-
-inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* p,
-                             unsigned ldm, layout_t layout) {
-  detail::check_operand(p, ldm, "load_matrix_sync (accumulator)");
-  detail::load(f.x, p, ldm, layout == mem_row_major);
-}
-
-// Every lane holds the same tile here, so lane 0 writes it; the warp waits
-// for the write, as the real call is collective.
-inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f,
-                              unsigned ldm, layout_t layout) {
-  detail::check_operand(p, ldm, "store_matrix_sync");
-  if (threadIdx.x % 32 == 0) {
-    for (unsigned i = 0; i < 16; ++i) {
-      for (unsigned j = 0; j < 16; ++j) {
-        (layout == mem_row_major ? p[i * ldm + j] : p[i + j * ldm]) = f.x[i * 16 + j];
-      }
-    }
-  }
-  __syncwarp();
-}
-
-inline void fill_fragment(fragment<accumulator, 16, 16, 16, float>& f, float value) {
-  for (float& v : f.x) v = value;
-}
-
-// d = a b + c, each product summed in k order in f32. Lane 0 computes it for
-// the warp (every lane's operands are equal) and the lanes copy it.
-template <typename T, typename LayoutA, typename LayoutB>
-void mma_sync(fragment<accumulator, 16, 16, 16, float>& d,
-              const fragment<matrix_a, 16, 16, 16, T, LayoutA>& a,
-              const fragment<matrix_b, 16, 16, 16, T, LayoutB>& b,
-              const fragment<accumulator, 16, 16, 16, float>& c) {
-  std::vector<float>& tile = loom::cuda_emulation::current->warp_scratch[threadIdx.x / 32];
-  if (threadIdx.x % 32 == 0) {
-    for (unsigned i = 0; i < 16; ++i) {
-      for (unsigned j = 0; j < 16; ++j) {
-        float sum = c.x[i * 16 + j];
-        for (unsigned k = 0; k < 16; ++k) sum += a.x[i * 16 + k] * b.x[k * 16 + j];
-        tile[i * 16 + j] = sum;
-      }
-    }
-  }
-  __syncwarp();
-  std::memcpy(d.x, tile.data(), sizeof d.x);
-  __syncwarp();
-}
-
-}  // namespace nvcuda::wmma
 
 namespace loom::cuda_emulation {
 
@@ -290,6 +192,11 @@ std::string launch(dim3 grid, unsigned threads, size_t shared_bytes, Kernel kern
   {
     std::lock_guard lock(error_mutex);
     first_error.clear();
+  }
+  if (shared_bytes > kMaxSharedBytes || threads > 1024 || threads % kWarpSize != 0) {
+    return "launch: " + std::to_string(threads) + " threads with " + std::to_string(shared_bytes) +
+           " bytes of shared memory (at most 1024 threads, whole " + "warps, and " +
+           std::to_string(kMaxSharedBytes) + " bytes on sm_80)";
   }
   for (unsigned y = 0; y < grid.y; ++y) {
     for (unsigned x = 0; x < grid.x; ++x) {

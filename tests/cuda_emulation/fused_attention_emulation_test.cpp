@@ -2,7 +2,7 @@
 // run on host threads by the emulation of tests/cuda_emulation/cuda_emulation.hpp,
 // against the host's fused attention: every head size, sequence lengths across
 // the kernels' 64-row blocks, bf16 and f16, forward and backward, with the
-// kernels' own grids, shared-memory sizes and WMMA rules. It checks their
+// kernels' own grids, shared-memory sizes and mma.sync layouts. It checks their
 // indexing, masking and barriers on a machine without a GPU; the hardware's
 // own arithmetic is for tests/cuda/attention_cuda_test.cpp on one.
 #include <catch2/catch.hpp>
@@ -71,9 +71,10 @@ Outputs run_emulated(const Tensor& qkv, const Tensor& dy, int64_t heads, float s
   REQUIRE(emulation::launch(fa::delta_grid(rows), fa::kThreads, 0, fa::delta_kernel<T>, p, D,
                             rows) == "");
   REQUIRE(emulation::launch(fa::key_gradient_grid<D>(tokens, matrices), fa::kThreads,
-                            fa::KeyShape<D>::kBytes, fa::key_gradient_kernel<T, D>, p) == "");
+                            fa::BackwardShape<D>::kBytes, fa::key_gradient_kernel<T, D>, p) == "");
   REQUIRE(emulation::launch(fa::query_gradient_grid<D>(tokens, matrices), fa::kThreads,
-                            fa::QueryShape<D>::kBytes, fa::query_gradient_kernel<T, D>, p) == "");
+                            fa::BackwardShape<D>::kBytes, fa::query_gradient_kernel<T, D>,
+                            p) == "");
   return out;
 }
 

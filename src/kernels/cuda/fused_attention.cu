@@ -13,14 +13,16 @@
 //     S - max) rounded to 16 bits straight into the A fragments of P V, the
 //     running sum, the output rescaled in place), O += P V. Then y = O / l,
 //     lse = max + log l.
-//   backward (WMMA 16x16x16, f32 sums kept in shared memory between phases
-//     separated by __syncthreads): delta = rowsum(dy * y) per (row, head); then
-//     dk, dv (grid: key blocks x B*H): for each query block from the
-//       diagonal on: S = Q K^T, dP = dy V^T, P = exp(scale S - lse),
-//       dS = P (dP - delta), both rounded to 16 bits; dV += P^T dy,
-//       dK += dS^T Q; written once, dK scaled.
-//     dq (grid: query blocks x B*H): for each key block up to the diagonal:
-//       S, dP, dS as above; dQ += dS K; written once, scaled.
+//   backward, in the same form: delta = rowsum(dy * y) per (row, head); then
+//     dk, dv (grid: key blocks of 64 x B*H; each warp's 16 keys' sums in
+//       registers): for each query block of 64 from the diagonal on (Q, dy,
+//       lse and delta in shared memory): S^T = K Q^T, dP^T = V dy^T,
+//       P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - delta), both rounded
+//       to 16 bits into A fragments; dV += P^T dy, dK += dS^T Q; written
+//       once, dK scaled.
+//     dq (grid: query blocks of 64 x B*H; each warp's 16 queries): for each
+//       key block up to the diagonal: S, dP, dS as above; dQ += dS K;
+//       written once, scaled.
 //   Each output row is written by one CTA, in a fixed order of sums: the same
 //   bits on every run (flash-attention's single backward kernel adds dq with
 //   atomics instead, which saves recomputing S and dP once).
@@ -70,10 +72,10 @@ void backward_for(const detail::FusedAttentionArgs& a, float* delta, cudaStream_
   delta_kernel<T><<<delta_grid(rows), kThreads, 0, stream>>>(p, D, rows);
   LOOM_CUDA_CHECK_LAUNCH();
   const int64_t matrices = a.batch * a.heads;
-  launch(key_gradient_kernel<T, D>, key_gradient_grid<D>(a.tokens, matrices), KeyShape<D>::kBytes,
-         stream, p);
+  launch(key_gradient_kernel<T, D>, key_gradient_grid<D>(a.tokens, matrices),
+         BackwardShape<D>::kBytes, stream, p);
   launch(query_gradient_kernel<T, D>, query_gradient_grid<D>(a.tokens, matrices),
-         QueryShape<D>::kBytes, stream, p);
+         BackwardShape<D>::kBytes, stream, p);
 }
 
 // Calls f(TypeTag<T>{}, std::integral_constant<int, D>{}) for the args' dtype and head size.

@@ -1,9 +1,10 @@
 // Internal (CUDA): the fused causal attention's device code, the kernels and
 // their shapes, included by fused_attention.cu and, compiled for host threads,
 // by tests/cuda_emulation/ (LOOM_CUDA_EMULATION: tests/cuda_emulation/
-// cuda_emulation.hpp supplies the CUDA built-ins, WMMA and the barriers, so
-// that the kernels' indexing, masking and synchronisation run on machines
-// without a GPU). The scheme is described in fused_attention.cu.
+// cuda_emulation.hpp supplies the CUDA built-ins, mma.sync and the barriers,
+// so that the kernels' indexing, masking, fragment layouts and
+// synchronisation run on machines without a GPU). The scheme is described in
+// fused_attention.cu.
 #pragma once
 
 #include <cmath>
@@ -14,7 +15,6 @@
 #include "cuda_emulation.hpp"
 #else
 #include <cuda_runtime.h>
-#include <mma.h>
 // The kernel's dynamic shared memory, 128-byte aligned.
 #define LOOM_CUDA_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
 #endif
@@ -26,18 +26,10 @@ namespace loom::kernels::cuda::fused_attention_device {
 
 using loom::detail::cuda::from_float;
 using loom::detail::cuda::to_float;
-namespace wmma = nvcuda::wmma;
 
 constexpr int kWarp = 32;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarp * kWarps;
-
-__device__ __forceinline__ float warp_max(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  }
-  return v;
-}
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2) {
@@ -46,16 +38,23 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Shared-memory leading dimensions (elements): 16-bit rows of `cols` and f32
-// rows of `cols`.
+// The shared-memory leading dimension (elements) of 16-bit rows of `cols`:
+// padded by 16 bytes, which spreads a fragment's rows over the banks.
 constexpr int ld16(int cols) {
   return cols + 8;
 }
-constexpr int ld32(int cols) {
-  return cols + 4;
-}
 constexpr size_t round128(size_t bytes) {
   return (bytes + 127) / 128 * 128;
+}
+
+// `pointer` as a pointer to words W (uint32_t, uint4), which must be aligned
+// to their size as on the GPU (the emulation checks it).
+template <typename W, typename P>
+__device__ __forceinline__ W* as_words(P* pointer) {
+#ifdef LOOM_CUDA_EMULATION
+  loom::cuda_emulation::check_aligned(pointer, sizeof(W));
+#endif
+  return reinterpret_cast<W*>(pointer);
 }
 
 // The problem as the kernels see it.
@@ -83,54 +82,8 @@ __device__ void load_rows(T* tile, const T* base, int64_t stride, int row0, int 
     const int r = i / kVectors, piece = i % kVectors;
     const int t = row0 + r;
     uint4 value = make_uint4(0, 0, 0, 0);
-    if (t < tokens) value = reinterpret_cast<const uint4*>(base + t * stride)[piece];
-    reinterpret_cast<uint4*>(tile + r * ld16(D))[piece] = value;
-  }
-}
-
-using Accumulator = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-
-// acc += A B over k_steps steps of 16, A and B 16-bit tiles in shared memory,
-// each row- or column-major (a column-major A is the transpose of a stored
-// row-major tile). a and b point at the output tile's rows of A and columns
-// of B.
-template <typename LayoutA, typename LayoutB, typename T>
-__device__ __forceinline__ void mma_steps(Accumulator& acc, const T* a, int lda, const T* b,
-                                          int ldb, int k_steps) {
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, T, LayoutA> fa;
-  wmma::fragment<wmma::matrix_b, 16, 16, 16, T, LayoutB> fb;
-  constexpr bool a_rows = std::is_same_v<LayoutA, wmma::row_major>;
-  constexpr bool b_rows = std::is_same_v<LayoutB, wmma::row_major>;
-  for (int s = 0; s < k_steps; ++s) {
-    wmma::load_matrix_sync(fa, a + (a_rows ? s * 16 : s * 16 * lda), lda);
-    wmma::load_matrix_sync(fb, b + (b_rows ? s * 16 * ldb : s * 16), ldb);
-    wmma::mma_sync(acc, fa, fb, acc);
-  }
-}
-
-// out[M][N] (f32, ld32(N)) = A[M][K] B[K][N], or += when `accumulate`:
-//   A = a (row-major [M][lda]) or a^T (a column-major view of a row-major [K][lda] tile)
-//   B = b (row-major [K][ldb]) or b^T (a column-major view of a row-major [N][ldb] tile)
-template <int M, int N, int K, typename LayoutA, typename LayoutB, typename T>
-__device__ void block_product(float* out, const T* a, int lda, const T* b, int ldb,
-                              bool accumulate) {
-  constexpr bool a_rows = std::is_same_v<LayoutA, wmma::row_major>;
-  constexpr bool b_rows = std::is_same_v<LayoutB, wmma::row_major>;
-  constexpr int kTilesN = N / 16;
-  const int warp = threadIdx.x / kWarp;
-  for (int tile = warp; tile < (M / 16) * kTilesN; tile += kWarps) {
-    const int mt = tile / kTilesN, nt = tile % kTilesN;
-    float* c = out + mt * 16 * ld32(N) + nt * 16;
-    Accumulator acc;
-    if (accumulate) {
-      wmma::load_matrix_sync(acc, c, ld32(N), wmma::mem_row_major);
-    } else {
-      wmma::fill_fragment(acc, 0.0f);
-    }
-    const T* a_tile = a + (a_rows ? mt * 16 * lda : mt * 16);
-    const T* b_tile = b + (b_rows ? nt * 16 : nt * 16 * ldb);
-    mma_steps<LayoutA, LayoutB>(acc, a_tile, lda, b_tile, ldb, K / 16);
-    wmma::store_matrix_sync(c, acc, ld32(N), wmma::mem_row_major);
+    if (t < tokens) value = as_words<const uint4>(base + t * stride)[piece];
+    as_words<uint4>(tile + r * ld16(D))[piece] = value;
   }
 }
 
@@ -167,7 +120,7 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
 // Elements (r, c) and (r, c + 1) of a 16-bit tile, c even, as one register.
 template <typename T>
 __device__ __forceinline__ uint32_t pair_at(const T* tile, int ld, int r, int c) {
-  return *reinterpret_cast<const uint32_t*>(tile + r * ld + c);
+  return *as_words<const uint32_t>(tile + r * ld + c);
 }
 
 // Elements (r, c) and (r + 1, c) of a 16-bit tile as one register.
@@ -329,7 +282,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Problem p) {
     const float inverse = 1.0f / row_sum[r];
 #pragma unroll
     for (int dt = 0; dt < kDimTiles; ++dt) {
-      *reinterpret_cast<uint32_t*>(y + int64_t{query[r]} * p.channels + dt * 8 + quad * 2) =
+      *as_words<uint32_t>(y + int64_t{query[r]} * p.channels + dt * 8 + quad * 2) =
           pack<T>(o[dt][2 * r] * inverse, o[dt][2 * r + 1] * inverse);
     }
     if (quad == 0) p.lse[int64_t{bh} * p.tokens + query[r]] = row_max[r] + logf(row_sum[r]);
@@ -358,26 +311,6 @@ __global__ void __launch_bounds__(kThreads) delta_kernel(Problem p, int head_dim
   }
 }
 
-// P and dS of a block pair, rounded to T: p = exp(scale s - lse) and
-// ds = p (dp - delta) where key k0 + c <= query q0 + r < tokens, else 0.
-// `p_tile` may be null (the dq kernel needs dS only).
-template <typename T, int kRows, int kKeys>
-__device__ void probabilities(const float* s_tile, const float* dp_tile, const float* lse,
-                              const float* delta, int q0, int k0, int tokens, float scale,
-                              T* p_tile, T* ds_tile) {
-  for (int i = threadIdx.x; i < kRows * kKeys; i += kThreads) {
-    const int r = i / kKeys, c = i % kKeys;
-    const int query = q0 + r, key = k0 + c;
-    float prob = 0.0f, ds = 0.0f;
-    if (query < tokens && key <= query) {
-      prob = expf(scale * s_tile[r * ld32(kKeys) + c] - lse[r]);
-      ds = prob * (dp_tile[r * ld32(kKeys) + c] - delta[r]);
-    }
-    if (p_tile != nullptr) p_tile[r * ld16(kKeys) + c] = from_float<T>(prob);
-    ds_tile[r * ld16(kKeys) + c] = from_float<T>(ds);
-  }
-}
-
 // lse and delta of rows [q0, q0 + rows) of matrix bh (0 past the end).
 template <int kRows>
 __device__ void load_row_stats(const Problem& p, int bh, int q0, float* lse, float* delta) {
@@ -389,45 +322,106 @@ __device__ void load_row_stats(const Problem& p, int bh, int q0, float* lse, flo
   }
 }
 
-// The dk, dv kernel's blocks: kRows queries at a time against kKeys keys.
+// The backward kernels, in the forward's form: each warp owns 16 rows (keys
+// for dk and dv, queries for dq) and keeps their sums in registers as
+// mma.sync fragments; the other side's block (64 queries, or 64 keys) sits
+// in shared memory, shared by the warps.
 template <int D>
-struct KeyShape {
-  static constexpr int kRows = D > 64 ? 32 : 64, kKeys = 64;
-  static constexpr size_t kK = 0;
-  static constexpr size_t kV = kK + round128(size_t{kKeys} * ld16(D) * 2);
-  static constexpr size_t kQ = kV + round128(size_t{kKeys} * ld16(D) * 2);
-  static constexpr size_t kDy = kQ + round128(size_t{kRows} * ld16(D) * 2);
-  static constexpr size_t kS = kDy + round128(size_t{kRows} * ld16(D) * 2);
-  static constexpr size_t kDp = kS + round128(size_t{kRows} * ld32(kKeys) * 4);
-  static constexpr size_t kP = kDp + round128(size_t{kRows} * ld32(kKeys) * 4);
-  static constexpr size_t kDs = kP + round128(size_t{kRows} * ld16(kKeys) * 2);
-  static constexpr size_t kDk = kDs + round128(size_t{kRows} * ld16(kKeys) * 2);
-  static constexpr size_t kDv = kDk + round128(size_t{kKeys} * ld32(D) * 4);
-  static constexpr size_t kLse = kDv + round128(size_t{kKeys} * ld32(D) * 4);
-  static constexpr size_t kDelta = kLse + round128(kRows * 4);
-  static constexpr size_t kBytes = kDelta + round128(kRows * 4);
+struct BackwardShape {
+  static constexpr int kRows = 64, kCols = 64;  // the warps' rows; the other side's block
+  static constexpr size_t kA = 0;               // the rows' two tiles (k and v, or q and dy)
+  static constexpr size_t kB = kA + round128(size_t{kRows} * ld16(D) * 2);
+  static constexpr size_t kC = kB + round128(size_t{kRows} * ld16(D) * 2);  // the other side's
+  static constexpr size_t kD = kC + round128(size_t{kCols} * ld16(D) * 2);
+  static constexpr size_t kLse = kD + round128(size_t{kCols} * ld16(D) * 2);
+  static constexpr size_t kDelta = kLse + round128(kCols * 4);
+  static constexpr size_t kBytes = kDelta + round128(kCols * 4);
 };
 
+// acc[nt] (16 x 8 tiles of the warp's 16 rows against 64 columns) = A B^T:
+// A's rows (row0 .. row0 + 15 of `a`) and B's rows (the 64 of `b`) both
+// row-major [*, ld16(D)] 16-bit tiles, summed over the D columns.
+template <typename T, int D>
+__device__ __forceinline__ void rows_times_rows(float (&acc)[8][4], const T* a, int row0,
+                                                const T* b, int group, int quad) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+  }
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc) {
+    const int c = kc * 16 + quad * 2;
+    const uint32_t fa[4] = {
+        pair_at(a, ld16(D), row0 + group, c), pair_at(a, ld16(D), row0 + group + 8, c),
+        pair_at(a, ld16(D), row0 + group, c + 8), pair_at(a, ld16(D), row0 + group + 8, c + 8)};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const uint32_t fb[2] = {pair_at(b, ld16(D), nt * 8 + group, c),
+                              pair_at(b, ld16(D), nt * 8 + group, c + 8)};
+      mma_16x8x16<T>(acc[nt], fa, fb);
+    }
+  }
+}
+
+// out[dt] += W B: W the warp's 16 x 64 weights in score tiles (rounded to T
+// into A fragments), B the 64 rows of `b` (row-major [64, ld16(D)]).
+template <typename T, int D>
+__device__ __forceinline__ void weights_times_rows(float (&out)[D / 8][4], const float (&w)[8][4],
+                                                   const T* b, int group, int quad) {
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) {
+    const uint32_t fa[4] = {
+        pack<T>(w[2 * kc][0], w[2 * kc][1]), pack<T>(w[2 * kc][2], w[2 * kc][3]),
+        pack<T>(w[2 * kc + 1][0], w[2 * kc + 1][1]), pack<T>(w[2 * kc + 1][2], w[2 * kc + 1][3])};
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const uint32_t fb[2] = {column_pair_at(b, ld16(D), kc * 16 + quad * 2, dt * 8 + group),
+                              column_pair_at(b, ld16(D), kc * 16 + quad * 2 + 8, dt * 8 + group)};
+      mma_16x8x16<T>(out[dt], fa, fb);
+    }
+  }
+}
+
+// Rows `first`, `first` + 8 of a part of dqkv (this lane's two rows of the
+// warp's 16): acc[dt] times `factor`, rounded, where the row is before `tokens`.
+template <typename T, int D>
+__device__ __forceinline__ void write_rows(T* base, int64_t stride, int first, int tokens,
+                                           const float (&acc)[D / 8][4], float factor, int quad) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = first + 8 * r;
+    if (row >= tokens) continue;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      *as_words<uint32_t>(base + row * stride + dt * 8 + quad * 2) =
+          pack<T>(acc[dt][2 * r] * factor, acc[dt][2 * r + 1] * factor);
+    }
+  }
+}
+
+// dk, dv: one block of 64 keys, 16 per warp, against the query blocks from
+// the diagonal on. Per query block: S^T = K Q^T and dP^T = V dy^T (keys x
+// queries), P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - delta) with lse
+// and delta per column; dV += P^T dy, dK += dS^T Q.
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) key_gradient_kernel(Problem p) {
-  using Shape = KeyShape<D>;
-  constexpr int kRows = Shape::kRows, kKeys = Shape::kKeys;
+  using Shape = BackwardShape<D>;
+  constexpr int kKeys = Shape::kRows, kQueries = Shape::kCols;
   LOOM_CUDA_DYNAMIC_SHARED(smem);
-  T* k_tile = reinterpret_cast<T*>(smem + Shape::kK);
-  T* v_tile = reinterpret_cast<T*>(smem + Shape::kV);
-  T* q_tile = reinterpret_cast<T*>(smem + Shape::kQ);
-  T* dy_tile = reinterpret_cast<T*>(smem + Shape::kDy);
-  float* s_tile = reinterpret_cast<float*>(smem + Shape::kS);
-  float* dp_tile = reinterpret_cast<float*>(smem + Shape::kDp);
-  T* p_tile = reinterpret_cast<T*>(smem + Shape::kP);
-  T* ds_tile = reinterpret_cast<T*>(smem + Shape::kDs);
-  float* dk_tile = reinterpret_cast<float*>(smem + Shape::kDk);
-  float* dv_tile = reinterpret_cast<float*>(smem + Shape::kDv);
+  T* k_tile = reinterpret_cast<T*>(smem + Shape::kA);
+  T* v_tile = reinterpret_cast<T*>(smem + Shape::kB);
+  T* q_tile = reinterpret_cast<T*>(smem + Shape::kC);
+  T* dy_tile = reinterpret_cast<T*>(smem + Shape::kD);
   float* lse = reinterpret_cast<float*>(smem + Shape::kLse);
   float* delta = reinterpret_cast<float*>(smem + Shape::kDelta);
 
   const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
   const int k0 = blockIdx.x * kKeys;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int group = lane / 4, quad = lane % 4;
+  const int row0 = warp * 16;
+  const int key[2] = {k0 + row0 + group, k0 + row0 + group + 8};
   const int64_t stride = 3 * int64_t{p.channels};
   const int64_t matrix = int64_t{b} * p.tokens;
   const T* q_base = static_cast<const T*>(p.qkv) + matrix * stride + h * D;
@@ -435,112 +429,98 @@ __global__ void __launch_bounds__(kThreads) key_gradient_kernel(Problem p) {
 
   load_rows<T, D>(k_tile, q_base + p.channels, stride, k0, kKeys, p.tokens);
   load_rows<T, D>(v_tile, q_base + 2 * p.channels, stride, k0, kKeys, p.tokens);
-  for (int i = threadIdx.x; i < kKeys * ld32(D); i += kThreads) {
-    dk_tile[i] = 0.0f;
-    dv_tile[i] = 0.0f;
-  }
-  for (int q0 = k0 / kRows * kRows; q0 < p.tokens; q0 += kRows) {
-    __syncthreads();  // the previous block's products are done with q, dy, P and dS
-    load_rows<T, D>(q_tile, q_base, stride, q0, kRows, p.tokens);
-    load_rows<T, D>(dy_tile, dy_base, p.channels, q0, kRows, p.tokens);
-    load_row_stats<kRows>(p, bh, q0, lse, delta);
+  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+  for (int q0 = k0 / kQueries * kQueries; q0 < p.tokens; q0 += kQueries) {
+    __syncthreads();  // every warp is done with the previous q, dy, lse and delta
+    load_rows<T, D>(q_tile, q_base, stride, q0, kQueries, p.tokens);
+    load_rows<T, D>(dy_tile, dy_base, p.channels, q0, kQueries, p.tokens);
+    load_row_stats<kQueries>(p, bh, q0, lse, delta);
     __syncthreads();
-    block_product<kRows, kKeys, D, wmma::row_major, wmma::col_major>(s_tile, q_tile, ld16(D),
-                                                                     k_tile, ld16(D), false);
-    block_product<kRows, kKeys, D, wmma::row_major, wmma::col_major>(dp_tile, dy_tile, ld16(D),
-                                                                     v_tile, ld16(D), false);
-    __syncthreads();
-    probabilities<T, kRows, kKeys>(s_tile, dp_tile, lse, delta, q0, k0, p.tokens, p.scale, p_tile,
-                                   ds_tile);
-    __syncthreads();
-    // dV += P^T dy, dK += dS^T q: the keys are the rows of both.
-    block_product<kKeys, D, kRows, wmma::col_major, wmma::row_major>(dv_tile, p_tile, ld16(kKeys),
-                                                                     dy_tile, ld16(D), true);
-    block_product<kKeys, D, kRows, wmma::col_major, wmma::row_major>(dk_tile, ds_tile, ld16(kKeys),
-                                                                     q_tile, ld16(D), true);
-  }
-  __syncthreads();
-  T* dk = static_cast<T*>(p.dqkv) + matrix * stride + p.channels + h * D;
-  T* dv = dk + p.channels;
-  for (int i = threadIdx.x; i < kKeys * D; i += kThreads) {
-    const int r = i / D, c = i % D;
-    if (k0 + r < p.tokens) {
-      dk[int64_t{k0 + r} * stride + c] = from_float<T>(dk_tile[r * ld32(D) + c] * p.scale);
-      dv[int64_t{k0 + r} * stride + c] = from_float<T>(dv_tile[r * ld32(D) + c]);
+    if (k0 + row0 > q0 + kQueries - 1) continue;  // every query before the warp's keys
+
+    float st[8][4], dpt[8][4];
+    rows_times_rows<T, D>(st, k_tile, row0, q_tile, group, quad);
+    rows_times_rows<T, D>(dpt, v_tile, row0, dy_tile, group, quad);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int column = nt * 8 + quad * 2 + i % 2, query = q0 + column;
+        const bool visible = key[i / 2] <= query && query < p.tokens;
+        const float prob = visible ? expf(p.scale * st[nt][i] - lse[column]) : 0.0f;
+        st[nt][i] = prob;
+        dpt[nt][i] = visible ? prob * (dpt[nt][i] - delta[column]) : 0.0f;
+      }
     }
+    weights_times_rows<T, D>(dv, st, dy_tile, group, quad);  // dV += P^T dy
+    weights_times_rows<T, D>(dk, dpt, q_tile, group, quad);  // dK += dS^T q
   }
+  T* dk_base = static_cast<T*>(p.dqkv) + matrix * stride + p.channels + h * D;
+  write_rows<T, D>(dk_base, stride, key[0], p.tokens, dk, p.scale, quad);
+  write_rows<T, D>(dk_base + p.channels, stride, key[0], p.tokens, dv, 1.0f, quad);
 }
 
-// The dq kernel's blocks.
-template <int D>
-struct QueryShape {
-  static constexpr int kRows = 64, kKeys = 64;
-  static constexpr size_t kQ = 0;
-  static constexpr size_t kDy = kQ + round128(size_t{kRows} * ld16(D) * 2);
-  static constexpr size_t kK = kDy + round128(size_t{kRows} * ld16(D) * 2);
-  static constexpr size_t kV = kK + round128(size_t{kKeys} * ld16(D) * 2);
-  static constexpr size_t kS = kV + round128(size_t{kKeys} * ld16(D) * 2);
-  static constexpr size_t kDp = kS + round128(size_t{kRows} * ld32(kKeys) * 4);
-  static constexpr size_t kDs = kDp + round128(size_t{kRows} * ld32(kKeys) * 4);
-  static constexpr size_t kDq = kDs + round128(size_t{kRows} * ld16(kKeys) * 2);
-  static constexpr size_t kLse = kDq + round128(size_t{kRows} * ld32(D) * 4);
-  static constexpr size_t kDelta = kLse + round128(kRows * 4);
-  static constexpr size_t kBytes = kDelta + round128(kRows * 4);
-};
-
+// dq: one block of 64 queries, 16 per warp, against the key blocks up to the
+// diagonal. Per key block: S = Q K^T, dP = dy V^T, P = exp(scale S - lse),
+// dS = P (dP - delta) with lse and delta per row; dQ += dS K.
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) query_gradient_kernel(Problem p) {
-  using Shape = QueryShape<D>;
-  constexpr int kRows = Shape::kRows, kKeys = Shape::kKeys;
+  using Shape = BackwardShape<D>;
+  constexpr int kQueries = Shape::kRows, kKeys = Shape::kCols;
   LOOM_CUDA_DYNAMIC_SHARED(smem);
-  T* q_tile = reinterpret_cast<T*>(smem + Shape::kQ);
-  T* dy_tile = reinterpret_cast<T*>(smem + Shape::kDy);
-  T* k_tile = reinterpret_cast<T*>(smem + Shape::kK);
-  T* v_tile = reinterpret_cast<T*>(smem + Shape::kV);
-  float* s_tile = reinterpret_cast<float*>(smem + Shape::kS);
-  float* dp_tile = reinterpret_cast<float*>(smem + Shape::kDp);
-  T* ds_tile = reinterpret_cast<T*>(smem + Shape::kDs);
-  float* dq_tile = reinterpret_cast<float*>(smem + Shape::kDq);
-  float* lse = reinterpret_cast<float*>(smem + Shape::kLse);
-  float* delta = reinterpret_cast<float*>(smem + Shape::kDelta);
+  T* q_tile = reinterpret_cast<T*>(smem + Shape::kA);
+  T* dy_tile = reinterpret_cast<T*>(smem + Shape::kB);
+  T* k_tile = reinterpret_cast<T*>(smem + Shape::kC);
+  T* v_tile = reinterpret_cast<T*>(smem + Shape::kD);
 
-  const int query_block = gridDim.x - 1 - blockIdx.x;
+  const int query_block = gridDim.x - 1 - blockIdx.x;  // the longest rows first
   const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
-  const int q0 = query_block * kRows;
+  const int q0 = query_block * kQueries;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int group = lane / 4, quad = lane % 4;
+  const int row0 = warp * 16;
+  const int query[2] = {q0 + row0 + group, q0 + row0 + group + 8};
   const int64_t stride = 3 * int64_t{p.channels};
   const int64_t matrix = int64_t{b} * p.tokens;
   const T* q_base = static_cast<const T*>(p.qkv) + matrix * stride + h * D;
   const T* dy_base = static_cast<const T*>(p.dy) + matrix * p.channels + h * D;
 
-  load_rows<T, D>(q_tile, q_base, stride, q0, kRows, p.tokens);
-  load_rows<T, D>(dy_tile, dy_base, p.channels, q0, kRows, p.tokens);
-  load_row_stats<kRows>(p, bh, q0, lse, delta);
-  for (int i = threadIdx.x; i < kRows * ld32(D); i += kThreads) dq_tile[i] = 0.0f;
-  const int q_last = min(q0 + kRows, p.tokens) - 1;
+  load_rows<T, D>(q_tile, q_base, stride, q0, kQueries, p.tokens);
+  load_rows<T, D>(dy_tile, dy_base, p.channels, q0, kQueries, p.tokens);
+  float lse[2], delta[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const bool inside = query[r] < p.tokens;
+    const int64_t at = int64_t{bh} * p.tokens + query[r];
+    lse[r] = inside ? p.lse_in[at] : 0.0f;
+    delta[r] = inside ? p.delta_in[at] : 0.0f;
+  }
+  float dq[D / 8][4] = {};
+  const int q_last = min(q0 + kQueries, p.tokens) - 1;
   for (int k0 = 0; k0 <= q_last; k0 += kKeys) {
-    __syncthreads();
+    __syncthreads();  // every warp is done with the previous k and v
     load_rows<T, D>(k_tile, q_base + p.channels, stride, k0, kKeys, p.tokens);
     load_rows<T, D>(v_tile, q_base + 2 * p.channels, stride, k0, kKeys, p.tokens);
     __syncthreads();
-    block_product<kRows, kKeys, D, wmma::row_major, wmma::col_major>(s_tile, q_tile, ld16(D),
-                                                                     k_tile, ld16(D), false);
-    block_product<kRows, kKeys, D, wmma::row_major, wmma::col_major>(dp_tile, dy_tile, ld16(D),
-                                                                     v_tile, ld16(D), false);
-    __syncthreads();
-    probabilities<T, kRows, kKeys>(s_tile, dp_tile, lse, delta, q0, k0, p.tokens, p.scale,
-                                   static_cast<T*>(nullptr), ds_tile);
-    __syncthreads();
-    block_product<kRows, D, kKeys, wmma::row_major, wmma::row_major>(dq_tile, ds_tile, ld16(kKeys),
-                                                                     k_tile, ld16(D), true);
-  }
-  __syncthreads();
-  T* dq = static_cast<T*>(p.dqkv) + matrix * stride + h * D;
-  for (int i = threadIdx.x; i < kRows * D; i += kThreads) {
-    const int r = i / D, c = i % D;
-    if (q0 + r < p.tokens) {
-      dq[int64_t{q0 + r} * stride + c] = from_float<T>(dq_tile[r * ld32(D) + c] * p.scale);
+    if (k0 > q0 + row0 + 15) continue;  // every key after the warp's rows
+
+    float s[8][4], dp[8][4];
+    rows_times_rows<T, D>(s, q_tile, row0, k_tile, group, quad);
+    rows_times_rows<T, D>(dp, dy_tile, row0, v_tile, group, quad);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = i / 2, key = k0 + nt * 8 + quad * 2 + i % 2;
+        const bool visible = key <= query[r] && query[r] < p.tokens;
+        const float prob = visible ? expf(p.scale * s[nt][i] - lse[r]) : 0.0f;
+        dp[nt][i] = visible ? prob * (dp[nt][i] - delta[r]) : 0.0f;
+      }
     }
+    weights_times_rows<T, D>(dq, dp, k_tile, group, quad);  // dQ += dS k
   }
+  write_rows<T, D>(static_cast<T*>(p.dqkv) + matrix * stride + h * D, stride, query[0], p.tokens,
+                   dq, p.scale, quad);
 }
 
 // ---- launch shapes (shared with the emulation tests) -------------------------------------------
@@ -575,11 +555,11 @@ inline dim3 delta_grid(int64_t rows) {
 }
 template <int D>
 dim3 key_gradient_grid(int64_t tokens, int64_t matrices) {
-  return dim3(blocks_of(tokens, KeyShape<D>::kKeys), static_cast<unsigned>(matrices));
+  return dim3(blocks_of(tokens, BackwardShape<D>::kRows), static_cast<unsigned>(matrices));
 }
 template <int D>
 dim3 query_gradient_grid(int64_t tokens, int64_t matrices) {
-  return dim3(blocks_of(tokens, QueryShape<D>::kRows), static_cast<unsigned>(matrices));
+  return dim3(blocks_of(tokens, BackwardShape<D>::kRows), static_cast<unsigned>(matrices));
 }
 
 }  // namespace loom::kernels::cuda::fused_attention_device
