@@ -90,9 +90,9 @@ __device__ void load_rows(T* tile, const T* base, int64_t stride, int row0, int 
 // ---- forward -----------------------------------------------------------------------------------
 //
 // Flash-attention 2's forward (Dao 2023): each warp owns 16 query rows and
-// keeps them in registers from start to end, as mma.sync m16n8k16 fragments
-// whose layout the PTX ISA fixes (unlike WMMA's), so that the online softmax
-// works on the score fragments where they are: Q as A fragments, the scores
+// keeps their state in registers from start to end, as mma.sync m16n8k16
+// fragments whose layout the PTX ISA fixes (unlike WMMA's), so that the
+// online softmax works on the score fragments where they are: the scores
 // S = Q K^T as 8 x 8-key accumulator tiles, P rounded straight into the A
 // fragments of P V (two score tiles make one), and the output O as f32
 // accumulators rescaled in place. Shared memory holds only the block's Q and
@@ -153,6 +153,51 @@ __device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4
 #endif
 }
 
+// acc[nt] (16 x 8 tiles of the warp's 16 rows against 64 columns) = A B^T:
+// A's rows (row0 .. row0 + 15 of `a`) and B's rows (the 64 of `b`) both
+// row-major [*, ld16(D)] 16-bit tiles, summed over the D columns.
+template <typename T, int D>
+__device__ __forceinline__ void rows_times_rows(float (&acc)[8][4], const T* a, int row0,
+                                                const T* b, int group, int quad) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+  }
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc) {
+    const int c = kc * 16 + quad * 2;
+    const uint32_t fa[4] = {
+        pair_at(a, ld16(D), row0 + group, c), pair_at(a, ld16(D), row0 + group + 8, c),
+        pair_at(a, ld16(D), row0 + group, c + 8), pair_at(a, ld16(D), row0 + group + 8, c + 8)};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const uint32_t fb[2] = {pair_at(b, ld16(D), nt * 8 + group, c),
+                              pair_at(b, ld16(D), nt * 8 + group, c + 8)};
+      mma_16x8x16<T>(acc[nt], fa, fb);
+    }
+  }
+}
+
+// out[dt] += W B: W the warp's 16 x 64 weights in score tiles (rounded to T
+// into A fragments), B the 64 rows of `b` (row-major [64, ld16(D)]).
+template <typename T, int D>
+__device__ __forceinline__ void weights_times_rows(float (&out)[D / 8][4], const float (&w)[8][4],
+                                                   const T* b, int group, int quad) {
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) {
+    const uint32_t fa[4] = {
+        pack<T>(w[2 * kc][0], w[2 * kc][1]), pack<T>(w[2 * kc][2], w[2 * kc][3]),
+        pack<T>(w[2 * kc + 1][0], w[2 * kc + 1][1]), pack<T>(w[2 * kc + 1][2], w[2 * kc + 1][3])};
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const uint32_t fb[2] = {column_pair_at(b, ld16(D), kc * 16 + quad * 2, dt * 8 + group),
+                              column_pair_at(b, ld16(D), kc * 16 + quad * 2 + 8, dt * 8 + group)};
+      mma_16x8x16<T>(out[dt], fa, fb);
+    }
+  }
+}
+
 template <int D>
 struct ForwardShape {
   static constexpr int kRows = 64, kKeys = 64;  // 16 rows per warp
@@ -166,8 +211,8 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) forward_kernel(Problem p) {
   using Shape = ForwardShape<D>;
   constexpr int kRows = Shape::kRows, kKeys = Shape::kKeys;
-  constexpr int kDimChunks = D / 16, kDimTiles = D / 8;          // of Q's columns; of O's
-  constexpr int kKeyTiles = kKeys / 8, kKeyChunks = kKeys / 16;  // of S's columns; of P's
+  constexpr int kDimTiles = D / 8, kKeyTiles = kKeys / 8;  // of O's columns; of S's
+  static_assert(kKeys == 64, "rows_times_rows and weights_times_rows take 64 columns");
   LOOM_CUDA_DYNAMIC_SHARED(smem);
   T* q_tile = reinterpret_cast<T*>(smem + Shape::kQ);
   T* k_tile = reinterpret_cast<T*>(smem + Shape::kK);
@@ -185,16 +230,6 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Problem p) {
   const T* v_base = q_base + 2 * p.channels;
 
   load_rows<T, D>(q_tile, q_base, stride, q0, kRows, p.tokens);
-  __syncthreads();
-  uint32_t qa[kDimChunks][4];
-#pragma unroll
-  for (int kc = 0; kc < kDimChunks; ++kc) {
-    const int c = kc * 16 + quad * 2;
-    qa[kc][0] = pair_at(q_tile, ld16(D), row0 + group, c);
-    qa[kc][1] = pair_at(q_tile, ld16(D), row0 + group + 8, c);
-    qa[kc][2] = pair_at(q_tile, ld16(D), row0 + group, c + 8);
-    qa[kc][3] = pair_at(q_tile, ld16(D), row0 + group + 8, c + 8);
-  }
   // This lane's two rows: [0] row0 + group, [1] row0 + group + 8.
   const int query[2] = {q0 + row0 + group, q0 + row0 + group + 8};
   float o[kDimTiles][4] = {};
@@ -209,16 +244,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Problem p) {
     __syncthreads();
     if (k0 > q0 + row0 + 15) continue;  // every key after the warp's rows: all masked
 
-    float s[kKeyTiles][4] = {};
-#pragma unroll
-    for (int nt = 0; nt < kKeyTiles; ++nt) {
-#pragma unroll
-      for (int kc = 0; kc < kDimChunks; ++kc) {
-        const uint32_t kb[2] = {pair_at(k_tile, ld16(D), nt * 8 + group, kc * 16 + quad * 2),
-                                pair_at(k_tile, ld16(D), nt * 8 + group, kc * 16 + quad * 2 + 8)};
-        mma_16x8x16<T>(s[nt], qa[kc], kb);
-      }
-    }
+    float s[kKeyTiles][4];
+    rows_times_rows<T, D>(s, q_tile, row0, k_tile, group, quad);  // S = Q K^T
     float block_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < kKeyTiles; ++nt) {
@@ -257,20 +284,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Problem p) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) o[dt][i] *= alpha[i / 2];
     }
-    // O += P V: two score tiles are one A fragment of P (rounded to T).
-#pragma unroll
-    for (int kc = 0; kc < kKeyChunks; ++kc) {
-      const uint32_t pa[4] = {
-          pack<T>(s[2 * kc][0], s[2 * kc][1]), pack<T>(s[2 * kc][2], s[2 * kc][3]),
-          pack<T>(s[2 * kc + 1][0], s[2 * kc + 1][1]), pack<T>(s[2 * kc + 1][2], s[2 * kc + 1][3])};
-#pragma unroll
-      for (int dt = 0; dt < kDimTiles; ++dt) {
-        const uint32_t vb[2] = {
-            column_pair_at(v_tile, ld16(D), kc * 16 + quad * 2, dt * 8 + group),
-            column_pair_at(v_tile, ld16(D), kc * 16 + quad * 2 + 8, dt * 8 + group)};
-        mma_16x8x16<T>(o[dt], pa, vb);
-      }
-    }
+    weights_times_rows<T, D>(o, s, v_tile, group, quad);  // O += P V, P rounded to T
   }
 
   T* y = static_cast<T*>(p.y) + int64_t{b} * p.tokens * p.channels + h * D;
@@ -337,51 +351,6 @@ struct BackwardShape {
   static constexpr size_t kDelta = kLse + round128(kCols * 4);
   static constexpr size_t kBytes = kDelta + round128(kCols * 4);
 };
-
-// acc[nt] (16 x 8 tiles of the warp's 16 rows against 64 columns) = A B^T:
-// A's rows (row0 .. row0 + 15 of `a`) and B's rows (the 64 of `b`) both
-// row-major [*, ld16(D)] 16-bit tiles, summed over the D columns.
-template <typename T, int D>
-__device__ __forceinline__ void rows_times_rows(float (&acc)[8][4], const T* a, int row0,
-                                                const T* b, int group, int quad) {
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
-  }
-#pragma unroll
-  for (int kc = 0; kc < D / 16; ++kc) {
-    const int c = kc * 16 + quad * 2;
-    const uint32_t fa[4] = {
-        pair_at(a, ld16(D), row0 + group, c), pair_at(a, ld16(D), row0 + group + 8, c),
-        pair_at(a, ld16(D), row0 + group, c + 8), pair_at(a, ld16(D), row0 + group + 8, c + 8)};
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const uint32_t fb[2] = {pair_at(b, ld16(D), nt * 8 + group, c),
-                              pair_at(b, ld16(D), nt * 8 + group, c + 8)};
-      mma_16x8x16<T>(acc[nt], fa, fb);
-    }
-  }
-}
-
-// out[dt] += W B: W the warp's 16 x 64 weights in score tiles (rounded to T
-// into A fragments), B the 64 rows of `b` (row-major [64, ld16(D)]).
-template <typename T, int D>
-__device__ __forceinline__ void weights_times_rows(float (&out)[D / 8][4], const float (&w)[8][4],
-                                                   const T* b, int group, int quad) {
-#pragma unroll
-  for (int kc = 0; kc < 4; ++kc) {
-    const uint32_t fa[4] = {
-        pack<T>(w[2 * kc][0], w[2 * kc][1]), pack<T>(w[2 * kc][2], w[2 * kc][3]),
-        pack<T>(w[2 * kc + 1][0], w[2 * kc + 1][1]), pack<T>(w[2 * kc + 1][2], w[2 * kc + 1][3])};
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      const uint32_t fb[2] = {column_pair_at(b, ld16(D), kc * 16 + quad * 2, dt * 8 + group),
-                              column_pair_at(b, ld16(D), kc * 16 + quad * 2 + 8, dt * 8 + group)};
-      mma_16x8x16<T>(out[dt], fa, fb);
-    }
-  }
-}
 
 // Rows `first`, `first` + 8 of a part of dqkv (this lane's two rows of the
 // warp's 16): acc[dt] times `factor`, rounded, where the row is before `tokens`.
