@@ -65,14 +65,18 @@ TEST_CASE("attention matches a naive double-precision reference", "[attention][a
   REQUIRE(loom::test::out_of_tolerance(got, want, 2e-6, 2e-5) == "");
 }
 
-TEST_CASE("attention passes the finite-difference gradient check", "[attention][attn]") {
-  for (int64_t heads : {1, 2}) {
-    CausalSelfAttention attention("h.0.attn", heads);
-    const Tensor qkv = loom::test::random_tensor({2, 5, 3 * 4}, DType::f32, 3, -1.0f, 1.0f);
-    loom::nn::testing::GradCheckOptions options;
-    options.samples = 120;  // every element of the input
-    INFO("heads " << heads);
-    loom::nn::testing::check_module_gradients(attention, qkv, options);
+TEST_CASE("attention passes the finite-difference gradient check, both kernels",
+          "[attention][attn]") {
+  for (const auto kernel :
+       {loom::nn::AttentionKernel::materialized, loom::nn::AttentionKernel::fused}) {
+    for (int64_t heads : {1, 2}) {
+      CausalSelfAttention attention("h.0.attn", heads, kernel);
+      const Tensor qkv = loom::test::random_tensor({2, 5, 3 * 4}, DType::f32, 3, -1.0f, 1.0f);
+      loom::nn::testing::GradCheckOptions options;
+      options.samples = 120;  // every element of the input
+      INFO(loom::nn::attention_kernel_name(kernel) << ", heads " << heads);
+      loom::nn::testing::check_module_gradients(attention, qkv, options);
+    }
   }
 }
 
