@@ -179,6 +179,7 @@ loom_train_gpt_compare(pipeline ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdl
     "2|--layers 4|--pp 2 --schedule zb-h1 --micro-batches 4 --activation-checkpointing"
     "2|--layers 4|--pp 2 --schedule 1f1b --micro-batches 4 --checkpoint-stages 0"
     "2|--layers 4|--pp 2 --schedule zb-v --micro-batches 4 --checkpoint-attention"
+    "2|--layers 4|--pp 2 --schedule zb-h1 --micro-batches 4 --attention fused"
     "2|--layers 4|--pp 2 --schedule 1f1b --micro-batches 2 --stage-layers 4,0"
     "4|--layers 4|--pp 4 --schedule 1f1b --micro-batches 4"
     "4|--layers 8|--pp 4 --schedule zb-v --micro-batches 4"
@@ -204,7 +205,8 @@ loom_train_gpt_compare(dp ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.
         "2|--layers 2|--micro-batches 2 --zero-stage 2 --no-overlap-param-gather"
         "2|--layers 2|--micro-batches 2 --zero-stage 3"
         "2|--layers 2|--zero-stage 3 --activation-checkpointing"
-        "2|--layers 2|--micro-batches 2 --zero-stage 3 --checkpoint-attention")
+        "2|--layers 2|--micro-batches 2 --zero-stage 3 --checkpoint-attention"
+        "2|--layers 2|--zero-stage 3 --activation-checkpointing --attention fused")
 
 # Hybrid sharding (--zero-shard-size: the ZeRO state sharded over groups of
 # dp ranks and replicated over the groups) reproduces one rank to the printed
