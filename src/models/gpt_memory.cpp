@@ -115,4 +115,21 @@ GPTActivationBytes gpt_activation_bytes(const GPTConfig& config, int64_t rows, i
   return out;
 }
 
+double gpt_attention_transient_bytes(const GPTConfig& config, int64_t rows, int64_t tokens,
+                                     int tp) {
+  if (config.attention == nn::AttentionKernel::fused) return 0.0;
+  LOOM_CHECK(tp >= 1 && config.heads % tp == 0, "GPT attention transient bytes: tp ", tp,
+             " does not divide ", config.heads, " attention heads");
+  const nn::Precision& precision = config.module.precision;
+  // The probabilities' dtype: the attention's input's (gpt_activation_bytes' `handed`).
+  const double probability = precision.reduced() && precision.activations == precision.matmul
+                                 ? bytes_of(precision.matmul)
+                                 : bytes_of(config.module.dtype);
+  constexpr double f32 = 4;
+  const double scores = static_cast<double>(rows) * static_cast<double>(config.heads / tp) *
+                        static_cast<double>(tokens) * static_cast<double>(tokens);
+  return scores * (f32 + (probability < f32 ? probability : 0.0) +
+                   (config.checkpoint_attention ? probability : 0.0));
+}
+
 }  // namespace loom::models

@@ -409,6 +409,10 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
                                                               layout.sequence_parallel)
                                      .block
                                : 0.0;
+  // The materialised attention's score matrices while one block runs its
+  // backward (models::gpt_attention_transient_bytes).
+  const double attention_transient =
+      models::gpt_attention_transient_bytes(config, micro_rows, seq, layout.tp);
   // As the pipeline executor and train_gpt keep them (NOTE [activation bytes
   // convention] in models/gpt_memory.hpp): the loss's backward runs at once
   // (dlogits kept instead of the logits and the loss's state), and the
@@ -460,7 +464,8 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
         (layout.pp > 1 ? in_flight[static_cast<size_t>(r)] : 1) * largest_chunk;
     // The receives the executor keeps posted ahead (ExecutorOptions::
     // receives_ahead, 2) and a message being sent.
-    double transient = recomputed_block + weight_copies + (layout.pp > 1 ? 3.0 * message : 0.0);
+    double transient = recomputed_block + weight_copies + attention_transient +
+                       (layout.pp > 1 ? 3.0 * message : 0.0);
     if (cluster.packs_weights && scoped) {
       // Every weight matrix of the rank's chunks, packed in the matmul dtype
       // twice, as the forward's transposed operand and as the input

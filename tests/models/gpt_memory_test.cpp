@@ -303,3 +303,35 @@ TEST_CASE("GPT activation bytes: bad sizes are named", "[gpt][memory]") {
   CHECK_THROWS_WITH(models::gpt_activation_bytes(four, 1, 9, 2, true),
                     Contains("tp = 2 does not divide 9 tokens"));
 }
+
+TEST_CASE("GPT attention transient bytes: what the materialised attention's backward holds",
+          "[gpt][memory]") {
+  // One block's attention alone, on the host: the backward's peak above what
+  // was allocated before it is the predicted transient (the score-sized
+  // buffers) plus its O(B T C) buffers: the split output gradient, the q, k,
+  // v gradients head-major, and the merged input gradient (7 B T C elements).
+  const int64_t rows = 2, tokens = 32, heads = 2, channels = 64;
+  for (const char* precision : {"fp32", "bf16"}) {
+    GPTConfig config;
+    config.heads = heads;
+    config.d_model = channels;
+    config.seq_len = tokens;
+    config.module.precision = nn::precision_from_string(precision);
+    const DType dtype = config.module.precision.reduced() ? DType::bf16 : DType::f32;
+    INFO(precision);
+    nn::CausalSelfAttention attention("attn", heads);
+    const Tensor qkv = Tensor::full({rows, tokens, 3 * channels}, 0.5).to(dtype);
+    const Tensor dy = Tensor::full({rows, tokens, channels}, 0.5).to(dtype);
+    Allocator& host = allocator_for(Device::cpu());
+    nn::Tape tape;
+    attention.forward(qkv, tape);
+    const size_t before = host.stats().allocated_bytes;
+    host.reset_peak_stats();
+    const Tensor dqkv = attention.backward_input(dy, tape);
+    const double peak = static_cast<double>(host.stats().peak_allocated_bytes - before);
+    const double buffers = 7.0 * rows * tokens * channels * static_cast<double>(dtype_size(dtype));
+    CHECK(peak == models::gpt_attention_transient_bytes(config, rows, tokens) + buffers);
+    config.attention = nn::AttentionKernel::fused;
+    CHECK(models::gpt_attention_transient_bytes(config, rows, tokens) == 0.0);
+  }
+}

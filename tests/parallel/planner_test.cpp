@@ -377,6 +377,9 @@ TEST_CASE("planner: the fused attention keeps a log-sum-exp where the probabilit
   CHECK(plain.activation_bytes - fused.activation_bytes ==
         Approx((8.0 * 4 * 16 * 16 - 8.0 * 4 * 16) * 4 * layers));
   CHECK(fused.compute == plain.compute);  // the same products, nothing recomputed
+  // The materialised attention's backward holds an f32 probability gradient
+  // (the softmax backward in place in f32) as a transient, the fused one none.
+  CHECK(plain.transient_bytes - fused.transient_bytes == Approx(8.0 * 4 * 16 * 16 * 4));
   CHECK_THAT(planner::estimate(work, c, {.checkpoint_attention = true}).refused,
              Contains("--checkpoint-attention is not with --attention fused"));
   for (const planner::Estimate& e : planner::plan(work, simple_cluster(1, 2))) {

@@ -69,4 +69,14 @@ struct GPTActivationBytes {
 GPTActivationBytes gpt_activation_bytes(const GPTConfig& config, int64_t rows, int64_t tokens,
                                         int tp = 1, bool sequence_parallel = false);
 
+// The materialised attention's working memory beyond what the tape keeps,
+// while one block's attention runs its backward (NOTE [attention precision]
+// in src/nn/attention.cpp): the f32 probability gradient and, with 16-bit
+// probabilities, the rounded score gradient beside it (in f32 the softmax
+// backward runs in place); under checkpoint_attention also the recomputed
+// probabilities. Bytes on one rank of a tp group, rows sequences of `tokens`;
+// 0 for the fused attention. The O(B T C) buffers of the pass are not counted.
+double gpt_attention_transient_bytes(const GPTConfig& config, int64_t rows, int64_t tokens,
+                                     int tp = 1);
+
 }  // namespace loom::models
