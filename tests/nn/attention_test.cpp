@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "../kernels/kernel_test_util.hpp"
@@ -150,29 +151,35 @@ TEST_CASE("attention counts the causal half of its GEMM work", "[attention][attn
   CHECK(after_forward.bytes > before.bytes);
 }
 
-TEST_CASE("attention in bf16 and f16 stays within the 16-bit tolerance of f32 on the same inputs",
-          "[attention][attn][precision]") {
-  // 16-bit q, k, v: 16-bit operands, f32 scores and softmax, P and the outputs
-  // rounded once (NOTE [attention precision]). Against the f32 attention on
-  // the same (rounded) inputs and output gradient: each output element sums
-  // products of values rounded once or twice (P, then the result), so the
-  // error is a few units of 2^-9 (bf16) relative to the largest element.
-  const int64_t B = 2, T = 37, C = 32, H = 2;
-  for (DType dtype : {DType::bf16, DType::f16}) {
-    INFO(dtype);
-    const Tensor qkv =
-        loom::test::random_tensor({B, T, 3 * C}, DType::f32, 41, -2.0f, 2.0f).to(dtype);
-    const Tensor dy = loom::test::random_tensor({B, T, C}, DType::f32, 42, -1.0f, 1.0f).to(dtype);
-    CausalSelfAttention narrow("attn", H), wide("attn", H);
-    Tape narrow_tape, wide_tape;
-    const Tensor y = narrow.forward(qkv, narrow_tape);
-    const Tensor y_wide = wide.forward(qkv.to(DType::f32), wide_tape);
-    REQUIRE(y.dtype() == dtype);
-    const Tensor dqkv = narrow.backward_input(dy, narrow_tape);
-    const Tensor dqkv_wide = wide.backward_input(dy.to(DType::f32), wide_tape);
-    REQUIRE(dqkv.dtype() == dtype);
+TEST_CASE(
+    "attention in bf16 and f16 stays within the 16-bit tolerance of f32 on the same inputs, "
+    "both kernels",
+    "[attention][attn][precision]") {
+  // 16-bit q, k, v: 16-bit operands, f32 scores and softmax, P (and dS) rounded
+  // for their products, each output rounded once (NOTE [attention precision]).
+  // Against the f32 attention on the same (rounded) inputs and output
+  // gradient: each output element sums products of values rounded once or
+  // twice, so the error is a few units of 2^-9 (bf16) relative to the largest
+  // element. The fused kernel at 70 tokens, across its 64-row blocks.
+  const int64_t B = 2, C = 32, H = 2;
+  for (const auto& [kernel, T] : {std::pair{loom::nn::AttentionKernel::materialized, int64_t{37}},
+                                  std::pair{loom::nn::AttentionKernel::fused, int64_t{70}}}) {
+    for (DType dtype : {DType::bf16, DType::f16}) {
+      INFO(loom::nn::attention_kernel_name(kernel) << ", " << dtype);
+      const Tensor qkv =
+          loom::test::random_tensor({B, T, 3 * C}, DType::f32, 41, -2.0f, 2.0f).to(dtype);
+      const Tensor dy = loom::test::random_tensor({B, T, C}, DType::f32, 42, -1.0f, 1.0f).to(dtype);
+      CausalSelfAttention narrow("attn", H, kernel), wide("attn", H);
+      Tape narrow_tape, wide_tape;
+      const Tensor y = narrow.forward(qkv, narrow_tape);
+      const Tensor y_wide = wide.forward(qkv.to(DType::f32), wide_tape);
+      REQUIRE(y.dtype() == dtype);
+      const Tensor dqkv = narrow.backward_input(dy, narrow_tape);
+      const Tensor dqkv_wide = wide.backward_input(dy.to(DType::f32), wide_tape);
+      REQUIRE(dqkv.dtype() == dtype);
 
-    CHECK(loom::test::within_16bit_units(y, y_wide, dtype) == "");
-    CHECK(loom::test::within_16bit_units(dqkv, dqkv_wide, dtype) == "");
+      CHECK(loom::test::within_16bit_units(y, y_wide, dtype) == "");
+      CHECK(loom::test::within_16bit_units(dqkv, dqkv_wide, dtype) == "");
+    }
   }
 }
