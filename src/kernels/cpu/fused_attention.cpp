@@ -36,6 +36,10 @@ constexpr int64_t kQueryBlock = 64;
 constexpr int64_t kKeyBlock = 128;
 
 using Row = Eigen::Map<Eigen::ArrayXf>;
+// f32 panels whose rows Row maps: 64-byte aligned, so that rows of a multiple
+// of 16 floats start aligned and Eigen's loops peel no scalar elements (a
+// scalar exp each) off their fronts.
+using Floats = std::vector<float, Eigen::aligned_allocator<float>>;
 
 // One (batch, head) matrix's rows of one part of a packed tensor: row t at
 // base + t * row_stride, head_dim contiguous elements.
@@ -74,13 +78,41 @@ int64_t visible_keys(int64_t i0, int64_t r, int64_t j0, int64_t cols) {
   return std::clamp<int64_t>(i0 + r - j0 + 1, 0, cols);
 }
 
+// The keys of a row past `visible` are masked: P and dS are exactly 0 there.
+// The row's arithmetic runs over the whole row first (vectorised without a
+// scalar tail on the diagonal blocks) and its values there are dropped.
+void mask_after(int64_t visible, float* row, int64_t cols) {
+  std::fill(row + visible, row + cols, 0.0f);
+}
+
+// a . b over n elements in f32, summed in 16 independent lanes (which the
+// compiler vectorises; one running sum it may not reorder), then across them.
+template <typename T>
+float row_dot(const T* a, const T* b, int64_t n) {
+  constexpr int kLanes = 16;
+  float lanes[kLanes] = {};
+  int64_t e = 0;
+  for (; e + kLanes <= n; e += kLanes) {
+    for (int l = 0; l < kLanes; ++l) lanes[l] += load_float(a[e + l]) * load_float(b[e + l]);
+  }
+  float sum = 0.0f;
+  for (; e < n; ++e) sum += load_float(a[e]) * load_float(b[e]);
+  for (const float lane : lanes) sum += lane;
+  return sum;
+}
+
+template <typename T>
+void store_row(const float* in, int64_t cols, T* out) {
+  for (int64_t c = 0; c < cols; ++c) out[c] = store_float<T>(in[c]);
+}
+
 template <typename T>
 void forward(const detail::FusedAttentionArgs& a) {
   const int64_t n = a.tokens, d = a.head_dim, c3 = 3 * a.channels();
   const T* qkv = static_cast<const T*>(a.qkv);
   T* y = static_cast<T*>(a.y);
   std::vector<T> q, k, v, p(static_cast<size_t>(kQueryBlock * kKeyBlock));
-  std::vector<float> acc(static_cast<size_t>(kQueryBlock * d)),
+  Floats acc(static_cast<size_t>(kQueryBlock * d)),
       scores(static_cast<size_t>(kQueryBlock * kKeyBlock));
   float m[kQueryBlock], l[kQueryBlock];
   for (int64_t b = 0; b < a.batch; ++b) {
@@ -100,20 +132,22 @@ void forward(const detail::FusedAttentionArgs& a) {
           product(rows, cols, d, q.data() + i0 * d, false, k.data() + j0 * d, true, scores.data(),
                   false);
           for (int64_t r = 0; r < rows; ++r) {
-            Row s(scores.data() + r * cols, cols);
-            T* p_row = p.data() + r * cols;
+            float* s = scores.data() + r * cols;
             const int64_t visible = visible_keys(i0, r, j0, cols);
-            std::fill(p_row + visible, p_row + cols, store_float<T>(0.0f));
-            if (visible == 0) continue;
-            auto x = s.head(visible);
-            x *= a.scale;
-            const float m_new = std::max(m[r], x.maxCoeff());
-            const float alpha = std::exp(m[r] - m_new);  // 0 on the first block (m = -inf)
-            x = (x - m_new).exp();
-            l[r] = l[r] * alpha + x.sum();
-            m[r] = m_new;
-            for (int64_t c = 0; c < visible; ++c) p_row[c] = store_float<T>(x[c]);
-            if (j0 > 0) Row(acc.data() + r * d, d) *= alpha;
+            if (visible == 0) {
+              std::fill(s, s + cols, 0.0f);
+            } else {
+              Row x(s, cols);
+              x *= a.scale;
+              const float m_new = std::max(m[r], x.head(visible).maxCoeff());
+              const float alpha = std::exp(m[r] - m_new);  // 0 on the first block (m = -inf)
+              x = (x - m_new).exp();
+              mask_after(visible, s, cols);
+              l[r] = l[r] * alpha + x.sum();
+              m[r] = m_new;
+              if (j0 > 0) Row(acc.data() + r * d, d) *= alpha;
+            }
+            store_row(s, cols, p.data() + r * cols);
           }
           // The first block sets the sums (alpha is 0 there), the next ones add.
           product(rows, d, cols, p.data(), false, v.data() + j0 * d, false, acc.data(), j0 > 0);
@@ -138,8 +172,8 @@ void backward(const detail::FusedAttentionArgs& a) {
   T* dqkv = static_cast<T*>(a.dqkv);
   std::vector<T> q, k, v, g, p(static_cast<size_t>(kQueryBlock * kKeyBlock)),
       ds(static_cast<size_t>(kQueryBlock * kKeyBlock));
-  std::vector<float> dq, dk, dv, delta(static_cast<size_t>(n)),
-      scores(static_cast<size_t>(kQueryBlock * kKeyBlock)),
+  std::vector<float> dq, dk, dv, delta(static_cast<size_t>(n));
+  Floats scores(static_cast<size_t>(kQueryBlock * kKeyBlock)),
       dprobs(static_cast<size_t>(kQueryBlock * kKeyBlock));
   for (int64_t b = 0; b < a.batch; ++b) {
     for (int64_t h = 0; h < a.heads; ++h) {
@@ -149,11 +183,7 @@ void backward(const detail::FusedAttentionArgs& a) {
       gather(Rows<const T>{base + 2 * c, c3}, n, d, v);
       gather(Rows<const T>{dy + b * n * c + h * d, c}, n, d, g);
       const T* o = y + b * n * c + h * d;
-      for (int64_t t = 0; t < n; ++t) {
-        float sum = 0.0f;
-        for (int64_t e = 0; e < d; ++e) sum += load_float(g[t * d + e]) * load_float(o[t * c + e]);
-        delta[t] = sum;
-      }
+      for (int64_t t = 0; t < n; ++t) delta[t] = row_dot(g.data() + t * d, o + t * c, d);
       const float* lse = a.lse_in + (b * a.heads + h) * n;
       dq.assign(static_cast<size_t>(n * d), 0.0f);
       dk.assign(static_cast<size_t>(n * d), 0.0f);
@@ -167,21 +197,15 @@ void backward(const detail::FusedAttentionArgs& a) {
           product(rows, cols, d, g.data() + i0 * d, false, v.data() + j0 * d, true, dprobs.data(),
                   false);
           for (int64_t r = 0; r < rows; ++r) {
-            Row s(scores.data() + r * cols, cols), dp(dprobs.data() + r * cols, cols);
-            T* p_row = p.data() + r * cols;
-            T* ds_row = ds.data() + r * cols;
+            float* s = scores.data() + r * cols;
             const int64_t visible = visible_keys(i0, r, j0, cols);
-            std::fill(p_row + visible, p_row + cols, store_float<T>(0.0f));
-            std::fill(ds_row + visible, ds_row + cols, store_float<T>(0.0f));
-            if (visible == 0) continue;
-            auto prob = s.head(visible);
+            Row prob(s, cols), grad(dprobs.data() + r * cols, cols);
             prob = (prob * a.scale - lse[i0 + r]).exp();
-            auto grad = dp.head(visible);
+            mask_after(visible, s, cols);
             grad = prob * (grad - delta[i0 + r]);
-            for (int64_t col = 0; col < visible; ++col) {
-              p_row[col] = store_float<T>(prob[col]);
-              ds_row[col] = store_float<T>(grad[col]);
-            }
+            mask_after(visible, grad.data(), cols);
+            store_row(s, cols, p.data() + r * cols);
+            store_row(grad.data(), cols, ds.data() + r * cols);
           }
           product(cols, d, rows, p.data(), true, g.data() + i0 * d, false, dv.data() + j0 * d,
                   true);  // dv += P^T dy
