@@ -47,7 +47,7 @@ inline int64_t benchmark_batch_size(const std::string& name) {
 // attention computes.
 inline std::unique_ptr<nn::Module> make_benchmark_model(
     const std::string& name, nn::Precision precision = {}, Device device = Device::cpu(),
-    nn::AttentionKernel attention = nn::AttentionKernel::materialized) {
+    nn::AttentionKernel attention = nn::AttentionKernel::automatic) {
   LOOM_CHECK(is_benchmark_model(name), "model '", name,
              "' is not one of gpt, resnet, gpt2, resnet50");
   if (is_gpt_model(name)) {

@@ -223,11 +223,11 @@ int main(int argc, char** argv) {
   app.add_option("--device", device_name,
                  "cpu, or cuda (Loom and the peer on CUDA device 0, steps synchronised)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  std::string attention = "materialized";
+  std::string attention = "auto";
   app.add_option("--attention", attention,
-                 "how Loom's GPT attention computes: materialized, or fused (the scores never "
-                 "stored; on CUDA bf16 only)")
-      ->check(CLI::IsMember({"materialized", "fused"}));
+                 "how Loom's GPT attention computes: auto (fused on the host, materialized on "
+                 "CUDA), materialized, or fused (the scores never stored; on CUDA bf16 only)")
+      ->check(CLI::IsMember({"auto", "materialized", "fused"}));
   app.add_flag("--no-peer", no_peer, "time Loom only");
   app.add_flag(
       "--profile", profile,

@@ -23,7 +23,10 @@ endfunction()
 # batch: every logged loss and gradient norm, and the validation loss, to
 # the last printed digit (tests/support/compare_train_runs.py). With the tanh
 # GELU too, also under zb-h1's split backward (c_fc's GELU and its derivative
-# fused into the products either side: NOTE [fused activation]).
+# fused into the products either side: NOTE [fused activation]). The host's
+# default attention is the fused one (--attention auto); the materialised one
+# is checked here, under pp, ZeRO-3 and bf16 below, and with
+# --checkpoint-attention.
 loom_train_gpt_compare(tp ${CMAKE_CURRENT_BINARY_DIR}/tensor_parallel/python_stdlib_tp.tokens
   COMMON --layers 2 --d-model 64 --heads 4 --seq 32 --batch 4 --steps 8 --log-every 1
          --eval-every 0 --eval-batches 2
@@ -31,7 +34,7 @@ loom_train_gpt_compare(tp ${CMAKE_CURRENT_BINARY_DIR}/tensor_parallel/python_std
         "4||--tp 2 --sequence-parallel --zero-stage 1" "4||--tp 2 --zero-stage 3"
         "2|--gelu tanh|--tp 2 --sequence-parallel"
         "2|--gelu tanh|--pp 2 --schedule zb-h1 --micro-batches 2"
-        "1||--attention fused" "2||--tp 2 --sequence-parallel --attention fused")
+        "1||--attention materialized" "2||--tp 2 --sequence-parallel --attention materialized")
 
 # The same on CUDA, where a GPU is present (skipped elsewhere, by the message
 # of a process that sees no device): two processes sharing one GPU, the mpi
@@ -179,7 +182,7 @@ loom_train_gpt_compare(pipeline ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdl
     "2|--layers 4|--pp 2 --schedule zb-h1 --micro-batches 4 --activation-checkpointing"
     "2|--layers 4|--pp 2 --schedule 1f1b --micro-batches 4 --checkpoint-stages 0"
     "2|--layers 4|--pp 2 --schedule zb-v --micro-batches 4 --checkpoint-attention"
-    "2|--layers 4|--pp 2 --schedule zb-h1 --micro-batches 4 --attention fused"
+    "2|--layers 4|--pp 2 --schedule zb-h1 --micro-batches 4 --attention materialized"
     "2|--layers 4|--pp 2 --schedule 1f1b --micro-batches 2 --stage-layers 4,0"
     "4|--layers 4|--pp 4 --schedule 1f1b --micro-batches 4"
     "4|--layers 8|--pp 4 --schedule zb-v --micro-batches 4"
@@ -206,7 +209,7 @@ loom_train_gpt_compare(dp ${CMAKE_CURRENT_BINARY_DIR}/pipeline/python_stdlib_pp.
         "2|--layers 2|--micro-batches 2 --zero-stage 3"
         "2|--layers 2|--zero-stage 3 --activation-checkpointing"
         "2|--layers 2|--micro-batches 2 --zero-stage 3 --checkpoint-attention"
-        "2|--layers 2|--zero-stage 3 --activation-checkpointing --attention fused")
+        "2|--layers 2|--zero-stage 3 --activation-checkpointing --attention materialized")
 
 # Hybrid sharding (--zero-shard-size: the ZeRO state sharded over groups of
 # dp ranks and replicated over the groups) reproduces one rank to the printed
@@ -316,7 +319,7 @@ loom_train_gpt_compare(precision ${CMAKE_CURRENT_BINARY_DIR}/precision/python_st
          --eval-batches 2 --precision bf16
   CASES "2|--layers 2|--zero-stage 1" "2|--layers 2|--zero-stage 3" "2|--layers 2|--tp 2"
         "2|--layers 2|--tp 2 --sequence-parallel"
-        "2|--layers 2 --attention fused|--tp 2 --sequence-parallel --zero-stage 1"
+        "2|--layers 2 --attention materialized|--tp 2 --sequence-parallel --zero-stage 1"
         "2|--layers 2 --gelu tanh|--pp 2 --schedule zb-h1 --micro-batches 2"
         "4|--layers 4|--tp 2 --pp 2 --schedule 1f1b --micro-batches 2")
 # ResNet-18 on the digits (train_resnet's defaults, 8 epochs) in bf16: the

@@ -100,6 +100,7 @@ planner::Cluster cluster_preset(const std::string& name, int nodes, bool bf16) {
     c.inter_node_bandwidth = inter;
     c.latency = 20e-6;
     c.memory_bandwidth = r.bandwidth;
+    c.device = loom::Device::cuda(0);
   };
   if (name == "h100-sxm") {
     gpu("NVIDIA H100 80GB HBM3", 360e9, 45e9);
@@ -182,7 +183,9 @@ std::string model_flags(const planner::Workload& work, const planner::Layout& la
               m.seq_len, " --vocab ", m.vocab, " --batch ", work.batch / layout.dp, " --precision ",
               loom::nn::precision_name(m.module.precision));
   if (m.gelu == loom::kernels::Activation::gelu_tanh) s += " --gelu tanh";
-  if (m.attention == loom::nn::AttentionKernel::fused) s += " --attention fused";
+  if (m.attention != loom::nn::AttentionKernel::automatic) {
+    s += str_cat(" --attention ", loom::nn::attention_kernel_name(m.attention));
+  }
   const std::string rest = layout.flags();
   return rest.empty() ? s : s + " " + rest;
 }
@@ -217,12 +220,13 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", vocab)->check(CLI::PositiveNumber);
   app.add_option("--batch", batch, "sequences per step over all replicas (default 512)")
       ->check(CLI::PositiveNumber);
-  std::string attention = "materialized";
+  std::string attention = "auto";
   app.add_option("--attention", attention,
-                 "how the attention computes: materialized (the [batch, heads, seq, seq] "
-                 "probabilities kept for backward; the default) or fused (one float per row and "
-                 "head; docs/nn.md)")
-      ->check(CLI::IsMember({"materialized", "fused"}));
+                 "how the attention computes: auto (the default: fused on the host cluster, "
+                 "materialized on GPUs), materialized (the [batch, heads, seq, seq] "
+                 "probabilities kept for backward) or fused (one float per row and head; "
+                 "docs/nn.md)")
+      ->check(CLI::IsMember({"auto", "materialized", "fused"}));
   app.add_option("--precision", precision, "fp32 or bf16 (default bf16)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--cluster", cluster_name, "h100-sxm, a100-sxm or host (default h100-sxm)");

@@ -50,6 +50,7 @@ inline parallel::planner::Cluster this_cluster(const Context& launch, Device dev
   c.intra_node_bandwidth = c.inter_node_bandwidth = std::max(bus_bandwidth, 1.0);
   c.latency = device.is_cpu() ? 50e-6 : 20e-6;
   c.packs_weights = device.is_cpu();
+  c.device = device;
   // The host's memory bandwidth is shared by the ranks on it.
   c.memory_bandwidth =
       std::max(roofline.bandwidth, 1.0) / (device.is_cpu() ? c.devices_per_node : 1);

@@ -262,11 +262,11 @@ int run(Flags f) {
   examples::say_on(
       lead,
       "GPT: %lld layers, d_model %lld, %lld heads, seq %lld, vocab %lld, %.2fM parameters, %s "
-      "GELU; matrix products in %s\n",
+      "GELU; matrix products in %s; %s attention\n",
       static_cast<long long>(config.layers), static_cast<long long>(config.d_model),
       static_cast<long long>(config.heads), static_cast<long long>(config.seq_len),
       static_cast<long long>(config.vocab), config.parameter_count() / 1e6, f.gelu.c_str(),
-      f.precision.c_str());
+      f.precision.c_str(), nn::attention_kernel_name(config.attention_kernel()));
   examples::say_on(lead, "data: %s, %lld tokens (%s), train %lld, unigram baseline %.3f nats\n",
                    f.token_file.c_str(), static_cast<long long>(file->size()),
                    file->from_llmc() ? "llm.c's file, GPT-2 tokens" : "byte-level",

@@ -233,11 +233,12 @@ void add_flags(CLI::App& app, Flags& f) {
                "seq, seq] probabilities, and recompute the attention in backward (less memory "
                "for long sequences, one more attention forward per block)");
   app.add_option("--attention", f.attention,
-                 "how each block's attention computes: materialized (the [batch, heads, seq, "
-                 "seq] scores written and the probabilities kept for backward) or fused (one "
-                 "kernel that never stores them, keeping one float per row and head; on CUDA "
-                 "bf16 and fp16 with head sizes 32, 64, 128)")
-      ->check(CLI::IsMember({"materialized", "fused"}));
+                 "how each block's attention computes: auto (the default: fused on the host, "
+                 "materialized on CUDA), materialized (the [batch, heads, seq, seq] scores "
+                 "written and the probabilities kept for backward) or fused (one kernel that "
+                 "never stores them, keeping one float per row and head; on CUDA bf16 and fp16 "
+                 "with head sizes 32, 64, 128)")
+      ->check(CLI::IsMember({"auto", "materialized", "fused"}));
   app.add_option("--checkpoint-stages", f.checkpoint_stages,
                  "with --pp: recompute the blocks of these pipeline stages only (0: the first, "
                  "which holds the most micro-batches in flight under 1f1b), e.g. 0,1")

@@ -51,10 +51,10 @@ struct Flags {
   int64_t save_every = 0;              // save every N steps (0: never)
   bool resume = false;    // start from the newest complete checkpoint in checkpoint_dir
   std::string init_from;  // initial weights: a safetensors file (checkpoint::load_weights)
-  bool activation_checkpointing = false;   // GPTConfig::checkpoint_blocks
-  std::vector<int> checkpoint_stages;      // with --pp: only these stages' blocks
-  bool checkpoint_attention = false;       // GPTConfig::checkpoint_attention (selective)
-  std::string attention = "materialized";  // GPTConfig::attention: materialized or fused
+  bool activation_checkpointing = false;  // GPTConfig::checkpoint_blocks
+  std::vector<int> checkpoint_stages;     // with --pp: only these stages' blocks
+  bool checkpoint_attention = false;      // GPTConfig::checkpoint_attention (selective)
+  std::string attention = "auto";         // GPTConfig::attention: auto, materialized or fused
 
   // Whether pipeline stage `stage` recomputes its blocks in backward.
   bool checkpoints(int stage) const {

@@ -52,7 +52,11 @@ std::unique_ptr<nn::Module> attention_branch(const std::string& block, const GPT
   branch->emplace<nn::LayerNorm>(block + ".ln_1", c.d_model, kLayerNormEps, c.module);
   branch->add(layers.linear(Role::attn_qkv, block + ".attn.c_attn", c.d_model, 3 * c.d_model,
                             handing_linear(c)));
-  std::unique_ptr<nn::Module> core = layers.attention(block + ".attn.core", c.heads, c.attention);
+  // automatic stays automatic (the module resolves it per call, by where its
+  // input lives) but under checkpoint_attention.
+  const nn::AttentionKernel kernel =
+      c.checkpoint_attention ? nn::AttentionKernel::materialized : c.attention;
+  std::unique_ptr<nn::Module> core = layers.attention(block + ".attn.core", c.heads, kernel);
   if (c.checkpoint_attention) {
     core = std::make_unique<nn::Checkpoint>(block + ".attn.core.checkpoint", std::move(core));
   }
@@ -139,6 +143,18 @@ void GPTConfig::validate() const {
 int64_t GPTConfig::parameter_count() const {
   const int64_t d = d_model;
   return (vocab + seq_len) * d + layers * (12 * d * d + 13 * d) + 2 * d;
+}
+
+DType GPTConfig::attention_dtype() const {
+  const nn::Precision& p = module.precision;
+  return p.reduced() && p.activations == p.matmul ? p.matmul : module.dtype;
+}
+
+nn::AttentionKernel GPTConfig::attention_kernel() const {
+  if (attention == nn::AttentionKernel::automatic && checkpoint_attention) {
+    return nn::AttentionKernel::materialized;
+  }
+  return nn::resolve_attention_kernel(attention, module.device, attention_dtype(), d_model / heads);
 }
 
 // ---- layers and blocks ----------------------------------------------------------------------

@@ -14,7 +14,8 @@ namespace loom::models {
 //   GELU on e elements: 5 e forward, 10 e backward; add, dropout: e each
 //   attention: 2 (forward) or 4 (backward) GEMMs of 2 hd flops per unmasked
 //     (query, key) pair, and 5 per pair for the softmax (NOTE [causal FLOPs]
-//     in src/nn/attention.cpp)
+//     in src/nn/attention.cpp); the fused kernel's backward a fifth, the
+//     scores recomputed
 //   embedding: no flops forward, one per element of the table rows written
 //   cross-entropy on n x V logits: 4 n V forward, 4 n V backward
 GPTFlops gpt_flops(const GPTConfig& config, int64_t rows, int64_t tokens) {
@@ -51,6 +52,10 @@ GPTFlops gpt_flops(const GPTConfig& config, int64_t rows, int64_t tokens) {
   out.block.backward_weight = gemm + (5 + 8) * nd;
   if (config.checkpoint_blocks) out.block.backward_input += out.block.forward;
   if (config.checkpoint_attention) out.block.backward_input += attention_forward;
+  // The fused attention's backward recomputes the scores (its fifth product).
+  if (config.attention_kernel() == nn::AttentionKernel::fused) {
+    out.block.backward_input += 2.0 * pairs * head_dim;
+  }
 
   // ln_f, x @ wte^T, then the loss's forward and backward.
   const double projection = 2.0 * n * d * vocab;

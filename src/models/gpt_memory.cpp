@@ -93,7 +93,7 @@ GPTActivationBytes gpt_activation_bytes(const GPTConfig& config, int64_t rows, i
                 + local * d * stream;     // the output: the MLP residual's sum
     if (config.checkpoint_attention) {
       // Recomputed in backward: nothing kept beyond the input counted above.
-    } else if (config.attention == nn::AttentionKernel::fused) {
+    } else if (config.attention_kernel() == nn::AttentionKernel::fused) {
       out.block += static_cast<double>(rows) * heads * t * f32;  // the log-sum-exp
       if (handed != matmul) out.block += n * width * handed;     // its own output
     } else {
@@ -117,7 +117,7 @@ GPTActivationBytes gpt_activation_bytes(const GPTConfig& config, int64_t rows, i
 
 double gpt_attention_transient_bytes(const GPTConfig& config, int64_t rows, int64_t tokens,
                                      int tp) {
-  if (config.attention == nn::AttentionKernel::fused) return 0.0;
+  if (config.attention_kernel() == nn::AttentionKernel::fused) return 0.0;
   LOOM_CHECK(tp >= 1 && config.heads % tp == 0, "GPT attention transient bytes: tp ", tp,
              " does not divide ", config.heads, " attention heads");
   const nn::Precision& precision = config.module.precision;

@@ -31,6 +31,21 @@
 // that input, the output (the same tensor c_proj keeps as its input when the
 // dtypes agree) and the f32 log-sum-exp of each row: B H T floats in place
 // of B H T^2 probabilities.
+//
+// NOTE [automatic attention]
+// AttentionKernel::automatic (the default of CausalSelfAttention and of
+// GPTConfig) picks per call what was measured faster where the input lives.
+// On the host the fused kernel is as fast as the materialised one at 128
+// tokens and faster beyond (0.5-0.7x at 512 tokens, kernel_bench's attention
+// rows; docs/benchmarks.md) in every dtype, and keeps a float per row where
+// the other keeps T: fused. On CUDA the materialised one, until the fused CUDA
+// kernels (written, checked under tests/cuda_emulation) have run and been
+// measured on a GPU. The choice depends only on the device, the dtype and
+// the head size, so every rank of a layout (same dtype, same device kind)
+// runs the same kernel; a backward runs the kernel whose state its forward
+// left on the tape. A GPT with checkpoint_attention resolves it to the
+// materialised kernel (GPTConfig::attention_kernel): recomputing the
+// attention only pays where the probabilities are kept.
 #include "loom/nn/attention.hpp"
 
 #include <cmath>
@@ -86,13 +101,29 @@ constexpr DType kScoreDtype = DType::f32;
 }  // namespace
 
 const char* attention_kernel_name(AttentionKernel kernel) {
-  return kernel == AttentionKernel::fused ? "fused" : "materialized";
+  switch (kernel) {
+    case AttentionKernel::fused:
+      return "fused";
+    case AttentionKernel::automatic:
+      return "auto";
+    default:
+      return "materialized";
+  }
 }
 
 AttentionKernel parse_attention_kernel(std::string_view name) {
   if (name == "materialized") return AttentionKernel::materialized;
   if (name == "fused") return AttentionKernel::fused;
-  throw Error(str_cat("attention kernel '", name, "' is not one of materialized, fused"));
+  if (name == "auto") return AttentionKernel::automatic;
+  throw Error(str_cat("attention kernel '", name, "' is not one of auto, materialized, fused"));
+}
+
+AttentionKernel resolve_attention_kernel(AttentionKernel kernel, Device device, DType dtype,
+                                         int64_t head_dim) {
+  if (kernel != AttentionKernel::automatic) return kernel;
+  return device.is_cpu() && kernels::fused_attention_supported(device, dtype, head_dim)
+             ? AttentionKernel::fused
+             : AttentionKernel::materialized;
 }
 
 CausalSelfAttention::CausalSelfAttention(std::string name, int64_t heads, AttentionKernel kernel)
@@ -110,9 +141,14 @@ int64_t CausalSelfAttention::channels_of(const Tensor& qkv) const {
   return channels;
 }
 
+AttentionKernel CausalSelfAttention::kernel_for(const Tensor& t, int64_t channels) const {
+  return resolve_attention_kernel(kernel_, t.device(), t.dtype(), channels / heads_);
+}
+
 kernels::OpCost CausalSelfAttention::forward_cost(int64_t batch, int64_t tokens, int64_t channels,
-                                                  DType dtype) const {
-  if (kernel_ == AttentionKernel::fused) {
+                                                  DType dtype, Device device) const {
+  if (resolve_attention_kernel(kernel_, device, dtype, channels / heads_) ==
+      AttentionKernel::fused) {
     return kernels::fused_causal_attention_cost(batch, tokens, channels, heads_, dtype);
   }
   const Dims d = dims_of(batch, tokens, channels, heads_);
@@ -129,8 +165,9 @@ kernels::OpCost CausalSelfAttention::forward_cost(int64_t batch, int64_t tokens,
 }
 
 kernels::OpCost CausalSelfAttention::backward_cost(int64_t batch, int64_t tokens, int64_t channels,
-                                                   DType dtype) const {
-  if (kernel_ == AttentionKernel::fused) {
+                                                   DType dtype, Device device) const {
+  if (resolve_attention_kernel(kernel_, device, dtype, channels / heads_) ==
+      AttentionKernel::fused) {
     return kernels::fused_causal_attention_backward_cost(batch, tokens, channels, heads_, dtype);
   }
   const Dims d = dims_of(batch, tokens, channels, heads_);
@@ -148,13 +185,13 @@ kernels::OpCost CausalSelfAttention::backward_cost(int64_t batch, int64_t tokens
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& qkv, Tape& tape) {
-  if (kernel_ == AttentionKernel::fused) return forward_fused(qkv, tape);
   const int64_t channels = channels_of(qkv);
+  if (kernel_for(qkv, channels) == AttentionKernel::fused) return forward_fused(qkv, tape);
   const int64_t batch = qkv.size(0), tokens = qkv.size(1), head_dim = channels / heads_;
   const Device device = qkv.device();
   const DType dtype = qkv.dtype();
-  trace::OpScope scope("attention.forward", forward_cost(batch, tokens, channels, dtype), device,
-                       name());
+  trace::OpScope scope("attention.forward", forward_cost(batch, tokens, channels, dtype, device),
+                       device, name());
 
   AttentionState& state = tape.emplace<AttentionState>(*this);
   state.input_shape = qkv.shape();
@@ -180,7 +217,7 @@ Tensor CausalSelfAttention::forward(const Tensor& qkv, Tape& tape) {
 }
 
 Tensor CausalSelfAttention::backward_input(const Tensor& dy, Tape& tape) {
-  if (kernel_ == AttentionKernel::fused) return backward_fused(dy, tape);
+  if (tape.holds<FusedAttentionState>(*this)) return backward_fused(dy, tape);
   AttentionState& state = tape.get<AttentionState>(*this);
   const Shape& in = state.input_shape;
   const int64_t batch = in[0], tokens = in[1], channels = in[2] / 3, head_dim = channels / heads_;
@@ -191,8 +228,8 @@ Tensor CausalSelfAttention::backward_input(const Tensor& dy, Tape& tape) {
              state.probs.device(), " like the forward output; got ", dy);
   const Device device = dy.device();
   const DType dtype = dy.dtype();
-  trace::OpScope scope("attention.backward_input", backward_cost(batch, tokens, channels, dtype),
-                       device, name());
+  trace::OpScope scope("attention.backward_input",
+                       backward_cost(batch, tokens, channels, dtype, device), device, name());
 
   const Tensor q = state.qkv_heads.select(0), k = state.qkv_heads.select(1),
                v = state.qkv_heads.select(2);
@@ -223,8 +260,8 @@ Tensor CausalSelfAttention::forward_fused(const Tensor& qkv, Tape& tape) {
   const int64_t channels = channels_of(qkv);
   const int64_t batch = qkv.size(0), tokens = qkv.size(1), head_dim = channels / heads_;
   const Device device = qkv.device();
-  trace::OpScope scope("attention.forward", forward_cost(batch, tokens, channels, qkv.dtype()),
-                       device, name());
+  trace::OpScope scope("attention.forward",
+                       forward_cost(batch, tokens, channels, qkv.dtype(), device), device, name());
   std::string why;
   LOOM_CHECK(kernels::fused_attention_supported(device, qkv.dtype(), head_dim, &why), "attention '",
              name(), "' (kernel fused, input ", qkv, "): ", why);
@@ -246,7 +283,8 @@ Tensor CausalSelfAttention::backward_fused(const Tensor& dy, Tape& tape) {
              y.dtype(), " on ", y.device(), " like the forward output; got ", dy);
   const int64_t batch = y.size(0), tokens = y.size(1), channels = y.size(2);
   trace::OpScope scope("attention.backward_input",
-                       backward_cost(batch, tokens, channels, dy.dtype()), dy.device(), name());
+                       backward_cost(batch, tokens, channels, dy.dtype(), dy.device()), dy.device(),
+                       name());
   const Tensor dqkv = Tensor::empty(state.qkv.shape(), dy.dtype(), dy.device());
   const float scale = 1.0f / std::sqrt(static_cast<float>(channels / heads_));
   kernels::fused_causal_attention_backward(state.qkv, y, dy, state.lse, heads_, scale, dqkv);

@@ -135,9 +135,11 @@ std::vector<int64_t> block_numels(int64_t d, int tp) {
           d};  // mlp.c_proj (rows), bias replicated
 }
 
-// The layout's recompute replaces the workload's.
-models::GPTConfig layout_config(const Workload& work, const Layout& layout) {
+// The layout's recompute replaces the workload's; the model lives on the cluster's device.
+models::GPTConfig layout_config(const Workload& work, const Cluster& cluster,
+                                const Layout& layout) {
   models::GPTConfig config = work.model;
+  config.module.device = cluster.device;
   config.checkpoint_blocks = layout.activation_checkpointing;
   config.checkpoint_attention = layout.checkpoint_attention;
   return config;
@@ -324,7 +326,7 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
              " bytes must be positive");
   Estimate e;
   e.layout = layout;
-  const models::GPTConfig config = layout_config(work, layout);
+  const models::GPTConfig config = layout_config(work, cluster, layout);
   const int64_t d = config.d_model, seq = config.seq_len;
   auto refuse = [&](std::string why) {
     e.refused = std::move(why);
@@ -654,8 +656,9 @@ Estimate estimate(const Workload& work, const Cluster& cluster, const Layout& la
   e.optimizer = optimizer_elements * kAdamWBytesPerElement / cluster.memory_bandwidth;
   e.step = e.pipeline_step + e.dp_exposed + e.optimizer;
 
-  models::GPTConfig counted = work.model;
+  models::GPTConfig counted = work.model;  // the model's work, no recompute
   counted.checkpoint_blocks = counted.checkpoint_attention = false;
+  counted.attention = nn::AttentionKernel::materialized;
   const models::GPTFlops whole = models::gpt_flops(counted, work.batch, seq);
   e.model_flops = whole.embeddings.total() +
                   static_cast<double>(counted.layers) * whole.block.total() + whole.head.total();

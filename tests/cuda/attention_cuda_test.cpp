@@ -175,7 +175,7 @@ TEST_CASE(
         const Tensor dy =
             loom::test::random_tensor({batch, tokens, channels}, DType::f32, 82).to(dtype);
         loom::nn::CausalSelfAttention fused("attn", heads, loom::nn::AttentionKernel::fused);
-        loom::nn::CausalSelfAttention wide("attn", heads);
+        loom::nn::CausalSelfAttention wide("attn", heads, loom::nn::AttentionKernel::materialized);
         loom::nn::Tape host_tape, dev_tape, wide_tape;
         const Tensor host_y = fused.forward(qkv, host_tape);
         const Tensor host_dx = fused.backward_input(dy, host_tape);

@@ -273,6 +273,7 @@ TEST_CASE("GPT activation bytes: what sequence parallelism splits, and what it d
           "[gpt][memory]") {
   // Per rank, against tp = 1, for issue 4's GPT in fp32 on one sequence of 128.
   GPTConfig c;
+  c.attention = nn::AttentionKernel::materialized;
   const GPTActivationBytes one = models::gpt_activation_bytes(c, 1, 128);
   const GPTActivationBytes tp2 = models::gpt_activation_bytes(c, 1, 128, 2);
   const GPTActivationBytes sp2 = models::gpt_activation_bytes(c, 1, 128, 2, true);
@@ -317,9 +318,10 @@ TEST_CASE("GPT attention transient bytes: what the materialised attention's back
     config.d_model = channels;
     config.seq_len = tokens;
     config.module.precision = nn::precision_from_string(precision);
+    config.attention = nn::AttentionKernel::materialized;
     const DType dtype = config.module.precision.reduced() ? DType::bf16 : DType::f32;
     INFO(precision);
-    nn::CausalSelfAttention attention("attn", heads);
+    nn::CausalSelfAttention attention("attn", heads, nn::AttentionKernel::materialized);
     const Tensor qkv = Tensor::full({rows, tokens, 3 * channels}, 0.5).to(dtype);
     const Tensor dy = Tensor::full({rows, tokens, channels}, 0.5).to(dtype);
     Allocator& host = allocator_for(Device::cpu());

@@ -54,16 +54,20 @@ std::vector<double> naive_attention(const std::vector<float>& qkv, int64_t B, in
 
 }  // namespace
 
-TEST_CASE("attention matches a naive double-precision reference", "[attention][attn]") {
+TEST_CASE("attention matches a naive double-precision reference, both kernels",
+          "[attention][attn]") {
   const int64_t B = 2, T = 13, C = 24, H = 3;
   const Tensor qkv = loom::test::random_tensor({B, T, 3 * C}, DType::f32, 17, -2.0f, 2.0f);
-  CausalSelfAttention attention("attn", H);
-  Tape tape;
-  const Tensor y = attention.forward(qkv, tape);
-  REQUIRE(y.shape() == loom::Shape{B, T, C});
   const std::vector<double> want = naive_attention(qkv.to_vector<float>(), B, T, C, H);
-  const std::vector<float> got = y.to_vector<float>();
-  REQUIRE(loom::test::out_of_tolerance(got, want, 2e-6, 2e-5) == "");
+  for (const auto kernel :
+       {loom::nn::AttentionKernel::materialized, loom::nn::AttentionKernel::fused}) {
+    INFO(loom::nn::attention_kernel_name(kernel));
+    CausalSelfAttention attention("attn", H, kernel);
+    Tape tape;
+    const Tensor y = attention.forward(qkv, tape);
+    REQUIRE(y.shape() == loom::Shape{B, T, C});
+    CHECK(loom::test::out_of_tolerance(y.to_vector<float>(), want, 2e-6, 2e-5) == "");
+  }
 }
 
 TEST_CASE("attention passes the finite-difference gradient check, both kernels",
@@ -81,30 +85,34 @@ TEST_CASE("attention passes the finite-difference gradient check, both kernels",
   }
 }
 
-TEST_CASE("attention is causal: token t's input changes outputs from t on only",
+TEST_CASE("attention is causal: token t's input changes outputs from t on only, both kernels",
           "[attention][attn]") {
   const int64_t B = 2, T = 9, C = 8, H = 2;
-  CausalSelfAttention attention("attn", H);
   const Tensor qkv = loom::test::random_tensor({B, T, 3 * C}, DType::f32, 4);
-  Tape tape;
-  const std::vector<float> base = attention.forward(qkv, tape).to_vector<float>();
-  for (int64_t t : {int64_t{0}, int64_t{4}, T - 1}) {
-    const Tensor changed = qkv.clone();
-    float* data = changed.data<float>();
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < 3 * C; ++i) data[(b * T + t) * 3 * C + i] += 0.5f;
-    Tape fresh;
-    const std::vector<float> y = attention.forward(changed, fresh).to_vector<float>();
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t s = 0; s < T; ++s) {
-        bool same = true;
-        for (int64_t i = 0; i < C; ++i) {
-          const size_t e = static_cast<size_t>((b * T + s) * C + i);
-          same = same && y[e] == base[e];
+  for (const auto kernel :
+       {loom::nn::AttentionKernel::materialized, loom::nn::AttentionKernel::fused}) {
+    CausalSelfAttention attention("attn", H, kernel);
+    Tape tape;
+    const std::vector<float> base = attention.forward(qkv, tape).to_vector<float>();
+    for (int64_t t : {int64_t{0}, int64_t{4}, T - 1}) {
+      const Tensor changed = qkv.clone();
+      float* data = changed.data<float>();
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < 3 * C; ++i) data[(b * T + t) * 3 * C + i] += 0.5f;
+      Tape fresh;
+      const std::vector<float> y = attention.forward(changed, fresh).to_vector<float>();
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t s = 0; s < T; ++s) {
+          bool same = true;
+          for (int64_t i = 0; i < C; ++i) {
+            const size_t e = static_cast<size_t>((b * T + s) * C + i);
+            same = same && y[e] == base[e];
+          }
+          INFO(loom::nn::attention_kernel_name(kernel)
+               << ", changed token " << t << ", output token " << s);
+          CHECK(same == (s < t));  // bit-identical before t, different from t on
         }
-        INFO("changed token " << t << ", output token " << s);
-        CHECK(same == (s < t));  // bit-identical before t, different from t on
-      }
+    }
   }
 }
 
@@ -136,7 +144,7 @@ TEST_CASE("attention rejects widths its heads do not divide", "[attention][attn]
 
 TEST_CASE("attention counts the causal half of its GEMM work", "[attention][attn]") {
   const int64_t B = 2, T = 8, C = 16, H = 2, d = C / H;
-  CausalSelfAttention attention("attn", H);
+  CausalSelfAttention attention("attn", H, loom::nn::AttentionKernel::materialized);
   const Tensor qkv = loom::test::random_tensor({B, T, 3 * C}, DType::f32, 6);
   const double pairs = double(B * H) * T * (T + 1) / 2.0;
   const auto before = loom::trace::thread_counted_cost();
@@ -169,7 +177,8 @@ TEST_CASE(
       const Tensor qkv =
           loom::test::random_tensor({B, T, 3 * C}, DType::f32, 41, -2.0f, 2.0f).to(dtype);
       const Tensor dy = loom::test::random_tensor({B, T, C}, DType::f32, 42, -1.0f, 1.0f).to(dtype);
-      CausalSelfAttention narrow("attn", H, kernel), wide("attn", H);
+      CausalSelfAttention narrow("attn", H, kernel),
+          wide("attn", H, loom::nn::AttentionKernel::materialized);
       Tape narrow_tape, wide_tape;
       const Tensor y = narrow.forward(qkv, narrow_tape);
       const Tensor y_wide = wide.forward(qkv.to(DType::f32), wide_tape);

@@ -72,7 +72,8 @@ TEST_CASE("fused attention equals the materialised attention in f32, across bloc
         loom::test::random_tensor({c.batch, c.tokens, 3 * c.channels}, DType::f32, 5, -2.0f, 2.0f);
     const Tensor dy =
         loom::test::random_tensor({c.batch, c.tokens, c.channels}, DType::f32, 6, -1.0f, 1.0f);
-    CausalSelfAttention fused("attn", c.heads, AttentionKernel::fused), plain("attn", c.heads);
+    CausalSelfAttention fused("attn", c.heads, AttentionKernel::fused),
+        plain("attn", c.heads, AttentionKernel::materialized);
     REQUIRE(fused.kernel() == AttentionKernel::fused);
     Tape fused_tape, plain_tape;
     const Tensor y = fused.forward(qkv, fused_tape);
@@ -106,6 +107,7 @@ TEST_CASE(
   c.heads = 2;
   c.seq_len = 64;
   c.module.seed = 3;
+  c.attention = AttentionKernel::materialized;
   std::vector<int32_t> ids(2 * 64);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7) % 11);
   const Tensor x = Tensor::from_vector(ids, {2, 64});
@@ -136,6 +138,55 @@ TEST_CASE(
   CHECK(kept_fused + 2 * (2 * 2 * 64 * 64 - 2 * 2 * 64) * sizeof(float) <= kept_plain);
 }
 
+TEST_CASE("the automatic attention is the fused one on the host and the materialised one on CUDA",
+          "[attention][fused]") {
+  using loom::Device;
+  using loom::nn::resolve_attention_kernel;
+  const AttentionKernel automatic = AttentionKernel::automatic;
+  for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    CHECK(resolve_attention_kernel(automatic, Device::cpu(), dtype, 64) == AttentionKernel::fused);
+    CHECK(resolve_attention_kernel(automatic, Device::cuda(0), dtype, 64) ==
+          AttentionKernel::materialized);
+  }
+  CHECK(resolve_attention_kernel(automatic, Device::cpu(), DType::i32, 64) ==
+        AttentionKernel::materialized);
+  CHECK(resolve_attention_kernel(AttentionKernel::fused, Device::cuda(0), DType::bf16, 64) ==
+        AttentionKernel::fused);
+  CHECK(resolve_attention_kernel(AttentionKernel::materialized, Device::cpu(), DType::f32, 64) ==
+        AttentionKernel::materialized);
+  CHECK(loom::nn::parse_attention_kernel("auto") == automatic);
+  CHECK(std::string(loom::nn::attention_kernel_name(automatic)) == "auto");
+
+  // The default GPT on the host keeps the fused attention's state (its
+  // log-sum-exp) and computes what the fused GPT computes, bit for bit; with
+  // checkpoint_attention it is the materialised one.
+  loom::models::GPTConfig config;
+  config.vocab = 11;
+  config.layers = 1;
+  config.d_model = 16;
+  config.heads = 2;
+  config.seq_len = 8;
+  REQUIRE(config.attention == automatic);
+  CHECK(config.attention_kernel() == AttentionKernel::fused);
+  config.module.device = Device::cuda(0);
+  CHECK(config.attention_kernel() == AttentionKernel::materialized);
+  config.module.device = Device::cpu();
+  config.checkpoint_attention = true;
+  CHECK(config.attention_kernel() == AttentionKernel::materialized);
+  config.checkpoint_attention = false;
+  std::vector<int32_t> ids(16);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 5) % 11);
+  const Tensor x = Tensor::from_vector(ids, {2, 8});
+  auto logits = [&](const loom::models::GPTConfig& c) {
+    loom::models::GPT gpt("", c);
+    Tape tape;
+    return gpt.forward(x, tape).to_vector<float>();
+  };
+  loom::models::GPTConfig fused = config;
+  fused.attention = AttentionKernel::fused;
+  CHECK(logits(config) == logits(fused));
+}
+
 TEST_CASE("fused attention's bad input is named", "[attention][fused]") {
   namespace k = loom::kernels;
   const Tensor qkv = loom::test::random_tensor({2, 5, 12}, DType::f32, 1);
@@ -156,7 +207,7 @@ TEST_CASE("fused attention's bad input is named", "[attention][fused]") {
                         qkv, y, Tensor::empty({2, 5, 4}, DType::bf16), lse, 2, 1.0f, dqkv),
                     Contains("dy"));
   CHECK_THROWS_WITH(loom::nn::parse_attention_kernel("flash"),
-                    Contains("'flash' is not one of materialized, fused"));
+                    Contains("'flash' is not one of auto, materialized, fused"));
   CHECK(loom::nn::parse_attention_kernel("fused") == AttentionKernel::fused);
   loom::models::GPTConfig config;
   config.attention = AttentionKernel::fused;

@@ -160,9 +160,18 @@ TEST_CASE("planner: one rank's step is its counted FLOPs at the sustained rate",
   const planner::Cluster cluster = simple_cluster(1, 1);
   const planner::Estimate e = planner::estimate(work, cluster, {});
   REQUIRE(e.fits());
-  const models::GPTFlops f = models::gpt_flops(work.model, 8, work.model.seq_len);
-  const double flops = f.embeddings.total() +
-                       static_cast<double>(work.model.layers) * f.block.total() + f.head.total();
+  // As run (the host's fused attention recomputes its scores in backward),
+  // and the model's work, which MFU counts (no recompute).
+  const auto total = [&](const models::GPTConfig& config) {
+    const models::GPTFlops f = models::gpt_flops(config, 8, config.seq_len);
+    return f.embeddings.total() + static_cast<double>(config.layers) * f.block.total() +
+           f.head.total();
+  };
+  const double flops = total(work.model);
+  models::GPTConfig materialized = work.model;
+  materialized.attention = loom::nn::AttentionKernel::materialized;
+  const double model_flops = total(materialized);
+  REQUIRE(model_flops < flops);
   const double rate = cluster.peak_flops * cluster.efficiency;
   CHECK(e.compute == Approx(flops / rate));
   CHECK(e.pipeline_step == Approx(flops / rate));
@@ -172,8 +181,8 @@ TEST_CASE("planner: one rank's step is its counted FLOPs at the sustained rate",
   const double params = static_cast<double>(work.model.parameter_count());
   CHECK(e.optimizer == Approx(28.0 * params / cluster.memory_bandwidth));
   CHECK(e.step == Approx(e.pipeline_step + e.optimizer));
-  CHECK(e.model_flops == Approx(flops));
-  CHECK(e.mfu == Approx(flops / (cluster.peak_flops * e.step)));
+  CHECK(e.model_flops == Approx(model_flops));
+  CHECK(e.mfu == Approx(model_flops / (cluster.peak_flops * e.step)));
   CHECK(e.parameter_bytes == 4.0 * params);
   CHECK(e.optimizer_bytes == 8.0 * params);
   // Micro-batches one after another: the same compute (the FLOPs are linear
@@ -344,6 +353,7 @@ TEST_CASE("planner: hybrid sharding's state bytes are ZeroOptimizer's", "[planne
 
 TEST_CASE("planner: recompute trades activations for compute", "[planner]") {
   planner::Workload work{.model = small_config(), .batch = 8};
+  work.model.attention = loom::nn::AttentionKernel::materialized;
   const planner::Cluster c = simple_cluster(1, 1);
   const planner::Estimate plain = planner::estimate(work, c, {});
   const planner::Estimate attention = planner::estimate(work, c, {.checkpoint_attention = true});
@@ -367,16 +377,36 @@ TEST_CASE("planner: recompute trades activations for compute", "[planner]") {
 TEST_CASE("planner: the fused attention keeps a log-sum-exp where the probabilities were",
           "[planner]") {
   planner::Workload work{.model = small_config(), .batch = 8};
-  const planner::Cluster c = simple_cluster(1, 1);
+  planner::Cluster c = simple_cluster(1, 1);
+  const planner::Estimate automatic = planner::estimate(work, c, {});
+  work.model.attention = loom::nn::AttentionKernel::materialized;
   const planner::Estimate plain = planner::estimate(work, c, {});
   work.model.attention = loom::nn::AttentionKernel::fused;
   const planner::Estimate fused = planner::estimate(work, c, {});
   REQUIRE((plain.fits() && fused.fits()));
+  // The default (automatic) is the fused attention on host ranks, the
+  // materialised one on GPUs (NOTE [automatic attention] in src/nn/attention.cpp).
+  CHECK(automatic.activation_bytes == fused.activation_bytes);
+  {
+    planner::Workload on_gpu = work;
+    planner::Cluster gpu = c;
+    gpu.device = loom::Device::cuda(0);
+    on_gpu.model.attention = loom::nn::AttentionKernel::materialized;
+    const planner::Estimate gpu_plain = planner::estimate(on_gpu, gpu, {});
+    on_gpu.model.attention = loom::nn::AttentionKernel::automatic;
+    CHECK(planner::estimate(on_gpu, gpu, {}).activation_bytes == gpu_plain.activation_bytes);
+  }
   // Per block: the f32 probabilities [rows, heads, T, T] out, [rows, heads, T] in.
   const double layers = static_cast<double>(work.model.layers);
   CHECK(plain.activation_bytes - fused.activation_bytes ==
         Approx((8.0 * 4 * 16 * 16 - 8.0 * 4 * 16) * 4 * layers));
-  CHECK(fused.compute == plain.compute);  // the same products, nothing recomputed
+  // The same products, and the scores once more in backward: 2 d flops per
+  // unmasked pair of each of the rows x heads matrices.
+  const double pairs = 8.0 * static_cast<double>(work.model.heads) * 16 * 17 / 2;
+  const double head_dim = static_cast<double>(work.model.d_model / work.model.heads);
+  CHECK(fused.compute - plain.compute ==
+        Approx(layers * 2 * pairs * head_dim / (c.peak_flops * c.efficiency)));
+  CHECK(fused.model_flops == plain.model_flops);
   // The materialised attention's backward holds an f32 probability gradient
   // (the softmax backward in place in f32) as a transient, the fused one none.
   CHECK(plain.transient_bytes - fused.transient_bytes == Approx(8.0 * 4 * 16 * 16 * 4));

@@ -210,9 +210,15 @@ TEST_CASE("GPT FLOPs: the counts from the config equal what the ops count", "[pi
   wide.vocab = 300;
   wide.d_model = 24;
   wide.heads = 3;
+  models::GPTConfig materialized = base;  // the default on the host is the fused attention
+  materialized.attention = nn::AttentionKernel::materialized;
+  models::GPTConfig selective = materialized;
+  selective.checkpoint_attention = true;
   for (const auto& [name, config] :
        {std::pair{"plain", base}, std::pair{"dropout", dropout},
-        std::pair{"checkpointed blocks", checkpoint}, std::pair{"wide", wide}}) {
+        std::pair{"checkpointed blocks", checkpoint}, std::pair{"wide", wide},
+        std::pair{"materialised attention", materialized},
+        std::pair{"attention recomputed", selective}}) {
     // Fewer tokens than seq_len: the attention's pairs follow the tokens given.
     for (const auto& [rows, tokens] : {std::pair<int64_t, int64_t>{3, 5}, {2, 8}}) {
       INFO(name << ", " << rows << " rows of " << tokens << " tokens");

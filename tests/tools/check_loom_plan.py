@@ -87,8 +87,19 @@ expect("--attention fused" in fused and "--attention" not in plain,
 expect(0 < best_activation_gib(fused) < best_activation_gib(plain),
        "the fused attention keeps fewer activation bytes", plain + fused)
 code, out = run("--model", "gpt2-124m", "--attention", "flash")
-expect(code != 0 and "flash not in {materialized,fused}" in out,
+expect(code != 0 and "flash not in {auto,materialized,fused}" in out,
        f"an unknown --attention is refused naming it, exit {code}", out)
+# The default (auto) is the materialised attention on GPUs (above: it keeps
+# more than the fused one) and the fused one on the host.
+host_plan = ("--cluster", "host", "--model", "gpt2-124m", "--seq", "1024", "--batch", "2",
+             "--tp", "1", "--pp", "1", "--micro-batches", "1", "--precision", "fp32")
+code, host_auto = run(*host_plan)
+code_m, host_materialized = run(*host_plan, "--attention", "materialized")
+code_f, host_fused = run(*host_plan, "--attention", "fused")
+expect(code == code_m == code_f == 0 and
+       best_activation_gib(host_auto) == best_activation_gib(host_fused) <
+       best_activation_gib(host_materialized),
+       "auto keeps what the fused attention keeps on the host", host_auto + host_materialized)
 
 # This machine, measured: the pipeline benchmark's GPT on its cores.
 code, out = run("--cluster", "host", "--model", "train-gpt", "--layers", "8", "--d-model", "256",

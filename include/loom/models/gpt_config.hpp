@@ -24,8 +24,9 @@ struct GPTConfig {
   bool checkpoint_attention = false;
   // How each block's attention computes (nn::AttentionKernel): the fused
   // kernel keeps B H T floats per block where the materialised one keeps the
-  // B H T^2 probabilities.
-  nn::AttentionKernel attention = nn::AttentionKernel::materialized;
+  // B H T^2 probabilities; automatic takes the one measured faster on
+  // module.device (attention_kernel()).
+  nn::AttentionKernel attention = nn::AttentionKernel::automatic;
   // The MLP's GELU: the exact erf form (PyTorch's default, nanoGPT's) or the
   // tanh approximation (GPT-2's own, llm.c's; the one cuBLASLt fuses into
   // c_fc's product and c_proj's input gradient on CUDA).
@@ -40,6 +41,14 @@ struct GPTConfig {
   void validate() const;
   // Parameters: (V + T) d + L (12 d^2 + 13 d) + 2 d.
   int64_t parameter_count() const;
+  // The dtype of each attention's q, k and v (c_attn's output): the matmul
+  // dtype where the precision hands 16-bit activations on, else module.dtype.
+  DType attention_dtype() const;
+  // The kernel each block's attention runs: `attention` resolved for
+  // module.device, attention_dtype() and the head size
+  // (nn::resolve_attention_kernel); automatic with checkpoint_attention is
+  // the materialised one, whose probabilities the recompute drops.
+  nn::AttentionKernel attention_kernel() const;
 };
 
 }  // namespace loom::models

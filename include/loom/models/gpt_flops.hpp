@@ -19,7 +19,8 @@
 //   the last chunk's forward);
 // - backward_input: the input gradient; under config.checkpoint_blocks a
 //   block's also holds the recomputed forward (nn::Checkpoint recomputes in
-//   backward_input, and the recompute is counted: hardware FLOPs);
+//   backward_input, and the recompute is counted: hardware FLOPs), and under
+//   the fused attention (config.attention_kernel()) the scores it recomputes;
 // - backward_weight: the weight gradients.
 #pragma once
 

@@ -35,33 +35,51 @@ namespace loom::nn {
 //                 the output and each row's log-sum-exp, and backward
 //                 recomputes the probabilities. On CUDA bf16 and f16 only,
 //                 head sizes 32, 64, 128 (kernels::fused_attention_supported)
-enum class AttentionKernel { materialized, fused };
+//   automatic     the one measured faster where the input lives, chosen per
+//                 call by resolve_attention_kernel: fused on the host (every
+//                 dtype; as fast at 128 tokens, about twice as fast at 1024,
+//                 docs/benchmarks.md), materialized on CUDA (its fused
+//                 kernels have not run on a GPU yet)
+enum class AttentionKernel { materialized, fused, automatic };
 
+// "materialized", "fused" or "auto".
 const char* attention_kernel_name(AttentionKernel kernel);
-// "materialized" or "fused"; anything else throws naming the value.
+// "materialized", "fused" or "auto"; anything else throws naming the value.
 AttentionKernel parse_attention_kernel(std::string_view name);
+
+// The kernel that runs an attention of `kernel` on a [B, T, 3C] input of
+// `dtype` on `device` with heads of `head_dim`: `kernel` itself unless it is
+// automatic (NOTE [automatic attention] in src/nn/attention.cpp).
+AttentionKernel resolve_attention_kernel(AttentionKernel kernel, Device device, DType dtype,
+                                         int64_t head_dim);
 
 class CausalSelfAttention : public Module {
  public:
   // heads >= 1; the width C of each input must be divisible by it.
   CausalSelfAttention(std::string name, int64_t heads,
-                      AttentionKernel kernel = AttentionKernel::materialized);
+                      AttentionKernel kernel = AttentionKernel::automatic);
 
   int64_t heads() const { return heads_; }
+  // As constructed (automatic included); the kernel of a call is
+  // resolve_attention_kernel(kernel(), its input's device, dtype, head size).
   AttentionKernel kernel() const { return kernel_; }
 
   Tensor forward(const Tensor& qkv, Tape& tape) override;
   Tensor backward_input(const Tensor& dy, Tape& tape) override;
 
-  // The work forward and backward_input count for a [batch, tokens, 3C] input.
+  // The work forward and backward_input count for a [batch, tokens, 3C] input
+  // on `device` (which an automatic kernel resolves by).
   kernels::OpCost forward_cost(int64_t batch, int64_t tokens, int64_t channels,
-                               DType dtype = DType::f32) const;
+                               DType dtype = DType::f32, Device device = Device::cpu()) const;
   kernels::OpCost backward_cost(int64_t batch, int64_t tokens, int64_t channels,
-                                DType dtype = DType::f32) const;
+                                DType dtype = DType::f32, Device device = Device::cpu()) const;
 
  private:
   // C from a [B, T, 3C] input; throws naming the module and the shape.
   int64_t channels_of(const Tensor& qkv) const;
+
+  // The kernel of a call with this input (or output gradient) of width `channels`.
+  AttentionKernel kernel_for(const Tensor& t, int64_t channels) const;
 
   Tensor forward_fused(const Tensor& qkv, Tape& tape);
   Tensor backward_fused(const Tensor& dy, Tape& tape);

@@ -78,6 +78,14 @@ class Tape {
     return get<State>(&module, module_name(module));
   }
 
+  // Whether `module` saved a State (false when it saved nothing or another
+  // kind): for a module whose forward chooses among kinds of state.
+  template <typename State>
+  bool holds(const Module& module) const {
+    auto it = states_.find(&module);
+    return it != states_.end() && dynamic_cast<const State*>(it->second.get()) != nullptr;
+  }
+
   // Seed for random ops in this micro-batch (Dropout): a module derives its key
   // from this and its name, so activation checkpointing's recompute, which
   // copies the seed into a fresh tape, draws the same mask.

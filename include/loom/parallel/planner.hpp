@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/device.hpp"
 #include "loom/models/gpt_config.hpp"
 #include "loom/parallel/pipeline/generators.hpp"
 
@@ -66,6 +67,11 @@ struct Cluster {
   // large as the rank's weight matrices (the forward's and the input
   // gradient's operand).
   bool packs_weights = false;
+  // Where the ranks compute: the host or a GPU (Device::cuda(0) stands for
+  // each rank's own). An automatic attention resolves by it
+  // (models::GPTConfig::attention_kernel), and CUDA ranks keep the
+  // vocabulary-parallel embedding's mask.
+  Device device = Device::cpu();
 
   int world() const { return nodes * devices_per_node; }
   // Throws naming the field when a size or rate is not positive, or the
