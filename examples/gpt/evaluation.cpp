@@ -11,7 +11,7 @@ namespace loom::examples {
 
 // Validation loss over `max_batches` global batches, each rank taking its rows.
 double evaluate(loom::nn::Module& model, Loss& loss_fn,
-                const std::shared_ptr<const loom::data::TokenFile>& file,
+                const std::vector<loom::data::TokenSegment>& segments,
                 const loom::data::TokenLoaderOptions& options, int64_t max_batches,
                 loom::Device device, loom::comm::Communicator& dp) {
   model.set_training(false);
@@ -20,7 +20,7 @@ double evaluate(loom::nn::Module& model, Loss& loss_fn,
   // (NOTE [packed weight reuse] in loom/kernels/gemm.hpp), not per batch.
   const loom::kernels::PackedWeightScope packed_weights(
       loom::parallel::pipeline::ExecutorOptions{}.packed_weight_bytes);
-  loom::data::TokenValidationBatches batches(file, options, max_batches);
+  loom::data::TokenValidationBatches batches(segments, options, max_batches);
   loom::data::TokenBatch batch;
   double total = 0;
   int64_t count = 0;
@@ -36,7 +36,7 @@ double evaluate(loom::nn::Module& model, Loss& loss_fn,
 
 double pipeline_evaluate(const parallel::pipeline::Schedule& schedule,
                          const parallel::pipeline::GPTChunks& chunks, Loss& loss_fn,
-                         const std::shared_ptr<const loom::data::TokenFile>& file,
+                         const std::vector<loom::data::TokenSegment>& segments,
                          const loom::data::TokenLoaderOptions& options, int64_t max_batches,
                          loom::Device device, loom::comm::Communicator& pp,
                          loom::comm::Communicator& dp) {
@@ -47,7 +47,7 @@ double pipeline_evaluate(const parallel::pipeline::Schedule& schedule,
   for (nn::Module* part : parts) part->set_training(false);
   const kernels::PackedWeightScope packed_weights(pl::ExecutorOptions{}.packed_weight_bytes);
   const int last_rank = schedule.rank_of(schedule.chunks() - 1);
-  data::TokenValidationBatches batches(file, options, max_batches);
+  data::TokenValidationBatches batches(segments, options, max_batches);
   data::TokenBatch batch;
   double total = 0;
   int64_t count = 0;

@@ -30,7 +30,7 @@ struct Loss {
 
 // Validation loss over `max_batches` global batches, each rank taking its rows.
 double evaluate(loom::nn::Module& model, Loss& loss_fn,
-                const std::shared_ptr<const loom::data::TokenFile>& file,
+                const std::vector<loom::data::TokenSegment>& segments,
                 const loom::data::TokenLoaderOptions& options, int64_t max_batches,
                 loom::Device device, loom::comm::Communicator& dp);
 
@@ -39,7 +39,7 @@ double evaluate(loom::nn::Module& model, Loss& loss_fn,
 // replicas, on every rank.
 double pipeline_evaluate(const loom::parallel::pipeline::Schedule& schedule,
                          const loom::parallel::pipeline::GPTChunks& chunks, Loss& loss_fn,
-                         const std::shared_ptr<const loom::data::TokenFile>& file,
+                         const std::vector<loom::data::TokenSegment>& segments,
                          const loom::data::TokenLoaderOptions& options, int64_t max_batches,
                          loom::Device device, loom::comm::Communicator& pp,
                          loom::comm::Communicator& dp);

@@ -60,6 +60,7 @@
 #include "pipeline_summary.hpp"
 #include "predicted_step.hpp"
 #include "step_traffic.hpp"
+#include "token_data.hpp"
 #include "train_gpt_flags.hpp"
 
 namespace {
@@ -85,8 +86,11 @@ int run(Flags f) {
   const bool lead = launch.rank() == 0;
   const Device device = f.device == "auto" ? launch.device() : parse_device(f.device);
 
-  // Rank 0 builds the token file (atomically); the others wait for it.
-  if (lead) {
+  // Rank 0 builds a missing token file (atomically); the others wait for it.
+  // A pattern names files that exist (llm.c's shards).
+  std::vector<std::string> token_paths;  // a pattern matching nothing is refused (exit 2)
+  examples::refuse_bad_input([&] { token_paths = data::token_file_paths(f.token_file); });
+  if (lead && token_paths.size() == 1 && token_paths.front() == f.token_file) {
     const auto dir = std::filesystem::path(f.token_file).parent_path();
     if (!dir.empty()) std::filesystem::create_directories(dir);
     if (data::ensure_token_file(f.token_file)) {
@@ -95,7 +99,11 @@ int run(Flags f) {
     }
   }
   world.barrier().wait();
-  auto file = std::make_shared<const data::TokenFile>(f.token_file);
+  // Damaged files, or shards that do not belong together, are refused (exit 2).
+  examples::TokenData token_data;
+  examples::refuse_bad_input(
+      [&] { token_data = examples::open_token_data(token_paths, f.val_token_file); });
+  const std::shared_ptr<const data::TokenFile>& file = token_data.files.front();
 
   models::GPTConfig config;
   config.vocab = f.vocab > 0 ? f.vocab : file->vocab_size();
@@ -255,9 +263,10 @@ int run(Flags f) {
                                           .dp_rank = dp.rank(),
                                           .dp_size = dp.size(),
                                           .first_step = first_step};
-  data::TokenLoader loader(file, loader_options);
-  const auto train_tokens = file->tokens(file->train_range(loader_options.validation_fraction));
-  const double unigram = data::unigram_entropy(train_tokens);
+  data::TokenLoader loader(token_data.train, loader_options);
+  // Over the first training file's part (all of it with one file).
+  const data::TokenSegment& first_train = token_data.train.front();
+  const double unigram = data::unigram_entropy(first_train.file->tokens(first_train.range));
 
   examples::say_on(
       lead,
@@ -267,10 +276,8 @@ int run(Flags f) {
       static_cast<long long>(config.heads), static_cast<long long>(config.seq_len),
       static_cast<long long>(config.vocab), config.parameter_count() / 1e6, f.gelu.c_str(),
       f.precision.c_str(), nn::attention_kernel_name(config.attention_kernel()));
-  examples::say_on(lead, "data: %s, %lld tokens (%s), train %lld, unigram baseline %.3f nats\n",
-                   f.token_file.c_str(), static_cast<long long>(file->size()),
-                   file->from_llmc() ? "llm.c's file, GPT-2 tokens" : "byte-level",
-                   static_cast<long long>(train_tokens.size()), unigram);
+  examples::say_on(lead, "%s, unigram baseline %.3f nats\n", examples::describe(token_data).c_str(),
+                   unigram);
 
   examples::StepMeter meter(
       device, f.precision == "bf16" ? trace::Precision::bf16 : trace::Precision::fp32);
@@ -566,9 +573,10 @@ int run(Flags f) {
       // leaves it in flight), gathers them all at stage 3.
       zero.gather_parameters();
       last_val = pipeline
-                     ? pipeline_evaluate(*pipeline, chunks, loss_fn, file, loader_options,
-                                         f.eval_batches, device, *groups.pp, dp)
-                     : evaluate(*model, loss_fn, file, loader_options, f.eval_batches, device, dp);
+                     ? pipeline_evaluate(*pipeline, chunks, loss_fn, token_data.validation,
+                                         loader_options, f.eval_batches, device, *groups.pp, dp)
+                     : evaluate(*model, loss_fn, token_data.validation, loader_options,
+                                f.eval_batches, device, dp);
       zero.release_parameters();
       memory.reset_peak_stats();
       // Bits per byte where a token is a byte (Loom's own files), per token otherwise.

@@ -118,7 +118,12 @@ std::map<std::string, std::string> resume_invariants(const Flags& f, int dp) {
 }
 
 void add_flags(CLI::App& app, Flags& f) {
-  app.add_option("--token-file", f.token_file, "token file (built on first use)");
+  app.add_option("--token-file", f.token_file,
+                 "token file (built on first use), or a quoted glob of several read as one "
+                 "stream in sorted order, llm.c's shards: 'fineweb_train_*.bin'");
+  app.add_option("--val-token-file", f.val_token_file,
+                 "validation tokens from these files (a glob too: 'fineweb_val_*.bin'); "
+                 "without it the last 5% of the training stream");
   CLI::Option* vocab =
       app.add_option("--vocab", f.vocab, "vocabulary rows (0: the token file's, 257)")
           ->check(flags::at_least(0));

@@ -16,8 +16,9 @@
 namespace loom::examples::gpt {
 
 struct Flags {
-  std::string token_file = "data/python_stdlib.tokens";
-  int64_t vocab = 0;  // 0: the token file's vocabulary
+  std::string token_file = "data/python_stdlib.tokens";  // or a glob of several (shards)
+  std::string val_token_file;  // validation files (a glob); empty: the last 5% of the training
+  int64_t vocab = 0;           // 0: the token file's vocabulary
   int64_t layers = 4;
   int64_t d_model = 256;
   int64_t heads = 4;

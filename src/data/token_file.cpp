@@ -2,6 +2,7 @@
 #include "loom/data/token_file.hpp"
 
 #include <fcntl.h>
+#include <glob.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -217,6 +218,23 @@ std::span<const uint16_t> TokenFile::tokens(TokenRange range) const {
              path_, ": range [", range.begin, ", ", range.end, ") is outside its ", size(),
              " tokens");
   return tokens_.subspan(static_cast<size_t>(range.begin), static_cast<size_t>(range.size()));
+}
+
+std::vector<std::string> token_file_paths(const std::string& pattern) {
+  if (pattern.find_first_of("*?[") == std::string::npos) return {pattern};
+  glob_t matches{};
+  const int rc = glob(pattern.c_str(), GLOB_ERR, nullptr, &matches);
+  std::vector<std::string> paths;
+  if (rc == 0) {
+    for (size_t i = 0; i < matches.gl_pathc; ++i) paths.emplace_back(matches.gl_pathv[i]);
+  }
+  globfree(&matches);
+  LOOM_CHECK(rc == 0 || rc == GLOB_NOMATCH, "token files '", pattern,
+             "': the pattern could not be read (",
+             rc == GLOB_ABORTED ? "a directory could not be opened" : "out of memory", ")");
+  LOOM_CHECK(!paths.empty(), "token files '", pattern, "': no file matches the pattern");
+  std::sort(paths.begin(), paths.end());
+  return paths;
 }
 
 TokenRange TokenFile::train_range(double validation_fraction) const {

@@ -28,6 +28,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "loom/data/text_corpus.hpp"
 
@@ -67,6 +68,12 @@ void write_llmc_token_file(const std::string& path, std::span<const uint16_t> to
 // existing file is validated (a corrupt one throws, naming the path: delete
 // it to rebuild), never silently replaced.
 bool ensure_token_file(const std::string& path, const TokenFileOptions& options = {});
+
+// The token files a command-line argument names: `pattern` itself, or where
+// it holds a glob wildcard (*, ?, [) every file it matches, sorted (llm.c's
+// shards: "fineweb_train_*.bin"). Throws naming the pattern when nothing
+// matches.
+std::vector<std::string> token_file_paths(const std::string& pattern);
 
 // A half-open range of token positions [begin, end).
 struct TokenRange {
