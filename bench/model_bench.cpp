@@ -92,6 +92,18 @@ struct LoomModel {
   }
 };
 
+// The peer's GPT attention (bench/peers/torch_models.py --attention): fused
+// (PyTorch's scaled_dot_product_attention) where Loom's GPT resolves to its
+// fused kernel on `device`, written out where Loom materialises the scores.
+std::string peer_attention(const std::string& name, loom::Device device,
+                           loom::nn::AttentionKernel attention) {
+  if (!loom::bench::is_gpt_model(name)) return "math";
+  loom::models::GPTConfig config = loom::bench::benchmark_gpt_config(name);
+  config.module.device = device;
+  config.attention = attention;
+  return config.attention_kernel() == loom::nn::AttentionKernel::fused ? "sdpa" : "math";
+}
+
 LoomModel make_model(const std::string& name, loom::Device device, loom::nn::Precision precision,
                      loom::nn::AttentionKernel attention) {
   LoomModel m;
@@ -356,6 +368,8 @@ int main(int argc, char** argv) {
                   " --model " + name + " --columns " + column_list + " --steps " +
                   std::to_string(steps) + " --warmup " + std::to_string(warmup) + " --threads " +
                   std::to_string(peer_threads) + " --cores " + loom::bench::cores_text(cores) +
+                  " --attention " +
+                  peer_attention(name, device, loom::nn::parse_attention_kernel(attention)) +
                   (cuda ? " --device cuda:0" : ""),
               why);
         }
@@ -478,6 +492,8 @@ int main(int argc, char** argv) {
              {"ratio", peer_median("eager") > 0 ? loom_median / peer_median("eager") : -1.0},
              {"precision", "fp32"},
              {"attention", attention},
+             {"peer_attention",
+              peer_attention(name, device, loom::nn::parse_attention_kernel(attention))},
              {"device", device.str()},
              {"step_ms", loom_median},
              {"peer_step_ms", peer_median("eager")},
@@ -489,6 +505,8 @@ int main(int argc, char** argv) {
             {{"model", name},
              {"precision", "bf16"},
              {"attention", attention},
+             {"peer_attention",
+              peer_attention(name, device, loom::nn::parse_attention_kernel(attention))},
              {"step_ms", loom16_median},
              {"loom_ms", loom16_ms},
              {"loom_mfu", median(mfus16)},

@@ -38,10 +38,16 @@ The configurations are fixed by issue 4:
 and by the mixed-precision issue for GPUs (model_bench --device cuda):
   gpt2:     the gpt at GPT-2 124M's size: 12 layers, d_model 768, 12 heads,
             seq 1024, vocab 50304 (GPT-2's 50257 padded to a multiple of
-            128, as llm.c), GPT-2's tanh GELU, batch 8; the attention is written out as in the
-            gpt (scores materialised, as Loom's), not fused;
+            128, as llm.c), GPT-2's tanh GELU, batch 8;
   resnet50: ResNet-50 v1.5 (torchvision's layout: stride on the 3x3
             convolution), ImageNet stem, 224x224, 1000 classes, batch 32.
+A GPT's attention (--attention) computes as Loom's does in the same run:
+  math  written out: the scores materialised, masked, softmax, P V (Loom's
+        materialized kernel);
+  sdpa  F.scaled_dot_product_attention(q, k, v, is_causal=True), which
+        PyTorch fuses (its flash-attention kernels on CPU and CUDA; Loom's
+        fused kernel, the host's default);
+model_bench passes the one Loom's GPT resolves to.
 On --device cuda every step ends with torch.cuda.synchronize(), and TF32 is
 off in matrix products and cuDNN convolutions alike (torch allows it in
 convolutions by default): Loom's fp32 is full fp32 (CUBLAS_COMPUTE_32F,
@@ -63,10 +69,11 @@ import torch.nn.functional as F  # noqa: E402
 
 
 class Block(nn.Module):
-    def __init__(self, d, heads, gelu):
+    def __init__(self, d, heads, gelu, attention="math"):
         super().__init__()
         self.heads = heads
         self.gelu = gelu  # F.gelu's approximate: "none" (exact) or "tanh"
+        self.sdpa = attention == "sdpa"
         self.ln1 = nn.LayerNorm(d)
         self.qkv = nn.Linear(d, 3 * d)
         self.proj = nn.Linear(d, d)
@@ -81,20 +88,23 @@ class Block(nn.Module):
         q = q.view(b, t, self.heads, hd).transpose(1, 2)
         k = k.view(b, t, self.heads, hd).transpose(1, 2)
         v = v.view(b, t, self.heads, hd).transpose(1, 2)
-        s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-        s = s.masked_fill(mask[:t, :t], float("-inf"))
-        y = F.softmax(s, dim=-1) @ v
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+            s = s.masked_fill(mask[:t, :t], float("-inf"))
+            y = F.softmax(s, dim=-1) @ v
         y = y.transpose(1, 2).contiguous().view(b, t, d)
         x = x + self.proj(y)
         return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate=self.gelu))
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab, layers, d, heads, seq, gelu="none"):
+    def __init__(self, vocab, layers, d, heads, seq, gelu="none", attention="math"):
         super().__init__()
         self.wte = nn.Embedding(vocab, d)
         self.wpe = nn.Embedding(seq, d)
-        self.blocks = nn.ModuleList(Block(d, heads, gelu) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(d, heads, gelu, attention) for _ in range(layers))
         self.ln_f = nn.LayerNorm(d)
         for module in self.modules():  # GPT-2 initialisation, as Loom's GPT
             if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -208,10 +218,11 @@ def is_gpt(name):
     return name in GPT_SHAPES
 
 
-def build_model(name):
+def build_model(name, attention="math"):
     if is_gpt(name):
         vocab, layers, d, heads, seq = GPT_SHAPES[name]
-        return GPT(vocab=vocab, layers=layers, d=d, heads=heads, seq=seq, gelu=GPT_GELU[name])
+        return GPT(vocab=vocab, layers=layers, d=d, heads=heads, seq=seq, gelu=GPT_GELU[name],
+                   attention=attention)
     if name == "resnet50":
         return ResNet50(1000)
     return ResNet18Cifar(CLASSES)
@@ -266,9 +277,9 @@ def train_step(optimizer, forward_loss):
     return loss
 
 
-def run_column(name, column, steps, warmup, device="cpu"):
+def run_column(name, column, steps, warmup, device="cpu", attention="math"):
     torch.manual_seed(0)
-    model = build_model(name).to(device)
+    model = build_model(name, attention).to(device)
     optimizer = build_optimizer(name, model.parameters())
     x, y = (t.to(device) for t in batch(name, 0))
     model.train()
@@ -334,6 +345,9 @@ def main():
     parser.add_argument("--cores", default="",
                         help="cores to bind to, e.g. 0 or 0-1 (default: as started)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
+    parser.add_argument("--attention", choices=("math", "sdpa"), default="math",
+                        help="a GPT's attention: written out (math) or "
+                             "F.scaled_dot_product_attention (sdpa)")
     args = parser.parse_args()
     columns = args.columns.split(",")
     for column in columns:
@@ -352,9 +366,10 @@ def main():
             peer_device_name=torch.cuda.get_device_name(torch.device(args.device)),
             peer_allow_tf32={"matmul": torch.backends.cuda.matmul.allow_tf32,
                              "cudnn": torch.backends.cudnn.allow_tf32})
-    results = [run_column(args.model, column, args.steps, args.warmup, args.device)
-               for column in columns]
+    results = [run_column(args.model, column, args.steps, args.warmup, args.device,
+                          args.attention) for column in columns]
     print(json.dumps({"model": args.model, "columns": results, **device_facts,
+                      "peer_attention": args.attention,
                       "peer_binding": [peer_common.binding()],
                       "peer_peak_rss_bytes": [peer_common.peak_rss_bytes()],
                       **peer_common.facts(torch)}))
