@@ -62,6 +62,17 @@ std::vector<double> naive_lse(const std::vector<float>& qkv, const Case& c) {
   return out;
 }
 
+// A GPT of 11 tokens, width 16, two heads.
+loom::models::GPTConfig small_gpt(int64_t layers, int64_t seq_len) {
+  loom::models::GPTConfig c;
+  c.vocab = 11;
+  c.layers = layers;
+  c.d_model = 16;
+  c.heads = 2;
+  c.seq_len = seq_len;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("fused attention equals the materialised attention in f32, across block edges",
@@ -100,12 +111,7 @@ TEST_CASE(
     "a GPT with fused attention computes the materialised GPT's loss and gradients, "
     "keeping less",
     "[attention][fused][models][gpt]") {
-  loom::models::GPTConfig c;
-  c.vocab = 11;
-  c.layers = 2;
-  c.d_model = 16;
-  c.heads = 2;
-  c.seq_len = 64;
+  loom::models::GPTConfig c = small_gpt(2, 64);
   c.module.seed = 3;
   c.attention = AttentionKernel::materialized;
   std::vector<int32_t> ids(2 * 64);
@@ -160,12 +166,7 @@ TEST_CASE("the automatic attention is the fused one on the host and the material
   // The default GPT on the host keeps the fused attention's state (its
   // log-sum-exp) and computes what the fused GPT computes, bit for bit; with
   // checkpoint_attention it is the materialised one.
-  loom::models::GPTConfig config;
-  config.vocab = 11;
-  config.layers = 1;
-  config.d_model = 16;
-  config.heads = 2;
-  config.seq_len = 8;
+  loom::models::GPTConfig config = small_gpt(1, 8);
   REQUIRE(config.attention == automatic);
   CHECK(config.attention_kernel() == AttentionKernel::fused);
   config.module.device = Device::cuda(0);
