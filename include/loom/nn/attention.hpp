@@ -37,7 +37,7 @@ namespace loom::nn {
 //                 head sizes 32, 64, 128 (kernels::fused_attention_supported)
 //   automatic     the one measured faster where the input lives, chosen per
 //                 call by resolve_attention_kernel: fused on the host (every
-//                 dtype; as fast at 128 tokens, about twice as fast at 1024,
+//                 dtype; 0.9-1.1x the time at 128 tokens, about half at 1024,
 //                 docs/benchmarks.md), materialized on CUDA (its fused
 //                 kernels have not run on a GPU yet)
 enum class AttentionKernel { materialized, fused, automatic };
