@@ -225,7 +225,8 @@ int run(Flags f) {
     if (const auto latest = checkpoint::latest_checkpoint(f.checkpoint_dir)) {
       const checkpoint::TrainingState saved =
           checkpoint::load_checkpoint(*latest, zero, zero_group.shard().rank(), world);
-      examples::check_resume_invariants(*latest, saved, resume_invariants(f, dp.size()));
+      examples::check_resume_invariants(*latest, saved,
+                                        resume_invariants(f, dp.size(), token_data.train));
       first_step = saved.step;
       if (lead) {
         std::printf("resumed from %s at step %lld\n", latest->string().c_str(),
@@ -557,7 +558,7 @@ int run(Flags f) {
         ((f.save_every > 0 && (step + 1) % f.save_every == 0) || out_of_time)) {
       // What a resume must match, and the model's sizes (loom-ckpt
       // consolidate --gpt2 writes Hugging Face's config.json from them).
-      std::map<std::string, std::string> info = resume_invariants(f, dp.size());
+      std::map<std::string, std::string> info = resume_invariants(f, dp.size(), token_data.train);
       info.merge(checkpoint::gpt_model_info(config));
       saver.save(
           f.checkpoint_dir, world, zero, {.step = step + 1, .info = info},

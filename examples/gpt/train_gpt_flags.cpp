@@ -110,11 +110,16 @@ void check_attention(const Flags& f, Device device) {
              " q, k, v), head size ", head_dim, " on ", device, ": ", why);
 }
 
-std::map<std::string, std::string> resume_invariants(const Flags& f, int dp) {
+std::map<std::string, std::string> resume_invariants(
+    const Flags& f, int dp, const std::vector<data::TokenSegment>& train_segments) {
+  int64_t tokens = 0;
+  for (const data::TokenSegment& s : train_segments) tokens += s.range.size();
   return {{"seed", std::to_string(f.seed)},
           {"global_batch", std::to_string(f.batch * dp)},
           {"seq", std::to_string(f.seq)},
-          {"steps", std::to_string(f.steps)}};
+          {"steps", std::to_string(f.steps)},
+          {"train_files", std::to_string(train_segments.size())},
+          {"train_tokens", std::to_string(tokens)}};
 }
 
 void add_flags(CLI::App& app, Flags& f) {

@@ -17,7 +17,9 @@ COMMON_ARGS must hold --steps 8, --batch B and --log-every 1.
    (the snapshot gathers the sharded parameters), as the first run to the
    printed digit; its step-8 checkpoint loses its manifest and --resume on
    the same layout logs steps 4-7 exactly as its uninterrupted run did.
-6. --resume with another --seed is refused naming both seeds.
+6. --resume with another --seed is refused naming both seeds, and with
+   another token file (the same one less its last 1000 tokens) naming both
+   token counts.
 Each run has a hard 240 s limit.
 """
 import os
@@ -81,6 +83,20 @@ def main():
         text, _, _ = run([program] + with_batch(seeded, 2) + resume, expect_ok=False)
         if "was saved with seed 1, this run has 2" not in text:
             problems.append("a resume with another --seed was not refused naming both seeds")
+    # Another token file: the same tokens less the last 1000 (Loom's header:
+    # the token count at byte 16, the u16 tokens from byte 32).
+    tokens_path = common[common.index("--token-file") + 1]
+    shorter = os.path.join(work, "shorter.tokens")
+    with open(tokens_path, "rb") as f:
+        data = f.read()
+    count = int.from_bytes(data[16:24], "little") - 1000
+    with open(shorter, "wb") as f:
+        f.write(data[:16] + count.to_bytes(8, "little") + data[24:32] + data[32:32 + 2 * count])
+    other = list(common)
+    other[other.index("--token-file") + 1] = shorter
+    text, _, _ = run([program] + with_batch(other, 2) + resume, expect_ok=False)
+    if "was saved with train_tokens" not in text or "this run has" not in text:
+        problems.append("a resume on another token file was not refused naming the token counts")
     for p in problems:
         print("FAIL: " + p)
     return 1 if problems else 0
