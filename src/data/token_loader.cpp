@@ -86,6 +86,15 @@ std::vector<TokenSegment> split(const TokenFiles& files, double fraction, bool v
   return out;
 }
 
+// One file's training or validation split, as one segment.
+std::vector<TokenSegment> one_file(std::shared_ptr<const TokenFile> file, double fraction,
+                                   bool validation, const char* who) {
+  LOOM_CHECK(file != nullptr, who, ": no token file");
+  const TokenRange range =
+      validation ? file->validation_range(fraction) : file->train_range(fraction);
+  return {{std::move(file), range}};
+}
+
 // Writes window `start` into row `row` of inputs and targets.
 void copy_window(std::span<const uint16_t> tokens, int64_t start, int64_t row, int64_t seq_len,
                  int32_t* inputs, int32_t* targets) {
@@ -177,18 +186,6 @@ TokenBatch sample_token_batch(const std::vector<TokenSegment>& segments,
   }
   return b;
 }
-
-namespace {
-
-std::vector<TokenSegment> one_file(std::shared_ptr<const TokenFile> file, double fraction,
-                                   bool validation, const char* who) {
-  LOOM_CHECK(file != nullptr, who, ": no token file");
-  const TokenRange range =
-      validation ? file->validation_range(fraction) : file->train_range(fraction);
-  return {{std::move(file), range}};
-}
-
-}  // namespace
 
 TokenLoader::TokenLoader(std::shared_ptr<const TokenFile> file, const TokenLoaderOptions& options)
     : TokenLoader(one_file(std::move(file), options.validation_fraction, false, "token loader"),
