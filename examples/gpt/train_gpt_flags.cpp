@@ -1,5 +1,9 @@
 #include "train_gpt_flags.hpp"
 
+#include <algorithm>
+#include <cstdio>
+#include <span>
+
 #include "../common/flag_checks.hpp"
 #include "../common/global_batch.hpp"
 #include "../common/zero_shard.hpp"
@@ -110,6 +114,33 @@ void check_attention(const Flags& f, Device device) {
              " q, k, v), head size ", head_dim, " on ", device, ": ", why);
 }
 
+namespace {
+
+// FNV-1a (64 bits) over each segment's size and its first and last 4096
+// tokens, in hex: another corpus of the same length differs here.
+std::string stream_fingerprint(const std::vector<data::TokenSegment>& segments) {
+  uint64_t hash = 14695981039346656037ull;
+  auto mix = [&](uint64_t value) {
+    for (int byte = 0; byte < 8; ++byte) {
+      hash ^= (value >> (8 * byte)) & 0xffu;
+      hash *= 1099511628211ull;
+    }
+  };
+  constexpr int64_t kEnds = 4096;
+  for (const data::TokenSegment& s : segments) {
+    const std::span<const uint16_t> tokens = s.file->tokens(s.range);
+    const auto n = static_cast<int64_t>(tokens.size());
+    mix(static_cast<uint64_t>(n));
+    for (int64_t i = 0; i < std::min(n, kEnds); ++i) mix(tokens[static_cast<size_t>(i)]);
+    for (int64_t i = std::max(kEnds, n - kEnds); i < n; ++i) mix(tokens[static_cast<size_t>(i)]);
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
+
+}  // namespace
+
 std::map<std::string, std::string> resume_invariants(
     const Flags& f, int dp, const std::vector<data::TokenSegment>& train_segments) {
   int64_t tokens = 0;
@@ -119,7 +150,9 @@ std::map<std::string, std::string> resume_invariants(
           {"seq", std::to_string(f.seq)},
           {"steps", std::to_string(f.steps)},
           {"train_files", std::to_string(train_segments.size())},
-          {"train_tokens", std::to_string(tokens)}};
+          {"train_tokens", std::to_string(tokens)},
+          // After train_tokens in the map's order: a length change is named by the counts.
+          {"train_tokens_fingerprint", stream_fingerprint(train_segments)}};
 }
 
 void add_flags(CLI::App& app, Flags& f) {

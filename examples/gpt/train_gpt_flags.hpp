@@ -91,8 +91,9 @@ void check_attention(const Flags& f, Device device);
 
 // What a checkpoint must share with the run that resumes it so that the data
 // stream and the schedule continue; anything else (dp, tp, pp, ZeRO stage)
-// may differ. The training stream is known by its files' count and tokens
-// (`train_segments`), not its paths, which may differ on another cluster.
+// may differ. The training stream is known by its files' count, its tokens
+// and a fingerprint of each file's first and last 4096 tokens
+// (`train_segments`), not by its paths, which may differ on another cluster.
 std::map<std::string, std::string> resume_invariants(
     const Flags& f, int dp, const std::vector<data::TokenSegment>& train_segments);
 

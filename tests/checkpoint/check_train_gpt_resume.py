@@ -17,9 +17,10 @@ COMMON_ARGS must hold --steps 8, --batch B and --log-every 1.
    (the snapshot gathers the sharded parameters), as the first run to the
    printed digit; its step-8 checkpoint loses its manifest and --resume on
    the same layout logs steps 4-7 exactly as its uninterrupted run did.
-6. --resume with another --seed is refused naming both seeds, and with
-   another token file (the same one less its last 1000 tokens) naming both
-   token counts.
+6. --resume with another --seed is refused naming both seeds; with another
+   token file, the same one less its last 1000 tokens, naming both token
+   counts; with one as long whose first token differs, naming the stream's
+   fingerprint.
 Each run has a hard 240 s limit.
 """
 import os
@@ -97,6 +98,17 @@ def main():
     text, _, _ = run([program] + with_batch(other, 2) + resume, expect_ok=False)
     if "was saved with train_tokens" not in text or "this run has" not in text:
         problems.append("a resume on another token file was not refused naming the token counts")
+    # As long, its first token changed (to the next id below the vocabulary,
+    # at byte 12): the fingerprint differs.
+    altered = os.path.join(work, "altered.tokens")
+    vocab = int.from_bytes(data[12:16], "little")
+    first = (int.from_bytes(data[32:34], "little") + 1) % vocab
+    with open(altered, "wb") as f:
+        f.write(data[:32] + first.to_bytes(2, "little") + data[34:])
+    other[other.index("--token-file") + 1] = altered
+    text, _, _ = run([program] + with_batch(other, 2) + resume, expect_ok=False)
+    if "was saved with train_tokens_fingerprint" not in text:
+        problems.append("a resume on other tokens of the same length was not refused")
     for p in problems:
         print("FAIL: " + p)
     return 1 if problems else 0
